@@ -1,0 +1,151 @@
+// Builds the pinned upstream binaries (kube-apiserver, kubectl, etcd, helm) from their Go modules
+// into a git-ignored cache keyed by version; a binary that is already there is not rebuilt.
+//
+// Each component gets a small wrapper module whose go.mod requires the upstream module and lists
+// the commands as `tool` directives: `go install pkg@version` cannot build k8s.io/kubernetes,
+// whose go.mod requires its staging modules at v0.0.0 and replaces them with local folders.
+import { existsSync } from "node:fs";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import path from "node:path";
+import { run } from "../exec.ts";
+import { ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION } from "./versions.ts";
+
+export const CACHE_DIR = path.resolve(import.meta.dirname, "../../.cache/controlplane");
+
+export interface Binaries {
+  kubeApiserver: string;
+  kubectl: string;
+  etcd: string;
+  helm: string;
+}
+
+interface Component {
+  name: string;
+  version: string;
+  module: string;
+  /** Binary name → Go package of its main. */
+  commands: Record<string, string>;
+  ldflags: string[];
+  /** Extra go.mod lines (replace blocks). */
+  goModExtra?: () => Promise<string>;
+}
+
+const kubernetesMinor = KUBERNETES_VERSION.split(".")[1];
+
+/** `-X` flags that make `/version` and `kubectl version` report the pinned release. */
+function kubernetesVersionFlags(): string[] {
+  return ["k8s.io/component-base/version", "k8s.io/client-go/pkg/version"].flatMap((pkg) => [
+    `-X ${pkg}.gitVersion=${KUBERNETES_VERSION}`,
+    `-X ${pkg}.gitMajor=1`,
+    `-X ${pkg}.gitMinor=${kubernetesMinor}`,
+    `-X ${pkg}.gitTreeState=clean`,
+    `-X ${pkg}.buildDate=1970-01-01T00:00:00Z`,
+  ]);
+}
+
+/**
+ * k8s.io/kubernetes replaces every staging module with a folder of its own repo; a module that
+ * depends on it must replace them with the published v0.<minor>.<patch> instead. The list comes
+ * from the pinned go.mod itself, so a version bump needs no edit here.
+ */
+async function stagingReplaces(): Promise<string> {
+  const out = await run("go", ["mod", "download", "-json", `k8s.io/kubernetes@${KUBERNETES_VERSION}`]);
+  const goMod = await readFile((JSON.parse(out) as { GoMod: string }).GoMod, "utf8");
+  const staging = [...goMod.matchAll(/^\s*(k8s\.io\/[\w.-]+) => \.\/staging\//gm)].map((m) => m[1]);
+  if (staging.length === 0)
+    throw new Error(`no staging replaces found in k8s.io/kubernetes ${KUBERNETES_VERSION}`);
+  const published = `v0${KUBERNETES_VERSION.slice(2)}`;
+  return `replace (\n${staging.map((mod) => `\t${mod} => ${mod} ${published}`).join("\n")}\n)\n`;
+}
+
+const COMPONENTS: Component[] = [
+  {
+    name: "kubernetes",
+    version: KUBERNETES_VERSION,
+    module: "k8s.io/kubernetes",
+    commands: {
+      "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+      kubectl: "k8s.io/kubernetes/cmd/kubectl",
+    },
+    ldflags: kubernetesVersionFlags(),
+    goModExtra: stagingReplaces,
+  },
+  {
+    name: "etcd",
+    version: ETCD_VERSION,
+    module: "go.etcd.io/etcd/server/v3",
+    commands: { etcd: "go.etcd.io/etcd/server/v3" },
+    ldflags: [],
+  },
+  {
+    name: "helm",
+    version: HELM_VERSION,
+    module: "helm.sh/helm/v3",
+    commands: { helm: "helm.sh/helm/v3/cmd/helm" },
+    ldflags: [
+      `-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}`,
+      "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
+    ],
+  },
+];
+
+function componentDir(component: Component): string {
+  return path.join(CACHE_DIR, `${component.name}-${component.version}`);
+}
+
+function binaryPath(component: Component, binary: string): string {
+  return path.join(componentDir(component), "bin", binary);
+}
+
+async function buildComponent(component: Component): Promise<void> {
+  const dir = componentDir(component);
+  const missing = Object.keys(component.commands).filter(
+    (binary) => !existsSync(binaryPath(component, binary)),
+  );
+  if (missing.length === 0) return;
+  const started = Date.now();
+  console.error(`controlplane: building ${component.name} ${component.version} (cold builds take minutes)`);
+  await mkdir(path.join(dir, "bin"), { recursive: true });
+  const goMod = [
+    `module localccm.test/${component.name}`,
+    "",
+    "go 1.26",
+    "",
+    `require ${component.module} ${component.version}`,
+    "",
+    (await component.goModExtra?.()) ?? "",
+    `tool (\n${Object.values(component.commands)
+      .map((pkg) => `\t${pkg}`)
+      .join("\n")}\n)`,
+    "",
+  ].join("\n");
+  await writeFile(path.join(dir, "go.mod"), goMod);
+  const env = { ...process.env, CGO_ENABLED: "0", GOFLAGS: "-buildvcs=false" };
+  await run("go", ["mod", "tidy"], { cwd: dir, env });
+  const ldflags = ["-s", "-w", ...component.ldflags].join(" ");
+  for (const binary of missing) {
+    const args = [
+      "build",
+      "-trimpath",
+      "-ldflags",
+      ldflags,
+      "-o",
+      binaryPath(component, binary),
+      component.commands[binary] as string,
+    ];
+    await run("go", args, { cwd: dir, env, inherit: true });
+  }
+  console.error(`controlplane: built ${component.name} in ${Math.round((Date.now() - started) / 1000)}s`);
+}
+
+/** Builds whatever is missing (sequentially: two cores are better spent on one link at a time). */
+export async function ensureBinaries(): Promise<Binaries> {
+  for (const component of COMPONENTS) await buildComponent(component);
+  const [kubernetes, etcd, helm] = COMPONENTS as [Component, Component, Component];
+  return {
+    kubeApiserver: binaryPath(kubernetes, "kube-apiserver"),
+    kubectl: binaryPath(kubernetes, "kubectl"),
+    etcd: binaryPath(etcd, "etcd"),
+    helm: binaryPath(helm, "helm"),
+  };
+}

@@ -1,0 +1,177 @@
+// The test control plane, tested against itself: versions, TLS + admin, RBAC, bound tokens with
+// the node-name claim, restart, compaction, and that nothing outlives stop() or `down`.
+import assert from "node:assert/strict";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, test } from "node:test";
+import { isApiError } from "../../src/kube/errors.ts";
+import { run } from "../exec.ts";
+import { ensureBinaries } from "./build.ts";
+import { type ControlPlane, startControlPlane } from "./controlplane.ts";
+import { KUBERNETES_VERSION } from "./versions.ts";
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe("test control plane", () => {
+  let plane: ControlPlane;
+  before(async () => {
+    plane = await startControlPlane();
+  });
+  after(async () => {
+    await plane?.stop();
+  });
+
+  test("/version reports the pinned Kubernetes version, to our client and to kubectl", async () => {
+    const version = await plane.admin.request<{ gitVersion: string; minor: string }>({
+      method: "GET",
+      path: "/version",
+    });
+    assert.equal(version.gitVersion, KUBERNETES_VERSION);
+    assert.equal(version.minor, KUBERNETES_VERSION.split(".")[1]);
+    const viaKubectl = JSON.parse(await plane.kubectl(["get", "--raw", "/version"])) as {
+      gitVersion: string;
+    };
+    assert.equal(viaKubectl.gitVersion, KUBERNETES_VERSION);
+    const client = JSON.parse(await run(plane.binaries.kubectl, ["version", "--client", "-o", "json"])) as {
+      clientVersion: { gitVersion: string };
+    };
+    assert.equal(client.clientVersion.gitVersion, KUBERNETES_VERSION);
+  });
+
+  test("the admin user (client certificate in system:masters) can write", async () => {
+    const created = await plane.admin.request<{ metadata: { uid: string } }>({
+      method: "POST",
+      path: "/api/v1/namespaces",
+      body: { metadata: { name: "admin-check" } },
+    });
+    assert.match(created.metadata.uid, /^[0-9a-f-]{36}$/);
+    const whoami = JSON.parse(await plane.kubectl(["auth", "whoami", "-o", "json"])) as {
+      status: { userInfo: { username: string; groups: string[] } };
+    };
+    assert.equal(whoami.status.userInfo.username, "admin");
+    assert.ok(whoami.status.userInfo.groups.includes("system:masters"));
+  });
+
+  test("RBAC is enforced: a ServiceAccount without a role is Forbidden", async () => {
+    const kubeconfig = await plane.serviceAccountKubeconfig({ namespace: "default", name: "nobody" });
+    await assert.rejects(
+      run(plane.binaries.kubectl, [`--kubeconfig=${kubeconfig}`, "get", "nodes"]),
+      /forbidden.*cannot list resource "nodes"/i,
+    );
+  });
+
+  test("a token bound to a Pod on a node carries the node-name extra", async () => {
+    await plane.admin.request({
+      method: "POST",
+      path: "/api/v1/nodes",
+      body: { metadata: { name: "node-a" } },
+    });
+    const pod = await plane.admin.request<{ metadata: { name: string; uid: string } }>({
+      method: "POST",
+      path: "/api/v1/namespaces/default/pods",
+      body: {
+        metadata: { name: "agent-on-a" },
+        spec: {
+          nodeName: "node-a",
+          serviceAccountName: "agent",
+          containers: [{ name: "agent", image: "local-ccm" }],
+        },
+      },
+    });
+    const kubeconfig = await plane.serviceAccountKubeconfig({
+      namespace: "default",
+      name: "agent",
+      boundPod: pod.metadata,
+    });
+    const review = JSON.parse(
+      await run(plane.binaries.kubectl, [`--kubeconfig=${kubeconfig}`, "auth", "whoami", "-o", "json"]),
+    ) as {
+      status: { userInfo: { username: string; extra: Record<string, string[]> } };
+    };
+    assert.equal(review.status.userInfo.username, "system:serviceaccount:default:agent");
+    assert.deepEqual(review.status.userInfo.extra["authentication.kubernetes.io/node-name"], ["node-a"]);
+    assert.deepEqual(review.status.userInfo.extra["authentication.kubernetes.io/pod-name"], ["agent-on-a"]);
+  });
+
+  test("restarting the apiserver keeps the data (same etcd) and a new process serves it", async () => {
+    await plane.kubectl(["create", "configmap", "survivor", "--from-literal=k=v"]);
+    const before = plane.pids();
+    await plane.restartApiserver();
+    const after = plane.pids();
+    assert.notEqual(after.apiserver, before.apiserver);
+    assert.equal(after.etcd, before.etcd);
+    assert.ok(!alive(before.apiserver));
+    const cm = await plane.admin.request<{ data: Record<string, string> }>({
+      method: "GET",
+      path: "/api/v1/namespaces/default/configmaps/survivor",
+    });
+    assert.deepEqual(cm.data, { k: "v" });
+  });
+
+  test("compacting etcd makes an old resourceVersion Gone once the watch cache no longer holds it", async () => {
+    const cm = await plane.admin.request<{ metadata: { resourceVersion: string } }>({
+      method: "POST",
+      path: "/api/v1/namespaces/default/configmaps",
+      body: { metadata: { name: "old" } },
+    });
+    for (let i = 0; i < 3; i++)
+      await plane.kubectl(["label", "configmap", "old", `round=${i}`, "--overwrite"]);
+    const revision = await plane.compactEtcd();
+    assert.ok(revision > Number(cm.metadata.resourceVersion));
+    // A fresh apiserver's watch cache starts at the current revision, so the read reaches etcd.
+    await plane.restartApiserver();
+    await assert.rejects(
+      plane.admin.request({
+        method: "GET",
+        path: "/api/v1/namespaces/default/configmaps",
+        query: { resourceVersion: cm.metadata.resourceVersion, resourceVersionMatch: "Exact" },
+      }),
+      (err) => isApiError(err) && err.code === 410,
+    );
+  });
+});
+
+test("stop() leaves no process and no folder behind", async () => {
+  const plane = await startControlPlane();
+  const { etcd, apiserver } = plane.pids();
+  assert.ok(alive(etcd) && alive(apiserver));
+  await plane.stop();
+  assert.ok(!alive(etcd), "etcd still running");
+  assert.ok(!alive(apiserver), "kube-apiserver still running");
+  assert.ok(!existsSync(plane.dir), "state folder left behind");
+});
+
+test("`npm run controlplane -- up|status|down` serves the pinned version and stops cleanly", async (t) => {
+  const dir = mkdtempSync(path.join(os.tmpdir(), "local-ccm-cli-"));
+  const cli = (command: string) =>
+    run(process.execPath, [path.join(import.meta.dirname, "cli.ts"), command], {
+      env: { ...process.env, LOCAL_CCM_CONTROLPLANE_DIR: dir },
+    });
+  t.after(async () => {
+    await cli("down").catch(() => {});
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const upOutput = await cli("up");
+  const kubeconfig = path.join(dir, "kubeconfig");
+  assert.match(upOutput, new RegExp(`export KUBECONFIG=${kubeconfig}`));
+  const { kubectl } = await ensureBinaries();
+  const version = JSON.parse(
+    await run(kubectl, [`--kubeconfig=${kubeconfig}`, "get", "--raw", "/version"]),
+  ) as { gitVersion: string };
+  assert.equal(version.gitVersion, KUBERNETES_VERSION);
+  assert.match(await cli("status"), /readyz: ok/);
+  const { pids } = JSON.parse(readFileSync(path.join(dir, "state.json"), "utf8")) as {
+    pids: Record<string, number>;
+  };
+  assert.equal(await cli("down"), "stopped\n");
+  for (const pid of Object.values(pids)) assert.ok(!alive(pid), `pid ${pid} still running after down`);
+  assert.ok(!existsSync(dir));
+});

@@ -1,0 +1,368 @@
+// Starts a real control plane (etcd + kube-apiserver with TLS, RBAC and service-account tokens)
+// on free loopback ports, for tests, benchmarks and the demo.
+//
+// Everything it starts dies with the process that started it: children run under
+// `setpriv --pdeathsig KILL`, so even a SIGKILLed test leaves no etcd or apiserver behind, and the
+// temp folder is removed on exit. The `up` CLI is the exception (detached: it outlives its caller).
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, openSync, rmSync } from "node:fs";
+import { readFile, writeFile } from "node:fs/promises";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { sleep } from "../../src/kube/backoff.ts";
+import { KubeClient } from "../../src/kube/client.ts";
+import { loadClientConfig } from "../../src/kube/config.ts";
+import { isApiError } from "../../src/kube/errors.ts";
+import { run } from "../exec.ts";
+import { type Binaries, ensureBinaries } from "./build.ts";
+import { createPki, type Pki } from "./pki.ts";
+
+export interface ControlPlaneOptions {
+  /** Extra IPs for the serving certificate; the apiserver then listens on all addresses, so a
+   * network namespace can reach it over a veth address. */
+  extraIPs?: string[];
+  /** Write a Metadata-level audit log (one JSON line per request, with the user agent). */
+  audit?: boolean;
+  /** State folder; a fresh temp folder by default. */
+  dir?: string;
+  /** Leave the processes running when this process exits (the `up` command). */
+  detached?: boolean;
+}
+
+export interface ServiceAccountKubeconfigOptions {
+  namespace: string;
+  name: string;
+  /** Bind the token to this Pod; if it runs on a node, the token carries the node-name claim. */
+  boundPod?: { name: string; uid: string };
+  expirationSeconds?: number;
+  /** Server URL to write (e.g. over a veth address); the admin server URL by default. */
+  server?: string;
+  /** Write the token to a file and reference it with tokenFile (for rotation tests). */
+  tokenFile?: boolean;
+}
+
+export interface ControlPlane {
+  dir: string;
+  server: string;
+  kubeconfigPath: string;
+  caPath: string;
+  binaries: Binaries;
+  admin: KubeClient;
+  auditLogPath: string | undefined;
+  pids(): { etcd: number; apiserver: number };
+  kubectl(args: string[], input?: string): Promise<string>;
+  serviceAccountKubeconfig(options: ServiceAccountKubeconfigOptions): Promise<string>;
+  restartApiserver(): Promise<void>;
+  /** Compacts etcd up to its current revision; watches older than that then answer 410 Gone. */
+  compactEtcd(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+const SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local";
+const READY_TIMEOUT_MS = 120_000;
+
+// Cleanup for processes and folders that must not outlive this process, also on Ctrl-C.
+const cleanups = new Set<() => void>();
+let exitHooksInstalled = false;
+function onExit(cleanup: () => void): () => void {
+  if (!exitHooksInstalled) {
+    exitHooksInstalled = true;
+    process.once("exit", () => {
+      for (const fn of cleanups) fn();
+    });
+    for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+      process.once(signal, () => {
+        for (const fn of cleanups) fn();
+        process.kill(process.pid, signal); // listener removed by once(): now the default action applies
+      });
+    }
+  }
+  cleanups.add(cleanup);
+  return () => cleanups.delete(cleanup);
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.unref();
+    server.on("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+interface Service {
+  name: string;
+  child: ChildProcess;
+  exited: Promise<void>;
+  logPath: string;
+}
+
+function startService(name: string, binary: string, args: string[], dir: string, detached: boolean): Service {
+  const logPath = path.join(dir, `${name}.log`);
+  const log = openSync(logPath, "a");
+  const [command, argv] = detached
+    ? [binary, args]
+    : ["setpriv", ["--pdeathsig", "KILL", "--", binary, ...args]];
+  const child = spawn(command, argv, { stdio: ["ignore", log, log], detached });
+  if (detached) child.unref();
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  return { name, child, exited, logPath };
+}
+
+async function stopService(service: Service): Promise<void> {
+  if (service.child.exitCode !== null || service.child.signalCode !== null) return;
+  service.child.kill("SIGTERM");
+  const stopped = await Promise.race([service.exited.then(() => true), sleep(20_000).then(() => false)]);
+  if (!stopped) {
+    service.child.kill("SIGKILL");
+    await service.exited;
+  }
+}
+
+async function logTail(service: Service): Promise<string> {
+  const text = await readFile(service.logPath, "utf8").catch(() => "");
+  return text.trim().split("\n").slice(-8).join("\n");
+}
+
+/** Polls `check` until it returns true; fails early if the service exits meanwhile. */
+async function waitUntil(service: Service, what: string, check: () => Promise<boolean>): Promise<void> {
+  const deadline = Date.now() + READY_TIMEOUT_MS;
+  let exited = false;
+  service.exited.then(() => {
+    exited = true;
+  });
+  while (Date.now() < deadline) {
+    if (exited) throw new Error(`${service.name} exited before ${what}:\n${await logTail(service)}`);
+    if (await check().catch(() => false)) return;
+    await sleep(250);
+  }
+  throw new Error(
+    `${service.name} not ${what} after ${READY_TIMEOUT_MS / 1000}s:\n${await logTail(service)}`,
+  );
+}
+
+function kubeconfigJson(server: string, caPem: string, user: Record<string, string>): string {
+  // JSON is YAML: kubectl and our loader read it, and it needs no serializer.
+  return `${JSON.stringify(
+    {
+      apiVersion: "v1",
+      kind: "Config",
+      clusters: [
+        {
+          name: "local",
+          cluster: { server, "certificate-authority-data": Buffer.from(caPem).toString("base64") },
+        },
+      ],
+      users: [{ name: "user", user }],
+      contexts: [{ name: "local", context: { cluster: "local", user: "user" } }],
+      "current-context": "local",
+    },
+    null,
+    2,
+  )}\n`;
+}
+
+function apiserverArgs(
+  pki: Pki,
+  etcdPort: number,
+  securePort: number,
+  options: ControlPlaneOptions,
+  dir: string,
+  auditLogPath?: string,
+): string[] {
+  const args = [
+    `--etcd-servers=http://127.0.0.1:${etcdPort}`,
+    `--bind-address=${options.extraIPs?.length ? "0.0.0.0" : "127.0.0.1"}`,
+    `--secure-port=${securePort}`,
+    "--advertise-address=127.0.0.1",
+    `--cert-dir=${path.join(dir, "apiserver-certs")}`,
+    `--tls-cert-file=${pki.servingCert}`,
+    `--tls-private-key-file=${pki.servingKey}`,
+    `--client-ca-file=${pki.caCert}`,
+    "--authorization-mode=Node,RBAC",
+    `--service-account-issuer=${SERVICE_ACCOUNT_ISSUER}`,
+    `--api-audiences=${SERVICE_ACCOUNT_ISSUER}`,
+    `--service-account-key-file=${pki.serviceAccountPub}`,
+    `--service-account-signing-key-file=${pki.serviceAccountKey}`,
+    "--service-cluster-ip-range=10.96.0.0/24",
+    "--disable-admission-plugins=ServiceAccount",
+    "--allow-privileged=true",
+  ];
+  if (auditLogPath) {
+    args.push(
+      `--audit-policy-file=${path.join(dir, "audit-policy.json")}`,
+      `--audit-log-path=${auditLogPath}`,
+      "--audit-log-mode=blocking",
+    );
+  }
+  return args;
+}
+
+export async function startControlPlane(options: ControlPlaneOptions = {}): Promise<ControlPlane> {
+  const binaries = await ensureBinaries();
+  const dir = options.dir ?? mkdtempSync(path.join(os.tmpdir(), "local-ccm-controlplane-"));
+  mkdirSync(dir, { recursive: true });
+  const detached = options.detached ?? false;
+  const services: Service[] = [];
+  const forget = detached
+    ? () => {}
+    : onExit(() => {
+        for (const s of services) s.child.kill("SIGKILL");
+        if (!options.dir) rmSync(dir, { recursive: true, force: true });
+      });
+
+  try {
+    const pki = await createPki(dir, options.extraIPs ?? []);
+    const [etcdPort, etcdPeerPort, securePort] = [await freePort(), await freePort(), await freePort()];
+    const etcdUrl = `http://127.0.0.1:${etcdPort}`;
+    const etcd = startService(
+      "etcd",
+      binaries.etcd,
+      [
+        "--name=local-ccm-test",
+        `--data-dir=${path.join(dir, "etcd")}`,
+        `--listen-client-urls=${etcdUrl}`,
+        `--advertise-client-urls=${etcdUrl}`,
+        `--listen-peer-urls=http://127.0.0.1:${etcdPeerPort}`,
+        `--initial-advertise-peer-urls=http://127.0.0.1:${etcdPeerPort}`,
+        `--initial-cluster=local-ccm-test=http://127.0.0.1:${etcdPeerPort}`,
+        "--unsafe-no-fsync",
+        "--log-level=warn",
+      ],
+      dir,
+      detached,
+    );
+    services.push(etcd);
+    await waitUntil(etcd, "healthy", async () => {
+      const res = await fetch(`${etcdUrl}/health`);
+      return res.ok && ((await res.json()) as { health: string }).health === "true";
+    });
+
+    const auditLogPath = options.audit ? path.join(dir, "audit.log") : undefined;
+    if (auditLogPath) {
+      const policy = {
+        apiVersion: "audit.k8s.io/v1",
+        kind: "Policy",
+        omitStages: ["RequestReceived"],
+        rules: [{ level: "Metadata" }],
+      };
+      await writeFile(path.join(dir, "audit-policy.json"), JSON.stringify(policy));
+    }
+    const server = `https://127.0.0.1:${securePort}`;
+    const caPem = await readFile(pki.caCert, "utf8");
+    const kubeconfigPath = path.join(dir, "kubeconfig");
+    await writeFile(
+      kubeconfigPath,
+      kubeconfigJson(server, caPem, {
+        "client-certificate-data": Buffer.from(await readFile(pki.adminCert)).toString("base64"),
+        "client-key-data": Buffer.from(await readFile(pki.adminKey)).toString("base64"),
+      }),
+    );
+    const admin = new KubeClient(await loadClientConfig({ kubeconfig: kubeconfigPath }), {
+      component: "test-admin",
+      maxRetries: 0,
+    });
+
+    const args = apiserverArgs(pki, etcdPort, securePort, options, dir, auditLogPath);
+    const startApiserver = async (): Promise<Service> => {
+      const apiserver = startService("kube-apiserver", binaries.kubeApiserver, args, dir, detached);
+      await waitUntil(
+        apiserver,
+        "ready",
+        async () => (await admin.requestText({ method: "GET", path: "/readyz" })) === "ok",
+      );
+      return apiserver;
+    };
+    let apiserver = await startApiserver();
+    services.push(apiserver);
+
+    const plane: ControlPlane = {
+      dir,
+      server,
+      kubeconfigPath,
+      caPath: pki.caCert,
+      binaries,
+      admin,
+      auditLogPath,
+      pids: () => ({ etcd: etcd.child.pid as number, apiserver: apiserver.child.pid as number }),
+      kubectl: (kubectlArgs, input) =>
+        run(binaries.kubectl, [`--kubeconfig=${kubeconfigPath}`, ...kubectlArgs], { input }),
+      serviceAccountKubeconfig: (saOptions) => serviceAccountKubeconfig(admin, dir, server, caPem, saOptions),
+      async restartApiserver() {
+        admin.close();
+        await stopService(apiserver);
+        services.splice(services.indexOf(apiserver), 1);
+        apiserver = await startApiserver();
+        services.push(apiserver);
+      },
+      compactEtcd: () => compactEtcd(etcdUrl),
+      async stop() {
+        admin.close();
+        for (const service of [...services].reverse()) await stopService(service);
+        forget();
+        if (!options.dir) rmSync(dir, { recursive: true, force: true });
+      },
+    };
+    return plane;
+  } catch (err) {
+    for (const service of services) service.child.kill("SIGKILL");
+    forget();
+    if (!options.dir) rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+}
+
+async function serviceAccountKubeconfig(
+  admin: KubeClient,
+  dir: string,
+  defaultServer: string,
+  caPem: string,
+  options: ServiceAccountKubeconfigOptions,
+): Promise<string> {
+  const { namespace, name } = options;
+  const base = `/api/v1/namespaces/${namespace}/serviceaccounts`;
+  await admin.request({ method: "POST", path: base, body: { metadata: { name } } }).catch((err) => {
+    if (!isApiError(err, "AlreadyExists")) throw err;
+  });
+  const request = await admin.request<{ status: { token: string } }>({
+    method: "POST",
+    path: `${base}/${name}/token`,
+    body: {
+      apiVersion: "authentication.k8s.io/v1",
+      kind: "TokenRequest",
+      spec: {
+        audiences: [SERVICE_ACCOUNT_ISSUER],
+        expirationSeconds: options.expirationSeconds ?? 3600,
+        boundObjectRef: options.boundPod ? { apiVersion: "v1", kind: "Pod", ...options.boundPod } : undefined,
+      },
+    },
+  });
+  const file = path.join(
+    dir,
+    `sa-${namespace}-${name}${options.boundPod ? `-${options.boundPod.name}` : ""}`,
+  );
+  let user: Record<string, string> = { token: request.status.token };
+  if (options.tokenFile) {
+    await writeFile(`${file}.token`, request.status.token);
+    user = { tokenFile: `${file}.token` };
+  }
+  await writeFile(`${file}.kubeconfig`, kubeconfigJson(options.server ?? defaultServer, caPem, user));
+  return `${file}.kubeconfig`;
+}
+
+/** Compaction through etcd's JSON gateway: read the current revision, compact everything before it. */
+async function compactEtcd(etcdUrl: string): Promise<number> {
+  const post = async (rpc: string, body: unknown) => {
+    const res = await fetch(`${etcdUrl}/v3/kv/${rpc}`, { method: "POST", body: JSON.stringify(body) });
+    if (!res.ok) throw new Error(`etcd ${rpc}: ${res.status} ${await res.text()}`);
+    return res.json() as Promise<{ header: { revision: string } }>;
+  };
+  const { header } = await post("range", { key: Buffer.from("/").toString("base64"), limit: 1 });
+  const revision = Number(header.revision);
+  await post("compaction", { revision, physical: true });
+  return revision;
+}

@@ -1,0 +1,98 @@
+// Certificates for the test control plane, made with the openssl CLI: a CA, the apiserver's
+// serving certificate, the admin client certificate and the service-account signing key pair.
+// EC P-256 keys throughout: generated in milliseconds, accepted everywhere we need them.
+import { writeFile } from "node:fs/promises";
+import path from "node:path";
+import { run } from "../exec.ts";
+
+export interface Pki {
+  caCert: string;
+  servingCert: string;
+  servingKey: string;
+  adminCert: string;
+  adminKey: string;
+  serviceAccountKey: string;
+  serviceAccountPub: string;
+}
+
+// An empty config, so that `req -x509` adds only the extensions we ask for (the default config
+// would mark every certificate as a CA).
+const MINIMAL_CONFIG = "[req]\ndistinguished_name = dn\n[dn]\n";
+
+async function certificate(
+  dir: string,
+  name: string,
+  subject: string,
+  extensions: string[],
+  signer?: { cert: string; key: string },
+) {
+  const cert = path.join(dir, `${name}.crt`);
+  const key = path.join(dir, `${name}.key`);
+  const args = [
+    "req",
+    "-x509",
+    "-config",
+    path.join(dir, "openssl.cnf"),
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+  ];
+  args.push("-nodes", "-keyout", key, "-out", cert, "-days", "3650", "-subj", subject);
+  if (signer) args.push("-CA", signer.cert, "-CAkey", signer.key);
+  for (const ext of extensions) args.push("-addext", ext);
+  await run("openssl", args);
+  return { cert, key };
+}
+
+/** Writes a fresh PKI into `dir`. `sans` are added to the serving certificate (e.g. veth addresses). */
+export async function createPki(dir: string, sans: string[]): Promise<Pki> {
+  await writeFile(path.join(dir, "openssl.cnf"), MINIMAL_CONFIG);
+  const ca = await certificate(dir, "ca", "/CN=local-ccm-test-ca", [
+    "basicConstraints=critical,CA:TRUE",
+    "keyUsage=critical,keyCertSign,cRLSign",
+  ]);
+  const names = [
+    "DNS:localhost",
+    "DNS:kubernetes",
+    "DNS:kubernetes.default",
+    "DNS:kubernetes.default.svc",
+    "IP:127.0.0.1",
+    "IP:::1",
+  ];
+  for (const ip of sans) names.push(`IP:${ip}`);
+  const leaf = (usage: string) => [
+    "basicConstraints=critical,CA:FALSE",
+    "keyUsage=critical,digitalSignature",
+    `extendedKeyUsage=${usage}`,
+  ];
+  const serving = await certificate(
+    dir,
+    "apiserver",
+    "/CN=kube-apiserver",
+    [...leaf("serverAuth"), `subjectAltName=${names.join(",")}`],
+    ca,
+  );
+  const admin = await certificate(dir, "admin", "/O=system:masters/CN=admin", leaf("clientAuth"), ca);
+  const serviceAccountKey = path.join(dir, "sa.key");
+  const serviceAccountPub = path.join(dir, "sa.pub");
+  await run("openssl", [
+    "genpkey",
+    "-algorithm",
+    "EC",
+    "-pkeyopt",
+    "ec_paramgen_curve:P-256",
+    "-out",
+    serviceAccountKey,
+  ]);
+  await run("openssl", ["pkey", "-in", serviceAccountKey, "-pubout", "-out", serviceAccountPub]);
+  return {
+    caCert: ca.cert,
+    servingCert: serving.cert,
+    servingKey: serving.key,
+    adminCert: admin.cert,
+    adminKey: admin.key,
+    serviceAccountKey,
+    serviceAccountPub,
+  };
+}

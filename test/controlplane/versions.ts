@@ -1,0 +1,9 @@
+// The one place where the upstream test binaries are pinned. Changing a version here rebuilds
+// that component (the cache is keyed by it).
+
+/** Newest patch of the newest Kubernetes minor on the Go module proxy; kube-apiserver and kubectl. */
+export const KUBERNETES_VERSION = "v1.36.3";
+/** etcd server, built in its own wrapper module so its dependencies cannot raise the apiserver's. */
+export const ETCD_VERSION = "v3.6.16";
+/** Helm v3, newest on the module proxy. */
+export const HELM_VERSION = "v3.22.0";

@@ -1,0 +1,40 @@
+// Runs a command for tests and tooling: resolves with stdout, rejects with a one-line error
+// naming the command and the tail of its stderr.
+import { spawn } from "node:child_process";
+
+export interface RunOptions {
+  cwd?: string;
+  env?: NodeJS.ProcessEnv;
+  input?: string;
+  /** Stream the command's output to ours (long builds) instead of capturing it. */
+  inherit?: boolean;
+}
+
+export function run(command: string, args: string[], options: RunOptions = {}): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, {
+      cwd: options.cwd,
+      env: options.env ?? process.env,
+      stdio: [
+        options.input === undefined ? "ignore" : "pipe",
+        options.inherit ? "inherit" : "pipe",
+        options.inherit ? "inherit" : "pipe",
+      ],
+    });
+    let stdout = "";
+    let stderr = "";
+    child.stdout?.on("data", (chunk: Buffer) => {
+      stdout += chunk;
+    });
+    child.stderr?.on("data", (chunk: Buffer) => {
+      stderr += chunk;
+    });
+    if (options.input !== undefined) child.stdin?.end(options.input);
+    child.on("error", reject);
+    child.on("close", (code, signal) => {
+      if (code === 0) return resolve(stdout);
+      const tail = stderr.trim().split("\n").slice(-5).join(" | ");
+      reject(new Error(`${command} ${args.join(" ")} failed (${signal ?? `exit ${code}`}): ${tail}`));
+    });
+  });
+}
