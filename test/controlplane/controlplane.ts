@@ -14,6 +14,7 @@ import { sleep } from "../../src/kube/backoff.ts";
 import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
 import { isApiError } from "../../src/kube/errors.ts";
+import { onExit } from "../cleanup.ts";
 import { run } from "../exec.ts";
 import { type Binaries, ensureBinaries } from "./build.ts";
 import { createPki, type Pki } from "./pki.ts";
@@ -61,26 +62,6 @@ export interface ControlPlane {
 
 const SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local";
 const READY_TIMEOUT_MS = 120_000;
-
-// Cleanup for processes and folders that must not outlive this process, also on Ctrl-C.
-const cleanups = new Set<() => void>();
-let exitHooksInstalled = false;
-function onExit(cleanup: () => void): () => void {
-  if (!exitHooksInstalled) {
-    exitHooksInstalled = true;
-    process.once("exit", () => {
-      for (const fn of cleanups) fn();
-    });
-    for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
-      process.once(signal, () => {
-        for (const fn of cleanups) fn();
-        process.kill(process.pid, signal); // listener removed by once(): now the default action applies
-      });
-    }
-  }
-  cleanups.add(cleanup);
-  return () => cleanups.delete(cleanup);
-}
 
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
