@@ -35,6 +35,7 @@ export interface List<T> {
 }
 
 export interface WriteOptions {
+  signal?: AbortSignal;
   dryRun?: boolean;
   subresource?: string;
   fieldManager?: string;
@@ -80,8 +81,13 @@ export class Resource<T extends KubeObject> {
     return p;
   }
 
-  get(name: string, options: { subresource?: string } = {}): Promise<T> {
-    return this.client.request<T>({ method: "GET", verb: "get", path: this.path(name, options.subresource) });
+  get(name: string, options: { subresource?: string; signal?: AbortSignal } = {}): Promise<T> {
+    return this.client.request<T>({
+      method: "GET",
+      verb: "get",
+      path: this.path(name, options.subresource),
+      signal: options.signal,
+    });
   }
 
   /** One page; pass `continue` from the previous page's metadata to get the next. */
@@ -130,6 +136,7 @@ export class Resource<T extends KubeObject> {
       path: this.path(name, options.subresource),
       query: writeQuery(options),
       body: obj,
+      signal: options.signal,
       // With a resourceVersion, a repeat is harmless: it either applies once or conflicts.
       idempotent: Boolean(obj.metadata?.resourceVersion),
     });
@@ -149,6 +156,7 @@ export class Resource<T extends KubeObject> {
       query: { ...writeQuery(options), force: options.force },
       body: patch,
       contentType: PATCH_CONTENT_TYPES[type],
+      signal: options.signal,
     });
   }
 
@@ -157,19 +165,15 @@ export class Resource<T extends KubeObject> {
     name: string,
     options: { preconditions?: Preconditions; dryRun?: boolean; propagationPolicy?: string } = {},
   ): Promise<T | Status> {
+    // dryRun goes in the body: the apiserver decodes a DELETE body over the query parameters.
     const body = {
       apiVersion: "v1",
       kind: "DeleteOptions",
       preconditions: options.preconditions,
       propagationPolicy: options.propagationPolicy,
+      dryRun: options.dryRun ? ["All"] : undefined,
     };
-    return this.client.request<T | Status>({
-      method: "DELETE",
-      verb: "delete",
-      path: this.path(name),
-      query: { dryRun: options.dryRun ? "All" : undefined },
-      body,
-    });
+    return this.client.request<T | Status>({ method: "DELETE", verb: "delete", path: this.path(name), body });
   }
 
   /**

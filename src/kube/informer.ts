@@ -1,0 +1,172 @@
+// List + watch into a local cache, with client-go's informer semantics: resume watches from the
+// last resourceVersion (bookmarks keep it fresh), relist on 410 Gone, reconnect with backoff when
+// the connection drops or the apiserver restarts. No periodic relist: the watch is the only
+// steady-state traffic.
+import { backoffDelay, sleep } from "./backoff.ts";
+import { isApiError } from "./errors.ts";
+import type { KubeObject, Resource, Selectors } from "./resource.ts";
+
+export interface InformerHandlers<T> {
+  onAdd?(obj: T): void;
+  onUpdate?(oldObj: T, newObj: T): void;
+  onDelete?(obj: T): void;
+}
+
+export interface InformerOptions<T> extends Selectors {
+  /** Page size of the initial list (and of relists). */
+  pageSize?: number;
+  /** Trims each object before it is cached (e.g. drop managedFields), like client-go's SetTransform. */
+  transform?: (obj: T) => T;
+  /** Called when a list or watch fails (for logs and metrics); the informer retries by itself. */
+  onError?: (err: unknown) => void;
+}
+
+export function objectKey(obj: KubeObject): string {
+  const { namespace, name } = obj.metadata ?? {};
+  return namespace ? `${namespace}/${name}` : String(name);
+}
+
+export class Informer<T extends KubeObject> {
+  private readonly resource: Resource<T>;
+  private readonly options: InformerOptions<T>;
+  private readonly handlers: InformerHandlers<T>[] = [];
+  private readonly cache = new Map<string, T>();
+  private readonly abort = new AbortController();
+  private resourceVersion: string | undefined;
+  private synced = false;
+  private syncWaiters: (() => void)[] = [];
+  private loop: Promise<void> | undefined;
+
+  constructor(resource: Resource<T>, options: InformerOptions<T> = {}) {
+    this.resource = resource;
+    this.options = options;
+  }
+
+  addHandlers(handlers: InformerHandlers<T>): void {
+    this.handlers.push(handlers);
+  }
+
+  start(): void {
+    this.loop ??= this.run();
+  }
+
+  async stop(): Promise<void> {
+    this.abort.abort();
+    await this.loop;
+  }
+
+  hasSynced(): boolean {
+    return this.synced;
+  }
+
+  /** Resolves once the first list has been loaded into the cache. */
+  waitForSync(): Promise<void> {
+    if (this.synced) return Promise.resolve();
+    return new Promise((resolve) => this.syncWaiters.push(resolve));
+  }
+
+  get(key: string): T | undefined {
+    return this.cache.get(key);
+  }
+
+  list(): T[] {
+    return [...this.cache.values()];
+  }
+
+  /** The resourceVersion the cache reflects (for tests and diagnostics). */
+  lastResourceVersion(): string | undefined {
+    return this.resourceVersion;
+  }
+
+  private async run(): Promise<void> {
+    const signal = this.abort.signal;
+    let failures = 0;
+    while (!signal.aborted) {
+      try {
+        if (this.resourceVersion === undefined) await this.relist();
+        const started = Date.now();
+        await this.watchOnce();
+        // A watch the server ends at once (rather than at timeoutSeconds) must not become a busy loop.
+        if (Date.now() - started < 1000)
+          await sleep(backoffDelay(failures++, { baseMs: 500, capMs: 30_000 }), signal);
+        else failures = 0;
+      } catch (err) {
+        if (signal.aborted) break;
+        if (isApiError(err) && (err.code === 410 || err.reason === "Expired" || err.reason === "Gone")) {
+          // Our resourceVersion was compacted away: only a fresh list can tell what we missed.
+          this.resourceVersion = undefined;
+          continue;
+        }
+        this.options.onError?.(err);
+        await sleep(backoffDelay(failures++, { baseMs: 500, capMs: 30_000 }), signal);
+      }
+    }
+  }
+
+  private async relist(): Promise<void> {
+    const { labelSelector, fieldSelector, pageSize = 500 } = this.options;
+    const { items, resourceVersion } = await this.resource.list({
+      labelSelector,
+      fieldSelector,
+      limit: pageSize,
+    });
+    const seen = new Set<string>();
+    for (const item of items) {
+      seen.add(objectKey(item));
+      this.upsert(item);
+    }
+    for (const [key, obj] of this.cache) {
+      if (!seen.has(key)) {
+        this.cache.delete(key);
+        for (const h of this.handlers) h.onDelete?.(obj);
+      }
+    }
+    this.resourceVersion = resourceVersion;
+    if (!this.synced) {
+      this.synced = true;
+      for (const resolve of this.syncWaiters.splice(0)) resolve();
+    }
+  }
+
+  private async watchOnce(): Promise<void> {
+    const { labelSelector, fieldSelector } = this.options;
+    // Randomised like client-go (5–10 min) so that many watchers do not reconnect in step.
+    const timeoutSeconds = 300 + Math.floor(Math.random() * 300);
+    const events = this.resource.watch({
+      labelSelector,
+      fieldSelector,
+      resourceVersion: this.resourceVersion,
+      timeoutSeconds,
+      signal: this.abort.signal,
+    });
+    for await (const event of events) {
+      const rv = event.object.metadata?.resourceVersion;
+      if (event.type === "DELETED") {
+        const key = objectKey(event.object);
+        const old = this.cache.get(key);
+        this.cache.delete(key);
+        for (const h of this.handlers) h.onDelete?.(old ?? this.trim(event.object));
+      } else if (event.type !== "BOOKMARK") {
+        this.upsert(event.object);
+      }
+      if (rv) this.resourceVersion = rv;
+    }
+  }
+
+  private upsert(raw: T): void {
+    const obj = this.trim(raw);
+    const key = objectKey(obj);
+    const old = this.cache.get(key);
+    // A relist returns unchanged objects too; only a new resourceVersion is news.
+    if (old?.metadata?.resourceVersion === obj.metadata?.resourceVersion && old !== undefined) return;
+    this.cache.set(key, obj);
+    for (const h of this.handlers) {
+      if (old) h.onUpdate?.(old, obj);
+      else h.onAdd?.(obj);
+    }
+  }
+
+  private trim(obj: T): T {
+    return this.options.transform ? this.options.transform(obj) : obj;
+  }
+}
