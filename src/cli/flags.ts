@@ -1,0 +1,270 @@
+// Command-line flags in Go/pflag syntax. One table per program is the single source for parsing,
+// --help, the README flag tables and the Helm values names, so they cannot drift apart.
+
+export type FlagType = "string" | "bool" | "int" | "float" | "duration" | "list";
+
+/** What a flag of each type parses to. Durations are milliseconds; lists are comma-separated. */
+export interface FlagValueTypes {
+  string: string;
+  bool: boolean;
+  int: number;
+  float: number;
+  duration: number;
+  list: string[];
+}
+
+export interface FlagSpec<N extends string = string, T extends FlagType = FlagType> {
+  /** Without dashes: "node-name". */
+  readonly name: N;
+  readonly type: T;
+  /** Written as a user would type it ("10s", "true", "8.8.8.8") and parsed like user input. */
+  readonly default: string;
+  /** Environment variable read when the flag is not on the command line (empty counts as unset). */
+  readonly env?: string;
+  readonly help: string;
+  /** Helm values path that sets this flag, e.g. "ipDetection.externalIPTarget". */
+  readonly helm?: string;
+  /** An empty value (after flag, env and default) is an error. */
+  readonly required?: boolean;
+  /** Checks the parsed value; returns what is wrong, or undefined. */
+  validate?(value: FlagValueTypes[T]): string | undefined;
+}
+
+/** Identity that keeps the flag's name and type as literal types, so parseFlags can type its result. */
+export function flag<const N extends string, T extends FlagType>(spec: FlagSpec<N, T>): FlagSpec<N, T> {
+  return spec;
+}
+
+export type FlagValues<T extends readonly FlagSpec[]> = {
+  -readonly [S in T[number] as S["name"]]: FlagValueTypes[S["type"]];
+};
+
+export interface ParsedFlags<T extends readonly FlagSpec[]> {
+  values: FlagValues<T>;
+  /** Flags the user set, on the command line or through their env var (pflag's "Changed"). */
+  given: ReadonlySet<T[number]["name"]>;
+}
+
+/** Bad command-line input; the CLI prints its one-line message and exits 2. */
+export class UsageError extends Error {
+  override name = "UsageError";
+}
+
+/** -h/--help was given; the CLI prints usage(program, table) and exits 0. */
+export class HelpRequested extends Error {
+  override name = "HelpRequested";
+  readonly table: readonly FlagSpec[];
+  constructor(table: readonly FlagSpec[]) {
+    super("help requested");
+    this.table = table;
+  }
+}
+
+type Env = Readonly<Record<string, string | undefined>>;
+
+/**
+ * Flags from `argv` (without node and script), then each flag's env var, then its default.
+ * Accepts --name=value, --name value, a single leading dash as Go's flag package does, and bare
+ * booleans (--x, never consuming the next argument). A repeated list flag appends, like pflag's
+ * stringSlice; any other repeated flag keeps its last value.
+ */
+export function parseFlags<const T extends readonly FlagSpec[]>(
+  table: T,
+  argv: readonly string[],
+  env: Env,
+): ParsedFlags<T> {
+  const onCommandLine = scan(table, argv);
+  const values: Record<string, unknown> = {};
+  const given = new Set<string>();
+  for (const spec of table) {
+    const occurrences = onCommandLine.get(spec.name);
+    const fromEnv = spec.env ? env[spec.env] : undefined;
+    let value: unknown;
+    let shown: string;
+    let source = `--${spec.name}`;
+    if (occurrences) {
+      value = resolveOccurrences(spec, occurrences);
+      shown = spec.type === "list" ? occurrences.join(",") : (occurrences.at(-1) as string);
+      given.add(spec.name);
+    } else if (fromEnv) {
+      source = `${spec.env} (--${spec.name})`;
+      value = convert(spec, fromEnv, source);
+      shown = fromEnv;
+      given.add(spec.name);
+    } else {
+      value = convert(spec, spec.default, source);
+      shown = spec.default;
+    }
+    if (spec.required && (value === "" || (Array.isArray(value) && value.length === 0))) {
+      throw new UsageError(`missing required flag --${spec.name}${spec.env ? ` (or env ${spec.env})` : ""}`);
+    }
+    const problem = spec.validate?.(value as never);
+    if (problem) throw new UsageError(`invalid value "${shown}" for ${source}: ${problem}`);
+    values[spec.name] = value;
+  }
+  return { values: values as FlagValues<T>, given: given as ReadonlySet<T[number]["name"]> };
+}
+
+/** Raw values per flag name, in command-line order. */
+function scan(table: readonly FlagSpec[], argv: readonly string[]): Map<string, string[]> {
+  const byName = new Map(table.map((spec) => [spec.name, spec]));
+  const found = new Map<string, string[]>();
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    if (arg === "--") {
+      if (i + 1 < argv.length) throw new UsageError(`unexpected argument "${argv[i + 1]}"`);
+      break;
+    }
+    if (!arg.startsWith("-") || arg === "-") {
+      throw new UsageError(`unexpected argument "${arg}" (flags are written --name=value)`);
+    }
+    const body = arg.replace(/^--?/, "");
+    const eq = body.indexOf("=");
+    const name = eq < 0 ? body : body.slice(0, eq);
+    if (name === "h" || name === "help") throw new HelpRequested(table);
+    const spec = byName.get(name);
+    if (!spec) throw new UsageError(`unknown flag: --${name}`);
+    let value: string;
+    if (eq >= 0) value = body.slice(eq + 1);
+    else if (spec.type === "bool") value = "true";
+    else {
+      const next = argv[i + 1];
+      if (next === undefined || next.startsWith("--"))
+        throw new UsageError(`flag needs an argument: --${name}`);
+      value = next;
+      i++;
+    }
+    found.set(name, [...(found.get(name) ?? []), value]);
+  }
+  return found;
+}
+
+function resolveOccurrences(spec: FlagSpec, occurrences: string[]): unknown {
+  const source = `--${spec.name}`;
+  const parsed = occurrences.map((raw) => convert(spec, raw, source));
+  return spec.type === "list" ? (parsed as string[][]).flat() : parsed.at(-1);
+}
+
+// Node's timers overflow above 2^31-1 ms and then fire after 1 ms: a longer duration would spin.
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+function convert(spec: FlagSpec, raw: string, source: string): unknown {
+  const fail = (reason: string) => new UsageError(`invalid value "${raw}" for ${source}: ${reason}`);
+  switch (spec.type) {
+    case "string":
+      return raw;
+    case "list":
+      return splitList(raw);
+    case "bool": {
+      const value = parseBool(raw);
+      if (value === undefined) throw fail("not a boolean (true or false)");
+      return value;
+    }
+    case "int": {
+      const value = /^[-+]?\d+$/.test(raw) ? Number(raw) : Number.NaN;
+      if (!Number.isSafeInteger(value)) throw fail("not an integer");
+      return value;
+    }
+    case "float": {
+      if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(raw)) throw fail("not a number");
+      return Number(raw);
+    }
+    case "duration": {
+      const ms = parseDuration(raw);
+      if (ms === undefined) throw fail("not a duration (e.g. 10s, 1m30s, 500ms)");
+      if (ms < 0) throw fail("must not be negative");
+      if (ms > MAX_TIMER_MS) throw fail("too long (at most 596h)");
+      return ms;
+    }
+  }
+}
+
+/** Comma-separated, items trimmed, empty items dropped: "" is the empty list. */
+export function splitList(raw: string): string[] {
+  return raw
+    .split(",")
+    .map((item) => item.trim())
+    .filter((item) => item !== "");
+}
+
+const TRUE = new Set(["1", "t", "T", "true", "TRUE", "True"]);
+const FALSE = new Set(["0", "f", "F", "false", "FALSE", "False"]);
+
+/** Go's strconv.ParseBool. */
+function parseBool(raw: string): boolean | undefined {
+  if (TRUE.has(raw)) return true;
+  if (FALSE.has(raw)) return false;
+  return undefined;
+}
+
+const UNIT_MS: Record<string, number> = {
+  ns: 1e-6,
+  us: 1e-3,
+  µs: 1e-3, // U+00B5 micro sign
+  μs: 1e-3, // U+03BC Greek mu
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+};
+const DURATION = /^[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+$/;
+const DURATION_PART = /(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)/g;
+
+/** Go's time.ParseDuration ("1m30s", "1.5h", "-2s", "0") in milliseconds; undefined when malformed. */
+export function parseDuration(text: string): number | undefined {
+  if (/^[-+]?0$/.test(text)) return 0;
+  if (!DURATION.test(text)) return undefined;
+  let ms = 0;
+  for (const [, amount, unit] of text.matchAll(DURATION_PART))
+    ms += Number(amount) * (UNIT_MS[unit ?? ""] ?? 0);
+  ms = Math.round(ms * 1e6) / 1e6; // whole nanoseconds, as Go keeps them
+  return text.startsWith("-") ? -ms : ms;
+}
+
+const TYPE_IN_USAGE: Record<FlagType, string> = {
+  string: "string",
+  bool: "",
+  int: "int",
+  float: "float",
+  duration: "duration",
+  list: "strings",
+};
+
+/** The text --help prints: one line per flag, pflag style. */
+export function usage(program: string, table: readonly FlagSpec[]): string {
+  const rows = table.map((spec) => [
+    `  --${spec.name}${TYPE_IN_USAGE[spec.type] ? ` ${TYPE_IN_USAGE[spec.type]}` : ""}`,
+    `${spec.help}${spec.env ? ` [env ${spec.env}]` : ""}${defaultInUsage(spec)}`,
+  ]);
+  rows.push(["  -h, --help", "Show this help and exit."]);
+  const width = Math.max(...rows.map(([left]) => (left as string).length)) + 3;
+  const lines = rows.map(([left, right]) => `${(left as string).padEnd(width)}${right}`);
+  return `Usage: ${program} [flags]\n\nFlags:\n${lines.join("\n")}\n`;
+}
+
+function defaultInUsage(spec: FlagSpec): string {
+  if (spec.required) return " (required)";
+  if (spec.default === "" || spec.default === "false") return "";
+  return spec.type === "string" || spec.type === "list"
+    ? ` (default "${spec.default}")`
+    : ` (default ${spec.default})`;
+}
+
+/** The README table: flag | env | default | helm value | description. */
+export function flagsMarkdown(table: readonly FlagSpec[]): string {
+  const code = (text: string) => `\`${text}\``;
+  const cell = (text: string) => text.replaceAll("|", "\\|");
+  const rows = table.map((spec) =>
+    [
+      code(`--${spec.name}`),
+      spec.env ? code(spec.env) : "",
+      spec.required ? "required" : code(spec.default === "" ? '""' : spec.default),
+      spec.helm ? code(spec.helm) : "—",
+      cell(spec.help),
+    ].join(" | "),
+  );
+  return ["| flag | env | default | helm value | description |", "|---|---|---|---|---|"]
+    .concat(rows.map((row) => `| ${row} |`))
+    .join("\n")
+    .concat("\n");
+}
