@@ -244,7 +244,7 @@ export function usage(program: string, table: readonly FlagSpec[]): string {
 
 function defaultInUsage(spec: FlagSpec): string {
   if (spec.required) return " (required)";
-  if (spec.default === "" || spec.default === "false") return "";
+  if (["", "false", "0", "0s"].includes(spec.default)) return ""; // pflag leaves zero values out
   return spec.type === "string" || spec.type === "list"
     ? ` (default "${spec.default}")`
     : ` (default ${spec.default})`;
