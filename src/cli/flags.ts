@@ -60,7 +60,8 @@ export class HelpRequested extends Error {
   }
 }
 
-type Env = Readonly<Record<string, string | undefined>>;
+/** The environment the parser reads (process.env fits). */
+export type Env = Readonly<Record<string, string | undefined>>;
 
 /**
  * Flags from `argv` (without node and script), then each flag's env var, then its default.

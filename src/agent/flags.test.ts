@@ -1,0 +1,257 @@
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { flagsMarkdown, HelpRequested, UsageError } from "../cli/flags.ts";
+import { AGENT_HEALTH_PORT, agentFlagTable, parseAgentFlags } from "./flags.ts";
+
+const parse = (argv: string[], env: Record<string, string> = { NODE_NAME: "node-1" }) =>
+  parseAgentFlags(argv, env);
+
+function rejects(argv: string[], message: string, env?: Record<string, string>) {
+  assert.throws(
+    () => parse(argv, env),
+    (err: unknown) => err instanceof UsageError && err.message === message,
+    `expected UsageError "${message}"`,
+  );
+}
+
+describe("parseAgentFlags", () => {
+  test("defaults are the original tool's", () => {
+    assert.deepEqual(parse([]), {
+      nodeName: "node-1",
+      internalIP: undefined,
+      externalIP: { kind: "target", targets: ["8.8.8.8"] },
+      removeTaint: true,
+      reconcileIntervalMs: 10_000,
+      runOnce: false,
+      kubeconfig: "",
+      verbosity: 0,
+      logFormat: "text",
+      healthBindAddress: { port: AGENT_HEALTH_PORT },
+    });
+  });
+
+  test("every flag set", () => {
+    const flags = parse(
+      [
+        "--node-name=worker-2.example",
+        "--internal-ip-target=198.18.0.1,fd00:198:18::1",
+        "--external-ip-target",
+        "198.19.0.1",
+        "--remove-taint=false",
+        "--reconcile-interval=1m30s",
+        "--run-once",
+        "--kubeconfig=/etc/kubeconfig",
+        "--v=4",
+        "--log-format=json",
+        "--health-bind-address=[::1]:0",
+      ],
+      {},
+    );
+    assert.deepEqual(flags, {
+      nodeName: "worker-2.example",
+      internalIP: { kind: "target", targets: ["198.18.0.1", "fd00:198:18::1"] },
+      externalIP: { kind: "target", targets: ["198.19.0.1"] },
+      removeTaint: false,
+      reconcileIntervalMs: 90_000,
+      runOnce: true,
+      kubeconfig: "/etc/kubeconfig",
+      verbosity: 4,
+      logFormat: "json",
+      healthBindAddress: { host: "::1", port: 0 },
+    });
+  });
+
+  test("node name from NODE_NAME; the flag wins", () => {
+    assert.equal(parse([], { NODE_NAME: "from-env" }).nodeName, "from-env");
+    assert.equal(parse(["--node-name=from-flag"], { NODE_NAME: "from-env" }).nodeName, "from-flag");
+  });
+
+  test("targets are kept in order and written as Kubernetes writes IPs", () => {
+    const flags = parse(["--external-ip-target=2001:DB8:0:0::1,198.18.0.9,::ffff:198.18.0.8"]);
+    assert.deepEqual(flags.externalIP, {
+      kind: "target",
+      targets: ["2001:db8::1", "198.18.0.9", "198.18.0.8"],
+    });
+  });
+
+  test("CIDR and interface detection", () => {
+    assert.deepEqual(parse(["--internal-ip-cidr=198.18.0.0/15, fd00:198:18::/48"]).internalIP, {
+      kind: "cidr",
+      cidrs: ["198.18.0.0/15", "fd00:198:18::/48"],
+    });
+    assert.deepEqual(parse(["--internal-ip-interface=eth1,bond0.100"]).internalIP, {
+      kind: "interface",
+      interfaces: ["eth1", "bond0.100"],
+    });
+  });
+
+  test("an explicit external CIDR or interface replaces the default target", () => {
+    assert.deepEqual(parse(["--external-ip-cidr=198.18.0.0/24"]).externalIP, {
+      kind: "cidr",
+      cidrs: ["198.18.0.0/24"],
+    });
+    assert.deepEqual(parse(["--external-ip-interface=eth0"]).externalIP, {
+      kind: "interface",
+      interfaces: ["eth0"],
+    });
+  });
+
+  test("an empty external target disables ExternalIP management; empty other flags change nothing", () => {
+    assert.equal(parse(["--external-ip-target="]).externalIP, undefined);
+    assert.deepEqual(parse(["--external-ip-target=", "--external-ip-cidr=198.18.0.0/24"]).externalIP, {
+      kind: "cidr",
+      cidrs: ["198.18.0.0/24"],
+    });
+    assert.deepEqual(parse(["--external-ip-cidr="]).externalIP, { kind: "target", targets: ["8.8.8.8"] });
+    assert.equal(parse(["--internal-ip-interface="]).internalIP, undefined);
+  });
+
+  test("an empty health bind address disables the server", () => {
+    assert.equal(parse(["--health-bind-address="]).healthBindAddress, undefined);
+  });
+
+  test("conflicting detection methods for one address type", () => {
+    rejects(
+      ["--external-ip-target=8.8.8.8", "--external-ip-cidr=198.18.0.0/24"],
+      "--external-ip-target and --external-ip-cidr both choose how ExternalIPs are found: use one",
+    );
+    rejects(
+      ["--external-ip-cidr=198.18.0.0/24", "--external-ip-interface=eth0"],
+      "--external-ip-cidr and --external-ip-interface both choose how ExternalIPs are found: use one",
+    );
+    rejects(
+      ["--internal-ip-target=198.18.0.1", "--internal-ip-interface=eth1"],
+      "--internal-ip-target and --internal-ip-interface both choose how InternalIPs are found: use one",
+    );
+    rejects(
+      ["--internal-ip-target=198.18.0.1", "--internal-ip-cidr=198.18.0.0/15", "--internal-ip-interface=eth1"],
+      "--internal-ip-target and --internal-ip-cidr and --internal-ip-interface both choose how InternalIPs are found: use one",
+    );
+  });
+
+  test("internal and external may use different methods", () => {
+    const flags = parse(["--internal-ip-interface=eth1", "--external-ip-cidr=198.19.0.0/16"]);
+    assert.deepEqual(flags.internalIP, { kind: "interface", interfaces: ["eth1"] });
+    assert.deepEqual(flags.externalIP, { kind: "cidr", cidrs: ["198.19.0.0/16"] });
+  });
+
+  test("bad input: one-line errors", () => {
+    rejects([], "missing required flag --node-name (or env NODE_NAME)", {});
+    rejects(["--node-name="], "missing required flag --node-name (or env NODE_NAME)", {});
+    rejects(
+      ["--node-name=Node_1"],
+      `invalid value "Node_1" for --node-name: must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.', at most 253)`,
+      {},
+    );
+    rejects(
+      [],
+      `invalid value "BAD" for NODE_NAME (--node-name): must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.', at most 253)`,
+      { NODE_NAME: "BAD" },
+    );
+    rejects(
+      ["--external-ip-target=8.8.8.8,dns.google"],
+      'invalid value "8.8.8.8,dns.google" for --external-ip-target: "dns.google" is not an IP address',
+    );
+    rejects(
+      ["--internal-ip-target=0.0.0.0"],
+      'invalid value "0.0.0.0" for --internal-ip-target: "0.0.0.0" is the unspecified address, not a target',
+    );
+    rejects(
+      ["--internal-ip-target=fe80::1%eth0"],
+      'invalid value "fe80::1%eth0" for --internal-ip-target: "fe80::1%eth0" is not an IP address',
+    );
+    rejects(
+      ["--internal-ip-cidr=198.18.0.0"],
+      'invalid value "198.18.0.0" for --internal-ip-cidr: "198.18.0.0" is not a CIDR (e.g. 198.18.0.0/15 or fd00::/8)',
+    );
+    rejects(
+      ["--external-ip-cidr=198.18.0.0/33"],
+      'invalid value "198.18.0.0/33" for --external-ip-cidr: "198.18.0.0/33" has a prefix length above 32',
+    );
+    rejects(
+      ["--external-ip-cidr=fd00::/129"],
+      'invalid value "fd00::/129" for --external-ip-cidr: "fd00::/129" has a prefix length above 128',
+    );
+    rejects(
+      ["--external-ip-cidr=eth0/24"],
+      'invalid value "eth0/24" for --external-ip-cidr: "eth0/24" is not a CIDR (e.g. 198.18.0.0/15 or fd00::/8)',
+    );
+    rejects(
+      ["--internal-ip-interface=a-very-long-interface"],
+      `invalid value "a-very-long-interface" for --internal-ip-interface: "a-very-long-interface" is not an interface name (at most 15 characters, no '/' or spaces)`,
+    );
+    rejects(
+      ["--reconcile-interval=10"],
+      'invalid value "10" for --reconcile-interval: not a duration (e.g. 10s, 1m30s, 500ms)',
+    );
+    rejects(
+      ["--reconcile-interval=0s"],
+      'invalid value "0s" for --reconcile-interval: must be greater than 0',
+    );
+    rejects(["--v=6"], 'invalid value "6" for --v: must be between 0 and 5');
+    rejects(["--log-format=xml"], 'invalid value "xml" for --log-format: must be one of: text, json');
+    rejects(
+      ["--health-bind-address=localhost:10263"],
+      'invalid value "localhost:10263" for --health-bind-address: "localhost" is not an IP address (IPv6 goes in brackets: [::1]:port)',
+    );
+    rejects(["--remove-taint", "false"], 'unexpected argument "false" (flags are written --name=value)');
+    rejects(["--cloud-provider=external"], "unknown flag: --cloud-provider");
+  });
+
+  test("--help", () => {
+    assert.throws(() => parse(["--help"]), HelpRequested);
+  });
+});
+
+describe("the agent's flag table", () => {
+  test("has exactly the documented flags, in order", () => {
+    assert.deepEqual(
+      agentFlagTable.map((spec) => spec.name),
+      [
+        "node-name",
+        "internal-ip-target",
+        "internal-ip-cidr",
+        "internal-ip-interface",
+        "external-ip-target",
+        "external-ip-cidr",
+        "external-ip-interface",
+        "remove-taint",
+        "reconcile-interval",
+        "run-once",
+        "kubeconfig",
+        "v",
+        "log-format",
+        "health-bind-address",
+      ],
+    );
+  });
+
+  test("Helm values names", () => {
+    const helm = Object.fromEntries(
+      agentFlagTable.map((spec) => [spec.name, "helm" in spec ? spec.helm : undefined]),
+    );
+    assert.deepEqual(helm, {
+      "node-name": undefined,
+      "internal-ip-target": "ipDetection.internalIPTarget",
+      "internal-ip-cidr": "ipDetection.internalIPCIDR",
+      "internal-ip-interface": "ipDetection.internalIPInterface",
+      "external-ip-target": "ipDetection.externalIPTarget",
+      "external-ip-cidr": "ipDetection.externalIPCIDR",
+      "external-ip-interface": "ipDetection.externalIPInterface",
+      "remove-taint": "controller.removeTaint",
+      "reconcile-interval": "controller.reconcileInterval",
+      "run-once": undefined,
+      kubeconfig: undefined,
+      v: "controller.verbosity",
+      "log-format": "controller.logFormat",
+      "health-bind-address": "controller.healthBindAddress",
+    });
+  });
+
+  test("README table row for the external target", () => {
+    assert.match(
+      flagsMarkdown(agentFlagTable),
+      /\n\| `--external-ip-target` \| {2}\| `8\.8\.8\.8` \| `ipDetection\.externalIPTarget` \| Comma-separated IPs/,
+    );
+  });
+});
