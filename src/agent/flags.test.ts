@@ -18,8 +18,8 @@ describe("parseAgentFlags", () => {
   test("defaults are the original tool's", () => {
     assert.deepEqual(parse([]), {
       nodeName: "node-1",
-      internalIP: undefined,
-      externalIP: { kind: "target", targets: ["8.8.8.8"] },
+      internal: undefined,
+      external: { kind: "target", targets: ["8.8.8.8"] },
       removeTaint: true,
       reconcileIntervalMs: 10_000,
       runOnce: false,
@@ -49,8 +49,8 @@ describe("parseAgentFlags", () => {
     );
     assert.deepEqual(flags, {
       nodeName: "worker-2.example",
-      internalIP: { kind: "target", targets: ["198.18.0.1", "fd00:198:18::1"] },
-      externalIP: { kind: "target", targets: ["198.19.0.1"] },
+      internal: { kind: "target", targets: ["198.18.0.1", "fd00:198:18::1"] },
+      external: { kind: "target", targets: ["198.19.0.1"] },
       removeTaint: false,
       reconcileIntervalMs: 90_000,
       runOnce: true,
@@ -68,42 +68,42 @@ describe("parseAgentFlags", () => {
 
   test("targets are kept in order and written as Kubernetes writes IPs", () => {
     const flags = parse(["--external-ip-target=2001:DB8:0:0::1,198.18.0.9,::ffff:198.18.0.8"]);
-    assert.deepEqual(flags.externalIP, {
+    assert.deepEqual(flags.external, {
       kind: "target",
       targets: ["2001:db8::1", "198.18.0.9", "198.18.0.8"],
     });
   });
 
   test("CIDR and interface detection", () => {
-    assert.deepEqual(parse(["--internal-ip-cidr=198.18.0.0/15, fd00:198:18::/48"]).internalIP, {
+    assert.deepEqual(parse(["--internal-ip-cidr=198.18.0.0/15, fd00:198:18::/48"]).internal, {
       kind: "cidr",
       cidrs: ["198.18.0.0/15", "fd00:198:18::/48"],
     });
-    assert.deepEqual(parse(["--internal-ip-interface=eth1,bond0.100"]).internalIP, {
+    assert.deepEqual(parse(["--internal-ip-interface=eth1,bond0.100"]).internal, {
       kind: "interface",
       interfaces: ["eth1", "bond0.100"],
     });
   });
 
   test("an explicit external CIDR or interface replaces the default target", () => {
-    assert.deepEqual(parse(["--external-ip-cidr=198.18.0.0/24"]).externalIP, {
+    assert.deepEqual(parse(["--external-ip-cidr=198.18.0.0/24"]).external, {
       kind: "cidr",
       cidrs: ["198.18.0.0/24"],
     });
-    assert.deepEqual(parse(["--external-ip-interface=eth0"]).externalIP, {
+    assert.deepEqual(parse(["--external-ip-interface=eth0"]).external, {
       kind: "interface",
       interfaces: ["eth0"],
     });
   });
 
   test("an empty external target disables ExternalIP management; empty other flags change nothing", () => {
-    assert.equal(parse(["--external-ip-target="]).externalIP, undefined);
-    assert.deepEqual(parse(["--external-ip-target=", "--external-ip-cidr=198.18.0.0/24"]).externalIP, {
+    assert.equal(parse(["--external-ip-target="]).external, undefined);
+    assert.deepEqual(parse(["--external-ip-target=", "--external-ip-cidr=198.18.0.0/24"]).external, {
       kind: "cidr",
       cidrs: ["198.18.0.0/24"],
     });
-    assert.deepEqual(parse(["--external-ip-cidr="]).externalIP, { kind: "target", targets: ["8.8.8.8"] });
-    assert.equal(parse(["--internal-ip-interface="]).internalIP, undefined);
+    assert.deepEqual(parse(["--external-ip-cidr="]).external, { kind: "target", targets: ["8.8.8.8"] });
+    assert.equal(parse(["--internal-ip-interface="]).internal, undefined);
   });
 
   test("an empty health bind address disables the server", () => {
@@ -131,8 +131,8 @@ describe("parseAgentFlags", () => {
 
   test("internal and external may use different methods", () => {
     const flags = parse(["--internal-ip-interface=eth1", "--external-ip-cidr=198.19.0.0/16"]);
-    assert.deepEqual(flags.internalIP, { kind: "interface", interfaces: ["eth1"] });
-    assert.deepEqual(flags.externalIP, { kind: "cidr", cidrs: ["198.19.0.0/16"] });
+    assert.deepEqual(flags.internal, { kind: "interface", interfaces: ["eth1"] });
+    assert.deepEqual(flags.external, { kind: "cidr", cidrs: ["198.19.0.0/16"] });
   });
 
   test("bad input: one-line errors", () => {

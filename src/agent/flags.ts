@@ -18,9 +18,9 @@ export type IPDetection =
 export interface AgentFlags extends CommonFlags {
   nodeName: string;
   /** undefined: InternalIPs are left as kubelet wrote them. */
-  internalIP: IPDetection | undefined;
+  internal: IPDetection | undefined;
   /** undefined only when --external-ip-target is set empty and no other method is given. */
-  externalIP: IPDetection | undefined;
+  external: IPDetection | undefined;
   removeTaint: boolean;
   reconcileIntervalMs: number;
   runOnce: boolean;
@@ -127,8 +127,8 @@ export function parseAgentFlags(argv: readonly string[], env: Env): AgentFlags {
   const isGiven = (type: AddressType) => (method: Method) => given.has(`${type}-ip-${method}`);
   return {
     nodeName: values["node-name"],
-    internalIP: detection("internal", lists("internal"), isGiven("internal")),
-    externalIP: detection("external", lists("external"), isGiven("external")),
+    internal: detection("internal", lists("internal"), isGiven("internal")),
+    external: detection("external", lists("external"), isGiven("external")),
     removeTaint: values["remove-taint"],
     reconcileIntervalMs: values["reconcile-interval"],
     runOnce: values["run-once"],

@@ -1,0 +1,241 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { describe, test } from "node:test";
+import { HelpRequested, UsageError } from "../cli/flags.ts";
+import {
+  LIFECYCLE_HEALTH_PORT,
+  lifecycleFlagTable,
+  parseLifecycleFlags,
+  serviceAccountNamespace,
+} from "./flags.ts";
+
+const noServiceAccount = () => undefined;
+const parse = (
+  argv: string[],
+  env: Record<string, string> = {},
+  podNamespace: () => string | undefined = noServiceAccount,
+) => parseLifecycleFlags(argv, env, podNamespace);
+
+function rejects(argv: string[], message: string) {
+  assert.throws(
+    () => parse(argv),
+    (err: unknown) => err instanceof UsageError && err.message === message,
+    `expected UsageError "${message}"`,
+  );
+}
+
+describe("parseLifecycleFlags", () => {
+  test("defaults are the original tool's, plus ours", () => {
+    assert.deepEqual(parse([]), {
+      watchAutoscalerTaint: true,
+      nodeSelector: "",
+      protectedLabels: "",
+      protectedAnnotations: "",
+      notReadyTimeoutMs: 300_000,
+      pingTimeoutMs: 5000,
+      pingCount: 3,
+      probes: ["icmp", "tcp"],
+      kubeletPort: 10250,
+      reconcileIntervalMs: 30_000,
+      maxDeletionsPerMinute: 10,
+      unhealthyThreshold: 0.55,
+      leaderElection: {
+        enabled: true,
+        leaseDurationMs: 15_000,
+        renewDeadlineMs: 10_000,
+        retryPeriodMs: 2000,
+        resourceName: "node-lifecycle-controller",
+        resourceNamespace: "kube-system",
+      },
+      dryRun: false,
+      kubeconfig: "",
+      verbosity: 0,
+      logFormat: "text",
+      healthBindAddress: { port: LIFECYCLE_HEALTH_PORT },
+    });
+  });
+
+  test("every flag set", () => {
+    const flags = parse([
+      "--watch-autoscaler-taint=false",
+      "--node-selector=node.kubernetes.io/pool in (spot,batch),!dedicated",
+      "--protected-labels=keep,example.com/tier=critical",
+      "--protected-annotations=example.com/note=do not delete",
+      "--not-ready-timeout=0",
+      "--ping-timeout=500ms",
+      "--ping-count=1",
+      "--probes=tcp",
+      "--kubelet-port=10251",
+      "--reconcile-interval=1s",
+      "--max-deletions-per-minute=1",
+      "--unhealthy-threshold=1",
+      "--leader-elect=false",
+      "--leader-elect-lease-duration=3s",
+      "--leader-elect-renew-deadline=2s",
+      "--leader-elect-retry-period=500ms",
+      "--leader-elect-resource-name=nlc.example",
+      "--leader-elect-resource-namespace=ops",
+      "--dry-run",
+      "--kubeconfig=/k",
+      "--v=2",
+      "--log-format=json",
+      "--health-bind-address=127.0.0.1:0",
+    ]);
+    assert.deepEqual(flags, {
+      watchAutoscalerTaint: false,
+      nodeSelector: "node.kubernetes.io/pool in (spot,batch),!dedicated",
+      protectedLabels: "keep,example.com/tier=critical",
+      protectedAnnotations: "example.com/note=do not delete",
+      notReadyTimeoutMs: 0,
+      pingTimeoutMs: 500,
+      pingCount: 1,
+      probes: ["tcp"],
+      kubeletPort: 10251,
+      reconcileIntervalMs: 1000,
+      maxDeletionsPerMinute: 1,
+      unhealthyThreshold: 1,
+      leaderElection: {
+        enabled: false,
+        leaseDurationMs: 3000,
+        renewDeadlineMs: 2000,
+        retryPeriodMs: 500,
+        resourceName: "nlc.example",
+        resourceNamespace: "ops",
+      },
+      dryRun: true,
+      kubeconfig: "/k",
+      verbosity: 2,
+      logFormat: "json",
+      healthBindAddress: { host: "127.0.0.1", port: 0 },
+    });
+  });
+
+  test("lease namespace: flag, then POD_NAMESPACE, then the service account's, then kube-system", () => {
+    const inPod = () => "from-sa";
+    const namespace = (argv: string[], env: Record<string, string>, sa: () => string | undefined) =>
+      parse(argv, env, sa).leaderElection.resourceNamespace;
+    assert.equal(
+      namespace(["--leader-elect-resource-namespace=flag"], { POD_NAMESPACE: "env" }, inPod),
+      "flag",
+    );
+    assert.equal(namespace([], { POD_NAMESPACE: "env" }, inPod), "env");
+    assert.equal(namespace([], {}, inPod), "from-sa");
+    assert.equal(namespace([], {}, noServiceAccount), "kube-system");
+    assert.throws(() => parse([], { POD_NAMESPACE: "Bad_NS" }), {
+      message:
+        "invalid value \"Bad_NS\" for POD_NAMESPACE (--leader-elect-resource-namespace): must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)",
+    });
+  });
+
+  test("the service account namespace file", () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "sa-"));
+    try {
+      assert.equal(serviceAccountNamespace(dir), undefined);
+      writeFileSync(path.join(dir, "namespace"), "ops\n");
+      assert.equal(serviceAccountNamespace(dir), "ops");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("bad input: one-line errors", () => {
+    // The wording after the flag is labelselector.ts's; what matters here is that it is a UsageError.
+    const usageError = (argv: string[], prefix: string) =>
+      assert.throws(
+        () => parse(argv),
+        (err: unknown) =>
+          err instanceof UsageError && err.message.startsWith(prefix) && !err.message.includes("\n"),
+      );
+    usageError(
+      ["--node-selector=a b"],
+      'invalid value "a b" for --node-selector: invalid label selector "a b": ',
+    );
+    usageError(
+      ["--protected-labels=ok,bad key"],
+      'invalid value "ok,bad key" for --protected-labels: invalid label "bad key": ',
+    );
+    usageError(
+      ["--protected-annotations=-bad=x"],
+      'invalid value "-bad=x" for --protected-annotations: invalid annotation "-bad=x": ',
+    );
+    rejects(
+      ["--not-ready-timeout=5"],
+      'invalid value "5" for --not-ready-timeout: not a duration (e.g. 10s, 1m30s, 500ms)',
+    );
+    rejects(["--ping-timeout=0s"], 'invalid value "0s" for --ping-timeout: must be greater than 0');
+    rejects(["--ping-count=0"], 'invalid value "0" for --ping-count: must be at least 1');
+    rejects(["--ping-count=three"], 'invalid value "three" for --ping-count: not an integer');
+    rejects(["--probes="], 'invalid value "" for --probes: name at least one of: icmp, tcp');
+    rejects(["--probes=icmp,http"], 'invalid value "icmp,http" for --probes: must be one of: icmp, tcp');
+    rejects(["--probes=tcp,tcp"], 'invalid value "tcp,tcp" for --probes: "tcp" is given twice');
+    rejects(["--kubelet-port=0"], 'invalid value "0" for --kubelet-port: must be between 1 and 65535');
+    rejects(["--reconcile-interval=0"], 'invalid value "0" for --reconcile-interval: must be greater than 0');
+    rejects(
+      ["--max-deletions-per-minute=0"],
+      'invalid value "0" for --max-deletions-per-minute: must be at least 1',
+    );
+    rejects(
+      ["--unhealthy-threshold=0"],
+      'invalid value "0" for --unhealthy-threshold: must be greater than 0 and at most 1',
+    );
+    rejects(
+      ["--unhealthy-threshold=1.5"],
+      'invalid value "1.5" for --unhealthy-threshold: must be greater than 0 and at most 1',
+    );
+    rejects(["--unhealthy-threshold=half"], 'invalid value "half" for --unhealthy-threshold: not a number');
+    rejects(
+      ["--leader-elect-lease-duration=10s"],
+      "--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline",
+    );
+    rejects(
+      ["--leader-elect-retry-period=10s"],
+      "--leader-elect-renew-deadline must be greater than --leader-elect-retry-period",
+    );
+    rejects(
+      ["--leader-elect-resource-name=Bad"],
+      `invalid value "Bad" for --leader-elect-resource-name: must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.', at most 253)`,
+    );
+    rejects(["--dry-run=maybe"], 'invalid value "maybe" for --dry-run: not a boolean (true or false)');
+    rejects(["--node-name=x"], "unknown flag: --node-name");
+  });
+
+  test("--help", () => {
+    assert.throws(() => parse(["-h"]), HelpRequested);
+  });
+});
+
+describe("the controller's flag table", () => {
+  test("Helm values names sit under nodeLifecycleController.controller", () => {
+    const helm = Object.fromEntries(
+      lifecycleFlagTable.map((spec) => [spec.name, "helm" in spec ? spec.helm : undefined]),
+    );
+    const prefix = "nodeLifecycleController.controller.";
+    assert.deepEqual(helm, {
+      "watch-autoscaler-taint": `${prefix}watchAutoscalerTaint`,
+      "node-selector": `${prefix}nodeSelector`,
+      "protected-labels": `${prefix}protectedLabels`,
+      "protected-annotations": `${prefix}protectedAnnotations`,
+      "not-ready-timeout": `${prefix}notReadyTimeout`,
+      "ping-timeout": `${prefix}pingTimeout`,
+      "ping-count": `${prefix}pingCount`,
+      probes: `${prefix}probes`,
+      "kubelet-port": `${prefix}kubeletPort`,
+      "reconcile-interval": `${prefix}reconcileInterval`,
+      "max-deletions-per-minute": `${prefix}maxDeletionsPerMinute`,
+      "unhealthy-threshold": `${prefix}unhealthyThreshold`,
+      "leader-elect": `${prefix}leaderElection.enabled`,
+      "leader-elect-lease-duration": `${prefix}leaderElection.leaseDuration`,
+      "leader-elect-renew-deadline": `${prefix}leaderElection.renewDeadline`,
+      "leader-elect-retry-period": `${prefix}leaderElection.retryPeriod`,
+      "leader-elect-resource-name": `${prefix}leaderElection.resourceName`,
+      "leader-elect-resource-namespace": `${prefix}leaderElection.resourceNamespace`,
+      "dry-run": `${prefix}dryRun`,
+      kubeconfig: undefined,
+      v: `${prefix}verbosity`,
+      "log-format": `${prefix}logFormat`,
+      "health-bind-address": `${prefix}healthBindAddress`,
+    });
+  });
+});

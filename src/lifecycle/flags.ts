@@ -1,0 +1,276 @@
+// The node-lifecycle-controller's flags: names and defaults of the original tool, plus probes, safety
+// limits and leader election. This table also feeds --help, the README and the Helm values.
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts";
+import { type Env, flag, parseFlags, UsageError } from "../cli/flags.ts";
+import {
+  all,
+  atLeast,
+  dnsLabel,
+  dnsSubdomain,
+  eachItem,
+  inRange,
+  noDuplicates,
+  oneOf,
+  positive,
+} from "../cli/validate.ts";
+import { SERVICE_ACCOUNT_DIR } from "../kube/config.ts";
+import { parseKeyValueList, parseLabelSelector } from "../kube/labelselector.ts";
+
+/** Next to the agent's 10263, so both fit on one host even when run with hostNetwork. */
+export const LIFECYCLE_HEALTH_PORT = 10264;
+
+export const PROBES = ["icmp", "tcp"] as const;
+export type Probe = (typeof PROBES)[number];
+
+export interface LifecycleFlags extends CommonFlags {
+  watchAutoscalerTaint: boolean;
+  /** Label selector text, checked by parseLabelSelector; "" = no selector. */
+  nodeSelector: string;
+  /** Comma list of key / key=value, checked by parseKeyValueList. */
+  protectedLabels: string;
+  protectedAnnotations: string;
+  notReadyTimeoutMs: number;
+  pingTimeoutMs: number;
+  pingCount: number;
+  probes: Probe[];
+  kubeletPort: number;
+  reconcileIntervalMs: number;
+  maxDeletionsPerMinute: number;
+  unhealthyThreshold: number;
+  leaderElection: {
+    enabled: boolean;
+    leaseDurationMs: number;
+    renewDeadlineMs: number;
+    retryPeriodMs: number;
+    resourceName: string;
+    resourceNamespace: string;
+  };
+  dryRun: boolean;
+}
+
+const HELM = "nodeLifecycleController.controller.";
+
+/** A parser that throws a one-line Error, as a FlagSpec check. */
+const parses =
+  (parse: (text: string) => unknown) =>
+  (text: string): string | undefined => {
+    try {
+      parse(text);
+      return undefined;
+    } catch (err) {
+      return (err as Error).message;
+    }
+  };
+
+export const lifecycleFlagTable = [
+  flag({
+    name: "watch-autoscaler-taint",
+    type: "bool",
+    default: "true",
+    help: "Without --node-selector: true watches only nodes with the ToBeDeletedByClusterAutoscaler:NoSchedule taint, false all non-control-plane nodes.",
+    helm: `${HELM}watchAutoscalerTaint`,
+  }),
+  flag({
+    name: "node-selector",
+    type: "string",
+    default: "",
+    help: "Label selector of the nodes to watch (e.g. node.kubernetes.io/pool=spot); when set, --watch-autoscaler-taint is ignored.",
+    helm: `${HELM}nodeSelector`,
+    validate: parses(parseLabelSelector),
+  }),
+  flag({
+    name: "protected-labels",
+    type: "string",
+    default: "",
+    help: "Comma list of key or key=value: a node with a matching label is never deleted.",
+    helm: `${HELM}protectedLabels`,
+    validate: parses((text) => parseKeyValueList(text, "label")),
+  }),
+  flag({
+    name: "protected-annotations",
+    type: "string",
+    default: "",
+    help: "Comma list of key or key=value: a node with a matching annotation is never deleted.",
+    helm: `${HELM}protectedAnnotations`,
+    validate: parses((text) => parseKeyValueList(text, "annotation")),
+  }),
+  flag({
+    name: "not-ready-timeout",
+    type: "duration",
+    default: "5m",
+    help: "How long a node must have been NotReady (from its Ready condition's lastTransitionTime) before it is probed and may be deleted.",
+    helm: `${HELM}notReadyTimeout`,
+  }),
+  flag({
+    name: "ping-timeout",
+    type: "duration",
+    default: "5s",
+    help: "How long to wait for each ICMP echo reply and each TCP connect.",
+    helm: `${HELM}pingTimeout`,
+    validate: positive,
+  }),
+  flag({
+    name: "ping-count",
+    type: "int",
+    default: "3",
+    help: "ICMP echo attempts per address.",
+    helm: `${HELM}pingCount`,
+    validate: atLeast(1),
+  }),
+  flag({
+    name: "probes",
+    type: "list",
+    default: "icmp,tcp",
+    help: "Probes that can prove a node alive, any answer from any address counting: icmp (echo), tcp (connect to --kubelet-port).",
+    helm: `${HELM}probes`,
+    validate: all<string[]>(
+      (items) => (items.length === 0 ? `name at least one of: ${PROBES.join(", ")}` : undefined),
+      eachItem(oneOf(PROBES)),
+      noDuplicates,
+    ),
+  }),
+  flag({
+    name: "kubelet-port",
+    type: "int",
+    default: "10250",
+    help: "Port of the TCP probe (kubelet's); a refused connection counts as alive, since the host answered.",
+    helm: `${HELM}kubeletPort`,
+    validate: inRange(1, 65535),
+  }),
+  flag({
+    name: "reconcile-interval",
+    type: "duration",
+    default: "30s",
+    help: "How often the watched nodes are checked, from the informer's cache (no LIST).",
+    helm: `${HELM}reconcileInterval`,
+    validate: positive,
+  }),
+  flag({
+    name: "max-deletions-per-minute",
+    type: "int",
+    default: "10",
+    help: "At most this many node deletions in any minute.",
+    helm: `${HELM}maxDeletionsPerMinute`,
+    validate: atLeast(1),
+  }),
+  flag({
+    name: "unhealthy-threshold",
+    type: "float",
+    default: "0.55",
+    help: "Pause deletions while more than 2 non-control-plane nodes exist and at least this fraction of them is NotReady (0 < x <= 1).",
+    helm: `${HELM}unhealthyThreshold`,
+    validate: (value) => (value > 0 && value <= 1 ? undefined : "must be greater than 0 and at most 1"),
+  }),
+  flag({
+    name: "leader-elect",
+    type: "bool",
+    default: "true",
+    help: "Elect a leader on a Lease so that, of several replicas, only one probes and deletes.",
+    helm: `${HELM}leaderElection.enabled`,
+  }),
+  flag({
+    name: "leader-elect-lease-duration",
+    type: "duration",
+    default: "15s",
+    help: "How long a non-leader waits after the last renewal seen before it takes the lease.",
+    helm: `${HELM}leaderElection.leaseDuration`,
+    validate: positive,
+  }),
+  flag({
+    name: "leader-elect-renew-deadline",
+    type: "duration",
+    default: "10s",
+    help: "How long the leader keeps trying to renew before it stops leading; less than the lease duration.",
+    helm: `${HELM}leaderElection.renewDeadline`,
+    validate: positive,
+  }),
+  flag({
+    name: "leader-elect-retry-period",
+    type: "duration",
+    default: "2s",
+    help: "How often to try to acquire or renew the lease; less than the renew deadline.",
+    helm: `${HELM}leaderElection.retryPeriod`,
+    validate: positive,
+  }),
+  flag({
+    name: "leader-elect-resource-name",
+    type: "string",
+    default: "node-lifecycle-controller",
+    help: "Name of the Lease.",
+    helm: `${HELM}leaderElection.resourceName`,
+    validate: dnsSubdomain,
+  }),
+  flag({
+    name: "leader-elect-resource-namespace",
+    type: "string",
+    default: "kube-system",
+    env: "POD_NAMESPACE",
+    help: "Namespace of the Lease. Unset: the pod's namespace (POD_NAMESPACE, else the service account's), else kube-system.",
+    helm: `${HELM}leaderElection.resourceNamespace`,
+    validate: dnsLabel,
+  }),
+  flag({
+    name: "dry-run",
+    type: "bool",
+    default: "false",
+    help: 'Log and event "would delete" instead of deleting.',
+    helm: `${HELM}dryRun`,
+  }),
+  ...commonFlagTable({ healthPort: LIFECYCLE_HEALTH_PORT, helmPrefix: HELM }),
+] as const;
+
+/** The namespace of the mounted service account, if there is one. */
+export function serviceAccountNamespace(dir = SERVICE_ACCOUNT_DIR): string | undefined {
+  try {
+    return readFileSync(path.join(dir, "namespace"), "utf8").trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+export function parseLifecycleFlags(
+  argv: readonly string[],
+  env: Env,
+  podNamespace: () => string | undefined = serviceAccountNamespace,
+): LifecycleFlags {
+  const { values, given } = parseFlags(lifecycleFlagTable, argv, env);
+  const leaseDurationMs = values["leader-elect-lease-duration"];
+  const renewDeadlineMs = values["leader-elect-renew-deadline"];
+  const retryPeriodMs = values["leader-elect-retry-period"];
+  // The elector's own rule (src/kube/leaderelection.ts), reported as a usage error before it runs.
+  if (!(leaseDurationMs > renewDeadlineMs)) {
+    throw new UsageError("--leader-elect-lease-duration must be greater than --leader-elect-renew-deadline");
+  }
+  if (!(renewDeadlineMs > retryPeriodMs)) {
+    throw new UsageError("--leader-elect-renew-deadline must be greater than --leader-elect-retry-period");
+  }
+  const resourceNamespace = given.has("leader-elect-resource-namespace")
+    ? values["leader-elect-resource-namespace"]
+    : (podNamespace() ?? values["leader-elect-resource-namespace"]);
+  return {
+    watchAutoscalerTaint: values["watch-autoscaler-taint"],
+    nodeSelector: values["node-selector"],
+    protectedLabels: values["protected-labels"],
+    protectedAnnotations: values["protected-annotations"],
+    notReadyTimeoutMs: values["not-ready-timeout"],
+    pingTimeoutMs: values["ping-timeout"],
+    pingCount: values["ping-count"],
+    probes: values.probes as Probe[], // checked by oneOf(PROBES)
+    kubeletPort: values["kubelet-port"],
+    reconcileIntervalMs: values["reconcile-interval"],
+    maxDeletionsPerMinute: values["max-deletions-per-minute"],
+    unhealthyThreshold: values["unhealthy-threshold"],
+    leaderElection: {
+      enabled: values["leader-elect"],
+      leaseDurationMs,
+      renewDeadlineMs,
+      retryPeriodMs,
+      resourceName: values["leader-elect-resource-name"],
+      resourceNamespace,
+    },
+    dryRun: values["dry-run"],
+    ...commonFlags(values),
+  };
+}
