@@ -73,7 +73,14 @@ function tokenFileReader(file: string): { read(): string; invalidate(): void } {
   let cached: { mtimeMs: number; token: string } | undefined;
   return {
     read() {
-      const { mtimeMs } = statSync(file);
+      let mtimeMs: number;
+      try {
+        mtimeMs = statSync(file).mtimeMs;
+      } catch (err) {
+        throw new ConfigError(
+          `cannot read token file ${file}: ${(err as NodeJS.ErrnoException).code ?? String(err)}`,
+        );
+      }
       if (cached?.mtimeMs !== mtimeMs) cached = { mtimeMs, token: readText(file, "token file").trim() };
       return cached.token;
     },
@@ -107,19 +114,18 @@ function loadInCluster(env: NodeJS.ProcessEnv, dir: string): ClientConfig {
 
 // --- kubeconfig -------------------------------------------------------------------------------
 
-interface Named<T> {
+interface Named {
   name: string;
-  [key: string]: unknown;
-  value: T;
+  value: Record<string, unknown>;
 }
 
 interface KubeconfigFile {
   dir: string;
   file: string;
   currentContext?: string;
-  clusters: Named<Record<string, unknown>>[];
-  users: Named<Record<string, unknown>>[];
-  contexts: Named<Record<string, unknown>>[];
+  clusters: Named[];
+  users: Named[];
+  contexts: Named[];
 }
 
 async function readKubeconfig(file: string): Promise<KubeconfigFile> {
@@ -147,7 +153,7 @@ async function readKubeconfig(file: string): Promise<KubeconfigFile> {
 }
 
 /** First definition of a name wins across the merged files, like kubectl. */
-function lookup<T>(files: KubeconfigFile[], pick: (f: KubeconfigFile) => Named<T>[], name: string) {
+function lookup(files: KubeconfigFile[], pick: (f: KubeconfigFile) => Named[], name: string) {
   for (const file of files) {
     const entry = pick(file).find((e) => e.name === name);
     if (entry) return { value: entry.value, dir: file.dir };

@@ -110,7 +110,7 @@ export class LeaderElector {
     while (!stop.aborted) {
       const remaining = this.lastRenew + this.options.renewDeadlineMs - performance.now();
       if (remaining <= 0) return false;
-      const attempt = AbortSignal.any([stop, AbortSignal.timeout(remaining)]);
+      const attempt = AbortSignal.any([stop, AbortSignal.timeout(Math.max(1, Math.floor(remaining)))]);
       if (await this.tryAcquireOrRenew(attempt)) {
         this.lastRenew = performance.now();
         return true;
