@@ -1,0 +1,77 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import fc from "fast-check";
+import { cidrContains, cidrWithin, ipFamily, ipFromBytes, ipToBytes, parseCidr } from "./ip.ts";
+
+const cidr = (text: string) => {
+  const parsed = parseCidr(text);
+  assert.ok(parsed, text);
+  return parsed;
+};
+
+test("IP text to network-order bytes and back to canonical text", () => {
+  const cases: [string, string, string][] = [
+    ["198.18.0.1", "c6120001", "198.18.0.1"],
+    ["::", "0".repeat(32), "::"],
+    ["::1", `${"0".repeat(31)}1`, "::1"],
+    ["fd00::", `fd00${"0".repeat(28)}`, "fd00::"],
+    ["FD00:0198:0018:0000:0000:0000:0000:0002", "fd000198001800000000000000000002", "fd00:198:18::2"],
+    ["2001:db8:0:0:1:0:0:1", "20010db8000000000001000000000001", "2001:db8::1:0:0:1"],
+    ["1:2:3:4:5:6:7:8", "00010002000300040005000600070008", "1:2:3:4:5:6:7:8"],
+    ["64:ff9b::198.18.0.1", "0064ff9b0000000000000000c6120001", "64:ff9b::c612:1"],
+    ["::ffff:198.18.0.1", "00000000000000000000ffffc6120001", "::ffff:198.18.0.1"],
+  ];
+  for (const [text, hex, canonical] of cases) {
+    assert.equal(ipToBytes(text).toString("hex"), hex, text);
+    assert.equal(ipFromBytes(ipToBytes(text)), canonical, text);
+  }
+});
+
+test("any 16 bytes survive text and back", () => {
+  fc.assert(
+    fc.property(fc.uint8Array({ minLength: 16, maxLength: 16 }), (bytes) => {
+      assert.deepEqual(new Uint8Array(ipToBytes(ipFromBytes(bytes))), bytes);
+    }),
+  );
+});
+
+test("families", () => {
+  assert.equal(ipFamily("198.18.0.1"), 4);
+  assert.equal(ipFamily("fd00::1"), 6);
+  assert.equal(ipFamily("eth0"), undefined);
+});
+
+test("CIDR parsing: a bare IP is its host prefix; bad lengths and text are refused", () => {
+  assert.deepEqual(parseCidr("198.18.0.7/24"), { address: "198.18.0.7", prefixLength: 24, family: 4 });
+  assert.deepEqual(parseCidr("fd00:198:18::/48"), { address: "fd00:198:18::", prefixLength: 48, family: 6 });
+  assert.deepEqual(parseCidr("198.18.0.7"), { address: "198.18.0.7", prefixLength: 32, family: 4 });
+  assert.deepEqual(parseCidr("::/0"), { address: "::", prefixLength: 0, family: 6 });
+  for (const bad of [
+    "198.18.0.0/33",
+    "fd00::/129",
+    "198.18.0.0/",
+    "198.18.0.0/-1",
+    "198.18.0.0/2/3",
+    "eth0/24",
+    "",
+  ])
+    assert.equal(parseCidr(bad), undefined, bad);
+});
+
+test("containment: same family only, host bits of the CIDR ignored", () => {
+  assert.ok(cidrContains(cidr("198.18.0.77/24"), "198.18.0.1"));
+  assert.ok(!cidrContains(cidr("198.18.0.0/24"), "198.18.1.1"));
+  assert.ok(!cidrContains(cidr("::/0"), "198.18.0.1"));
+  assert.ok(!cidrContains(cidr("0.0.0.0/0"), "::ffff:198.18.0.1"));
+  assert.ok(cidrContains(cidr("fe80::/10"), "febf::1"));
+  assert.ok(!cidrContains(cidr("fe80::/10"), "fec0::1"));
+});
+
+test("a CIDR lies within another when it is as long or longer and starts inside it", () => {
+  assert.ok(cidrWithin(cidr("fe80::1/128"), cidr("fe80::/10")));
+  assert.ok(cidrWithin(cidr("fe80::/10"), cidr("fe80::/10")));
+  assert.ok(!cidrWithin(cidr("fe80::/9"), cidr("fe80::/10")));
+  assert.ok(!cidrWithin(cidr("198.18.0.0/24"), cidr("fe80::/10")));
+  assert.ok(cidrWithin(cidr("198.18.0.100/32"), cidr("198.18.0.100/32")));
+  assert.ok(!cidrWithin(cidr("198.18.0.101/32"), cidr("198.18.0.100/32")));
+});

@@ -1,0 +1,80 @@
+// IP addresses and CIDRs: text ↔ the bytes netlink carries, and CIDR containment.
+// Callers pass valid text (the flag layer validates); zones (fe80::1%eth0) are not supported.
+import { BlockList, isIPv4, isIPv6, SocketAddress } from "node:net";
+
+export type Family = 4 | 6;
+
+export interface Cidr {
+  /** The address as given (host bits may be set). */
+  address: string;
+  prefixLength: number;
+  family: Family;
+}
+
+export function ipFamily(ip: string): Family | undefined {
+  if (isIPv4(ip)) return 4;
+  if (isIPv6(ip)) return 6;
+  return undefined;
+}
+
+/** Network-order bytes of an IP: 4 for IPv4, 16 for IPv6 (embedded dotted IPv4 included). */
+export function ipToBytes(ip: string): Buffer {
+  if (isIPv4(ip)) return Buffer.from(ip.split(".").map(Number));
+  const groups = (part: string): number[] =>
+    part === ""
+      ? []
+      : part.split(":").flatMap((group) => {
+          if (!group.includes(".")) return [Number.parseInt(group, 16)];
+          const [a = 0, b = 0, c = 0, d = 0] = group.split(".").map(Number);
+          return [(a << 8) | b, (c << 8) | d];
+        });
+  const [head = "", tail] = ip.split("::");
+  const [before, after] = [groups(head), groups(tail ?? "")];
+  const all =
+    tail === undefined ? before : [...before, ...Array(8 - before.length - after.length).fill(0), ...after];
+  const bytes = Buffer.alloc(16);
+  all.forEach((group, i) => {
+    bytes.writeUInt16BE(group, i * 2);
+  });
+  return bytes;
+}
+
+/** Canonical text (lowercase, RFC 5952 compressed IPv6) of 4 or 16 network-order bytes. */
+export function ipFromBytes(bytes: Uint8Array): string {
+  if (bytes.length === 4) return bytes.join(".");
+  const groups: string[] = [];
+  for (let i = 0; i < 16; i += 2) groups.push((((bytes[i] ?? 0) << 8) | (bytes[i + 1] ?? 0)).toString(16));
+  // inet_ntop via SocketAddress compresses the longest zero run, as Go's net.IP.String() does.
+  return new SocketAddress({ address: groups.join(":"), family: "ipv6" }).address;
+}
+
+/** "198.18.0.0/15" → Cidr; a bare IP counts as its host prefix (/32 or /128). */
+export function parseCidr(text: string): Cidr | undefined {
+  const [address = "", length, extra] = text.split("/");
+  const family = ipFamily(address);
+  if (family === undefined || extra !== undefined) return undefined;
+  const max = family === 4 ? 32 : 128;
+  const prefixLength = length === undefined ? max : Number(length);
+  if (!/^\d{1,3}$/.test(length ?? String(max)) || prefixLength > max) return undefined;
+  return { address, prefixLength, family };
+}
+
+// A CIDR is checked against every host address on each detection: build its BlockList once.
+const blockLists = new WeakMap<Cidr, BlockList>();
+
+export function cidrContains(cidr: Cidr, ip: string): boolean {
+  if (ipFamily(ip) !== cidr.family) return false;
+  const type = cidr.family === 4 ? "ipv4" : "ipv6";
+  let list = blockLists.get(cidr);
+  if (!list) {
+    list = new BlockList();
+    list.addSubnet(cidr.address, cidr.prefixLength, type);
+    blockLists.set(cidr, list);
+  }
+  return list.check(ip, type);
+}
+
+/** Whether every address of `inner` lies in `outer`. */
+export function cidrWithin(inner: Cidr, outer: Cidr): boolean {
+  return inner.prefixLength >= outer.prefixLength && cidrContains(outer, inner.address);
+}

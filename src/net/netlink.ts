@@ -1,0 +1,261 @@
+// The kernel adapter for node address detection: route-source lookups and address listings over one
+// long-lived rtnetlink request socket, and change notifications over one subscription socket per watch.
+// NETLINK_ROUTE requests and these multicast groups need no privilege.
+import { getSystemErrorName } from "node:util";
+import { RawNetlinkSocket } from "netlink/dist/raw.js";
+import {
+  CHANGE_GROUPS,
+  decodeMessages,
+  dumpQuery,
+  encodeMessage,
+  errorCode,
+  Flags,
+  hostAddress,
+  linkName,
+  type Message,
+  MessageType,
+  routeQuery,
+  routeSource,
+} from "./rtnetlink.ts";
+
+export interface HostAddress {
+  /** Canonical text (IPv6 compressed, lowercase). */
+  address: string;
+  prefixLength: number;
+  family: 4 | 6;
+  interfaceName: string;
+  interfaceIndex: number;
+  scope: "global" | "site" | "link" | "host";
+  flags: {
+    /** IFA_F_SECONDARY: IPv4 — a further address in a subnet the interface already has; IPv6 — the same bit marks a temporary (privacy) address. */
+    secondary: boolean;
+    tentative: boolean;
+    deprecated: boolean;
+    dadFailed: boolean;
+  };
+}
+
+export interface Netlink {
+  /** The source address the kernel would pick to reach `target` (RTM_GETROUTE: rules and tables honoured, nothing sent); undefined when there is no route or no usable source. */
+  routeSource(target: string): Promise<string | undefined>;
+  /** Every IPv4 and IPv6 address of the host: IPv4 first, then by interface index, then in the kernel's order on each interface. */
+  listAddresses(): Promise<HostAddress[]>;
+  /** Calls onChange once per burst of address, route or rule changes (IPv4 and IPv6), debounceMs after the burst's first change. The open watch keeps the process alive until closed. */
+  watchChanges(onChange: () => void, debounceMs: number): { close(): void };
+  /** Closes the sockets, open watches included; pending requests fail. */
+  close(): void;
+}
+
+/** A kernel answer to a request: `code` is the errno name (ENETUNREACH, …). */
+export class NetlinkError extends Error {
+  code: string;
+  constructor(code: string, message: string) {
+    super(message);
+    this.name = "NetlinkError";
+    this.code = code;
+  }
+}
+
+const NETLINK_ROUTE = 0;
+const REQUEST_TIMEOUT_MS = 5000;
+const DUMP_ATTEMPTS = 3;
+/** How the kernel answers a lookup with no usable route: none, `unreachable`, `prohibit`, `blackhole`. */
+const NO_ROUTE = new Set(["ENETUNREACH", "EHOSTUNREACH", "EACCES", "EINVAL"]);
+const CHANGE_TYPES = new Set<number>([
+  MessageType.NEWADDR,
+  MessageType.DELADDR,
+  MessageType.NEWROUTE,
+  MessageType.DELROUTE,
+  MessageType.NEWRULE,
+  MessageType.DELRULE,
+]);
+
+export function openNetlink(): Netlink {
+  const requests = openRequester();
+  const watches = new Set<{ close(): void }>();
+  return {
+    async routeSource(target) {
+      try {
+        const { messages } = await requests.send(MessageType.GETROUTE, Flags.REQUEST, routeQuery(target));
+        const reply = messages.find((message) => message.type === MessageType.NEWROUTE);
+        return reply && routeSource(reply.body);
+      } catch (error) {
+        if (error instanceof NetlinkError && NO_ROUTE.has(error.code)) return undefined;
+        throw error;
+      }
+    },
+
+    async listAddresses() {
+      const addresses = await requests.dump(MessageType.GETADDR, MessageType.NEWADDR);
+      // Links after addresses: an interface that vanished in between takes its addresses with it.
+      const names = new Map<number, string>();
+      for (const message of await requests.dump(MessageType.GETLINK, MessageType.NEWLINK)) {
+        const link = linkName(message.body);
+        if (link) names.set(link.index, link.name);
+      }
+      return addresses
+        .map((message) => hostAddress(message.body, names))
+        .filter((address) => address !== undefined)
+        .sort((a, b) => a.family - b.family || a.interfaceIndex - b.interfaceIndex);
+    },
+
+    watchChanges(onChange, debounceMs) {
+      const watch = openWatch(onChange, debounceMs);
+      watches.add(watch);
+      return {
+        close() {
+          watches.delete(watch);
+          watch.close();
+        },
+      };
+    },
+
+    close() {
+      requests.close();
+      for (const watch of watches) watch.close();
+      watches.clear();
+    },
+  };
+}
+
+/** Calls `fn` once, `delayMs` after the first trigger of a burst: later triggers join it, so a steady stream of changes cannot postpone it. */
+export function coalesce(fn: () => void, delayMs: number): { trigger(): void; cancel(): void } {
+  let timer: NodeJS.Timeout | undefined;
+  return {
+    trigger() {
+      timer ??= setTimeout(() => {
+        timer = undefined;
+        fn();
+      }, delayMs);
+    },
+    cancel() {
+      clearTimeout(timer);
+      timer = undefined;
+    },
+  };
+}
+
+/** `negativeErrno` as the kernel sends it, e.g. -101. */
+function errnoError(negativeErrno: number): NetlinkError {
+  const code = getSystemErrorName(negativeErrno);
+  return new NetlinkError(code, `netlink: ${code}`);
+}
+
+interface Pending {
+  messages: Message[];
+  interrupted: boolean;
+  resolve(reply: { messages: Message[]; interrupted: boolean }): void;
+  reject(error: Error): void;
+  timer: NodeJS.Timeout;
+}
+
+/** One request socket, opened on first use and replaced after a socket error; referenced only while requests are pending. */
+function openRequester() {
+  let socket: RawNetlinkSocket | undefined;
+  let seq = 0;
+  const pending = new Map<number, Pending>();
+
+  const finish = (id: number, outcome: Error | undefined) => {
+    const request = pending.get(id);
+    if (!request) return;
+    pending.delete(id);
+    clearTimeout(request.timer);
+    if (pending.size === 0) socket?.unref();
+    if (outcome) request.reject(outcome);
+    else request.resolve({ messages: request.messages, interrupted: request.interrupted });
+  };
+
+  const receive = (message: Message) => {
+    const request = pending.get(message.seq);
+    if (!request) return; // the late answer of a request that timed out
+    if (message.flags & Flags.DUMP_INTR) request.interrupted = true;
+    if (message.type === MessageType.ERROR || message.type === MessageType.DONE) {
+      const code = errorCode(message);
+      return finish(message.seq, code < 0 ? errnoError(code) : undefined);
+    }
+    if (message.type === MessageType.NOOP) return;
+    request.messages.push(message);
+    if (!(message.flags & Flags.MULTI)) finish(message.seq, undefined);
+  };
+
+  const connect = (): RawNetlinkSocket => {
+    const fresh = new RawNetlinkSocket(NETLINK_ROUTE);
+    fresh.on("message", (datagram, info) => {
+      if (info.port !== 0) return; // only the kernel answers our requests
+      for (const message of decodeMessages(datagram)) receive(message);
+    });
+    fresh.on("error", (error) => {
+      // Replies may be lost (ENOBUFS) or the socket dead: fail what waits, start afresh next time.
+      fresh.close();
+      if (socket === fresh) socket = undefined;
+      for (const id of [...pending.keys()]) finish(id, error);
+    });
+    return fresh;
+  };
+
+  const send = (type: number, flags: number, body: Buffer) =>
+    new Promise<{ messages: Message[]; interrupted: boolean }>((resolve, reject) => {
+      seq = (seq + 1) >>> 0;
+      const id = seq;
+      const timer = setTimeout(() => finish(id, new Error("netlink request timed out")), REQUEST_TIMEOUT_MS);
+      pending.set(id, { messages: [], interrupted: false, resolve, reject, timer });
+      try {
+        socket ??= connect();
+        socket.ref();
+        socket.send(encodeMessage({ type, flags, seq: id, body }), {}, (error) => {
+          if (error) finish(id, error);
+        });
+      } catch (error) {
+        finish(id, error as Error);
+      }
+    });
+
+  return {
+    send,
+    /** A consistent dump (retried when the kernel flags it as interrupted by a change) of the messages of one type. */
+    async dump(
+      query: typeof MessageType.GETADDR | typeof MessageType.GETLINK,
+      type: number,
+    ): Promise<Message[]> {
+      let reply = await send(query, Flags.REQUEST | Flags.DUMP, dumpQuery(query));
+      for (let attempt = 1; reply.interrupted && attempt < DUMP_ATTEMPTS; attempt++)
+        reply = await send(query, Flags.REQUEST | Flags.DUMP, dumpQuery(query));
+      return reply.messages.filter((message) => message.type === type);
+    },
+    close() {
+      const closing = socket;
+      socket = undefined;
+      closing?.close();
+      for (const id of [...pending.keys()]) finish(id, new Error("netlink closed"));
+    },
+  };
+}
+
+/** A subscription socket; on a socket error (ENOBUFS: notifications were dropped) it reports a change and resubscribes on a fresh socket. */
+function openWatch(onChange: () => void, debounceMs: number): { close(): void } {
+  const changed = coalesce(onChange, debounceMs);
+  let socket: RawNetlinkSocket | undefined;
+  const subscribe = () => {
+    const fresh = new RawNetlinkSocket(NETLINK_ROUTE);
+    for (const group of Object.values(CHANGE_GROUPS)) fresh.addMembership(group);
+    fresh.on("message", (datagram, info) => {
+      if (info.port === 0 && decodeMessages(datagram).some((message) => CHANGE_TYPES.has(message.type)))
+        changed.trigger();
+    });
+    fresh.on("error", () => {
+      fresh.close();
+      if (socket !== fresh) return;
+      socket = subscribe();
+      changed.trigger();
+    });
+    return fresh;
+  };
+  socket = subscribe();
+  return {
+    close() {
+      changed.cancel();
+      socket?.close();
+      socket = undefined;
+    },
+  };
+}
