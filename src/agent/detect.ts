@@ -1,13 +1,16 @@
 // Node IP detection for one address type (ExternalIP or InternalIP) by one method: route sources towards
 // targets, host addresses inside CIDRs, or an interface's addresses. The selection is pure; the kernel
 // is asked through the netlink adapter. Input is valid: the flag layer rejects bad IPs, CIDRs and conflicts.
+// A target's source is the kernel's own choice, taken as is: for IPv6 that is RFC 6724 selection, which
+// may prefer a plain /128 VIP to the /64 address, so IPv6 VIPs belong in deprecated (preferred_lft 0,
+// keepalived's default) — or use the CIDR or interface method, which skip VIPs.
 import { type Cidr, cidrContains, cidrWithin, parseCidr } from "../net/ip.ts";
 import type { HostAddress, Netlink } from "../net/netlink.ts";
 
 export type DetectionMethod =
-  | { kind: "target"; targets: string[] }
-  | { kind: "cidr"; cidrs: string[] }
-  | { kind: "interface"; interfaces: string[] };
+  | { kind: "target"; targets: readonly string[] }
+  | { kind: "cidr"; cidrs: readonly string[] }
+  | { kind: "interface"; interfaces: readonly string[] };
 
 export interface DetectionConfig {
   external?: DetectionMethod;
