@@ -172,4 +172,20 @@ describe("netlink adapter in network namespaces", () => {
       await watcher.close();
     }
   });
+
+  test("route sources, listings and change reports work as nobody without capabilities", async () => {
+    const { host, link } = await hostBehindRouter(await network());
+    await host.ip("route", "add", "198.19.0.0/16", "via", "198.18.0.1");
+    const watcher = await watchIn(host, 50, "198.19.0.1", { unprivileged: true });
+    try {
+      await watcher.until(
+        "the route source",
+        (s) => s.source === "198.18.0.2" && s.addresses.includes("198.18.0.2"),
+      );
+      await host.ip("address", "add", "198.18.0.60/24", "dev", link.nameB);
+      await watcher.until("198.18.0.60 added", (s) => s.addresses.includes("198.18.0.60"));
+    } finally {
+      await watcher.close();
+    }
+  });
 });

@@ -53,9 +53,26 @@ export interface Watcher {
   close(): Promise<void>;
 }
 
+// The agent runs as non-root without capabilities: nobody, every capability set cleared.
+const UNPRIVILEGED = [
+  "--reuid=65534",
+  "--regid=65534",
+  "--clear-groups",
+  "--inh-caps=-all",
+  "--bounding-set=-all",
+];
+
 /** Starts `watch` in the namespace; resolves once its subscription is open (first snapshot printed). */
-export async function watchIn(host: Host, debounceMs: number, target: string): Promise<Watcher> {
-  const [command, argv] = host.wrap(process.execPath, [FIXTURE, "watch", String(debounceMs), target]);
+export async function watchIn(
+  host: Host,
+  debounceMs: number,
+  target: string,
+  options: { unprivileged?: boolean } = {},
+): Promise<Watcher> {
+  const fixture = [process.execPath, FIXTURE, "watch", String(debounceMs), target];
+  const [command, argv] = options.unprivileged
+    ? host.wrap("setpriv", [...UNPRIVILEGED, ...fixture])
+    : host.wrap(fixture[0] ?? "", fixture.slice(1));
   const child = spawn(command, argv, { stdio: ["pipe", "pipe", "inherit"] });
   const forget = onExit(() => child.kill("SIGKILL"));
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
