@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 import { addressesIn, quietHost, routesIn, watchIn } from "../../test/netns/detect-client.ts";
 import { createNetwork, type Host, type Link, type Network } from "../../test/netns/netns.ts";
-import { sleep } from "../kube/backoff.ts";
+import { waitFor } from "../../test/wait.ts";
 import { coalesce } from "./netlink.ts";
 
 test("coalesce: one call per burst, delayMs after the burst's first trigger; cancel drops a pending call", (t) => {
@@ -37,15 +37,6 @@ async function hostBehindRouter(net: Network): Promise<{ host: Host; router: Hos
     addressesB: ["198.18.0.2/24", "fd00:198:18::2/64"],
   });
   return { host, router, link };
-}
-
-/** Polls `check` every 100 ms, at most 50 times. */
-async function eventually(what: string, check: () => Promise<boolean>): Promise<void> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    if (await check()) return;
-    await sleep(100);
-  }
-  assert.fail(`timed out waiting for ${what}`);
 }
 
 describe("netlink adapter in network namespaces", () => {
@@ -98,8 +89,10 @@ describe("netlink adapter in network namespaces", () => {
     // …unless its owner answers the first probe: DAD fails.
     await router.ip("address", "add", "fd00:198:18::7/64", "dev", link.nameA, "nodad");
     await host.ip("address", "add", "fd00:198:18::7/64", "dev", dev);
-    await eventually("DAD to fail", async () =>
-      /dadfailed/.test(await host.ip("-6", "address", "show", "dev", dev)),
+    await waitFor(
+      "DAD to fail",
+      async () => /dadfailed/.test(await host.ip("-6", "address", "show", "dev", dev)),
+      5000,
     );
 
     const listed = await addressesIn(host);
