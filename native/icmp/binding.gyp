@@ -1,0 +1,10 @@
+{
+  "targets": [
+    {
+      "target_name": "icmp",
+      "sources": ["icmp.c"],
+      "cflags": ["-Wall", "-Wextra", "-Werror"],
+      "defines": ["NAPI_VERSION=8"]
+    }
+  ]
+}
