@@ -108,7 +108,7 @@ export function parseLabelSelector(text: string): LabelSelector {
     return { text: text.trim(), requirements: parseRequirements(tokenize(text)) };
   } catch (err) {
     if (!(err instanceof SelectorError)) throw err;
-    throw new Error(`invalid label selector ${JSON.stringify(text)}: ${err.message}`);
+    throw new Error(`invalid label selector ${JSON.stringify(text)}: ${err.message}`, { cause: err });
   }
 }
 

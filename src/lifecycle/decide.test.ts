@@ -182,7 +182,7 @@ test("cluster health: pauses with more than 2 non-control-plane nodes and at lea
     ["empty cluster", [], 0.55, { considered: 0, notReady: 0, paused: false }],
   ];
   for (const [name, cluster, threshold, expected] of cases) {
-    const { reason, ...rest } = clusterHealth(cluster, threshold);
+    const { reason: _reason, ...rest } = clusterHealth(cluster, threshold);
     assert.deepEqual(rest, expected, name);
   }
   assert.equal(clusterHealth(nodes(4, 6), 0.55).reason, "deletions paused: 6 of 10 nodes NotReady (≥ 55%)");

@@ -70,7 +70,8 @@ function assertOneLeaderAtATime(candidates: Candidate[], ends: Map<string, numbe
   });
   intervals.sort((a, b) => a.from - b.from);
   for (let i = 1; i < intervals.length; i++) {
-    const [prev, next] = [intervals[i - 1], intervals[i]] as const;
+    const prev = intervals[i - 1] as (typeof intervals)[number];
+    const next = intervals[i] as (typeof intervals)[number];
     assert.ok(
       prev.to <= next.from,
       `${prev.who} still led until ${prev.to} when ${next.who} started at ${next.from}`,
