@@ -34,8 +34,20 @@ export interface ClusterHealth {
   reason: string;
 }
 
+/** Which rule skipped a node: metrics count by it, and the controller events only the late ones. */
+export type SkipClass =
+  | "unwatched" // control-plane or outside the filter
+  | "protected"
+  | "deleting"
+  | "ready"
+  | "not-expired" // NotReady for less than the timeout, or since an unknown time
+  | "paused" // mass-deletion guard
+  | "rate-limited"
+  | "reachable"
+  | "inconclusive";
+
 export type Decision =
-  | { action: "skip"; reason: string }
+  | { action: "skip"; class: SkipClass; reason: string }
   | { action: "probe"; reason: string }
   | { action: "delete"; reason: string };
 
@@ -138,26 +150,36 @@ function recentDeletions(deletionTimes: Date[], now: Date): number {
 }
 
 export function decide(node: Node, now: Date, config: LifecycleConfig, context: DecisionContext): Decision {
-  const skip = (reason: string): Decision => ({ action: "skip", reason });
-  const excluded = unwatchedReason(node, config) ?? protectionReason(node, config);
-  if (excluded) return skip(excluded);
-  if (node.metadata?.deletionTimestamp) return skip("already being deleted");
+  const skip = (skipClass: SkipClass, reason: string): Decision => ({
+    action: "skip",
+    class: skipClass,
+    reason,
+  });
+  const unwatched = unwatchedReason(node, config);
+  if (unwatched) return skip("unwatched", unwatched);
+  const protection = protectionReason(node, config);
+  if (protection) return skip("protected", protection);
+  if (node.metadata?.deletionTimestamp) return skip("deleting", "already being deleted");
 
   const since = notReadySince(node);
-  if (!since) return skip(isReady(node) ? "Ready" : "NotReady since an unknown time (no lastTransitionTime)");
+  if (!since)
+    return isReady(node)
+      ? skip("ready", "Ready")
+      : skip("not-expired", "NotReady since an unknown time (no lastTransitionTime)");
   const notReadyFor = Math.max(0, Math.floor((now.getTime() - since.getTime()) / 1000) * 1000);
   const timing = `NotReady for ${formatDuration(notReadyFor)}, timeout ${formatDuration(config.notReadyTimeoutMs)}`;
-  if (now.getTime() - since.getTime() < config.notReadyTimeoutMs) return skip(timing);
+  if (now.getTime() - since.getTime() < config.notReadyTimeoutMs) return skip("not-expired", timing);
 
-  if (context.health.paused) return skip(context.health.reason);
+  if (context.health.paused) return skip("paused", context.health.reason);
   const recent = recentDeletions(context.deletionTimes, now);
   if (recent >= config.maxDeletionsPerMinute)
-    return skip(`rate limit: ${recent} deletions in the last minute`);
+    return skip("rate-limited", `rate limit: ${recent} deletions in the last minute`);
 
   const { probe } = context;
   if (!probe) return { action: "probe", reason: timing };
   // An inconclusive probe (no probe could run on some address) proves nothing: never delete on it.
-  if (probe.alive || probe.inconclusive) return skip(probe.detail);
+  if (probe.inconclusive) return skip("inconclusive", probe.detail);
+  if (probe.alive) return skip("reachable", probe.detail);
   return { action: "delete", reason: `${timing}; ${probe.detail}` };
 }
 
