@@ -1,0 +1,534 @@
+// The reconcile loop against fakes of its adapters (cache, API, probe, events): what it probes,
+// what it deletes and with which preconditions, what it events, and its bounds (leadership, probe
+// concurrency, one probe per node, rate limit, guard, dry-run, debounced triggers).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { Node } from "kubernetes-types/core/v1.js";
+import type { Preconditions } from "kubernetes-types/meta/v1.js";
+import { createLogger } from "../../src/cli/log.ts";
+import { Registry } from "../../src/cli/metrics.ts";
+import { ApiError } from "../../src/kube/errors.ts";
+import { parseKeyValueList, parseLabelSelector } from "../../src/kube/labelselector.ts";
+import type { ProbeResult } from "../../src/net/probe.ts";
+import {
+  Controller,
+  type ControllerOptions,
+  decisionInputsChanged,
+  nodeTransform,
+  probeAddresses,
+  registerControllerMetrics,
+} from "../../src/lifecycle/controller.ts";
+import { decide, type LifecycleConfig } from "../../src/lifecycle/decide.ts";
+import { waitFor } from "../wait.ts";
+
+const NOW = new Date("2026-01-01T12:00:00Z");
+const MINUTE = 60_000;
+const ago = (ms: number) => new Date(NOW.getTime() - ms).toISOString();
+const AUTOSCALER = { key: "ToBeDeletedByClusterAutoscaler", effect: "NoSchedule" };
+
+const CONFIG: LifecycleConfig = {
+  watchAutoscalerTaint: true,
+  protectedLabels: parseKeyValueList("keep"),
+  protectedAnnotations: parseKeyValueList("example.com/hold", "annotation"),
+  notReadyTimeoutMs: 5 * MINUTE,
+  maxDeletionsPerMinute: 10,
+  unhealthyThreshold: 0.55,
+};
+
+let uids = 0;
+interface NodeSpec {
+  ready?: "True" | "False" | "Unknown";
+  notReadyForMs?: number;
+  tainted?: boolean;
+  address?: string;
+  labels?: Record<string, string>;
+}
+
+/** A node as kubelet writes it: heartbeats, more conditions, capacity, images; most of it decides nothing. */
+function kubeletNode(name: string, spec: NodeSpec = {}): Node {
+  const ready = spec.ready ?? "Unknown";
+  return {
+    apiVersion: "v1",
+    kind: "Node",
+    metadata: {
+      name,
+      uid: `uid-${name}-${uids++}`,
+      resourceVersion: String(1000 + uids),
+      creationTimestamp: ago(60 * MINUTE),
+      labels: { "kubernetes.io/hostname": name, ...spec.labels },
+      annotations: { "node.alpha.kubernetes.io/ttl": "0", "example.com/hold-not": "x" },
+      managedFields: [{ manager: "kubelet", operation: "Update", time: ago(MINUTE) }],
+    },
+    spec: {
+      podCIDR: "10.244.1.0/24",
+      taints: spec.tainted === false ? [] : [{ ...AUTOSCALER, value: "1767268800" }],
+    },
+    status: {
+      addresses: [
+        { type: "InternalIP", address: spec.address ?? "198.18.5.9" },
+        { type: "Hostname", address: name },
+      ],
+      conditions: [
+        {
+          type: "MemoryPressure",
+          status: "False",
+          lastHeartbeatTime: ago(1000),
+          lastTransitionTime: ago(MINUTE),
+        },
+        {
+          type: "Ready",
+          status: ready,
+          reason: "KubeletNotReady",
+          message: "container runtime is down",
+          lastHeartbeatTime: ago(1000),
+          lastTransitionTime: ago(spec.notReadyForMs ?? 10 * MINUTE),
+        },
+      ],
+      capacity: { cpu: "4", memory: "8Gi" },
+      images: [{ names: ["registry.example/app:v1"], sizeBytes: 123456789 }],
+    },
+  };
+}
+
+/** Ready nodes outside the filter, so that the guard sees a healthy cluster. */
+const healthy = (count: number) =>
+  Array.from({ length: count }, (_, i) => kubeletNode(`healthy-${i}`, { ready: "True", tainted: false }));
+
+const UNREACHABLE: ProbeResult = { alive: false, detail: "unreachable: no answer" };
+const REACHABLE: ProbeResult = { alive: true, detail: "reachable: icmp answered" };
+
+interface Harness {
+  controller: Controller;
+  /** The API's objects (full), by name; the cache shows them trimmed. */
+  api: Map<string, Node>;
+  deletes: { name: string; preconditions?: Preconditions }[];
+  gets: string[];
+  probes: string[][];
+  events: { name?: string; type: string; reason: string; message: string }[];
+  logs: string[];
+  registry: Registry;
+  leader: { value: boolean };
+  metric(name: string): number;
+}
+
+function harness(
+  nodes: Node[],
+  options: Partial<ControllerOptions> & {
+    probeResult?: (addresses: string[]) => ProbeResult | Promise<ProbeResult>;
+    onDelete?: (name: string) => void;
+  } = {},
+): Harness {
+  const api = new Map(nodes.map((node) => [node.metadata?.name as string, node]));
+  const config = options.config ?? CONFIG;
+  const trim = nodeTransform(config);
+  const registry = new Registry();
+  const h: Omit<Harness, "controller"> = {
+    api,
+    deletes: [],
+    gets: [],
+    probes: [],
+    events: [],
+    logs: [],
+    registry,
+    leader: { value: true },
+    metric(series) {
+      const line = registry
+        .expose()
+        .split("\n")
+        .find((l) => l.startsWith(`${series} `));
+      return line ? Number(line.split(" ")[1]) : 0;
+    },
+  };
+  const controller = new Controller({
+    config,
+    reconcileIntervalMs: 3_600_000,
+    dryRun: false,
+    cache: { list: () => [...api.values()].map(trim) },
+    nodes: {
+      get: async (name) => {
+        h.gets.push(name);
+        const node = api.get(name);
+        if (!node) throw new ApiError(404, undefined, `get ${name}`);
+        return structuredClone(node);
+      },
+      delete: async (name, deleteOptions = {}) => {
+        h.deletes.push({ name, preconditions: deleteOptions.preconditions });
+        options.onDelete?.(name);
+        const node = api.get(name);
+        if (!node) throw new ApiError(404, undefined, `delete ${name}`);
+        const { uid, resourceVersion } = deleteOptions.preconditions ?? {};
+        if (uid !== node.metadata?.uid || resourceVersion !== node.metadata?.resourceVersion)
+          throw new ApiError(409, { reason: "Conflict" }, `delete ${name}`);
+        api.delete(name);
+        return { status: "Success" };
+      },
+    },
+    probe: async (addresses) => {
+      h.probes.push(addresses);
+      return (options.probeResult ?? (() => UNREACHABLE))(addresses);
+    },
+    isLeader: () => h.leader.value,
+    events: {
+      record: (object, type, reason, message) => h.events.push({ name: object.name, type, reason, message }),
+    },
+    log: createLogger({ verbosity: 2, format: "text", write: (line) => h.logs.push(line) }),
+    metrics: registerControllerMetrics(registry),
+    now: () => NOW,
+    ...options,
+  });
+  return { ...h, controller };
+}
+
+/** Runs passes and lets every started check finish. */
+async function settle(h: Harness, passes = 1): Promise<void> {
+  for (let i = 0; i < passes; i++) {
+    h.controller.reconcile();
+    await h.controller.idle();
+  }
+}
+
+test("probe addresses: InternalIP and ExternalIP of both families, once each; never names", () => {
+  const node: Node = {
+    status: {
+      addresses: [
+        { type: "Hostname", address: "n1" },
+        { type: "InternalIP", address: "198.18.0.1" },
+        { type: "InternalIP", address: "fd00:198:18::1" },
+        { type: "ExternalIP", address: "198.18.0.1" },
+        { type: "ExternalIP", address: "198.19.0.1" },
+        { type: "InternalDNS", address: "n1.internal" },
+      ],
+    },
+  };
+  assert.deepEqual(probeAddresses(node), ["198.18.0.1", "fd00:198:18::1", "198.19.0.1"]);
+  assert.deepEqual(probeAddresses({}), []);
+});
+
+test("the cache keeps only what decisions read, and decides exactly as the full object would", () => {
+  const trim = nodeTransform(CONFIG);
+  const full = kubeletNode("n1", { labels: { keep: "" } });
+  const trimmed = trim(full);
+  assert.deepEqual(trimmed, {
+    metadata: {
+      name: "n1",
+      uid: full.metadata?.uid,
+      resourceVersion: full.metadata?.resourceVersion,
+      labels: { "kubernetes.io/hostname": "n1", keep: "" },
+      annotations: {},
+      creationTimestamp: full.metadata?.creationTimestamp,
+      deletionTimestamp: undefined,
+    },
+    spec: { taints: [AUTOSCALER] },
+    status: {
+      conditions: [{ type: "Ready", status: "Unknown", lastTransitionTime: ago(10 * MINUTE) }],
+      addresses: [{ type: "InternalIP", address: "198.18.5.9" }],
+    },
+  });
+  // A protected annotation is kept; others are not.
+  const held = kubeletNode("n2");
+  (held.metadata as { annotations: Record<string, string> }).annotations["example.com/hold"] = "yes";
+  assert.deepEqual(trim(held).metadata?.annotations, { "example.com/hold": "yes" });
+
+  const variants: Node[] = [
+    full,
+    held,
+    kubeletNode("a"),
+    kubeletNode("b", { ready: "True" }),
+    kubeletNode("c", { notReadyForMs: MINUTE }),
+    kubeletNode("d", { tainted: false }),
+    { ...kubeletNode("e"), status: { addresses: [{ type: "InternalIP", address: "198.18.0.5" }] } },
+    { ...kubeletNode("f"), metadata: { ...kubeletNode("f").metadata, deletionTimestamp: ago(0) } },
+  ];
+  const configs: LifecycleConfig[] = [
+    CONFIG,
+    { ...CONFIG, watchAutoscalerTaint: false },
+    { ...CONFIG, nodeSelector: parseLabelSelector("kubernetes.io/hostname in (a,c)") },
+  ];
+  const health = { considered: 10, notReady: 1, paused: false, reason: "ok" };
+  for (const config of configs) {
+    for (const node of variants) {
+      for (const probe of [undefined, UNREACHABLE, REACHABLE]) {
+        const context = { health, deletionTimes: [], ...(probe ? { probe } : {}) };
+        assert.deepEqual(
+          decide(nodeTransform(config)(node), NOW, config, context),
+          decide(node, NOW, config, context),
+          `${node.metadata?.name} ${JSON.stringify(config.nodeSelector?.text)} ${probe?.detail}`,
+        );
+      }
+    }
+  }
+});
+
+test("a heartbeat or a new resourceVersion alone is no change; a Ready flip, a label or a taint is", () => {
+  const trim = nodeTransform(CONFIG);
+  const before = kubeletNode("n1");
+  const after = structuredClone(before);
+  (after.metadata as { resourceVersion: string }).resourceVersion = "999999";
+  for (const condition of after.status?.conditions ?? []) condition.lastHeartbeatTime = ago(0);
+  assert.equal(decisionInputsChanged(trim(before), trim(after)), false);
+
+  const flipped = structuredClone(after);
+  const ready = flipped.status?.conditions?.find((c) => c.type === "Ready");
+  Object.assign(ready ?? {}, { status: "True", lastTransitionTime: ago(0) });
+  assert.equal(decisionInputsChanged(trim(before), trim(flipped)), true);
+  const labelled = structuredClone(after);
+  (labelled.metadata as { labels: Record<string, string> }).labels.keep = "";
+  assert.equal(decisionInputsChanged(trim(before), trim(labelled)), true);
+  const untainted = structuredClone(after);
+  (untainted.spec as { taints: unknown[] }).taints = [];
+  assert.equal(decisionInputsChanged(trim(before), trim(untainted)), true);
+});
+
+test("only the expired, watched, unreachable node is deleted, with preconditions", async () => {
+  const dead = kubeletNode("dead", { address: "198.18.5.1" });
+  const alive = kubeletNode("alive", { address: "198.18.5.2" });
+  const nodes = [
+    dead,
+    alive,
+    kubeletNode("recent", { notReadyForMs: MINUTE }),
+    kubeletNode("ready", { ready: "True" }),
+    kubeletNode("untainted", { tainted: false }),
+    kubeletNode("kept", { labels: { keep: "" } }),
+    ...healthy(4),
+  ];
+  const h = harness(nodes, {
+    probeResult: (addresses) => (addresses.includes("198.18.5.2") ? REACHABLE : UNREACHABLE),
+  });
+  await settle(h);
+  assert.deepEqual(h.probes.sort(), [["198.18.5.1"], ["198.18.5.2"]]);
+  assert.deepEqual(h.gets.sort(), ["alive", "dead"]);
+  assert.deepEqual(h.deletes, [
+    {
+      name: "dead",
+      preconditions: { uid: dead.metadata?.uid, resourceVersion: dead.metadata?.resourceVersion },
+    },
+  ]);
+  assert.deepEqual(
+    h.events.map((e) => [e.name, e.type, e.reason, e.message]).sort(),
+    [
+      ["alive", "Normal", "DeletionSkipped", "reachable: icmp answered"],
+      [
+        "dead",
+        "Normal",
+        "DeletingNode",
+        "Deleting node: NotReady for 10m0s, timeout 5m0s; unreachable: no answer",
+      ],
+    ].sort(),
+  );
+  assert.equal(h.metric('node_lifecycle_controller_deletions_total{result="deleted"}'), 1);
+  assert.equal(h.metric('node_lifecycle_controller_probes_total{result="alive"}'), 1);
+  assert.equal(h.metric('node_lifecycle_controller_skipped_total{class="reachable"}'), 1);
+  assert.equal(h.metric('node_lifecycle_controller_skipped_total{class="not-expired"}'), 1);
+  assert.equal(h.metric('node_lifecycle_controller_skipped_total{class="protected"}'), 1);
+  assert.equal(h.metric('node_lifecycle_controller_skipped_total{class="unwatched"}'), 0, "not even decided");
+
+  // The reachable node is probed again each pass, but evented only once; healthy nodes never.
+  await settle(h, 3);
+  assert.equal(h.probes.length, 5);
+  assert.equal(h.events.filter((e) => e.name === "alive").length, 1);
+  assert.equal(h.metric("node_lifecycle_controller_reconciles_total"), 4);
+});
+
+test("the DELETE's preconditions are the fresh copy's, not the cache's", async () => {
+  const cached = kubeletNode("n1");
+  const h = harness([cached], { cache: { list: () => [nodeTransform(CONFIG)(cached)] } });
+  const moved = structuredClone(cached);
+  (moved.metadata as { resourceVersion: string }).resourceVersion = "5000"; // e.g. a status update since
+  h.api.set("n1", moved);
+  await settle(h);
+  assert.deepEqual(h.deletes, [
+    { name: "n1", preconditions: { uid: cached.metadata?.uid, resourceVersion: "5000" } },
+  ]);
+});
+
+test("the fresh copy is decided again: a node now Ready, or another object, is not deleted", async () => {
+  const recovered = kubeletNode("recovered");
+  const replaced = kubeletNode("replaced");
+  const h = harness([recovered, replaced], {
+    probeResult: () => {
+      // While the probes run, one node comes back and the other re-registers under its name.
+      const ready = structuredClone(recovered);
+      Object.assign(ready.status?.conditions?.[1] ?? {}, { status: "True", lastTransitionTime: ago(0) });
+      h.api.set("recovered", ready);
+      h.api.set("replaced", kubeletNode("replaced"));
+      return UNREACHABLE;
+    },
+  });
+  await settle(h);
+  assert.deepEqual(h.deletes, []);
+  const messages = Object.fromEntries(h.events.map((e) => [e.name, `${e.reason}: ${e.message}`]));
+  assert.deepEqual(messages, {
+    recovered: "DeletionSkipped: Ready",
+    replaced: "DeletionSkipped: changed while it was probed (uid or addresses)",
+  });
+  assert.equal(h.metric('node_lifecycle_controller_skipped_total{class="changed"}'), 1);
+});
+
+test("a node re-registered between the check and the DELETE survives: the preconditions refuse", async () => {
+  const h = harness([kubeletNode("n1")], {
+    onDelete: (name) => h.api.set(name, kubeletNode(name)), // new uid, just before the DELETE lands
+  });
+  await settle(h);
+  assert.equal(h.deletes.length, 1);
+  assert.ok(h.api.has("n1"));
+  assert.equal(h.metric('node_lifecycle_controller_deletions_total{result="changed"}'), 1);
+  assert.match(h.events[0]?.message ?? "", /changed since it was checked/);
+});
+
+test("only the leader probes, and leadership is checked again right before the DELETE", async () => {
+  const h = harness([kubeletNode("n1")]);
+  h.leader.value = false;
+  await settle(h, 2);
+  assert.deepEqual([h.probes.length, h.gets.length, h.deletes.length], [0, 0, 0]);
+  assert.equal(h.metric("node_lifecycle_controller_reconciles_total"), 2, "followers still reconcile health");
+
+  let calls = 0;
+  const lost = harness([kubeletNode("n1")], {
+    isLeader: () => ++calls < 4, // the pass, the check's start, after the probe: leader; at the DELETE: not
+  });
+  await settle(lost);
+  assert.equal(lost.gets.length, 1);
+  assert.deepEqual(lost.deletes, []);
+  assert.equal(calls, 4);
+});
+
+test("probes run concurrently but at most 10 at once, and never twice at once for one node", async () => {
+  const nodes = [
+    ...Array.from({ length: 25 }, (_, i) => kubeletNode(`n${i}`, { address: `198.18.6.${i}` })),
+    ...healthy(25),
+  ];
+  const pending: ((result: ProbeResult) => void)[] = [];
+  let inFlight = 0;
+  let most = 0;
+  const h = harness(nodes, {
+    probeResult: () =>
+      new Promise<ProbeResult>((resolve) => {
+        most = Math.max(most, ++inFlight);
+        pending.push((result) => {
+          inFlight--;
+          resolve(result);
+        });
+      }),
+  });
+  h.controller.reconcile();
+  await waitFor("10 probes to start", () => pending.length === 10);
+  h.controller.reconcile(); // a second pass while they run adds nothing
+  h.controller.reconcile();
+  assert.equal(pending.length, 10);
+  for (let released = 0; released < 25; released++) {
+    await waitFor(`probe ${released + 1}`, () => pending.length > released);
+    pending[released]?.(REACHABLE);
+  }
+  await h.controller.idle();
+  assert.equal(most, 10);
+  assert.equal(h.probes.length, 25);
+  assert.equal(new Set(h.probes.map((a) => a[0])).size, 25);
+});
+
+test("the rate limit holds across concurrent checks, and a refused DELETE gives its slot back", async () => {
+  let refused = false;
+  const h = harness([kubeletNode("n0"), kubeletNode("n1")], {
+    config: { ...CONFIG, maxDeletionsPerMinute: 1 },
+    onDelete: (name) => {
+      if (!refused) h.api.set(name, kubeletNode(name)); // the first DELETE meets a re-registered node
+      refused = true;
+    },
+  });
+  await settle(h);
+  assert.equal(h.deletes.length, 1, "the other check found the slot taken");
+  assert.equal(h.api.size, 2);
+  await settle(h);
+  assert.equal(h.api.size, 1, "the refused DELETE gave its slot back");
+  const [probes, events] = [h.probes.length, h.events.length];
+  await settle(h, 2);
+  assert.equal(h.api.size, 1);
+  assert.equal(h.probes.length, probes, "the limit holds nodes back before any probe");
+  assert.equal(h.events.length, events, "and their event is not repeated");
+  assert.ok(
+    h.events.some((e) => e.reason === "DeletionSkipped" && e.message.startsWith("rate limit: 1 deletions")),
+  );
+  assert.equal(h.metric('node_lifecycle_controller_deletions_total{result="changed"}'), 1);
+  assert.equal(h.metric('node_lifecycle_controller_deletions_total{result="deleted"}'), 1);
+});
+
+test("the guard pauses deletions with an event per held node, a gauge and a log line", async () => {
+  const h = harness([
+    kubeletNode("dead"),
+    kubeletNode("w1", { tainted: false }),
+    kubeletNode("w2", { tainted: false }),
+    kubeletNode("w3", { ready: "True", tainted: false }),
+  ]);
+  await settle(h, 3);
+  assert.deepEqual([h.probes.length, h.deletes.length], [0, 0]);
+  assert.equal(h.metric("node_lifecycle_controller_deletions_paused"), 1);
+  assert.deepEqual(h.events, [
+    {
+      name: "dead",
+      type: "Warning",
+      reason: "DeletionsPaused",
+      message: "deletions paused: 3 of 4 nodes NotReady (≥ 55%)",
+    },
+  ]);
+  assert.equal(h.logs.filter((l) => /^W.*mass-deletion guard state="deletions paused/.test(l)).length, 1);
+
+  h.api.set("w1", kubeletNode("w1", { ready: "True", tainted: false }));
+  await settle(h);
+  assert.equal(h.metric("node_lifecycle_controller_deletions_paused"), 0);
+  assert.deepEqual(h.deletes.map((d) => d.name), ["dead"]);
+  assert.ok(h.logs.some((l) => /^I.*mass-deletion guard state="deletions allowed/.test(l)));
+});
+
+test("dry-run: never a DELETE; one 'would delete' event and log line per node", async () => {
+  const h = harness([kubeletNode("n1")], { dryRun: true });
+  await settle(h, 3);
+  assert.deepEqual(h.deletes, []);
+  assert.equal(h.probes.length, 3);
+  assert.deepEqual(
+    h.events.map((e) => [e.reason, e.message]),
+    [["WouldDeleteNode", "would delete (dry run): NotReady for 10m0s, timeout 5m0s; unreachable: no answer"]],
+  );
+  assert.equal(h.logs.filter((l) => l.includes("would delete node (dry run)")).length, 1);
+  assert.equal(h.metric('node_lifecycle_controller_deletions_total{result="dry-run"}'), 3);
+});
+
+test("ICMP unavailable is logged once, as a warning; TCP's answer still decides", async () => {
+  const nodes = [...Array.from({ length: 3 }, (_, i) => kubeletNode(`n${i}`)), ...healthy(3)];
+  const h = harness(nodes, {
+    probeResult: () => ({ alive: true, icmpUnavailable: true, detail: "reachable: tcp answered" }),
+  });
+  await settle(h, 2);
+  assert.equal(h.logs.filter((l) => l.includes("ICMP probes unavailable")).length, 1);
+  assert.match(h.logs.find((l) => l.includes("ICMP probes unavailable")) ?? "", /^W/);
+  assert.deepEqual(h.deletes, []);
+});
+
+test("node changes trigger one debounced pass; changes a decision cannot see trigger none", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout", "setInterval"] });
+  const node = kubeletNode("n1", { ready: "True" });
+  const h = harness([node], { debounceMs: 1000, reconcileIntervalMs: 30_000 });
+  const trim = nodeTransform(CONFIG);
+  const reconciles = () => h.metric("node_lifecycle_controller_reconciles_total");
+  h.controller.handlers.onAdd?.(trim(node)); // before start (the initial list): ignored
+  h.controller.start();
+  assert.equal(reconciles(), 1);
+
+  const heartbeat = structuredClone(node);
+  (heartbeat.metadata as { resourceVersion: string }).resourceVersion = "77777";
+  h.controller.handlers.onUpdate?.(trim(node), trim(heartbeat));
+  t.mock.timers.tick(5000);
+  assert.equal(reconciles(), 1);
+
+  const notReady = kubeletNode("n1", { notReadyForMs: 0 });
+  for (let i = 0; i < 5; i++) h.controller.handlers.onUpdate?.(trim(node), trim(notReady));
+  h.controller.handlers.onDelete?.(trim(node));
+  t.mock.timers.tick(999);
+  assert.equal(reconciles(), 1);
+  t.mock.timers.tick(1);
+  assert.equal(reconciles(), 2);
+  t.mock.timers.tick(30_000 - 5000 - 1000);
+  assert.equal(reconciles(), 3, "and the interval keeps running");
+  await h.controller.stop();
+  h.controller.handlers.onAdd?.(trim(node));
+  t.mock.timers.tick(60_000);
+  assert.equal(reconciles(), 3, "nothing after stop");
+});
