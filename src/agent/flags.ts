@@ -5,22 +5,17 @@ import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts
 import { type Env, flag, parseFlags, UsageError } from "../cli/flags.ts";
 import { dnsSubdomain, eachItem, positive } from "../cli/validate.ts";
 import { canonicalIP } from "./addresses.ts";
+import type { DetectionMethod } from "./detect.ts";
 
 /** Between the control-plane components' ports (10257-10259) and anything common on a hostNetwork node. */
 export const AGENT_HEALTH_PORT = 10263;
 
-/** How one address type (InternalIP or ExternalIP) is found. */
-export type IPDetection =
-  | { kind: "target"; targets: string[] }
-  | { kind: "cidr"; cidrs: string[] }
-  | { kind: "interface"; interfaces: string[] };
-
 export interface AgentFlags extends CommonFlags {
   nodeName: string;
   /** undefined: InternalIPs are left as kubelet wrote them. */
-  internal: IPDetection | undefined;
+  internal: DetectionMethod | undefined;
   /** undefined only when --external-ip-target is set empty and no other method is given. */
-  external: IPDetection | undefined;
+  external: DetectionMethod | undefined;
   removeTaint: boolean;
   reconcileIntervalMs: number;
   runOnce: boolean;
@@ -145,7 +140,7 @@ function detection(
   type: AddressType,
   lists: Record<Method, string[]>,
   isGiven: (method: Method) => boolean,
-): IPDetection | undefined {
+): DetectionMethod | undefined {
   const methods: Method[] = ["target", "cidr", "interface"];
   const chosen = methods.filter((method) => isGiven(method) && lists[method].length > 0);
   if (chosen.length > 1) {

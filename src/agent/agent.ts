@@ -1,0 +1,205 @@
+// The agent's reconcile loop around the pure rules: detect (netlink, no API call) → desiredAddresses
+// → write only what differs. Triggers: the watched Node, netlink address/route changes, and a resync
+// timer that re-runs only the local detection. Reconciles never overlap; a trigger during one runs
+// another right after, so the last change is never missed.
+import type { Node, NodeAddress, Taint } from "kubernetes-types/core/v1.js";
+import type { Logger } from "../cli/log.ts";
+import { backoffDelay, sleep } from "../kube/backoff.ts";
+import { isApiError } from "../kube/errors.ts";
+import type { EventRecorder } from "../kube/events.ts";
+import type { Resource } from "../kube/resource.ts";
+import type { Netlink } from "../net/netlink.ts";
+import { desiredAddresses, hasInternalIP, parseProvidedNodeIPs, sameAddresses } from "./addresses.ts";
+import { type Detection, type DetectionConfig, detectAddresses } from "./detect.ts";
+import type { AgentMetrics } from "./metrics.ts";
+
+export const UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized";
+export const PROVIDED_NODE_IP_ANNOTATION = "alpha.kubernetes.io/provided-node-ip";
+const MAX_CONFLICT_RETRIES = 5;
+
+export interface AgentOptions {
+  nodeName: string;
+  detection: DetectionConfig;
+  removeTaint: boolean;
+}
+
+export interface AgentDeps {
+  nodes: Resource<Node>;
+  netlink: Netlink;
+  events: EventRecorder;
+  log: Logger;
+  metrics: AgentMetrics;
+}
+
+/** What one reconcile did, for logs, tests and --run-once. */
+export interface ReconcileResult {
+  addressesWritten: boolean;
+  taintRemoved: boolean;
+  /** Why the taint stays, when it does. */
+  taintKept?: string;
+  detection: Detection;
+}
+
+interface Finding {
+  reason: "DetectionFailed" | "ProvidedNodeIPMismatch" | "TaintKept";
+  message: string;
+}
+
+export class NodeNotFoundError extends Error {
+  override name = "NodeNotFoundError";
+}
+
+export class Agent {
+  private readonly options: AgentOptions;
+  private readonly deps: AgentDeps;
+  private running: Promise<void> | undefined;
+  private again = false;
+  /** Findings of the previous reconcile: each is reported when it appears, not on every pass (no writes at rest). */
+  private findings = new Set<string>();
+  /** Outcome of the last reconcile, for /readyz. */
+  lastError: unknown;
+
+  constructor(options: AgentOptions, deps: AgentDeps) {
+    this.options = options;
+    this.deps = deps;
+  }
+
+  /**
+   * Asks for a reconcile. `cached` supplies the Node the informer holds (no API call when nothing
+   * changes); conflicts fall back to fresh reads.
+   */
+  trigger(cached: () => Node | undefined): void {
+    if (this.running) {
+      this.again = true;
+      return;
+    }
+    this.running = (async () => {
+      do {
+        this.again = false;
+        await this.reconcile(cached).then(
+          () => {
+            this.lastError = undefined;
+          },
+          (err: unknown) => {
+            this.lastError = err;
+            this.report(err);
+          },
+        );
+      } while (this.again);
+      this.running = undefined;
+    })();
+  }
+
+  /** Resolves when no reconcile is running (tests and shutdown). */
+  async idle(): Promise<void> {
+    while (this.running) await this.running;
+  }
+
+  /** One reconcile: detect locally, then bring the Node in line, re-reading it on conflicts. */
+  async reconcile(cached: () => Node | undefined): Promise<ReconcileResult> {
+    const { metrics, log } = this.deps;
+    const started = performance.now();
+    const detection = await detectAddresses(this.deps.netlink, this.options.detection);
+    metrics.detectionSeconds.observe((performance.now() - started) / 1000);
+
+    let node = cached();
+    for (let attempt = 0; ; attempt++) {
+      node ??= await this.fetch();
+      try {
+        const result = await this.apply(node, detection);
+        metrics.reconciles.with({ result: "ok" }).inc();
+        metrics.lastSuccess.set(Date.now() / 1000);
+        return result;
+      } catch (err) {
+        if (!isApiError(err, "Conflict") || attempt >= MAX_CONFLICT_RETRIES) throw err;
+        log.v(2)?.("node changed while we wrote it; re-reading", { attempt });
+        metrics.conflicts.inc();
+        await sleep(backoffDelay(attempt, { baseMs: 50, capMs: 1000 }));
+        node = undefined;
+      }
+    }
+  }
+
+  private async fetch(): Promise<Node> {
+    try {
+      return await this.deps.nodes.get(this.options.nodeName);
+    } catch (err) {
+      if (isApiError(err, "NotFound")) throw new NodeNotFoundError(`node "${this.options.nodeName}" not found`);
+      throw err;
+    }
+  }
+
+  private async apply(node: Node, detection: Detection): Promise<ReconcileResult> {
+    const current = node.status?.addresses ?? [];
+    const providedNodeIPs = parseProvidedNodeIPs(node.metadata?.annotations?.[PROVIDED_NODE_IP_ANNOTATION]);
+    const plan = desiredAddresses(current, detection, { providedNodeIPs });
+    const findings: Finding[] = [
+      ...detection.problems.map((p): Finding => ({ reason: "DetectionFailed", message: `${p.type}: ${p.message}` })),
+      ...plan.notes.map((message): Finding => ({ reason: "ProvidedNodeIPMismatch", message })),
+    ];
+    for (const p of detection.problems) this.deps.metrics.detectionProblems.with({ type: p.type, reason: p.reason }).inc();
+
+    let written = node;
+    const addressesWritten = !sameAddresses(plan.addresses, current);
+    if (addressesWritten) {
+      written = await this.deps.nodes.update({ ...node, status: { ...node.status, addresses: plan.addresses } }, { subresource: "status" });
+      this.deps.metrics.writes.with({ what: "addresses" }).inc();
+      this.deps.log.info("node addresses updated", { node: this.options.nodeName, addresses: describe(plan.addresses), previous: describe(current) });
+      this.deps.events.record(objectRef(node), "Normal", "AddressesUpdated", `Node addresses set to ${describe(plan.addresses)}`);
+    }
+    const taint = await this.removeTaintIfReady(written, plan.addresses);
+    if (taint.taintKept) findings.push({ reason: "TaintKept", message: `Keeping ${UNINITIALIZED_TAINT}: ${taint.taintKept}` });
+    this.reportFindings(node, findings);
+    return { addressesWritten, ...taint, detection };
+  }
+
+  /** The node is initialised once it has an InternalIP (kubelet's, provided or detected). */
+  private async removeTaintIfReady(node: Node, addresses: NodeAddress[]): Promise<Pick<ReconcileResult, "taintRemoved" | "taintKept">> {
+    const taints = node.spec?.taints ?? [];
+    const index = taints.findIndex((t) => t.key === UNINITIALIZED_TAINT);
+    if (!this.options.removeTaint || index < 0) return { taintRemoved: false };
+    if (!hasInternalIP(addresses)) return { taintRemoved: false, taintKept: "no InternalIP yet (from kubelet, provided-node-ip or detection)" };
+    // A JSON patch that fails unless the object is still the one we read (resourceVersion → 409)
+    // and the taint is still where we saw it: it removes our taint and nothing else.
+    await this.deps.nodes.patch(this.options.nodeName, "json", [
+      { op: "replace", path: "/metadata/resourceVersion", value: node.metadata?.resourceVersion },
+      { op: "test", path: `/spec/taints/${index}`, value: taints[index] as Taint },
+      { op: "remove", path: `/spec/taints/${index}` },
+    ]);
+    this.deps.metrics.writes.with({ what: "taint" }).inc();
+    this.deps.log.info("node initialised: taint removed", { node: this.options.nodeName, taint: UNINITIALIZED_TAINT });
+    this.deps.events.record(objectRef(node), "Normal", "TaintRemoved", `Removed ${UNINITIALIZED_TAINT}: the node has its addresses`);
+    return { taintRemoved: true };
+  }
+
+  /**
+   * Detection problems, disagreements and a kept taint are reported (log + Event) when they appear;
+   * one that persists is not reported again, so a steady state costs no API writes.
+   */
+  private reportFindings(node: Node, findings: Finding[]): void {
+    const current = new Set<string>();
+    for (const finding of findings) {
+      const key = `${finding.reason}\u0000${finding.message}`;
+      current.add(key);
+      if (this.findings.has(key)) continue;
+      this.deps.log.warn(finding.message, { node: this.options.nodeName, reason: finding.reason });
+      this.deps.events.record(objectRef(node), "Warning", finding.reason, finding.message);
+    }
+    this.findings = current;
+  }
+
+  private report(err: unknown): void {
+    const reason = isApiError(err) ? err.reason : err instanceof NodeNotFoundError ? "NodeNotFound" : "Error";
+    this.deps.metrics.reconciles.with({ result: "error" }).inc();
+    this.deps.metrics.errors.with({ reason }).inc();
+    this.deps.log.error("reconcile failed", { node: this.options.nodeName, reason, error: (err as Error).message });
+  }
+}
+
+function objectRef(node: Node) {
+  return { apiVersion: "v1", kind: "Node", name: node.metadata?.name, uid: node.metadata?.uid };
+}
+
+function describe(addresses: NodeAddress[]): string {
+  return addresses.map((a) => `${a.type}=${a.address}`).join(", ") || "(none)";
+}

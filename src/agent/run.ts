@@ -1,0 +1,96 @@
+// The local-ccm program: flags → client → (one reconcile | watch + netlink + resync loop) → health.
+import type { Node } from "kubernetes-types/core/v1.js";
+import { startHealthServer } from "../cli/health.ts";
+import { createLogger } from "../cli/log.ts";
+import type { MainContext } from "../cli/main.ts";
+import { KubeClient } from "../kube/client.ts";
+import { loadClientConfig } from "../kube/config.ts";
+import { EventRecorder } from "../kube/events.ts";
+import { Informer } from "../kube/informer.ts";
+import { Resource } from "../kube/resource.ts";
+import { openNetlink } from "../net/netlink.ts";
+import { Agent } from "./agent.ts";
+import { parseAgentFlags } from "./flags.ts";
+import { createAgentMetrics } from "./metrics.ts";
+
+/** Netlink events come in bursts (an address add brings routes with it): one reconcile per burst. */
+const NETLINK_DEBOUNCE_MS = 200;
+
+export async function runAgent(ctx: MainContext): Promise<void> {
+  // Everything that can be wrong with the input fails here, before any API call.
+  const flags = parseAgentFlags(ctx.argv, ctx.env);
+  ctx.setVerbosity(flags.verbosity);
+  const log = createLogger({ verbosity: flags.verbosity, format: flags.logFormat });
+  const config = await loadClientConfig({ kubeconfig: flags.kubeconfig || undefined, env: ctx.env });
+
+  const metrics = createAgentMetrics();
+  const client = new KubeClient(config, {
+    component: "local-ccm",
+    onResponse: (verb, code) => metrics.apiRequests.with({ verb, code }).inc(),
+  });
+  const netlink = openNetlink();
+  const events = new EventRecorder(client, {
+    component: "local-ccm",
+    host: flags.nodeName,
+    onError: (err) => log.v(2)?.("event not recorded", { error: (err as Error).message }),
+  });
+  const nodes = new Resource<Node>(client, { group: "", version: "v1", plural: "nodes" });
+  const agent = new Agent(
+    { nodeName: flags.nodeName, detection: { external: flags.external, internal: flags.internal }, removeTaint: flags.removeTaint },
+    { nodes, netlink, events, log, metrics },
+  );
+  const closeAll = async () => {
+    await events.flush();
+    netlink.close();
+    client.close();
+  };
+
+  if (flags.runOnce) {
+    ctx.onShutdown(closeAll);
+    const result = await agent.reconcile(() => undefined);
+    log.info("reconciled once", { node: flags.nodeName, addressesWritten: result.addressesWritten, taintRemoved: result.taintRemoved });
+    return;
+  }
+
+  // Only this Node is watched; its cache is the state we compare against, so at rest no request is made.
+  const informer = new Informer(nodes, {
+    fieldSelector: `metadata.name=${flags.nodeName}`,
+    onError: (err) => log.warn("watching the node failed; retrying", { error: (err as Error).message }),
+  });
+  const cached = () => informer.get(flags.nodeName);
+  const reconcile = () => agent.trigger(cached);
+  informer.addHandlers({ onAdd: reconcile, onUpdate: reconcile });
+  const changes = netlink.watchChanges(reconcile, NETLINK_DEBOUNCE_MS);
+  const resync = setInterval(reconcile, flags.reconcileIntervalMs);
+  const health = flags.healthBindAddress
+    ? await startHealthServer({
+        address: flags.healthBindAddress,
+        metrics: metrics.registry,
+        ready: () => {
+          if (!informer.hasSynced()) return { ok: false, reason: "node watch not synced yet" };
+          if (!cached()) return { ok: false, reason: `node "${flags.nodeName}" not found` };
+          if (agent.lastError) return { ok: false, reason: `last reconcile failed: ${(agent.lastError as Error).message}` };
+          return { ok: true };
+        },
+      })
+    : undefined;
+
+  const stopped = new Promise<void>((resolve) => {
+    ctx.onShutdown(async () => {
+      clearInterval(resync);
+      changes.close();
+      await informer.stop();
+      await agent.idle();
+      await health?.close();
+      await closeAll();
+      resolve();
+    });
+  });
+  informer.start();
+  log.info("local-ccm started", { node: flags.nodeName, health: health?.address ?? "off" });
+  await informer.waitForSync();
+  if (!cached()) log.warn("node not found yet; waiting for it to be registered", { node: flags.nodeName });
+  await stopped;
+}
+
+

@@ -1,0 +1,6 @@
+#!/usr/bin/env node
+// local-ccm: the node agent (DaemonSet). See src/agent/run.ts.
+import { runAgent } from "../agent/run.ts";
+import { runMain } from "../cli/main.ts";
+
+runMain("local-ccm", runAgent);

@@ -1,0 +1,200 @@
+// The agent process in a network namespace against the real control plane, under the RBAC we
+// ship: initialising a kubelet-like Node, dual-stack, internal + external, air-gapped, drift
+// repair, address changes, a concurrent writer, an apiserver restart, and no writes at rest.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { after, before, describe, test } from "node:test";
+import type { Event } from "kubernetes-types/core/v1.js";
+import { Resource } from "../../src/kube/resource.ts";
+import { waitFor } from "../wait.ts";
+import { addressesOf, hasUninitializedTaint, registerNode, startAgent, startWorld, type World } from "./harness.ts";
+
+interface AuditEvent {
+  userAgent?: string;
+  verb: string;
+  objectRef?: { resource?: string; subresource?: string; name?: string };
+  responseStatus?: { code: number };
+  requestReceivedTimestamp: string;
+}
+
+/**
+ * The agents' requests in the audit log (by user agent), as "verb resource[/subresource] code";
+ * `name` narrows to one object.
+ */
+function agentRequests(world: World, since: number, name?: string): string[] {
+  const lines = readFileSync(world.plane.auditLogPath as string, "utf8").split("\n").filter(Boolean);
+  return lines
+    .map((line) => JSON.parse(line) as AuditEvent)
+    .filter((e) => e.userAgent?.startsWith("local-ccm/") && e.userAgent.endsWith("(local-ccm)") && Date.parse(e.requestReceivedTimestamp) >= since)
+    .filter((e) => name === undefined || e.objectRef?.name === name)
+    .map((e) => `${e.verb} ${e.objectRef?.resource ?? ""}${e.objectRef?.subresource ? `/${e.objectRef.subresource}` : ""} ${e.responseStatus?.code}`);
+}
+
+/** Someone else rewrites the Node's addresses without the ExternalIP (what the agent manages here). */
+async function dropExternalIPs(world: World, name: string): Promise<void> {
+  const n = await world.nodes.get(name);
+  const addresses = (n.status?.addresses ?? []).filter((a) => a.type !== "ExternalIP");
+  await world.nodes.update({ ...n, status: { ...n.status, addresses } }, { subresource: "status" });
+}
+
+describe("local-ccm agent in a network namespace against the real control plane", () => {
+  let world: World;
+  let events: Resource<Event>;
+  const reasonsFor = async (name: string) => (await events.list({ fieldSelector: `involvedObject.name=${name}` })).items.map((e) => e.reason);
+
+  before(async () => {
+    world = await startWorld();
+    events = new Resource<Event>(world.plane.admin, { group: "", version: "v1", plural: "events", namespace: "default" });
+  });
+  after(async () => {
+    await world?.stop();
+  });
+
+  test("a kubelet-like Node gets its ExternalIP, keeps kubelet's addresses, loses the taint; then drift is repaired and nothing is written at rest", async () => {
+    const node = await world.nodeHost(0);
+    await registerNode(world.nodes, "node-0", "198.18.100.10");
+    const agent = startAgent(node, ["--node-name=node-0", "--reconcile-interval=1s"]);
+    try {
+      const expected = ["InternalIP=198.18.100.10", `ExternalIP=${node.external.v4}`, "Hostname=node-0"];
+      const ready = await waitFor("addresses and taint", async () => {
+        const n = await world.nodes.get("node-0");
+        return !hasUninitializedTaint(n) && addressesOf(n).join() === expected.join() && n;
+      });
+      assert.deepEqual(addressesOf(ready), expected);
+      await waitFor("events", async () => (await reasonsFor("node-0")).includes("TaintRemoved"));
+      assert.deepEqual((await reasonsFor("node-0")).sort(), ["AddressesUpdated", "TaintRemoved"]);
+
+      // Someone overwrites the addresses: the watch sees it and the agent repairs them.
+      await dropExternalIPs(world, "node-0");
+      await waitFor("drift repaired", async () => addressesOf(await world.nodes.get("node-0")).join() === expected.join() || undefined);
+
+      // At rest (several resync intervals), the agent writes nothing and reads nothing.
+      await new Promise((resolve) => setTimeout(resolve, 1500));
+      const quietFrom = Date.now();
+      await new Promise((resolve) => setTimeout(resolve, 4000));
+      assert.deepEqual(agentRequests(world, quietFrom), [], "no API request at rest");
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  test("dual-stack targets and an internal target on a second NIC; an ExternalIP equal to an InternalIP is not written", async () => {
+    const node = await world.nodeHost(1, { lan: true });
+    await registerNode(world.nodes, "node-1", node.lan?.v4 as string);
+    const agent = startAgent(node, [
+      "--node-name=node-1",
+      "--external-ip-target=8.8.8.8,2001:4860:4860::8888",
+      `--internal-ip-target=${node.lan?.gateway},8.8.8.8`,
+    ]);
+    try {
+      // InternalIP: the provided IP first (it equals the LAN source), then 8.8.8.8's source; that
+      // source is also the v4 ExternalIP, which is therefore not written as ExternalIP.
+      const expected = [`InternalIP=${node.lan?.v4}`, `InternalIP=${node.external.v4}`, `ExternalIP=${node.external.v6}`, "Hostname=node-1"];
+      await waitFor("dual-stack addresses", async () => addressesOf(await world.nodes.get("node-1")).join() === expected.join() || undefined);
+      assert.ok(!hasUninitializedTaint(await world.nodes.get("node-1")));
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  test("air-gapped (no route to the target): a DetectionFailed warning, kubelet's InternalIP kept, and the taint still goes", async () => {
+    const node = await world.nodeHost(2, { airGapped: true });
+    await registerNode(world.nodes, "node-2", "198.18.100.12");
+    const agent = startAgent(node, ["--node-name=node-2"]);
+    try {
+      await waitFor("taint removed", async () => !hasUninitializedTaint(await world.nodes.get("node-2")));
+      assert.deepEqual(addressesOf(await world.nodes.get("node-2")), ["InternalIP=198.18.100.12", "Hostname=node-2"]);
+      const warning = await waitFor("a DetectionFailed event", async () =>
+        (await events.list({ fieldSelector: "involvedObject.name=node-2,reason=DetectionFailed" })).items[0],
+      );
+      assert.equal(warning.type, "Warning");
+      assert.match(warning.message ?? "", /ExternalIP.*8\.8\.8\.8/);
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  test("a local address change reaches the Node; a concurrent writer loses nothing and causes no flapping", async () => {
+    const node = await world.nodeHost(3);
+    await registerNode(world.nodes, "node-3", "198.18.100.13");
+    const agent = startAgent(node, ["--node-name=node-3", "--reconcile-interval=1m"]);
+    try {
+      await waitFor("first ExternalIP", async () => addressesOf(await world.nodes.get("node-3")).includes(`ExternalIP=${node.external.v4}`));
+      // Another writer keeps updating the same Node (labels and a condition) while the address moves.
+      let stopWriter = false;
+      const writer = (async () => {
+        for (let i = 0; i < 200 && !stopWriter; i++) {
+          await world.nodes.patch("node-3", "merge", { metadata: { labels: { round: String(i) } } });
+          const n = await world.nodes.get("node-3");
+          await world.nodes
+            .update({ ...n, status: { ...n.status, conditions: [{ type: "Ready", status: "True", reason: `round${i}`, lastHeartbeatTime: new Date().toISOString() }] } }, { subresource: "status" })
+            .catch(() => {}); // conflicts with the agent are the writer's problem, not ours
+        }
+      })();
+      const moved = "198.18.13.20";
+      await node.host.ip("address", "add", `${moved}/24`, "dev", (await node.host.ip("-o", "-4", "route", "get", "8.8.8.8")).match(/dev (\S+)/)?.[1] as string);
+      await node.host.ip("route", "replace", "default", "via", "198.18.13.1", "src", moved);
+      const updated = await waitFor("the new ExternalIP", async () => {
+        const n = await world.nodes.get("node-3");
+        return addressesOf(n).join() === ["InternalIP=198.18.100.13", `ExternalIP=${moved}`, "Hostname=node-3"].join() && n;
+      });
+      stopWriter = true;
+      await writer;
+      const final = await world.nodes.get("node-3");
+      assert.deepEqual(addressesOf(final), addressesOf(updated), "the writer's updates did not undo the addresses");
+      assert.equal(final.status?.conditions?.[0]?.type, "Ready", "the agent did not drop the writer's condition");
+      // Writes that lost a race (409) change nothing; the ones that went through set each address once.
+      const statusWrites = agentRequests(world, 0, "node-3").filter((r) => r === "update nodes/status 200");
+      assert.equal(statusWrites.length, 2, `no flapping: ${agentRequests(world, 0, "node-3").join(", ")}`);
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  test("an apiserver restart is survived: the watch comes back and drift is repaired again", async () => {
+    const node = await world.nodeHost(4);
+    await registerNode(world.nodes, "node-4", "198.18.100.14");
+    const agent = startAgent(node, ["--node-name=node-4"]);
+    try {
+      const expected = ["InternalIP=198.18.100.14", `ExternalIP=${node.external.v4}`, "Hostname=node-4"].join();
+      await waitFor("initialised", async () => addressesOf(await world.nodes.get("node-4")).join() === expected || undefined);
+      await world.plane.restartApiserver();
+      await dropExternalIPs(world, "node-4");
+      await waitFor("repaired after the restart", async () => addressesOf(await world.nodes.get("node-4")).join() === expected || undefined, 60_000);
+      assert.equal(agent.child.exitCode, null, "the agent kept running");
+    } finally {
+      await agent.stop();
+    }
+  });
+
+  test("--run-once reconciles and exits 0; a missing Node exits 1 with the reason", async () => {
+    const node = await world.nodeHost(5);
+    await registerNode(world.nodes, "node-5", "198.18.100.15");
+    const once = startAgent(node, ["--node-name=node-5", "--run-once"]);
+    assert.equal(await once.exited, 0, once.output());
+    const n = await world.nodes.get("node-5");
+    assert.ok(addressesOf(n).includes(`ExternalIP=${node.external.v4}`));
+    assert.ok(!hasUninitializedTaint(n));
+    const missing = startAgent(node, ["--node-name=no-such-node", "--run-once"]);
+    assert.equal(await missing.exited, 1);
+    assert.match(missing.output(), /local-ccm: node "no-such-node" not found/);
+  });
+
+  test("an RBAC denial names the missing permission; bad input exits 2 before any API call", async () => {
+    const node = await world.nodeHost(6);
+    await registerNode(world.nodes, "node-6", "198.18.100.16");
+    const port = new URL(world.plane.server).port;
+    const unbound = await world.plane.serviceAccountKubeconfig({ namespace: "kube-system", name: "unbound", server: `https://198.18.206.1:${port}` });
+    const denied = startAgent({ ...node, kubeconfig: unbound }, ["--node-name=node-6", "--run-once"]);
+    assert.equal(await denied.exited, 1);
+    assert.match(denied.output(), /cannot get resource "nodes"/);
+
+    const since = Date.now();
+    for (const args of [["--node-name=node-6", "--external-ip-cidr=198.18.0.0/33"], ["--node-name=node-6", "--bogus"], ["--reconcile-interval=10s"]]) {
+      const bad = startAgent(node, args);
+      assert.equal(await bad.exited, 2, bad.output());
+      assert.equal(bad.output().trim().split("\n").length, 1, `one line: ${bad.output()}`);
+    }
+    assert.deepEqual(agentRequests(world, since), [], "no API call on bad input");
+  });
+});

@@ -1,0 +1,124 @@
+// A world for agent tests: a real control plane, and per scenario a "node" network namespace
+// where the agent process runs. The node reaches the apiserver over a veth to the root namespace,
+// and has its default routes (v4 and v6) into a "gateway" namespace that forwards nothing, so a
+// route lookup for 8.8.8.8 resolves while no packet can leave this machine.
+import { type ChildProcess, spawn } from "node:child_process";
+import path from "node:path";
+import type { Node, NodeAddress } from "kubernetes-types/core/v1.js";
+import { Resource } from "../../src/kube/resource.ts";
+import { type ControlPlane, startControlPlane } from "../controlplane/controlplane.ts";
+import { createNetwork, type Host, type Network } from "../netns/netns.ts";
+
+const AGENT = path.resolve(import.meta.dirname, "../../src/bin/local-ccm.ts");
+const RBAC = path.resolve(import.meta.dirname, "../../deploy/rbac.yaml");
+export const UNINITIALIZED = { key: "node.cloudprovider.kubernetes.io/uninitialized", value: "true", effect: "NoSchedule" };
+
+export interface World {
+  plane: ControlPlane;
+  net: Network;
+  nodes: Resource<Node>;
+  /** A node namespace for scenario `slot` (0–7), with the agent's kubeconfig for it. */
+  nodeHost(slot: number, options?: { airGapped?: boolean; lan?: boolean }): Promise<NodeHost>;
+  stop(): Promise<void>;
+}
+
+export interface NodeHost {
+  host: Host;
+  /** The node's address towards the gateway (what 8.8.8.8 resolves to), v4 and v6. */
+  external: { v4: string; v6: string };
+  /** The node's address on the internal LAN link, when asked for. */
+  lan: { v4: string; gateway: string } | undefined;
+  kubeconfig: string;
+}
+
+const SLOTS = 8;
+const rootIP = (slot: number) => `198.18.${200 + slot}.1`;
+
+export async function startWorld(): Promise<World> {
+  const net = await createNetwork();
+  // The apiserver's certificate must name every root-side address a node namespace uses.
+  const plane = await startControlPlane({ extraIPs: Array.from({ length: SLOTS }, (_, slot) => rootIP(slot)), audit: true }).catch(async (err) => {
+    await net.remove();
+    throw err;
+  });
+  await plane.kubectl(["apply", "-f", RBAC]);
+  const nodes = new Resource<Node>(plane.admin, { group: "", version: "v1", plural: "nodes" });
+  return {
+    plane,
+    net,
+    nodes,
+    async nodeHost(slot, options = {}) {
+      const host = await net.host();
+      await net.link("root", host, { addressesA: [`${rootIP(slot)}/24`], addressesB: [`198.18.${200 + slot}.2/24`] });
+      const gateway = await net.host();
+      const external = { v4: `198.18.${10 + slot}.10`, v6: `fd00:198:18:${10 + slot}::10` };
+      await net.link(host, gateway, {
+        addressesA: [`${external.v4}/24`, `${external.v6}/64`],
+        addressesB: [`198.18.${10 + slot}.1/24`, `fd00:198:18:${10 + slot}::1/64`],
+      });
+      if (!options.airGapped) {
+        await host.ip("route", "add", "default", "via", `198.18.${10 + slot}.1`);
+        await host.ip("-6", "route", "add", "default", "via", `fd00:198:18:${10 + slot}::1`);
+      }
+      let lan: NodeHost["lan"];
+      if (options.lan) {
+        const lanHost = await net.host();
+        lan = { v4: `198.18.${50 + slot}.10`, gateway: `198.18.${50 + slot}.1` };
+        await net.link(host, lanHost, { addressesA: [`${lan.v4}/24`], addressesB: [`${lan.gateway}/24`] });
+      }
+      const port = new URL(plane.server).port;
+      const kubeconfig = await plane.serviceAccountKubeconfig({ namespace: "kube-system", name: "local-ccm", server: `https://${rootIP(slot)}:${port}` });
+      return { host, external, lan, kubeconfig };
+    },
+    async stop() {
+      await plane.stop();
+      await net.remove();
+    },
+  };
+}
+
+/** Registers a Node the way kubelet --cloud-provider=external does. */
+export async function registerNode(nodes: Resource<Node>, name: string, kubeletIP: string): Promise<Node> {
+  const node = await nodes.create({
+    metadata: { name, annotations: { "alpha.kubernetes.io/provided-node-ip": kubeletIP } },
+    spec: { taints: [UNINITIALIZED] },
+  });
+  const addresses: NodeAddress[] = [
+    { type: "InternalIP", address: kubeletIP },
+    { type: "Hostname", address: name },
+  ];
+  return nodes.update({ ...node, status: { addresses } }, { subresource: "status" });
+}
+
+export interface AgentProcess {
+  child: ChildProcess;
+  /** Everything the agent logged so far. */
+  output(): string;
+  exited: Promise<number | null>;
+  stop(): Promise<number | null>;
+}
+
+export function startAgent(node: NodeHost, args: string[]): AgentProcess {
+  const [command, argv] = node.host.wrap(process.execPath, [AGENT, `--kubeconfig=${node.kubeconfig}`, "--health-bind-address=", ...args]);
+  const child = spawn(command, argv, { stdio: ["ignore", "pipe", "pipe"] });
+  let output = "";
+  child.stdout?.on("data", (chunk: Buffer) => {
+    output += chunk;
+  });
+  child.stderr?.on("data", (chunk: Buffer) => {
+    output += chunk;
+  });
+  const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
+  return {
+    child,
+    output: () => output,
+    exited,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+      return exited;
+    },
+  };
+}
+
+export const addressesOf = (node: Node) => (node.status?.addresses ?? []).map((a) => `${a.type}=${a.address}`);
+export const hasUninitializedTaint = (node: Node) => (node.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED.key);
