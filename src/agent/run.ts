@@ -52,9 +52,11 @@ export async function runAgent(ctx: MainContext): Promise<void> {
     return;
   }
 
-  // Only this Node is watched; its cache is the state we compare against, so at rest no request is made.
+  // Only this Node is watched; its cache is the state we compare against, so at rest the only
+  // request is the watch's renewal, every 30-60 min (≤ 2 per hour; bookmarks keep it resumable).
   const informer = new Informer(nodes, {
     fieldSelector: `metadata.name=${flags.nodeName}`,
+    watchTimeoutSeconds: { min: 1800, max: 3600 },
     onError: (err) => log.warn("watching the node failed; retrying", { error: (err as Error).message }),
   });
   const cached = () => informer.get(flags.nodeName);

@@ -17,6 +17,11 @@ export interface InformerOptions<T> extends Selectors {
   pageSize?: number;
   /** Trims each object before it is cached (e.g. drop managedFields), like client-go's SetTransform. */
   transform?: (obj: T) => T;
+  /**
+   * Seconds after which the server ends each watch and the informer renews it, drawn at random from
+   * this range so that many watchers do not reconnect in step. Default 300–600 (client-go's).
+   */
+  watchTimeoutSeconds?: { min: number; max: number };
   /** Called when a list or watch fails (for logs and metrics); the informer retries by itself. */
   onError?: (err: unknown) => void;
 }
@@ -130,8 +135,8 @@ export class Informer<T extends KubeObject> {
 
   private async watchOnce(): Promise<void> {
     const { labelSelector, fieldSelector } = this.options;
-    // Randomised like client-go (5–10 min) so that many watchers do not reconnect in step.
-    const timeoutSeconds = 300 + Math.floor(Math.random() * 300);
+    const { min, max } = this.options.watchTimeoutSeconds ?? { min: 300, max: 600 };
+    const timeoutSeconds = min + Math.floor(Math.random() * (max - min));
     const events = this.resource.watch({
       labelSelector,
       fieldSelector,

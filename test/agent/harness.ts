@@ -98,8 +98,9 @@ export interface AgentProcess {
   stop(): Promise<number | null>;
 }
 
-export function startAgent(node: NodeHost, args: string[]): AgentProcess {
-  const [command, argv] = node.host.wrap(process.execPath, [AGENT, `--kubeconfig=${node.kubeconfig}`, "--health-bind-address=", ...args]);
+/** Runs the agent in the node's namespace; `entry` may name a bundle (benchmarks measure what ships). */
+export function startAgent(node: NodeHost, args: string[], entry = AGENT): AgentProcess {
+  const [command, argv] = node.host.wrap(process.execPath, [entry, `--kubeconfig=${node.kubeconfig}`, "--health-bind-address=", ...args]);
   const child = spawn(command, argv, { stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   child.stdout?.on("data", (chunk: Buffer) => {

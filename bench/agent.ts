@@ -1,0 +1,101 @@
+// `npm run bench:agent`: the bundled agent in a network namespace against the real control plane.
+// Prints API requests and writes at rest (audit log, by user agent, scaled to an hour), drift-repair
+// and IP-change latency (p50/p99 over BENCH_TRIALS trials), RSS, and start-to-first-reconcile time.
+// Budgets (issue 4): 0 writes and ≤ 4 requests per hour at rest; both latencies ≤ 1 s p99.
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { setTimeout as delay } from "node:timers/promises";
+import type { Node } from "kubernetes-types/core/v1.js";
+import { isApiError } from "../src/kube/errors.ts";
+import { Informer } from "../src/kube/informer.ts";
+import { bundle } from "../scripts/bundle.ts";
+import { addressesOf, registerNode, startAgent, startWorld } from "../test/agent/harness.ts";
+
+const TRIALS = Number(process.env.BENCH_TRIALS ?? 50);
+const REST_SECONDS = Number(process.env.BENCH_REST_SECONDS ?? 120);
+const entry = path.join(import.meta.dirname, "../.cache/bench/local-ccm.cjs");
+await bundle(path.join(import.meta.dirname, "../src/bin/local-ccm.ts"), entry);
+
+const world = await startWorld();
+try {
+  const node = await world.nodeHost(0);
+  await registerNode(world.nodes, "bench-node", "198.18.100.10");
+  // Our own watch on the Node timestamps every change the agent makes.
+  const seen: { at: number; addresses: string[] }[] = [];
+  const informer = new Informer(world.nodes, { fieldSelector: "metadata.name=bench-node" });
+  informer.addHandlers({ onUpdate: (_, n: Node) => seen.push({ at: performance.now(), addresses: addressesOf(n) }) });
+  informer.start();
+  await informer.waitForSync();
+  const until = async (what: string, check: (addresses: string[]) => boolean, from: number): Promise<number> => {
+    for (let i = 0; i < 2000; i++) {
+      const hit = seen.find((s) => s.at >= from && check(s.addresses));
+      if (hit) return hit.at - from;
+      await delay(2);
+    }
+    throw new Error(`no ${what} within 4 s`);
+  };
+
+  const started = performance.now();
+  const agent = startAgent(node, ["--node-name=bench-node", "--reconcile-interval=10s"], entry);
+  const firstReconcile = await until("first reconcile", (a) => a.includes(`ExternalIP=${node.external.v4}`), started);
+
+  const driftMs: number[] = [];
+  /** Someone else removes the ExternalIP (retrying when the agent wrote in between). */
+  const dropExternalIP = async () => {
+    for (let attempt = 0; ; attempt++) {
+      const n = await world.nodes.get("bench-node");
+      const addresses = (n.status?.addresses ?? []).filter((a) => a.type !== "ExternalIP");
+      try {
+        return await world.nodes.update({ ...n, status: { ...n.status, addresses } }, { subresource: "status" });
+      } catch (err) {
+        if (!isApiError(err, "Conflict") || attempt >= 10) throw err;
+      }
+    }
+  };
+  for (let i = 0; i < TRIALS; i++) {
+    await dropExternalIP();
+    const t0 = performance.now();
+    driftMs.push(await until("drift repair", (a) => a.includes(`ExternalIP=${node.external.v4}`), t0));
+  }
+
+  const changeMs: number[] = [];
+  const alternate = "198.18.10.20";
+  await node.host.ip("address", "add", `${alternate}/24`, "dev", (await node.host.ip("-o", "-4", "route", "get", "8.8.8.8")).match(/dev (\S+)/)?.[1] as string);
+  for (let i = 0; i < TRIALS; i++) {
+    const source = i % 2 === 0 ? alternate : node.external.v4;
+    await node.host.ip("route", "replace", "default", "via", "198.18.10.1", "src", source);
+    const t0 = performance.now();
+    changeMs.push(await until("IP change", (a) => a.includes(`ExternalIP=${source}`), t0));
+  }
+
+  // At rest: nothing changes for REST_SECONDS; count what the agent asks of the apiserver.
+  await delay(3000);
+  const restFrom = Date.now();
+  await delay(REST_SECONDS * 1000);
+  const restTo = Date.now();
+  const requests = new Map<string, string>();
+  for (const line of readFileSync(world.plane.auditLogPath as string, "utf8").split("\n").filter(Boolean)) {
+    const e = JSON.parse(line) as { auditID: string; userAgent?: string; verb: string; requestReceivedTimestamp: string };
+    const at = Date.parse(e.requestReceivedTimestamp);
+    if (e.userAgent?.endsWith("(local-ccm)") && at >= restFrom && at < restTo) requests.set(e.auditID, e.verb);
+  }
+  const writes = [...requests.values()].filter((verb) => !["get", "list", "watch"].includes(verb)).length;
+  const status = readFileSync(`/proc/${agent.child.pid}/status`, "utf8");
+  const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)?.[1]) / 1024;
+  await agent.stop();
+  await informer.stop();
+
+  const pct = (values: number[], p: number) => [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.ceil((p / 100) * values.length) - 1)] as number;
+  const perHour = (count: number) => ((count * 3600) / REST_SECONDS).toFixed(1);
+  const ms = (v: number) => `${v.toFixed(0)} ms`;
+  console.log(`local-ccm agent (bundled, Node ${process.version}), ${TRIALS} trials, ${REST_SECONDS} s at rest`);
+  console.log(`  start to first reconcile          ${ms(firstReconcile)}`);
+  console.log(`  drift repair       p50 / p99      ${ms(pct(driftMs, 50))} / ${ms(pct(driftMs, 99))}`);
+  console.log(`  IP change to Node  p50 / p99      ${ms(pct(changeMs, 50))} / ${ms(pct(changeMs, 99))}`);
+  console.log(`  API requests at rest              ${requests.size} in ${REST_SECONDS} s = ${perHour(requests.size)} per hour (${[...new Set(requests.values())].join(", ") || "none"})`);
+  console.log(`  API writes at rest                ${writes} = ${perHour(writes)} per hour`);
+  console.log("  watch renewal (by design)         every 30-60 min: at most 2 requests per hour");
+  console.log(`  RSS / anonymous at rest           ${kib("VmRSS").toFixed(1)} MiB / ${kib("RssAnon").toFixed(1)} MiB`);
+} finally {
+  await world.stop();
+}
