@@ -1,0 +1,169 @@
+// The node-lifecycle-controller program: flags → API client → one informer on all nodes → leader
+// election → reconcile loop, with health and metrics served beside it. SIGTERM stops the loop
+// first (no DELETE after that), then releases the lease, stops the watch and closes the client.
+import { randomBytes } from "node:crypto";
+import os from "node:os";
+import type { Node } from "kubernetes-types/core/v1.js";
+import { type HealthServer, startHealthServer } from "../cli/health.ts";
+import { createLogger, type Logger } from "../cli/log.ts";
+import type { MainContext } from "../cli/main.ts";
+import { Registry, registerProcessMetrics } from "../cli/metrics.ts";
+import { sleep } from "../kube/backoff.ts";
+import { KubeClient } from "../kube/client.ts";
+import { loadClientConfig } from "../kube/config.ts";
+import { isApiError } from "../kube/errors.ts";
+import { EventRecorder } from "../kube/events.ts";
+import { Informer } from "../kube/informer.ts";
+import { parseKeyValueList, parseLabelSelector } from "../kube/labelselector.ts";
+import { LeaderElector } from "../kube/leaderelection.ts";
+import { Resource } from "../kube/resource.ts";
+import { probeNode } from "../net/probe.ts";
+import { Controller, nodeTransform, registerControllerMetrics } from "./controller.ts";
+import type { LifecycleConfig } from "./decide.ts";
+import { type LifecycleFlags, parseLifecycleFlags } from "./flags.ts";
+
+export const PROGRAM = "node-lifecycle-controller";
+/** How long shutdown waits for queued Events before it closes the client. */
+const EVENT_FLUSH_MS = 5_000;
+
+function lifecycleConfig(flags: LifecycleFlags): LifecycleConfig {
+  return {
+    ...(flags.nodeSelector ? { nodeSelector: parseLabelSelector(flags.nodeSelector) } : {}),
+    watchAutoscalerTaint: flags.watchAutoscalerTaint,
+    protectedLabels: parseKeyValueList(flags.protectedLabels, "label"),
+    protectedAnnotations: parseKeyValueList(flags.protectedAnnotations, "annotation"),
+    notReadyTimeoutMs: flags.notReadyTimeoutMs,
+    maxDeletionsPerMinute: flags.maxDeletionsPerMinute,
+    unhealthyThreshold: flags.unhealthyThreshold,
+  };
+}
+
+/** As client-go's: the pod (or host) name and a random part, so a restarted pod is a new candidate. */
+function leaderIdentity(env: NodeJS.ProcessEnv): string {
+  return `${env.POD_NAME || os.hostname()}_${randomBytes(4).toString("hex")}`;
+}
+
+/** Errors are logged at once; a lost race for the lease (Conflict) is routine and logged at --v=2. */
+function logLeaseError(log: Logger, err: unknown): void {
+  if (isApiError(err, "Conflict")) log.v(2)?.("leader election: lease changed meanwhile", { err });
+  else log.error("leader election failed", { err });
+}
+
+export async function runLifecycleController(ctx: MainContext): Promise<void> {
+  const flags = parseLifecycleFlags(ctx.argv, ctx.env);
+  ctx.setVerbosity(flags.verbosity);
+  const log = createLogger({ verbosity: flags.verbosity, format: flags.logFormat });
+  const config = lifecycleConfig(flags);
+  const clientConfig = await loadClientConfig({ kubeconfig: flags.kubeconfig || undefined, env: ctx.env });
+  const identity = leaderIdentity(ctx.env);
+
+  const registry = new Registry();
+  registerProcessMetrics(registry);
+  const apiRequests = registry.counter({
+    name: "node_lifecycle_controller_api_requests_total",
+    help: "Requests to the Kubernetes API, by verb and HTTP status code (0: no connection).",
+    labels: ["verb", "code"],
+  });
+  const leaderGauge = registry.gauge({
+    name: "node_lifecycle_controller_leader",
+    help: "1 while this replica leads (and may probe and delete), else 0.",
+  });
+  const client = new KubeClient(clientConfig, {
+    component: PROGRAM,
+    onResponse: (verb, code) => apiRequests.with({ verb, code }).inc(),
+  });
+  const nodes = new Resource<Node>(client, { group: "", version: "v1", plural: "nodes" });
+  const informer = new Informer(nodes, {
+    transform: nodeTransform(config),
+    onError: (err) => log.error("watching nodes failed", { err }),
+  });
+  const events = new EventRecorder(client, {
+    component: PROGRAM,
+    host: identity,
+    onError: (err) => log.error("recording an event failed", { err }),
+  });
+  const { leaderElection } = flags;
+  let elector: LeaderElector | undefined;
+  const controller = new Controller({
+    config,
+    reconcileIntervalMs: flags.reconcileIntervalMs,
+    dryRun: flags.dryRun,
+    cache: informer,
+    nodes,
+    probe: (addresses, signal) =>
+      probeNode(addresses, {
+        icmp: flags.probes.includes("icmp"),
+        tcp: flags.probes.includes("tcp"),
+        pingCount: flags.pingCount,
+        pingTimeoutMs: flags.pingTimeoutMs,
+        kubeletPort: flags.kubeletPort,
+        signal,
+      }),
+    isLeader: () => elector?.isLeader() ?? true,
+    events,
+    log,
+    metrics: registerControllerMetrics(registry),
+  });
+  informer.addHandlers(controller.handlers);
+  if (leaderElection.enabled) {
+    elector = new LeaderElector(client, {
+      lease: { name: leaderElection.resourceName, namespace: leaderElection.resourceNamespace },
+      identity,
+      leaseDurationMs: leaderElection.leaseDurationMs,
+      renewDeadlineMs: leaderElection.renewDeadlineMs,
+      retryPeriodMs: leaderElection.retryPeriodMs,
+      onStartedLeading: () => {
+        leaderGauge.set(1);
+        log.info("started leading", { identity });
+        controller.trigger();
+      },
+      onStoppedLeading: () => {
+        leaderGauge.set(0);
+        log.info("stopped leading", { identity });
+      },
+      onNewLeader: (leader) => log.v(1)?.("leader elected", { leader }),
+      onError: (err) => logLeaseError(log, err),
+    });
+  } else {
+    leaderGauge.set(1);
+  }
+
+  const stop = new AbortController();
+  let health: HealthServer | undefined;
+  let electing: Promise<void> | undefined;
+  ctx.onShutdown(async () => {
+    log.info("shutting down");
+    stop.abort();
+    await controller.stop(); // first: no probe or DELETE starts after this
+    await electing; // releases the lease, so a successor need not wait for it to expire
+    await informer.stop();
+    await Promise.race([events.flush(), sleep(EVENT_FLUSH_MS)]);
+    await health?.close();
+    client.close();
+  });
+
+  if (flags.healthBindAddress) {
+    health = await startHealthServer({
+      address: flags.healthBindAddress,
+      metrics: registry,
+      ready: () =>
+        informer.hasSynced() ? { ok: true } : { ok: false, reason: "node cache not synced yet" },
+    });
+    log.info("serving /healthz, /readyz and /metrics", { address: health.address });
+  }
+  log.info("starting", {
+    server: clientConfig.server,
+    identity,
+    leaderElect: leaderElection.enabled,
+    dryRun: flags.dryRun,
+  });
+  const stopped = new Promise<void>((resolve) => stop.signal.addEventListener("abort", () => resolve()));
+  informer.start();
+  await Promise.race([informer.waitForSync(), stopped]);
+  if (stop.signal.aborted) return;
+  log.info("node cache synced", { nodes: informer.list().length });
+  controller.start();
+  // Candidates campaign only with a full cache, so that a new leader decides from all nodes at once.
+  if (elector) electing = elector.run(stop.signal);
+  await stopped;
+}
