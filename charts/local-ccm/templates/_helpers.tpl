@@ -1,0 +1,90 @@
+{{/*
+Names are fixed, not derived from the release: the node-scope admission policy names the agent's
+ServiceAccount, and the static deploy/ manifests are this chart rendered as-is.
+*/}}
+
+{{- define "local-ccm.labels" -}}
+app.kubernetes.io/name: {{ .name }}
+app.kubernetes.io/part-of: local-ccm
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+{{- end }}
+
+{{- define "local-ccm.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{/*
+Container args of a program: "--flag=value" for each of its flags (flags.yaml, generated from the
+programs' flag tables) whose value differs from the flag's default, so a value left alone means
+exactly "flag not given" (the default external target then cannot collide with a chosen
+externalIPCIDR). Input: dict "root" $ "program" "<name>". Output: YAML list items, or "".
+*/}}
+{{- define "local-ccm.flagArgs" -}}
+{{- range index (.root.Files.Get "flags.yaml" | fromYaml) .program }}
+{{- $value := include "local-ccm.value" (dict "values" $.root.Values "path" .value) }}
+{{- if ne $value .default }}
+- {{ printf "--%s=%s" .flag $value | toJson }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The value at a dotted path as the flag would be written. Values files give whole numbers as float64:
+print them as integers, never 1e+06.
+*/}}
+{{- define "local-ccm.value" -}}
+{{- $value := .values }}
+{{- range splitList "." .path }}
+{{- $value = index $value . }}
+{{- end }}
+{{- if and (kindIs "float64" $value) (eq $value (floor $value)) }}
+{{- $value = int64 $value }}
+{{- end }}
+{{- $value }}
+{{- end }}
+
+{{/* The port of a health bind address (":10263", "127.0.0.1:10263", "[::1]:10263"); "" when disabled. */}}
+{{- define "local-ccm.healthPort" -}}
+{{- regexFind "[0-9]+$" . }}
+{{- end }}
+
+{{/* Liveness and readiness probes on the named "health" port. */}}
+{{- define "local-ccm.probes" -}}
+livenessProbe:
+  httpGet:
+    path: /healthz
+    port: health
+readinessProbe:
+  httpGet:
+    path: /readyz
+    port: health
+{{- end }}
+
+{{- define "local-ccm.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .runAsUser | int64 }}
+runAsGroup: {{ .runAsGroup | int64 }}
+seccompProfile:
+  {{- toYaml .seccompProfile | nindent 2 }}
+{{- end }}
+
+{{/* Hardening shared by both containers; capabilities are added by the caller. */}}
+{{- define "local-ccm.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+{{- end }}
+
+{{/*
+The Lease namespace of the node-lifecycle-controller: left at its default, the flag is not passed
+and the program takes its pod's namespace.
+*/}}
+{{- define "local-ccm.leaseNamespace" -}}
+{{- $path := "nodeLifecycleController.controller.leaderElection.resourceNamespace" }}
+{{- $spec := dict }}
+{{- range index (.Files.Get "flags.yaml" | fromYaml) "node-lifecycle-controller" }}
+{{- if eq .value $path }}{{ $spec = . }}{{ end }}
+{{- end }}
+{{- $value := include "local-ccm.value" (dict "values" .Values "path" $path) }}
+{{- if eq $value $spec.default }}{{ .Release.Namespace }}{{ else }}{{ $value }}{{ end }}
+{{- end }}
