@@ -1,0 +1,527 @@
+// The Helm chart against the programs' flag tables: values.yaml, values.schema.json and flags.yaml
+// agree with the tables; every value reaches its program as its flag (the rendered args parse back
+// with the program's own parser); bad values are rejected with messages naming them; the static
+// deploy/ files are the chart's default render.
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { readFile, writeFile } from "node:fs/promises";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { before, describe, test } from "node:test";
+import type { Container, PodSpec } from "kubernetes-types/core/v1.js";
+import { parse, parseAllDocuments, stringify } from "yaml";
+import { parseAgentFlags } from "../../src/agent/flags.ts";
+import { type FlagSpec, parseFlags, UsageError } from "../../src/cli/flags.ts";
+import { LOG_FORMATS } from "../../src/cli/log.ts";
+import { parseLifecycleFlags } from "../../src/lifecycle/flags.ts";
+import {
+  CHART_DIR,
+  chartFlagsYaml,
+  DEPLOY_DIR,
+  FLAGS_FILE,
+  helmTemplate,
+  PROGRAM_FLAGS,
+  renderDeployFiles,
+  templateNames,
+} from "../../scripts/render-manifests.ts";
+import { ensureBinaries } from "../controlplane/build.ts";
+import { run } from "../exec.ts";
+
+type Program = keyof typeof PROGRAM_FLAGS;
+type Values = Record<string, unknown>;
+interface KubeObject {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string };
+  spec?: { template?: { spec: PodSpec } } & Record<string, unknown>;
+  [key: string]: unknown;
+}
+
+const ROOT = path.resolve(import.meta.dirname, "../..");
+const PROGRAMS = Object.keys(PROGRAM_FLAGS) as Program[];
+/** The workload that runs each program. */
+const WORKLOAD: Record<Program, { kind: string; name: string }> = {
+  "local-ccm": { kind: "DaemonSet", name: "local-ccm" },
+  "node-lifecycle-controller": { kind: "Deployment", name: "node-lifecycle-controller" },
+};
+/** What the downward API gives each program in a pod (for parsing its rendered args). */
+const POD_ENV: Record<Program, Record<string, string>> = {
+  "local-ccm": { NODE_NAME: "node-a" },
+  "node-lifecycle-controller": { POD_NAMESPACE: "kube-system", POD_NAME: "nlc-0" },
+};
+
+const helmFlags = (program: Program): FlagSpec[] =>
+  (PROGRAM_FLAGS[program] as readonly FlagSpec[]).filter((spec) => spec.helm !== undefined);
+
+/** The value of a flag as a Helm value: booleans and numbers typed, the rest as the flag's text. */
+function helmValue(spec: FlagSpec, text: string): unknown {
+  if (spec.type === "bool") return text === "true";
+  if (spec.type === "int" || spec.type === "float") return Number(text);
+  return text;
+}
+
+function at(values: unknown, dotted: string): unknown {
+  return dotted.split(".").reduce<unknown>((node, key) => (node as Values | undefined)?.[key], values);
+}
+
+/** Dotted paths of every leaf (non-object value) below `values`. */
+function leafPaths(values: Values, prefix = ""): string[] {
+  return Object.entries(values).flatMap(([key, value]) =>
+    value !== null && typeof value === "object" && !Array.isArray(value)
+      ? leafPaths(value as Values, `${prefix}${key}.`)
+      : [`${prefix}${key}`],
+  );
+}
+
+/** Whether a program accepts `--flag=text` alone (on top of its pod's environment). */
+function accepts(program: Program, args: string[]): boolean {
+  try {
+    parseProgram(program, args);
+    return true;
+  } catch (err) {
+    if (err instanceof UsageError) return false;
+    throw err;
+  }
+}
+
+function parseProgram(program: Program, args: string[]): void {
+  if (program === "local-ccm") parseAgentFlags(args, POD_ENV[program]);
+  else parseLifecycleFlags(args, POD_ENV[program], () => undefined);
+}
+
+/** Values a user might set, by flag type; the first one a flag accepts (and is not its default) is used. */
+const CANDIDATES: Record<FlagSpec["type"], (spec: FlagSpec) => string[]> = {
+  bool: (spec) => [String(spec.default !== "true")],
+  int: (spec) => [String(Number(spec.default) + 1)],
+  float: () => ["0.75"],
+  duration: () => ["1m7s", "12s", "3s"],
+  string: () => [
+    "json",
+    "127.0.0.1:19999",
+    "custom-lease",
+    "node.kubernetes.io/pool in (spot, batch)",
+    "example.com/keep=yes,example.com/pin",
+  ],
+  list: () => ["198.18.0.1, fd00:198:18::1", "198.18.0.0/15,fd00:198:18::/48", "eth1,bond0", "tcp"],
+};
+
+function nonDefaultValue(program: Program, spec: FlagSpec): string {
+  const value = CANDIDATES[spec.type](spec).find(
+    (text) => text !== spec.default && accepts(program, [`--${spec.name}=${text}`]),
+  );
+  assert.ok(value !== undefined, `no candidate value for --${spec.name}`);
+  return value;
+}
+
+/** A value the flag rejects, by type: wrong JSON types for typed values, bad text for strings. */
+function badValue(spec: FlagSpec): unknown {
+  switch (spec.type) {
+    case "bool":
+      return "yes";
+    case "int":
+      return 1.5;
+    case "float":
+      return "half";
+    case "duration":
+      return "ten seconds";
+    default: {
+      const text = ["bad$value", "has space/and slash"].find((candidate) => {
+        try {
+          parseFlags([spec], [`--${spec.name}=${candidate}`], {});
+          return false;
+        } catch {
+          return true;
+        }
+      });
+      assert.ok(text, `no bad value found for --${spec.name}`);
+      return text;
+    }
+  }
+}
+
+/** The whole error output of a `helm template` that must fail (run() keeps only its last lines). */
+async function helmFailure(helm: string, args: string[]): Promise<string> {
+  const result = spawnSync(helm, ["template", "local-ccm", CHART_DIR, ...args], { encoding: "utf8" });
+  assert.notEqual(result.status, 0, `helm template accepted ${args.join(" ")}`);
+  return result.stderr;
+}
+
+/** `--set-json path=value` for each entry. */
+const setJson = (values: Record<string, unknown>) =>
+  Object.entries(values).flatMap(([dotted, value]) => ["--set-json", `${dotted}=${JSON.stringify(value)}`]);
+
+describe("Helm chart", () => {
+  let helm: string;
+  const render = async (args: string[] = []): Promise<KubeObject[]> =>
+    parseAllDocuments(await helmTemplate(helm, args))
+      .map((doc) => doc.toJS() as KubeObject | null)
+      .filter((obj): obj is KubeObject => obj !== null);
+  const find = (objects: KubeObject[], kind: string, name: string) => {
+    const found = objects.find((obj) => obj.kind === kind && obj.metadata.name === name);
+    assert.ok(found, `${kind} ${name} is rendered`);
+    return found;
+  };
+  const podSpec = (objects: KubeObject[], program: Program): PodSpec => {
+    const { kind, name } = WORKLOAD[program];
+    return find(objects, kind, name).spec?.template?.spec as PodSpec;
+  };
+  const container = (objects: KubeObject[], program: Program): Container =>
+    podSpec(objects, program).containers[0] as Container;
+
+  let values: Values;
+  let schema: Values;
+  let appVersion: string;
+
+  before(async () => {
+    ({ helm } = await ensureBinaries());
+    values = parse(await readFile(path.join(CHART_DIR, "values.yaml"), "utf8")) as Values;
+    schema = JSON.parse(await readFile(path.join(CHART_DIR, "values.schema.json"), "utf8")) as Values;
+    const packageJson = await readFile(path.join(ROOT, "package.json"), "utf8");
+    appVersion = (JSON.parse(packageJson) as { version: string }).version;
+  });
+
+  test("helm lint passes", async () => {
+    const out = await run(helm, ["lint", "--strict", CHART_DIR]);
+    assert.match(out, /1 chart\(s\) linted, 0 chart\(s\) failed/);
+  });
+
+  test("Chart.yaml: apiVersion v2, local-ccm 0.1.0, appVersion from package.json", async () => {
+    const chart = parse(await readFile(path.join(CHART_DIR, "Chart.yaml"), "utf8")) as Values;
+    assert.equal(chart.apiVersion, "v2");
+    assert.equal(chart.name, "local-ccm");
+    assert.equal(chart.version, "0.1.0");
+    assert.equal(chart.appVersion, appVersion);
+  });
+
+  test("values.yaml holds each flag's Helm value at the flag's default, and nothing else beside", () => {
+    const specs = PROGRAMS.flatMap(helmFlags);
+    for (const spec of specs) {
+      assert.deepEqual(at(values, spec.helm as string), helmValue(spec, spec.default), spec.helm);
+    }
+    // Objects that hold flag values hold nothing else.
+    const flagParents = new Set(specs.map((spec) => (spec.helm as string).replace(/\.[^.]+$/, "")));
+    const inFlagSections = leafPaths(values).filter((leaf) => flagParents.has(leaf.replace(/\.[^.]+$/, "")));
+    assert.deepEqual(inFlagSections.sort(), specs.map((spec) => spec.helm as string).sort());
+  });
+
+  test("values.schema.json types each flag value as its flag and closes the flag sections", () => {
+    const resolve = (node: Values): Values => {
+      const ref = node.$ref as string | undefined;
+      return ref ? resolve(at(schema, ref.replace(/^#\//, "").replaceAll("/", ".")) as Values) : node;
+    };
+    const schemaAt = (dotted: string): Values | undefined =>
+      dotted.split(".").reduce<Values | undefined>((node, key) => {
+        const child = (node?.properties as Values | undefined)?.[key] as Values | undefined;
+        return child && resolve(child);
+      }, schema);
+    const jsonType: Record<FlagSpec["type"], string> = {
+      bool: "boolean",
+      int: "integer",
+      float: "number",
+      duration: "string",
+      string: "string",
+      list: "string",
+    };
+    for (const program of PROGRAMS) {
+      for (const spec of helmFlags(program)) {
+        const node = schemaAt(spec.helm as string);
+        assert.ok(node, `schema has ${spec.helm}`);
+        const types = node.enum ? (node.enum as unknown[]).map((item) => typeof item) : [node.type];
+        assert.deepEqual(new Set(types), new Set([jsonType[spec.type]]), spec.helm);
+        const parent = schemaAt((spec.helm as string).replace(/\.[^.]+$/, ""));
+        assert.equal(parent?.additionalProperties, false, `${spec.helm}: its section rejects unknown keys`);
+      }
+      const logFormat = helmFlags(program).find((spec) => spec.name === "log-format") as FlagSpec;
+      assert.deepEqual(schemaAt(logFormat.helm as string)?.enum, [...LOG_FORMATS]);
+    }
+  });
+
+  test("flags.yaml is generated from the flag tables", async () => {
+    assert.equal(await readFile(FLAGS_FILE, "utf8"), chartFlagsYaml(), "run `npm run manifests`");
+  });
+
+  test("deploy/ is the chart rendered with default values", async () => {
+    const rendered = await renderDeployFiles(helm);
+    assert.deepEqual([...rendered.keys()].sort(), await templateNames());
+    for (const [name, content] of rendered) {
+      const committed = await readFile(path.join(DEPLOY_DIR, name), "utf8");
+      assert.equal(committed, content, `deploy/${name}: run \`npm run manifests\``);
+    }
+  });
+
+  describe("default values", () => {
+    let objects: KubeObject[];
+    before(async () => {
+      objects = await render();
+    });
+
+    test("every object lives in kube-system or is cluster-scoped", () => {
+      const namespaced = [
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "DaemonSet",
+        "Deployment",
+        "PodDisruptionBudget",
+      ];
+      for (const obj of objects) {
+        const expected = namespaced.includes(obj.kind) ? "kube-system" : undefined;
+        assert.equal(obj.metadata.namespace, expected, `${obj.kind} ${obj.metadata.name}`);
+      }
+    });
+
+    test("no flag is passed: every program runs with its own defaults", () => {
+      for (const program of PROGRAMS) {
+        assert.equal(container(objects, program).args, undefined, program);
+      }
+    });
+
+    test("the agent DaemonSet: host network, own node name, every node, hardened, small", () => {
+      const daemonSet = find(objects, "DaemonSet", "local-ccm");
+      assert.deepEqual(daemonSet.spec?.updateStrategy, {
+        type: "RollingUpdate",
+        rollingUpdate: { maxUnavailable: "10%" },
+      });
+      const pod = podSpec(objects, "local-ccm");
+      assert.equal(pod.hostNetwork, true);
+      assert.equal(pod.serviceAccountName, "local-ccm");
+      assert.equal(pod.priorityClassName, "system-node-critical");
+      assert.deepEqual(pod.tolerations, [{ operator: "Exists" }]);
+      assert.deepEqual(pod.securityContext, {
+        runAsNonRoot: true,
+        runAsUser: 65532,
+        runAsGroup: 65532,
+        seccompProfile: { type: "RuntimeDefault" },
+      });
+      const agent = container(objects, "local-ccm");
+      assert.equal(agent.image, `ghcr.io/local-ccm/local-ccm:${appVersion}`);
+      assert.deepEqual(agent.command, ["node", "/app/dist/local-ccm.cjs"]);
+      assert.deepEqual(agent.env, [
+        { name: "NODE_NAME", valueFrom: { fieldRef: { fieldPath: "spec.nodeName" } } },
+      ]);
+      assert.deepEqual(agent.securityContext, {
+        allowPrivilegeEscalation: false,
+        readOnlyRootFilesystem: true,
+        runAsNonRoot: true,
+        capabilities: { drop: ["ALL"] },
+      });
+      assert.deepEqual(agent.resources, {
+        requests: { cpu: "10m", memory: "32Mi" },
+        limits: { memory: "64Mi" },
+      });
+      assert.deepEqual(agent.ports, [{ name: "health", containerPort: 10263, protocol: "TCP" }]);
+      assert.deepEqual(agent.livenessProbe, { httpGet: { path: "/healthz", port: "health" } });
+      assert.deepEqual(agent.readinessProbe, { httpGet: { path: "/readyz", port: "health" } });
+    });
+
+    test("the controller Deployment: 2 replicas, only NET_RAW added, pod identity, disruption budget", () => {
+      assert.equal(find(objects, "Deployment", "node-lifecycle-controller").spec?.replicas, 2);
+      const pod = podSpec(objects, "node-lifecycle-controller");
+      assert.equal(pod.serviceAccountName, "node-lifecycle-controller");
+      assert.equal(pod.hostNetwork, undefined);
+      assert.equal(pod.securityContext?.runAsNonRoot, true);
+      assert.equal(pod.securityContext?.runAsUser, 65532);
+      assert.deepEqual(pod.securityContext?.seccompProfile, { type: "RuntimeDefault" });
+      assert.deepEqual(pod.securityContext?.sysctls, [
+        { name: "net.ipv4.ping_group_range", value: "65532 65532" },
+      ]);
+      const nlc = container(objects, "node-lifecycle-controller");
+      assert.deepEqual(nlc.command, ["node", "/app/dist/node-lifecycle-controller.cjs"]);
+      assert.deepEqual(nlc.securityContext, {
+        allowPrivilegeEscalation: false,
+        readOnlyRootFilesystem: true,
+        runAsNonRoot: true,
+        capabilities: { drop: ["ALL"], add: ["NET_RAW"] },
+      });
+      assert.deepEqual(nlc.env, [
+        { name: "POD_NAMESPACE", valueFrom: { fieldRef: { fieldPath: "metadata.namespace" } } },
+        { name: "POD_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
+      ]);
+      assert.deepEqual(nlc.ports, [{ name: "health", containerPort: 10264, protocol: "TCP" }]);
+      assert.deepEqual(nlc.readinessProbe, { httpGet: { path: "/readyz", port: "health" } });
+      const budget = find(objects, "PodDisruptionBudget", "node-lifecycle-controller");
+      assert.deepEqual(budget.spec, {
+        maxUnavailable: 1,
+        selector: { matchLabels: { "app.kubernetes.io/name": "node-lifecycle-controller" } },
+      });
+    });
+
+    test("the environment the pods get is what the flag tables read", () => {
+      for (const program of PROGRAMS) {
+        const names = (container(objects, program).env ?? []).map((env) => env.name);
+        for (const spec of PROGRAM_FLAGS[program] as readonly FlagSpec[]) {
+          if (spec.env) assert.ok(names.includes(spec.env), `${program} gets ${spec.env}`);
+        }
+      }
+    });
+
+    test("RBAC: the agent and the controller get exactly their verbs", () => {
+      const rules = (kind: string, name: string) => find(objects, kind, name).rules;
+      assert.deepEqual(rules("ClusterRole", "local-ccm"), [
+        { apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch", "patch"] },
+        { apiGroups: [""], resources: ["nodes/status"], verbs: ["update"] },
+        { apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] },
+      ]);
+      assert.deepEqual(rules("ClusterRole", "node-lifecycle-controller"), [
+        { apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch", "delete"] },
+        { apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] },
+      ]);
+      assert.deepEqual(rules("Role", "node-lifecycle-controller"), [
+        { apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get", "create", "update"] },
+      ]);
+    });
+  });
+
+  for (const program of PROGRAMS) {
+    test(`${program}: each value reaches the program as its flag`, async () => {
+      await Promise.all(
+        helmFlags(program).map(async (spec) => {
+          const text = nonDefaultValue(program, spec);
+          const objects = await render(setJson({ [spec.helm as string]: helmValue(spec, text) }));
+          const args = container(objects, program).args;
+          assert.deepEqual(args, [`--${spec.name}=${text}`], spec.helm);
+          const parsed = parseFlags(PROGRAM_FLAGS[program], args ?? [], POD_ENV[program]).values as Values;
+          const defaults = parseFlags(PROGRAM_FLAGS[program], [], POD_ENV[program]).values as Values;
+          assert.notDeepEqual(parsed[spec.name], defaults[spec.name], `${spec.helm} changes --${spec.name}`);
+          parseProgram(program, args ?? []);
+        }),
+      );
+    });
+  }
+
+  test("non-default values: namespace, image, security, scheduling, controller off", async () => {
+    const objects = await render([
+      "--namespace=ops",
+      ...setJson({
+        "image.repository": "registry.example/ccm",
+        "image.tag": "dev",
+        "image.pullPolicy": "Always",
+        "podSecurity.runAsUser": 1000,
+        "podSecurity.runAsGroup": 2000,
+        resources: { requests: { cpu: "20m", memory: "40Mi" }, limits: { memory: "80Mi" } },
+        tolerations: [{ key: "dedicated", operator: "Equal", value: "edge", effect: "NoSchedule" }],
+        nodeSelector: { "node.kubernetes.io/pool": "edge" },
+        "nodeLifecycleController.enabled": false,
+      }),
+    ]);
+    assert.deepEqual(
+      objects.map((obj) => obj.kind),
+      [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "DaemonSet",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+      ],
+    );
+    assert.equal(find(objects, "DaemonSet", "local-ccm").metadata.namespace, "ops");
+    const pod = podSpec(objects, "local-ccm");
+    assert.deepEqual(pod.tolerations, [
+      { key: "dedicated", operator: "Equal", value: "edge", effect: "NoSchedule" },
+    ]);
+    assert.deepEqual(pod.nodeSelector, { "kubernetes.io/os": "linux", "node.kubernetes.io/pool": "edge" });
+    assert.equal(pod.securityContext?.runAsUser, 1000);
+    assert.equal(pod.securityContext?.runAsGroup, 2000);
+    const agent = container(objects, "local-ccm");
+    assert.equal(agent.image, "registry.example/ccm:dev");
+    assert.equal(agent.imagePullPolicy, "Always");
+    assert.deepEqual(agent.resources, {
+      requests: { cpu: "20m", memory: "40Mi" },
+      limits: { memory: "80Mi" },
+    });
+    const policy = find(objects, "ValidatingAdmissionPolicy", "local-ccm-node-scope");
+    assert.match(JSON.stringify(policy), /system:serviceaccount:ops:local-ccm/);
+  });
+
+  test("non-default values: health port, lease namespace, numbers from a values file", async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), "local-ccm-values-"));
+    try {
+      const file = path.join(dir, "values.yaml");
+      // A values file gives every number as a float: large integers must still print as integers.
+      const overrides = {
+        podSecurity: { runAsUser: 1000000, runAsGroup: 1000000 },
+        controller: { healthBindAddress: "" },
+        nodeLifecycleController: {
+          replicas: 3,
+          controller: {
+            maxDeletionsPerMinute: 1000000,
+            healthBindAddress: "[::1]:9100",
+            leaderElection: { resourceNamespace: "leases" },
+          },
+        },
+      };
+      await writeFile(file, stringify(overrides));
+      const objects = await render(["--namespace=ops", "-f", file]);
+      const agent = container(objects, "local-ccm");
+      assert.deepEqual(agent.args, ["--health-bind-address="]);
+      assert.equal(agent.ports, undefined);
+      assert.equal(agent.livenessProbe, undefined);
+      const nlc = container(objects, "node-lifecycle-controller");
+      assert.deepEqual(nlc.args, [
+        "--max-deletions-per-minute=1000000",
+        "--leader-elect-resource-namespace=leases",
+        "--health-bind-address=[::1]:9100",
+      ]);
+      assert.deepEqual(nlc.ports, [{ name: "health", containerPort: 9100, protocol: "TCP" }]);
+      assert.equal(find(objects, "Deployment", "node-lifecycle-controller").spec?.replicas, 3);
+      const nlcPod = podSpec(objects, "node-lifecycle-controller");
+      assert.equal(nlcPod.securityContext?.runAsUser, 1000000);
+      assert.deepEqual(nlcPod.securityContext?.sysctls, [
+        { name: "net.ipv4.ping_group_range", value: "1000000 1000000" },
+      ]);
+      assert.equal(find(objects, "Role", "node-lifecycle-controller").metadata.namespace, "leases");
+      assert.equal(find(objects, "RoleBinding", "node-lifecycle-controller").metadata.namespace, "leases");
+      // Left at its default, the Lease is in the pod's namespace, where the Role then is.
+      const defaults = await render(["--namespace=ops"]);
+      assert.equal(find(defaults, "Role", "node-lifecycle-controller").metadata.namespace, "ops");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("the schema rejects a bad value of every flag, naming each", async () => {
+    const bad = Object.fromEntries(
+      PROGRAMS.flatMap(helmFlags).map((spec) => [spec.helm as string, badValue(spec)]),
+    );
+    const failure = await helmFailure(helm, setJson(bad));
+    assert.match(failure, /values don't meet the specifications of the schema/);
+    for (const [dotted, value] of Object.entries(bad)) {
+      const location = `at '/${dotted.replaceAll(".", "/")}'`;
+      assert.ok(failure.includes(location), `${dotted}=${JSON.stringify(value)} is named`);
+    }
+  });
+
+  test("the schema's messages say what is wrong", async () => {
+    const cases: [Record<string, unknown>, string][] = [
+      [{ "controller.logFormat": "yaml" }, "at '/controller/logFormat': value must be one of 'text', 'json'"],
+      [{ "controller.verbosity": 9 }, "at '/controller/verbosity': maximum: got 9, want 5"],
+      [
+        { "controller.reconcileIntervall": "5s" },
+        "at '/controller': additional properties 'reconcileIntervall' not allowed",
+      ],
+      [
+        { "ipDetection.externalIPTarget": "dns.google" },
+        "at '/ipDetection/externalIPTarget': 'dns.google' does not match pattern",
+      ],
+      [
+        { "nodeLifecycleController.controller.unhealthyThreshold": 0 },
+        "at '/nodeLifecycleController/controller/unhealthyThreshold': exclusiveMinimum",
+      ],
+      [
+        { "nodeLifecycleController.controller.probes": "icmp,udp" },
+        "at '/nodeLifecycleController/controller/probes': 'icmp,udp' does not match pattern",
+      ],
+      [
+        { "image.pullPolicy": "Sometimes" },
+        "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'",
+      ],
+      [{ "podSecurity.runAsUser": 0 }, "at '/podSecurity/runAsUser': minimum: got 0, want 1"],
+    ];
+    for (const [set, expected] of cases) {
+      const message = await helmFailure(helm, setJson(set));
+      assert.ok(message.includes(expected), `${JSON.stringify(set)}: ${message}`);
+    }
+  });
+});
