@@ -1,0 +1,35 @@
+# syntax=docker/dockerfile:1
+# The local-ccm image: both programs, each bundled by esbuild into one file, the two native addons
+# they load, and Node.js — no npm, no shell, no dev dependencies. The chart runs
+# `node /app/dist/local-ccm.cjs` (DaemonSet) and `node /app/dist/node-lifecycle-controller.cjs`.
+# test/deploy/image.test.ts runs the bundles from exactly the files the runtime stage copies.
+
+FROM node:24-bookworm AS build
+WORKDIR /app
+# node-gyp (npm ci builds native/icmp; python3, make and g++ come with this image) uses the image's
+# own Node headers instead of downloading them.
+ENV npm_config_nodedir=/usr/local
+COPY package.json package-lock.json ./
+COPY native/icmp/ native/icmp/
+RUN npm ci
+COPY scripts/ scripts/
+COPY src/ src/
+RUN npm run build
+
+FROM gcr.io/distroless/nodejs24-debian12:nonroot
+WORKDIR /app
+# The base image keeps node in /nodejs/bin without putting it on PATH; the chart's command says `node`.
+ENV NODE_ENV=production \
+    PATH=/nodejs/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+COPY --from=build /app/dist/ /app/dist/
+# netlink: its JavaScript, its prebuilt Node-API binaries, and node-gyp-build, which picks one.
+COPY --from=build /app/node_modules/netlink/package.json /app/node_modules/netlink/package.json
+COPY --from=build /app/node_modules/netlink/dist/ /app/node_modules/netlink/dist/
+COPY --from=build /app/node_modules/netlink/prebuilds/ /app/node_modules/netlink/prebuilds/
+COPY --from=build /app/node_modules/node-gyp-build/ /app/node_modules/node-gyp-build/
+# The ICMP addon, built above by node-gyp, as the package the bundle requires.
+COPY --from=build /app/native/icmp/package.json /app/node_modules/local-ccm-icmp/package.json
+COPY --from=build /app/native/icmp/build/Release/icmp.node /app/node_modules/local-ccm-icmp/build/Release/icmp.node
+USER 65532:65532
+ENTRYPOINT ["node"]
+CMD ["/app/dist/local-ccm.cjs", "--help"]
