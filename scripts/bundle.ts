@@ -19,5 +19,9 @@ export async function bundle(entry: string, outfile: string): Promise<void> {
     external: EXTERNAL,
     legalComments: "none",
     logLevel: "warning",
+    // CommonJS has no import.meta: give modules that resolve files next to themselves
+    // (createRequire(import.meta.url), e.g. the ICMP addon) the bundle's own URL.
+    define: { "import.meta.url": "__import_meta_url" },
+    banner: { js: 'var __import_meta_url = require("node:url").pathToFileURL(__filename).href;' },
   });
 }

@@ -297,6 +297,8 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
   }
 }
 
+let minted = 0;
+
 async function serviceAccountKubeconfig(
   admin: KubeClient,
   dir: string,
@@ -322,10 +324,8 @@ async function serviceAccountKubeconfig(
       },
     },
   });
-  const file = path.join(
-    dir,
-    `sa-${namespace}-${name}${options.boundPod ? `-${options.boundPod.name}` : ""}`,
-  );
+  // Each call gets its own file: one account may be minted for several servers (veth addresses).
+  const file = path.join(dir, `sa-${namespace}-${name}-${++minted}`);
   let user: Record<string, string> = { token: request.status.token };
   if (options.tokenFile) {
     await writeFile(`${file}.token`, request.status.token);
