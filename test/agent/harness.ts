@@ -77,7 +77,7 @@ export async function startWorld(): Promise<World> {
   };
 }
 
-/** Registers a Node the way kubelet --cloud-provider=external does. */
+/** Registers a Node the way kubelet --cloud-provider=external does, and reports it Ready. */
 export async function registerNode(nodes: Resource<Node>, name: string, kubeletIP: string): Promise<Node> {
   const node = await nodes.create({
     metadata: { name, annotations: { "alpha.kubernetes.io/provided-node-ip": kubeletIP } },
@@ -87,7 +87,9 @@ export async function registerNode(nodes: Resource<Node>, name: string, kubeletI
     { type: "InternalIP", address: kubeletIP },
     { type: "Hostname", address: name },
   ];
-  return nodes.update({ ...node, status: { addresses } }, { subresource: "status" });
+  const now = new Date().toISOString();
+  const ready = { type: "Ready", status: "True", reason: "KubeletReady", lastHeartbeatTime: now, lastTransitionTime: now };
+  return nodes.update({ ...node, status: { addresses, conditions: [ready] } }, { subresource: "status" });
 }
 
 export interface AgentProcess {
