@@ -38,3 +38,13 @@ export function run(command: string, args: string[], options: RunOptions = {}): 
     });
   });
 }
+
+/** Whether a process with this pid exists (signal 0 checks without signalling). */
+export function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -4,6 +4,7 @@ import path from "node:path";
 import { sleep } from "../../src/kube/backoff.ts";
 import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
+import { alive } from "../exec.ts";
 import { ensureBinaries } from "./build.ts";
 import { startControlPlane } from "./controlplane.ts";
 import { KUBERNETES_VERSION } from "./versions.ts";
@@ -18,15 +19,6 @@ const KUBECONFIG = path.join(DIR, "kubeconfig");
 interface State {
   server: string;
   pids: { etcd: number; apiserver: number };
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 function readState(): State | undefined {

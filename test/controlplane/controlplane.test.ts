@@ -6,19 +6,10 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { isApiError } from "../../src/kube/errors.ts";
-import { run } from "../exec.ts";
+import { alive, run } from "../exec.ts";
 import { ensureBinaries } from "./build.ts";
 import { type ControlPlane, startControlPlane } from "./controlplane.ts";
 import { KUBERNETES_VERSION } from "./versions.ts";
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 describe("test control plane", () => {
   let plane: ControlPlane;

@@ -7,7 +7,7 @@
 // address can clash with a real network of the machine.
 import { execFileSync } from "node:child_process";
 import { onExit } from "../cleanup.ts";
-import { type RunOptions, run } from "../exec.ts";
+import { alive, type RunOptions, run } from "../exec.ts";
 
 const PREFIX = "lccm";
 
@@ -41,15 +41,6 @@ export interface Network {
 }
 
 let networks = 0;
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /** Namespaces this module made in processes that no longer exist (killed before cleanup). */
 function removeStaleNamespaces(): void {
