@@ -1,0 +1,287 @@
+// Least privilege, proven: each program runs a full integration against a real control plane under
+// the RBAC we ship, and what its ServiceAccount used (from the audit log) must be exactly what the
+// shipped Roles and ClusterRoles grant it: no grant left unused, no request outside the grants.
+import assert from "node:assert/strict";
+import { readFile } from "node:fs/promises";
+import path from "node:path";
+import { after, before, describe, test } from "node:test";
+import type { Event } from "kubernetes-types/core/v1.js";
+import { parseAllDocuments } from "yaml";
+import { Resource } from "../../src/kube/resource.ts";
+import {
+  addressesOf,
+  hasUninitializedTaint,
+  registerNode,
+  startAgent,
+  startWorld as startAgentWorld,
+  type World as AgentWorld,
+} from "../agent/harness.ts";
+import {
+  apiTimeAgo,
+  ControllerProcess,
+  nodeObject,
+  RBAC_FILE as NLC_RBAC_FILE,
+  SERVICE_ACCOUNT as NLC_ACCOUNT,
+  setReady,
+  startWorld as startLifecycleWorld,
+  type World as LifecycleWorld,
+} from "../lifecycle/world.ts";
+import { waitFor } from "../wait.ts";
+
+const AGENT_RBAC_FILE = path.resolve(import.meta.dirname, "../../deploy/rbac.yaml");
+const AGENT_ACCOUNT = { namespace: "kube-system", name: "local-ccm" };
+
+/**
+ * A verb on [group/]resource[/subresource] (or on a non-resource URL, "url /path"), in one
+ * namespace or, with namespace "", cluster-wide (cluster-scoped objects, or all namespaces).
+ */
+interface Permission {
+  verb: string;
+  resource: string;
+  namespace: string;
+}
+
+const describePermission = (p: Permission) =>
+  `${p.verb} ${p.resource} ${p.namespace ? `in ${p.namespace}` : "cluster-wide"}`;
+
+const qualified = (group: string, resource: string) => (group ? `${group}/${resource}` : resource);
+
+/** Unique permissions, sorted by their description. */
+function permissionSet(permissions: Permission[]): Permission[] {
+  const unique = new Map(permissions.map((p) => [describePermission(p), p]));
+  return [...unique.keys()].sort().map((key) => unique.get(key) as Permission);
+}
+
+interface AuditEntry {
+  user: { username: string };
+  verb: string;
+  requestURI: string;
+  objectRef?: { apiGroup?: string; resource?: string; subresource?: string; namespace?: string };
+}
+
+/** Every permission a user exercised in an audit log, denied requests included (they were needed). */
+function usedPermissions(auditLog: string, username: string): Permission[] {
+  const entries = auditLog
+    .split("\n")
+    .filter(Boolean)
+    .map((line) => JSON.parse(line) as AuditEntry)
+    .filter((entry) => entry.user.username === username);
+  return permissionSet(
+    entries.map(({ verb, requestURI, objectRef: ref }) =>
+      ref?.resource
+        ? {
+            verb,
+            resource: qualified(ref.apiGroup ?? "", ref.subresource ? `${ref.resource}/${ref.subresource}` : ref.resource),
+            namespace: ref.namespace ?? "",
+          }
+        : { verb, resource: `url ${requestURI.split("?")[0]}`, namespace: "" },
+    ),
+  );
+}
+
+interface RbacObject {
+  kind: string;
+  metadata: { name: string; namespace?: string };
+  rules?: { apiGroups?: string[]; resources?: string[]; nonResourceURLs?: string[]; verbs: string[] }[];
+  roleRef?: { kind: string; name: string };
+  subjects?: { kind: string; name: string; namespace?: string }[];
+}
+
+/**
+ * What the bindings in `manifests` grant a ServiceAccount: a ClusterRoleBinding grants its role
+ * cluster-wide, a RoleBinding in its own namespace. Wildcards stay literal, so they never match a use.
+ */
+function grantedPermissions(manifests: string, account: { namespace: string; name: string }): Permission[] {
+  const objects = parseAllDocuments(manifests)
+    .map((doc) => doc.toJS() as RbacObject | null)
+    .filter((object) => object !== null);
+  const granted: Permission[] = [];
+  for (const binding of objects) {
+    if (binding.kind !== "ClusterRoleBinding" && binding.kind !== "RoleBinding") continue;
+    const bound = binding.subjects?.some(
+      (s) => s.kind === "ServiceAccount" && s.name === account.name && s.namespace === account.namespace,
+    );
+    if (!bound || !binding.roleRef) continue;
+    const namespace = binding.kind === "RoleBinding" ? (binding.metadata.namespace ?? "") : "";
+    const { kind, name } = binding.roleRef;
+    const role = objects.find(
+      (o) =>
+        o.kind === kind && o.metadata.name === name && (kind === "ClusterRole" || o.metadata.namespace === namespace),
+    );
+    if (!role) throw new Error(`${binding.kind} ${binding.metadata.name} refers to ${kind} ${name}, not shipped beside it`);
+    for (const rule of role.rules ?? []) {
+      for (const verb of rule.verbs) {
+        for (const group of rule.apiGroups ?? [])
+          for (const resource of rule.resources ?? [])
+            granted.push({ verb, resource: qualified(group, resource), namespace });
+        for (const url of rule.nonResourceURLs ?? []) granted.push({ verb, resource: `url ${url}`, namespace: "" });
+      }
+    }
+  }
+  return permissionSet(granted);
+}
+
+/** A cluster-wide grant covers the verb in every namespace; a namespaced grant only its own. */
+const covers = (grant: Permission, use: Permission) =>
+  grant.verb === use.verb && grant.resource === use.resource && (grant.namespace === "" || grant.namespace === use.namespace);
+
+/** Grants no request used, and requests no grant covers. */
+function privilegeGaps(used: Permission[], granted: Permission[]): { unused: string[]; missing: string[] } {
+  return {
+    unused: granted.filter((g) => !used.some((u) => covers(g, u))).map(describePermission),
+    missing: used.filter((u) => !granted.some((g) => covers(g, u))).map(describePermission),
+  };
+}
+
+async function assertLeastPrivilege(
+  auditLogPath: string | undefined,
+  rbacFile: string,
+  account: { namespace: string; name: string },
+): Promise<void> {
+  assert.ok(auditLogPath, "the control plane writes an audit log");
+  const used = usedPermissions(await readFile(auditLogPath, "utf8"), `system:serviceaccount:${account.namespace}:${account.name}`);
+  const granted = grantedPermissions(await readFile(rbacFile, "utf8"), account);
+  const list = (permissions: Permission[]) => permissions.map((p) => `\n  ${describePermission(p)}`).join("");
+  assert.deepEqual(
+    privilegeGaps(used, granted),
+    { unused: [], missing: [] },
+    `${path.basename(rbacFile)} must grant ${account.namespace}/${account.name} exactly what it used.` +
+      `\nused:${list(used)}\ngranted:${list(granted)}`,
+  );
+}
+
+test("the comparison finds unused grants and missing ones, and reads only the account's requests", async () => {
+  const manifests = await readFile(NLC_RBAC_FILE, "utf8");
+  const username = `system:serviceaccount:${NLC_ACCOUNT.namespace}:${NLC_ACCOUNT.name}`;
+  const entry = (user: string, verb: string, resource: string, namespace?: string, apiGroup?: string) =>
+    JSON.stringify({
+      user: { username: user },
+      verb,
+      requestURI: "/irrelevant",
+      objectRef: { resource, namespace, apiGroup },
+    });
+  const audit = [
+    ...["get", "list", "watch", "delete"].map((verb) => entry(username, verb, "nodes")),
+    entry(username, "create", "events", "default"),
+    ...["get", "create"].map((verb) => entry(username, verb, "leases", "kube-system", "coordination.k8s.io")),
+    entry(username, "get", "leases", "default", "coordination.k8s.io"), // the Role is in kube-system only
+    entry("system:serviceaccount:kube-system:other", "list", "secrets"),
+    JSON.stringify({ user: { username }, verb: "get", requestURI: "/version?timeout=32s" }),
+  ].join("\n");
+  assert.deepEqual(privilegeGaps(usedPermissions(audit, username), grantedPermissions(manifests, NLC_ACCOUNT)), {
+    unused: ["patch events cluster-wide", "update coordination.k8s.io/leases in kube-system"],
+    missing: ["get coordination.k8s.io/leases in default", "get url /version cluster-wide"],
+  });
+});
+
+describe("the agent under deploy/rbac.yaml", () => {
+  let world: AgentWorld;
+  before(async () => {
+    world = await startAgentWorld();
+  });
+  after(async () => {
+    await world?.stop();
+  });
+
+  test("a full run (watch, address writes, taint removal, a repeated event, --run-once) uses exactly its grants", async () => {
+    const name = "least-privilege-node";
+    const kubeletIP = "198.18.100.17";
+    const node = await world.nodeHost(7); // slot 7: agent.test.ts, which may run alongside, uses 0–6
+    await registerNode(world.nodes, name, kubeletIP);
+    const events = new Resource<Event>(world.plane.admin, { group: "", version: "v1", plural: "events", namespace: "default" });
+
+    // Loop mode: LIST + WATCH of its Node, PUT nodes/status, the taint's JSON PATCH, Events created.
+    const agent = startAgent(node, [`--node-name=${name}`]);
+    try {
+      const expected = [`InternalIP=${kubeletIP}`, `ExternalIP=${node.external.v4}`, `Hostname=${name}`];
+      const addressEvent = async () =>
+        (await events.list({ fieldSelector: `involvedObject.name=${name},reason=AddressesUpdated` })).items.find(
+          (event) => event.message === `Node addresses set to ${expected.join(", ")}`,
+        );
+      await waitFor("the node initialised", async () => {
+        const n = await world.nodes.get(name);
+        return !hasUninitializedTaint(n) && addressesOf(n).join() === expected.join();
+      });
+      await waitFor("the AddressesUpdated event written", async () => (await addressEvent())?.count === 1);
+      // Someone drops the ExternalIP: the repair writes the same addresses as before, so the same
+      // event is recorded again within the process, and the recorder PATCHes its count.
+      const kubeletAddresses = [
+        { type: "InternalIP", address: kubeletIP },
+        { type: "Hostname", address: name },
+      ];
+      await world.nodes.patch(name, "merge", { status: { addresses: kubeletAddresses } }, { subresource: "status" });
+      await waitFor("the repeated event counted", async () => (await addressEvent())?.count === 2);
+      assert.deepEqual(addressesOf(await world.nodes.get(name)), expected);
+      assert.equal(await agent.stop(), 0, agent.output());
+    } finally {
+      await agent.stop();
+    }
+
+    // --run-once starts from a GET of its Node (as a conflict's re-read does).
+    const once = startAgent(node, [`--node-name=${name}`, "--run-once"]);
+    assert.equal(await once.exited, 0, once.output());
+
+    await assertLeastPrivilege(world.plane.auditLogPath, AGENT_RBAC_FILE, AGENT_ACCOUNT);
+  });
+});
+
+describe("the node-lifecycle-controller under deploy/nlc-rbac.yaml", () => {
+  let world: LifecycleWorld;
+  let nlc: ControllerProcess | undefined;
+  before(async () => {
+    world = await startLifecycleWorld({ subnet: 249, audit: true }); // 250–252: the other tests and the benchmark
+  });
+  after(async () => {
+    nlc?.child.kill("SIGKILL");
+    await world?.stop();
+  });
+
+  test("a full run (leader election, watch, probes, a deletion, a repeated event, release on SIGTERM) uses exactly its grants", async () => {
+    const echo = await world.addHost("echo");
+    const expired = apiTimeAgo(60_000);
+    const nodes = [
+      nodeObject("reachable-node", { address: echo, since: expired }),
+      nodeObject("dead-node", { address: await world.deadAddress(), since: expired }),
+      // Ready and untainted (unwatched): they keep the mass-deletion guard open.
+      ...["a", "b", "c"].map((n) => nodeObject(`healthy-${n}`, { address: "198.18.200.1", ready: "True", tainted: false })),
+    ];
+    for (const node of nodes) await world.nodes.create(node);
+
+    // Default lease name and namespace (kube-system), as the shipped Deployment runs it.
+    nlc = new ControllerProcess(world, [
+      `--kubeconfig=${world.kubeconfig}`,
+      "--not-ready-timeout=3s",
+      "--reconcile-interval=1s",
+      "--ping-timeout=300ms",
+      "--ping-count=2",
+      "--leader-elect-lease-duration=4s",
+      "--leader-elect-renew-deadline=3s",
+      "--leader-elect-retry-period=500ms",
+      "--v=2",
+      `--health-bind-address=${world.proberIP}:0`,
+    ]);
+    await nlc.waitForLog("started leading");
+    await nlc.waitForLog("deleted node", { node: "dead-node" });
+    const skipped = await nlc.waitForLog("not deleting node", { node: "reachable-node" });
+    assert.equal(skipped.reason, `reachable: icmp ${echo} answered`);
+    const skipEvent = async () =>
+      (await world.events.list({ fieldSelector: "involvedObject.name=reachable-node,reason=DeletionSkipped" })).items.find(
+        (event) => event.message === skipped.reason,
+      );
+    await waitFor("the DeletionSkipped event written", async () => (await skipEvent())?.count === 1);
+
+    // Ready for a pass (its event stage is forgotten), then NotReady again: once that expires, the
+    // same probe result records the same event again, and the recorder PATCHes its count.
+    await setReady(world, "reachable-node", "True");
+    const serving = await nlc.waitForLog("serving /healthz, /readyz and /metrics");
+    await waitFor("a pass that saw the node Ready", async () => {
+      const metrics = await (await fetch(`http://${serving.address}/metrics`)).text();
+      return /^node_lifecycle_controller_skipped_total\{class="ready"\} [1-9]/m.test(metrics);
+    });
+    await setReady(world, "reachable-node", "Unknown");
+    await waitFor("the repeated event counted", async () => (await skipEvent())?.count === 2);
+
+    assert.equal(await nlc.stop(), 0); // releases the Lease (an update)
+    await assertLeastPrivilege(world.plane.auditLogPath, NLC_RBAC_FILE, NLC_ACCOUNT);
+  });
+});
