@@ -90,8 +90,11 @@ describe("local-ccm agent in a network namespace against the real control plane"
       // InternalIP: the provided IP first (it equals the LAN source), then 8.8.8.8's source; that
       // source is also the v4 ExternalIP, which is therefore not written as ExternalIP.
       const expected = [`InternalIP=${node.lan?.v4}`, `InternalIP=${node.external.v4}`, `ExternalIP=${node.external.v6}`, "Hostname=node-1"];
-      await waitFor("dual-stack addresses", async () => addressesOf(await world.nodes.get("node-1")).join() === expected.join() || undefined);
-      assert.ok(!hasUninitializedTaint(await world.nodes.get("node-1")));
+      // The taint goes right after the addresses are written: wait for both.
+      await waitFor("dual-stack addresses and no taint", async () => {
+        const n = await world.nodes.get("node-1");
+        return (addressesOf(n).join() === expected.join() && !hasUninitializedTaint(n)) || undefined;
+      });
     } finally {
       await agent.stop();
     }
