@@ -2,7 +2,9 @@
 // ship: initialising a kubelet-like Node, dual-stack, internal + external, air-gapped, drift
 // repair, address changes, a concurrent writer, an apiserver restart, and no writes at rest.
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Event } from "kubernetes-types/core/v1.js";
 import { Resource } from "../../src/kube/resource.ts";
@@ -167,6 +169,36 @@ describe("local-ccm agent in a network namespace against the real control plane"
       assert.equal(agent.child.exitCode, null, "the agent kept running");
     } finally {
       await agent.stop();
+    }
+  });
+
+  test("as uid 65532 with no capabilities, started before its Node exists: it waits, then initialises it and follows changes", async () => {
+    const node = await world.nodeHost(7);
+    // The DaemonSet's user must be able to read its kubeconfig (the control plane's folder is root's).
+    const dir = mkdtempSync(path.join(os.tmpdir(), "local-ccm-unprivileged-"));
+    chmodSync(dir, 0o755);
+    const kubeconfig = path.join(dir, "kubeconfig");
+    copyFileSync(node.kubeconfig, kubeconfig);
+    chmodSync(kubeconfig, 0o644);
+    const agent = startAgent({ ...node, kubeconfig }, ["--node-name=node-7", "--reconcile-interval=1m"], undefined, true);
+    try {
+      await waitFor("the agent to say it waits for its node", () => /node not found yet/.test(agent.output()) || undefined);
+      assert.match(readFileSync(`/proc/${agent.child.pid}/status`, "utf8"), /^Uid:\s+65532\s+65532\s+65532\s+65532$[\s\S]*^CapEff:\s+0+$/m);
+      await registerNode(world.nodes, "node-7", "198.18.100.17");
+      const expected = ["InternalIP=198.18.100.17", `ExternalIP=${node.external.v4}`, "Hostname=node-7"].join();
+      await waitFor("initialised", async () => {
+        const n = await world.nodes.get("node-7");
+        return (addressesOf(n).join() === expected && !hasUninitializedTaint(n)) || undefined;
+      });
+      // Netlink change events reach an unprivileged process too (resync is 1 min: only the event can do it).
+      const moved = "198.18.17.30";
+      const dev = (await node.host.ip("-o", "-4", "route", "get", "8.8.8.8")).match(/dev (\S+)/)?.[1] as string;
+      await node.host.ip("address", "add", `${moved}/24`, "dev", dev);
+      await node.host.ip("route", "replace", "default", "via", "198.18.17.1", "src", moved);
+      await waitFor("the moved ExternalIP", async () => addressesOf(await world.nodes.get("node-7")).includes(`ExternalIP=${moved}`));
+    } finally {
+      await agent.stop();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

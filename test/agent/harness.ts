@@ -17,7 +17,7 @@ export interface World {
   plane: ControlPlane;
   net: Network;
   nodes: Resource<Node>;
-  /** A node namespace for scenario `slot` (0–7), with the agent's kubeconfig for it. */
+  /** A node namespace for scenario `slot` (0–9), with the agent's kubeconfig for it. */
   nodeHost(slot: number, options?: { airGapped?: boolean; lan?: boolean }): Promise<NodeHost>;
   stop(): Promise<void>;
 }
@@ -31,7 +31,9 @@ export interface NodeHost {
   kubeconfig: string;
 }
 
-const SLOTS = 8;
+// Slots are shared by every test file that uses this harness (they run concurrently): agent.test.ts
+// uses 0–7, least-privilege.test.ts 9. Benchmarks and the demo run alone.
+const SLOTS = 10;
 const rootIP = (slot: number) => `198.18.${200 + slot}.1`;
 
 export async function startWorld(): Promise<World> {
@@ -100,9 +102,17 @@ export interface AgentProcess {
   stop(): Promise<number | null>;
 }
 
-/** Runs the agent in the node's namespace; `entry` may name a bundle (benchmarks measure what ships). */
-export function startAgent(node: NodeHost, args: string[], entry = AGENT): AgentProcess {
-  const [command, argv] = node.host.wrap(process.execPath, [entry, `--kubeconfig=${node.kubeconfig}`, "--health-bind-address=", ...args]);
+/** What the DaemonSet runs as: uid/gid 65532, no supplementary groups, no capabilities at all. */
+const UNPRIVILEGED = ["setpriv", "--reuid=65532", "--regid=65532", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"];
+
+/**
+ * Runs the agent in the node's namespace; `entry` may name a bundle (benchmarks measure what ships).
+ * `unprivileged` runs it as the DaemonSet does (the kubeconfig must then be readable by uid 65532).
+ */
+export function startAgent(node: NodeHost, args: string[], entry = AGENT, unprivileged = false): AgentProcess {
+  const agentArgv = [process.execPath, entry, `--kubeconfig=${node.kubeconfig}`, "--health-bind-address=", ...args];
+  const [program, ...rest] = unprivileged ? [...UNPRIVILEGED, ...agentArgv] : agentArgv;
+  const [command, argv] = node.host.wrap(program as string, rest);
   const child = spawn(command, argv, { stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   child.stdout?.on("data", (chunk: Buffer) => {

@@ -186,7 +186,7 @@ describe("the agent under deploy/rbac.yaml", () => {
   test("a full run (watch, address writes, taint removal, a repeated event, --run-once) uses exactly its grants", async () => {
     const name = "least-privilege-node";
     const kubeletIP = "198.18.100.17";
-    const node = await world.nodeHost(7); // slot 7: agent.test.ts, which may run alongside, uses 0–6
+    const node = await world.nodeHost(9); // agent.test.ts, which may run alongside, uses 0–7
     await registerNode(world.nodes, name, kubeletIP);
     const events = new Resource<Event>(world.plane.admin, { group: "", version: "v1", plural: "events", namespace: "default" });
 
