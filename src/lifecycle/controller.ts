@@ -135,7 +135,7 @@ export interface ControllerOptions {
   now?: () => Date;
 }
 
-/** Outcomes that end a node's check, beyond decide()'s: the node changed while it was probed. */
+/** What a node was last evented for: a skip class, or an outcome of the check itself. */
 type Stage = SkipClass | "changed" | "would-delete";
 
 /** Skips evented on the node: the ones an operator waits on. Earlier rules are the normal state. */

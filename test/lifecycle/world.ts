@@ -190,12 +190,18 @@ export class ControllerProcess {
   readonly exited: Promise<number | null>;
   private readonly forget: () => void;
 
-  constructor(world: World, args: string[], options: { env?: NodeJS.ProcessEnv; entry?: string } = {}) {
+  /** `entry`: the program file (default the .ts entry point); `nodeArgs`: flags for node itself. */
+  constructor(
+    world: World,
+    args: string[],
+    options: { env?: NodeJS.ProcessEnv; entry?: string; nodeArgs?: string[] } = {},
+  ) {
     const [command, argv] = world.prober.wrap("setpriv", [
       "--pdeathsig",
       "KILL",
       "--",
       process.execPath,
+      ...(options.nodeArgs ?? []),
       options.entry ?? PROGRAM_TS,
       "--log-format=json",
       ...args,
@@ -262,8 +268,8 @@ export class ControllerProcess {
   }
 }
 
-/** Requests in the audit log made by the controller, as "verb resource" → count (one per request). */
-export async function auditedRequests(world: World, since?: Date): Promise<Map<string, number>> {
+/** The controller's requests in the audit log (received in [since, until)), as "verb resource" → count. */
+export async function auditedRequests(world: World, since?: Date, until?: Date): Promise<Map<string, number>> {
   const log = await readFile(world.plane.auditLogPath as string, "utf8");
   const seen = new Set<string>();
   const counts = new Map<string, number>();
@@ -277,7 +283,8 @@ export async function auditedRequests(world: World, since?: Date): Promise<Map<s
       objectRef?: { resource?: string };
     };
     if (!entry.userAgent.endsWith(USER_AGENT_COMPONENT) || seen.has(entry.auditID)) continue;
-    if (since && new Date(entry.requestReceivedTimestamp) < since) continue;
+    const received = new Date(entry.requestReceivedTimestamp);
+    if ((since && received < since) || (until && received >= until)) continue;
     seen.add(entry.auditID); // a watch has two entries (ResponseStarted, ResponseComplete)
     const key = `${entry.verb} ${entry.objectRef?.resource ?? "?"}`;
     counts.set(key, (counts.get(key) ?? 0) + 1);
