@@ -7,12 +7,12 @@
 //   dead    198.18.1.9  fd00:198:18:1::9   on echo's link, but no host has it
 //   no route 198.19.0.1                    no route from the prober
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { onExit } from "../../test/cleanup.ts";
 import { run } from "../../test/exec.ts";
 import { createNetwork, type Host, type Network } from "../../test/netns/netns.ts";
+import { startKubeletListener } from "../../test/netns/listener.ts";
 import { type ProbeOptions, type ProbeResult, probeNode } from "./probe.ts";
 
 const ECHO = { v4: "198.18.1.2", v6: "fd00:198:18:1::2" };
@@ -52,24 +52,6 @@ async function probeIn(
   return JSON.parse(await run(command, args));
 }
 
-/** A TCP server on port 10250 inside `host`; resolves once it listens (or fails within 10 s). */
-function listen(host: Host): Promise<ChildProcess> {
-  const script = `require("node:net").createServer((s) => s.destroy())
-    .listen({ port: 10250, host: "::" }, () => console.log("listening"));`;
-  const [command, args] = host.wrap(process.execPath, ["-e", script]);
-  const child = spawn(command, args, { stdio: ["ignore", "pipe", "inherit"] });
-  const forget = onExit(() => child.kill("SIGKILL"));
-  child.once("exit", forget);
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("listener did not start within 10 s")), 10_000);
-    child.stdout?.once("data", () => {
-      clearTimeout(timer);
-      resolve(child);
-    });
-    child.once("exit", (code) => reject(new Error(`listener exited with ${code}`)));
-  });
-}
-
 before(async () => {
   net = await createNetwork();
   prober = await net.host();
@@ -88,7 +70,7 @@ before(async () => {
   for (const host of [tcp, closed])
     for (const sysctl of ["net.ipv4.icmp_echo_ignore_all=1", "net.ipv6.icmp.echo_ignore_all=1"])
       await host.exec("sysctl", ["-qw", sysctl]);
-  listener = await listen(tcp);
+  listener = await startKubeletListener(tcp);
 });
 
 after(async () => {

@@ -12,6 +12,7 @@ import { Resource } from "../../src/kube/resource.ts";
 import { onExit } from "../cleanup.ts";
 import { type ControlPlane, startControlPlane } from "../controlplane/controlplane.ts";
 import { createNetwork, type Host, type Network } from "../netns/netns.ts";
+import { startKubeletListener } from "../netns/listener.ts";
 import { waitFor } from "../wait.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
@@ -86,7 +87,7 @@ export async function startWorld(options: { subnet: number; audit?: boolean }): 
         } else {
           for (const sysctl of ["net.ipv4.icmp_echo_ignore_all=1", "net.ipv6.icmp.echo_ignore_all=1"])
             await host.exec("sysctl", ["-qw", sysctl]);
-          listeners.push(await listen(host));
+          listeners.push(await startKubeletListener(host));
         }
         return `198.18.${n}.2`;
       },
@@ -106,24 +107,6 @@ export async function startWorld(options: { subnet: number; audit?: boolean }): 
     await net.remove();
     throw err;
   }
-}
-
-/** A TCP server on port 10250 inside `host` (as kubelet's); resolves once it listens. */
-function listen(host: Host): Promise<ChildProcess> {
-  const script = `require("node:net").createServer((s) => s.destroy())
-    .listen({ port: 10250, host: "::" }, () => console.log("listening"));`;
-  const [command, args] = host.wrap("setpriv", ["--pdeathsig", "KILL", "--", process.execPath, "-e", script]);
-  const child = spawn(command, args, { stdio: ["ignore", "pipe", "inherit"] });
-  const forget = onExit(() => child.kill("SIGKILL"));
-  child.once("exit", forget);
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error("listener did not start within 10 s")), 10_000);
-    child.stdout?.once("data", () => {
-      clearTimeout(timer);
-      resolve(child);
-    });
-    child.once("exit", (code) => reject(new Error(`listener exited with ${code}`)));
-  });
 }
 
 /** The time `ms` ago as the API keeps it (whole seconds), so that a test computes the controller's expiry. */
