@@ -10,6 +10,7 @@ import { isApiError } from "../src/kube/errors.ts";
 import { Informer } from "../src/kube/informer.ts";
 import { bundle } from "../scripts/bundle.ts";
 import { addressesOf, registerNode, startAgent, startWorld } from "../test/agent/harness.ts";
+import { processMemory } from "./proc.ts";
 
 const TRIALS = Number(process.env.BENCH_TRIALS ?? 50);
 const REST_SECONDS = Number(process.env.BENCH_REST_SECONDS ?? 120);
@@ -80,8 +81,7 @@ try {
     if (e.userAgent?.endsWith("(local-ccm)") && at >= restFrom && at < restTo) requests.set(e.auditID, e.verb);
   }
   const writes = [...requests.values()].filter((verb) => !["get", "list", "watch"].includes(verb)).length;
-  const status = readFileSync(`/proc/${agent.child.pid}/status`, "utf8");
-  const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)?.[1]) / 1024;
+  const memory = processMemory(agent.child.pid as number);
   await agent.stop();
   await informer.stop();
 
@@ -95,7 +95,7 @@ try {
   console.log(`  API requests at rest              ${requests.size} in ${REST_SECONDS} s = ${perHour(requests.size)} per hour (${[...new Set(requests.values())].join(", ") || "none"})`);
   console.log(`  API writes at rest                ${writes} = ${perHour(writes)} per hour`);
   console.log("  watch renewal (by design)         every 30-60 min: at most 2 requests per hour");
-  console.log(`  RSS / anonymous at rest           ${kib("VmRSS").toFixed(1)} MiB / ${kib("RssAnon").toFixed(1)} MiB`);
+  console.log(`  RSS / anonymous at rest           ${(memory.rss / 2 ** 20).toFixed(1)} MiB / ${(memory.anon / 2 ** 20).toFixed(1)} MiB`);
 } finally {
   await world.stop();
 }

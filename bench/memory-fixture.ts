@@ -1,13 +1,6 @@
 // The process measured by bench/memory.ts: the API layer with an informer on one Node (what the
 // agent keeps open at rest). With no kubeconfig it is the baseline: Node 24 doing nothing.
-import { readFileSync } from "node:fs";
-
-/** Resident and anonymous (not file-backed) memory, from the kernel. */
-function memory(): { rss: number; anon: number } {
-  const status = readFileSync("/proc/self/status", "utf8");
-  const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? Number.NaN) * 1024;
-  return { rss: kib("VmRSS"), anon: kib("RssAnon") };
-}
+import { processMemory } from "./proc.ts";
 
 async function main(): Promise<void> {
   const [kubeconfig, nodeName] = process.argv.slice(2);
@@ -22,7 +15,7 @@ async function main(): Promise<void> {
     await informer.waitForSync();
   }
   // Report when asked, so the parent samples both processes at the same moments.
-  process.on("message", () => process.send?.(memory()));
+  process.on("message", () => process.send?.(processMemory()));
   setInterval(() => {}, 1 << 30);
 }
 

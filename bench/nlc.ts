@@ -20,6 +20,7 @@ import {
   startWorld,
   type World,
 } from "../test/lifecycle/world.ts";
+import { type ProcessMemory, processMemory } from "./proc.ts";
 
 const NODES = Number(process.env.BENCH_NODES ?? 5000);
 const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 60);
@@ -102,14 +103,6 @@ function kubeletNode(i: number): Node {
   };
 }
 
-/** VmRSS, RssAnon and VmHWM (peak RSS) of a process, in bytes. */
-function memory(pid: number): { rss: number; anon: number; peak: number } {
-  const status = readFileSync(`/proc/${pid}/status`, "utf8");
-  const kib = (field: string) =>
-    Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)?.[1]) * 1024;
-  return { rss: kib("VmRSS"), anon: kib("RssAnon"), peak: kib("VmHWM") };
-}
-
 /** User + system CPU time of a process in clock ticks (fields 14 and 15 of /proc/<pid>/stat). */
 function cpuTicks(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
@@ -131,8 +124,8 @@ async function scrape(nlc: ControllerProcess): Promise<Map<string, number>> {
 
 interface Figures {
   syncS: number;
-  idle: ReturnType<typeof memory>;
-  after: ReturnType<typeof memory>;
+  idle: ProcessMemory;
+  after: ProcessMemory;
   heap: number;
   cpuIdle: number;
   passes: number;
@@ -170,7 +163,7 @@ async function measure(world: World, nodeArgs: string[], run: number): Promise<F
     await delay(IDLE_SECONDS * 1000);
     const cpuIdle = cpuSeconds(nlc.pid) - cpuBefore;
     const idleTo = new Date();
-    const idle = memory(nlc.pid);
+    const idle = processMemory(nlc.pid);
     const scraped = await scrape(nlc);
 
     // One node goes NotReady (its host gone) and expires 10 s from now.
@@ -186,7 +179,7 @@ async function measure(world: World, nodeArgs: string[], run: number): Promise<F
     return {
       syncS: (Date.parse(synced.ts ?? "") - started) / 1000,
       idle,
-      after: memory(nlc.pid),
+      after: processMemory(nlc.pid),
       heap: scraped.get("nodejs_heap_size_used_bytes") ?? Number.NaN,
       cpuIdle,
       passes: scraped.get("node_lifecycle_controller_reconciles_total") ?? Number.NaN,
