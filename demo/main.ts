@@ -62,8 +62,7 @@ async function demo(): Promise<void> {
     step("node-lifecycle-controller: deletes NotReady, unreachable, autoscaler-tainted nodes (probes from a namespace with no route out)");
     const controllerHost = await world.nodeHost(7, { airGapped: true });
     await plane.kubectl(["apply", "-f", path.join(root, "deploy/nlc-rbac.yaml")]);
-    const port = new URL(plane.server).port;
-    const kubeconfig = await plane.serviceAccountKubeconfig({ namespace: "kube-system", name: "node-lifecycle-controller", server: `https://198.18.207.1:${port}` });
+    const kubeconfig = await plane.serviceAccountKubeconfig({ namespace: "kube-system", name: "node-lifecycle-controller", server: controllerHost.server });
     const [command, argv] = controllerHost.host.wrap(process.execPath, [
       path.join(root, "src/bin/node-lifecycle-controller.ts"),
       `--kubeconfig=${kubeconfig}`,

@@ -218,8 +218,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
   test("an RBAC denial names the missing permission; bad input exits 2 before any API call", async () => {
     const node = await world.nodeHost(6);
     await registerNode(world.nodes, "node-6", "198.18.100.16");
-    const port = new URL(world.plane.server).port;
-    const unbound = await world.plane.serviceAccountKubeconfig({ namespace: "kube-system", name: "unbound", server: `https://198.18.206.1:${port}` });
+    const unbound = await world.plane.serviceAccountKubeconfig({ namespace: "kube-system", name: "unbound", server: node.server });
     const denied = startAgent({ ...node, kubeconfig: unbound }, ["--node-name=node-6", "--run-once"]);
     assert.equal(await denied.exited, 1);
     assert.match(denied.output(), /cannot get resource "nodes"/);

@@ -28,6 +28,8 @@ export interface NodeHost {
   external: { v4: string; v6: string };
   /** The node's address on the internal LAN link, when asked for. */
   lan: { v4: string; gateway: string } | undefined;
+  /** The apiserver's URL as this node reaches it (over its root link). */
+  server: string;
   kubeconfig: string;
 }
 
@@ -68,9 +70,9 @@ export async function startWorld(): Promise<World> {
         lan = { v4: `198.18.${50 + slot}.10`, gateway: `198.18.${50 + slot}.1` };
         await net.link(host, lanHost, { addressesA: [`${lan.v4}/24`], addressesB: [`${lan.gateway}/24`] });
       }
-      const port = new URL(plane.server).port;
-      const kubeconfig = await plane.serviceAccountKubeconfig({ namespace: "kube-system", name: "local-ccm", server: `https://${rootIP(slot)}:${port}` });
-      return { host, external, lan, kubeconfig };
+      const server = plane.serverAt(rootIP(slot));
+      const kubeconfig = await plane.serviceAccountKubeconfig({ namespace: "kube-system", name: "local-ccm", server });
+      return { host, external, lan, server, kubeconfig };
     },
     async stop() {
       await plane.stop();

@@ -46,6 +46,8 @@ export interface ServiceAccountKubeconfigOptions {
 export interface ControlPlane {
   dir: string;
   server: string;
+  /** The apiserver's URL at another of its addresses (one of `extraIPs`, e.g. from a namespace). */
+  serverAt(ip: string): string;
   kubeconfigPath: string;
   caPath: string;
   binaries: Binaries;
@@ -272,6 +274,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
       pids: () => ({ etcd: etcd.child.pid as number, apiserver: apiserver.child.pid as number }),
       kubectl: (kubectlArgs, input) =>
         run(binaries.kubectl, [`--kubeconfig=${kubeconfigPath}`, ...kubectlArgs], { input }),
+      serverAt: (ip) => `https://${ip.includes(":") ? `[${ip}]` : ip}:${securePort}`,
       serviceAccountKubeconfig: (saOptions) => serviceAccountKubeconfig(admin, dir, server, caPem, saOptions),
       async restartApiserver() {
         admin.close();

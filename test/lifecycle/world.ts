@@ -53,7 +53,7 @@ export async function startWorld(options: { subnet: number; audit?: boolean }): 
     await net.link("root", prober, { addressesA: [`${rootIP}/30`], addressesB: [`${proberIP}/30`] });
     plane = await startControlPlane({ extraIPs: [rootIP], audit: options.audit });
     await plane.kubectl(["apply", "-f", RBAC_FILE]);
-    const server = `https://${rootIP}:${new URL(plane.server).port}`;
+    const server = plane.serverAt(rootIP);
     const kubeconfig = await plane.serviceAccountKubeconfig({ ...SERVICE_ACCOUNT, server });
     let links = 0;
     let deadLink: number | undefined;
