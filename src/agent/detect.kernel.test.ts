@@ -4,18 +4,12 @@
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 import { detectIn, quietHost } from "../../test/netns/detect-client.ts";
-import { createNetwork, type Host, type Network } from "../../test/netns/netns.ts";
+import { type Host, type Network, networkPool } from "../../test/netns/netns.ts";
 
 describe("node address detection in network namespaces", () => {
-  const networks: Network[] = [];
-  const network = async () => {
-    const net = await createNetwork();
-    networks.push(net);
-    return net;
-  };
-  after(async () => {
-    for (const net of networks) await net.remove();
-  });
+  const pool = networkPool();
+  const network = pool.create;
+  after(pool.removeAll);
 
   /** The host end of a link to a new router: 198.18.<n>.2/24 and fd00:198:18:<n>::2/64 (router: .1 / ::1). */
   async function uplink(net: Network, host: Host, n: number, families = [4, 6]): Promise<string> {

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 import { addressesIn, quietHost, routesIn, watchIn } from "../../test/netns/detect-client.ts";
-import { createNetwork, type Host, type Link, type Network } from "../../test/netns/netns.ts";
+import { networkPool, type Host, type Link, type Network } from "../../test/netns/netns.ts";
 import { waitFor } from "../../test/wait.ts";
 import { coalesce } from "./netlink.ts";
 
@@ -40,15 +40,9 @@ async function hostBehindRouter(net: Network): Promise<{ host: Host; router: Hos
 }
 
 describe("netlink adapter in network namespaces", () => {
-  const networks: Network[] = [];
-  const network = async () => {
-    const net = await createNetwork();
-    networks.push(net);
-    return net;
-  };
-  after(async () => {
-    for (const net of networks) await net.remove();
-  });
+  const pool = networkPool();
+  const network = pool.create;
+  after(pool.removeAll);
 
   test("route sources honour gateways, local targets and every no-route answer of both families", async () => {
     const { host } = await hostBehindRouter(await network());

@@ -120,3 +120,18 @@ export async function createNetwork(): Promise<Network> {
     },
   };
 }
+
+/** Networks a test suite makes as it goes, removed together by `removeAll` (its after() hook). */
+export function networkPool(): { create(): Promise<Network>; removeAll(): Promise<void> } {
+  const networks: Network[] = [];
+  return {
+    async create() {
+      const net = await createNetwork();
+      networks.push(net);
+      return net;
+    },
+    async removeAll() {
+      for (const net of networks.splice(0)) await net.remove();
+    },
+  };
+}
