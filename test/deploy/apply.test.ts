@@ -38,8 +38,12 @@ describe("server-side dry-run apply", () => {
       "daemonset.apps/local-ccm",
       "deployment.apps/node-lifecycle-controller",
       "poddisruptionbudget.policy/node-lifecycle-controller",
+      "role.rbac.authorization.k8s.io/local-ccm-events",
       "role.rbac.authorization.k8s.io/node-lifecycle-controller",
+      "role.rbac.authorization.k8s.io/node-lifecycle-controller-events",
+      "rolebinding.rbac.authorization.k8s.io/local-ccm-events",
       "rolebinding.rbac.authorization.k8s.io/node-lifecycle-controller",
+      "rolebinding.rbac.authorization.k8s.io/node-lifecycle-controller-events",
       "serviceaccount/local-ccm",
       "serviceaccount/node-lifecycle-controller",
       "validatingadmissionpolicy.admissionregistration.k8s.io/local-ccm-node-scope",
@@ -62,7 +66,7 @@ describe("server-side dry-run apply", () => {
       "--set=image.tag=dev",
     ]);
     const objects = created(await plane.kubectl(["apply", "--dry-run=server", "-f", "-"], manifests));
-    assert.equal(objects.length, 13);
+    assert.equal(objects.length, 17);
     assert.ok(objects.includes("daemonset.apps/local-ccm"));
     assert.ok(objects.includes("deployment.apps/node-lifecycle-controller"));
   });

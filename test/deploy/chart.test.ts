@@ -256,7 +256,7 @@ describe("Helm chart", () => {
       objects = await render();
     });
 
-    test("every object lives in kube-system or is cluster-scoped", () => {
+    test("every object lives in kube-system or is cluster-scoped, but the Events grants in default", () => {
       const namespaced = [
         "ServiceAccount",
         "Role",
@@ -265,8 +265,9 @@ describe("Helm chart", () => {
         "Deployment",
         "PodDisruptionBudget",
       ];
+      const eventsGrant = (obj: KubeObject) => ["Role", "RoleBinding"].includes(obj.kind) && obj.metadata.name.endsWith("-events");
       for (const obj of objects) {
-        const expected = namespaced.includes(obj.kind) ? "kube-system" : undefined;
+        const expected = eventsGrant(obj) ? "default" : namespaced.includes(obj.kind) ? "kube-system" : undefined;
         assert.equal(obj.metadata.namespace, expected, `${obj.kind} ${obj.metadata.name}`);
       }
     });
@@ -356,20 +357,27 @@ describe("Helm chart", () => {
       }
     });
 
-    test("RBAC: the agent and the controller get exactly their verbs", () => {
+    test("RBAC: the agent and the controller get exactly their verbs; Events only in default", () => {
       const rules = (kind: string, name: string) => find(objects, kind, name).rules;
       assert.deepEqual(rules("ClusterRole", "local-ccm"), [
         { apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch", "patch"] },
         { apiGroups: [""], resources: ["nodes/status"], verbs: ["update"] },
-        { apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] },
       ]);
       assert.deepEqual(rules("ClusterRole", "node-lifecycle-controller"), [
         { apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch", "delete"] },
-        { apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] },
       ]);
       assert.deepEqual(rules("Role", "node-lifecycle-controller"), [
         { apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get", "create", "update"] },
       ]);
+      for (const program of PROGRAMS) {
+        const role = find(objects, "Role", `${program}-events`);
+        assert.equal(role.metadata.namespace, "default");
+        assert.deepEqual(role.rules, [{ apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] }]);
+        const binding = find(objects, "RoleBinding", `${program}-events`);
+        assert.equal(binding.metadata.namespace, "default");
+        assert.deepEqual(binding.roleRef, { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: `${program}-events` });
+        assert.deepEqual(binding.subjects, [{ kind: "ServiceAccount", name: program, namespace: "kube-system" }]);
+      }
     });
   });
 
@@ -411,6 +419,8 @@ describe("Helm chart", () => {
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
         "DaemonSet",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",

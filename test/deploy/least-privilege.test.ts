@@ -169,7 +169,7 @@ test("the comparison finds unused grants and missing ones, and reads only the ac
     JSON.stringify({ user: { username }, verb: "get", requestURI: "/version?timeout=32s" }),
   ].join("\n");
   assert.deepEqual(privilegeGaps(usedPermissions(audit, username), grantedPermissions(manifests, NLC_ACCOUNT)), {
-    unused: ["patch events cluster-wide", "update coordination.k8s.io/leases in kube-system"],
+    unused: ["patch events in default", "update coordination.k8s.io/leases in kube-system"],
     missing: ["get coordination.k8s.io/leases in default", "get url /version cluster-wide"],
   });
 });

@@ -88,3 +88,37 @@ and the program takes its pod's namespace.
 {{- $value := include "local-ccm.value" (dict "values" .Values "path" $path) }}
 {{- if eq $value $spec.default }}{{ .Release.Namespace }}{{ else }}{{ $value }}{{ end }}
 {{- end }}
+
+{{/*
+Events about Nodes, which are cluster-scoped, live in "default" (as kubelet's do): the programs may
+create and patch Events there and nowhere else. Input: dict "name" <ServiceAccount> "root" $.
+*/}}
+{{- define "local-ccm.eventsGrant" -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ .name }}-events
+  namespace: default
+  labels:
+    {{- include "local-ccm.labels" . | nindent 4 }}
+rules:
+  - apiGroups: [""]
+    resources: ["events"]
+    verbs: ["create", "patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ .name }}-events
+  namespace: default
+  labels:
+    {{- include "local-ccm.labels" . | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ .name }}-events
+subjects:
+  - kind: ServiceAccount
+    name: {{ .name }}
+    namespace: {{ .root.Release.Namespace }}
+{{- end }}
