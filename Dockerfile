@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
 # The local-ccm image: both programs, each bundled by esbuild into one file, the two native addons
 # they load, and Node.js — no npm, no shell, no dev dependencies. The chart runs
-# `node /app/dist/local-ccm.cjs` (DaemonSet) and `node /app/dist/node-lifecycle-controller.cjs`.
+# `node --optimize-for-size --jitless /app/dist/local-ccm.cjs` (DaemonSet) and the same for
+# /app/dist/node-lifecycle-controller.cjs (Deployment).
 # test/deploy/image.test.ts runs the bundles from exactly the files the runtime stage copies.
 
 FROM node:24-bookworm AS build

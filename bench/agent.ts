@@ -1,6 +1,7 @@
 // `npm run bench:agent`: the bundled agent in a network namespace against the real control plane.
 // Prints API requests and writes at rest (audit log, by user agent, scaled to an hour), drift-repair
 // and IP-change latency (p50/p99 over BENCH_TRIALS trials), RSS, and start-to-first-reconcile time.
+// The agent runs with Node's flags from the DaemonSet (BENCH_NODE_ARGS overrides them).
 // Budgets (issue 4): 0 writes and ≤ 4 requests per hour at rest; both latencies ≤ 1 s p99.
 import { readFileSync } from "node:fs";
 import path from "node:path";
@@ -11,9 +12,14 @@ import { Informer } from "../src/kube/informer.ts";
 import { bundle } from "../scripts/bundle.ts";
 import { addressesOf, registerNode, startAgent, startWorld } from "../test/agent/harness.ts";
 import { processMemory } from "./proc.ts";
+import { shippedNodeArgs } from "./shipped.ts";
 
 const TRIALS = Number(process.env.BENCH_TRIALS ?? 50);
 const REST_SECONDS = Number(process.env.BENCH_REST_SECONDS ?? 120);
+/** Node's own flags: as the DaemonSet gives them, unless BENCH_NODE_ARGS says otherwise ("" for none). */
+const NODE_ARGS = (process.env.BENCH_NODE_ARGS ?? shippedNodeArgs("daemonset.yaml", "local-ccm").join(" "))
+  .split(" ")
+  .filter(Boolean);
 const entry = path.join(import.meta.dirname, "../.cache/bench/local-ccm.cjs");
 await bundle(path.join(import.meta.dirname, "../src/bin/local-ccm.ts"), entry);
 
@@ -37,7 +43,7 @@ try {
   };
 
   const started = performance.now();
-  const agent = startAgent(node, ["--node-name=bench-node", "--reconcile-interval=10s"], entry);
+  const agent = startAgent(node, ["--node-name=bench-node", "--reconcile-interval=10s"], { entry, nodeArgs: NODE_ARGS });
   const firstReconcile = await until("first reconcile", (a) => a.includes(`ExternalIP=${node.external.v4}`), started);
 
   const driftMs: number[] = [];
@@ -88,7 +94,7 @@ try {
   const pct = (values: number[], p: number) => [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.ceil((p / 100) * values.length) - 1)] as number;
   const perHour = (count: number) => ((count * 3600) / REST_SECONDS).toFixed(1);
   const ms = (v: number) => `${v.toFixed(0)} ms`;
-  console.log(`local-ccm agent (bundled, Node ${process.version}), ${TRIALS} trials, ${REST_SECONDS} s at rest`);
+  console.log(`local-ccm agent (bundled, node ${[process.version, ...NODE_ARGS].join(" ")}), ${TRIALS} trials, ${REST_SECONDS} s at rest`);
   console.log(`  start to first reconcile          ${ms(firstReconcile)}`);
   console.log(`  drift repair       p50 / p99      ${ms(pct(driftMs, 50))} / ${ms(pct(driftMs, 99))}`);
   console.log(`  IP change to Node  p50 / p99      ${ms(pct(changeMs, 50))} / ${ms(pct(changeMs, 99))}`);

@@ -1,8 +1,8 @@
 // `npm run bench:nlc`: the bundled node-lifecycle-controller, with leader election, under the shipped
 // RBAC, in a network namespace, against a real control plane holding 5,000 kubelet-like Nodes, all
 // of them watched (--watch-autoscaler-taint=false: every node is decided on every pass, the most
-// work a pass can do). For each set of node flags (BENCH_NODE_ARGS, else none and then
-// --optimize-for-size) it prints memory (RSS, RssAnon, peak), CPU over an idle minute, the API
+// work a pass can do). For each set of node flags (BENCH_NODE_ARGS, else none and then the
+// Deployment's) it prints memory (RSS, RssAnon, peak), CPU over an idle minute, the API
 // requests in that minute (audit log, by user agent), and the time from a node's NotReady expiry
 // to its deletion. Budget (issue 5): RSS ≤ 150 MiB, idle CPU ≈ 0, an expired node handled within
 // one --reconcile-interval.
@@ -21,6 +21,7 @@ import {
   type World,
 } from "../test/lifecycle/world.ts";
 import { type ProcessMemory, processMemory } from "./proc.ts";
+import { shippedNodeArgs } from "./shipped.ts";
 
 const NODES = Number(process.env.BENCH_NODES ?? 5000);
 const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 60);
@@ -28,10 +29,10 @@ const RECONCILE_INTERVAL_S = 30;
 const NOT_READY_TIMEOUT_S = 300;
 const PING = { timeoutS: 5, count: 3 }; // the defaults: a silent host takes 15 s to be called unreachable
 const MiB = 1024 * 1024;
-/** Node's own flags, one run each: as the Deployment runs it today, and tuned for a small heap. */
+/** Node's own flags, one run each: plain, and as the Deployment gives them. */
 const NODE_ARGS: string[][] = process.env.BENCH_NODE_ARGS
   ? [process.env.BENCH_NODE_ARGS.split(" ").filter(Boolean)]
-  : [[], ["--optimize-for-size"]];
+  : [[], shippedNodeArgs("nlc-deployment.yaml", "node-lifecycle-controller")];
 
 /** A Node the size kubelet writes: labels, annotations, five conditions, capacity, node info, images. */
 function kubeletNode(i: number): Node {

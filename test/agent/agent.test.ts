@@ -180,7 +180,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
     const kubeconfig = path.join(dir, "kubeconfig");
     copyFileSync(node.kubeconfig, kubeconfig);
     chmodSync(kubeconfig, 0o644);
-    const agent = startAgent({ ...node, kubeconfig }, ["--node-name=node-7", "--reconcile-interval=1m"], undefined, true);
+    const agent = startAgent({ ...node, kubeconfig }, ["--node-name=node-7", "--reconcile-interval=1m"], { unprivileged: true });
     try {
       await waitFor("the agent to say it waits for its node", () => /node not found yet/.test(agent.output()) || undefined);
       assert.match(readFileSync(`/proc/${agent.child.pid}/status`, "utf8"), /^Uid:\s+65532\s+65532\s+65532\s+65532$[\s\S]*^CapEff:\s+0+$/m);

@@ -107,12 +107,19 @@ export interface AgentProcess {
 /** What the DaemonSet runs as: uid/gid 65532, no supplementary groups, no capabilities at all. */
 const UNPRIVILEGED = ["setpriv", "--reuid=65532", "--regid=65532", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"];
 
-/**
- * Runs the agent in the node's namespace; `entry` may name a bundle (benchmarks measure what ships).
- * `unprivileged` runs it as the DaemonSet does (the kubeconfig must then be readable by uid 65532).
- */
-export function startAgent(node: NodeHost, args: string[], entry = AGENT, unprivileged = false): AgentProcess {
-  const agentArgv = [process.execPath, entry, `--kubeconfig=${node.kubeconfig}`, "--health-bind-address=", ...args];
+export interface AgentOptions {
+  /** A bundle to run instead of the source (benchmarks measure what ships). */
+  entry?: string;
+  /** Node's own flags, e.g. those the DaemonSet passes. */
+  nodeArgs?: string[];
+  /** Run as the DaemonSet does (the kubeconfig must then be readable by uid 65532). */
+  unprivileged?: boolean;
+}
+
+/** Runs the agent in the node's namespace. */
+export function startAgent(node: NodeHost, args: string[], options: AgentOptions = {}): AgentProcess {
+  const { entry = AGENT, nodeArgs = [], unprivileged = false } = options;
+  const agentArgv = [process.execPath, ...nodeArgs, entry, `--kubeconfig=${node.kubeconfig}`, "--health-bind-address=", ...args];
   const [program, ...rest] = unprivileged ? [...UNPRIVILEGED, ...agentArgv] : agentArgv;
   const [command, argv] = node.host.wrap(program as string, rest);
   const child = spawn(command, argv, { stdio: ["ignore", "pipe", "pipe"] });

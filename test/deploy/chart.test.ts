@@ -297,7 +297,7 @@ describe("Helm chart", () => {
       });
       const agent = container(objects, "local-ccm");
       assert.equal(agent.image, `ghcr.io/local-ccm/local-ccm:${appVersion}`);
-      assert.deepEqual(agent.command, ["node", "--optimize-for-size", "/app/dist/local-ccm.cjs"]);
+      assert.deepEqual(agent.command, ["node", "--optimize-for-size", "--jitless", "/app/dist/local-ccm.cjs"]);
       assert.deepEqual(agent.env, [
         { name: "NODE_NAME", valueFrom: { fieldRef: { fieldPath: "spec.nodeName" } } },
       ]);
@@ -328,7 +328,7 @@ describe("Helm chart", () => {
         { name: "net.ipv4.ping_group_range", value: "65532 65532" },
       ]);
       const nlc = container(objects, "node-lifecycle-controller");
-      assert.deepEqual(nlc.command, ["node", "--optimize-for-size", "/app/dist/node-lifecycle-controller.cjs"]);
+      assert.deepEqual(nlc.command, ["node", "--optimize-for-size", "--jitless", "/app/dist/node-lifecycle-controller.cjs"]);
       assert.deepEqual(nlc.securityContext, {
         allowPrivilegeEscalation: false,
         readOnlyRootFilesystem: true,

@@ -93,9 +93,9 @@ function copy(source: string, destination: string, filter?: (source: string) => 
   cpSync(source, target, { recursive: true, dereference: true, filter });
 }
 
-function start(dir: string, file: string, args: string[]) {
+function start(dir: string, file: string, args: string[], nodeArgs: string[] = []) {
   // No NODE_PATH and a bare PATH: modules can only come from the folder itself.
-  const result = spawnSync(process.execPath, [file, ...args], {
+  const result = spawnSync(process.execPath, [...nodeArgs, file, ...args], {
     cwd: dir,
     env: { PATH: "/usr/bin:/bin" },
     encoding: "utf8",
@@ -112,6 +112,8 @@ describe("container image contents", () => {
   let forget: () => void;
   /** A path of the image (or of the build stage) inside the folder that stands for it. */
   const inImage = (imagePath: string) => path.join(image, imagePath);
+  /** A bundle that loads both native addons and uses them once, placed in the image's dist/. */
+  let addonsCheck: string;
 
   before(async () => {
     temp = mkdtempSync(path.join(os.tmpdir(), "local-ccm-image-"));
@@ -131,6 +133,8 @@ describe("container image contents", () => {
       assert.equal(stage, "build", `the runtime stage copies only from the build stage: ${sources} ${to}`);
       for (const source of sources) copy(path.join(buildRoot, source), inImage(to));
     }
+    addonsCheck = inImage("/app/dist/addons-check.cjs");
+    await bundle(path.join(import.meta.dirname, "addons-fixture.ts"), addonsCheck);
   });
 
   after(() => {
@@ -169,17 +173,15 @@ describe("container image contents", () => {
     });
   }
 
-  test("bundled code loads both native addons from the image's node_modules", async () => {
-    const check = inImage("/app/dist/addons-check.cjs");
-    await bundle(path.join(import.meta.dirname, "addons-fixture.ts"), check);
-    const { code, stdout, stderr } = start(inImage(runtime.workdir), check, []);
+  test("bundled code loads both native addons from the image's node_modules", () => {
+    const { code, stdout, stderr } = start(inImage(runtime.workdir), addonsCheck, []);
     assert.equal(code, 0, stderr);
     const result = JSON.parse(stdout) as { icmp: { kind: string; reason?: string }; routeSource: string };
     assert.equal(result.routeSource, "127.0.0.1");
     assert.deepEqual(result.icmp, { kind: "answered" });
   });
 
-  test("the chart's container commands run files the image has", async () => {
+  test("the chart's container commands, Node's flags included, start in the image", async () => {
     const { helm } = await ensureBinaries();
     type Workload = { spec?: { template?: { spec?: PodSpec } } } | null;
     const commands = parseAllDocuments(await helmTemplate(helm))
@@ -189,8 +191,14 @@ describe("container image contents", () => {
     assert.equal(commands.length, PROGRAMS.length);
     for (const [executable, ...args] of commands) {
       assert.equal(executable, "node");
-      const file = args.find((arg) => !arg.startsWith("--"));
-      assert.ok(existsSync(inImage(file as string)), `${file} is not in the image`);
+      const file = args.find((arg) => !arg.startsWith("--")) as string;
+      assert.ok(existsSync(inImage(file)), `${file} is not in the image`);
+      const nodeArgs = args.slice(0, args.indexOf(file));
+      // The native addons too: --jitless, say, must not keep them from loading.
+      for (const [script, scriptArgs] of [[inImage(file), ["--help"]], [addonsCheck, []]] as const) {
+        const { code, stderr } = start(inImage(runtime.workdir), script, [...scriptArgs], nodeArgs);
+        assert.equal(code, 0, `node ${nodeArgs.join(" ")} ${script}: ${stderr}`);
+      }
     }
   });
 });
