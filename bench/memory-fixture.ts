@@ -1,22 +1,38 @@
-// The process measured by bench/memory.ts: the API layer with an informer on one Node (what the
-// agent keeps open at rest). With no kubeconfig it is the baseline: Node 24 doing nothing.
-import { processMemory } from "./proc.ts";
+// The processes measured by bench/memory.ts, by their first argument:
+// - `bare`: Node 24 doing nothing;
+// - `https <url> <ca file>`: Node's https module with one kept-alive connection to the apiserver,
+//   the least any HTTPS client holds (an anonymous GET of /livez);
+// - `informer <kubeconfig> <node>`: the API layer with an informer on one Node, what the agent keeps
+//   open at rest.
+import { readFileSync } from "node:fs";
 
-async function main(): Promise<void> {
-  const [kubeconfig, nodeName] = process.argv.slice(2);
-  if (kubeconfig) {
-    const { KubeClient } = await import("../src/kube/client.ts");
-    const { loadClientConfig } = await import("../src/kube/config.ts");
-    const { Informer } = await import("../src/kube/informer.ts");
-    const { Resource } = await import("../src/kube/resource.ts");
-    const client = new KubeClient(await loadClientConfig({ kubeconfig }), { component: "bench-memory" });
-    const informer = new Informer(new Resource(client, { group: "", version: "v1", plural: "nodes" }), { fieldSelector: `metadata.name=${nodeName}` });
-    informer.start();
-    await informer.waitForSync();
-  }
-  // Report when asked, so the parent samples both processes at the same moments.
-  process.on("message", () => process.send?.(processMemory()));
-  setInterval(() => {}, 1 << 30);
+async function https(url: string, caFile: string): Promise<void> {
+  const { Agent, get } = await import("node:https");
+  const agent = new Agent({ keepAlive: true, ca: readFileSync(caFile) });
+  await new Promise((resolve, reject) => get(`${url}/livez`, { agent }, (res) => res.resume().on("end", resolve)).on("error", reject));
 }
 
-void main();
+async function informer(kubeconfig: string, nodeName: string): Promise<void> {
+  const { KubeClient } = await import("../src/kube/client.ts");
+  const { loadClientConfig } = await import("../src/kube/config.ts");
+  const { Informer } = await import("../src/kube/informer.ts");
+  const { Resource } = await import("../src/kube/resource.ts");
+  const client = new KubeClient(await loadClientConfig({ kubeconfig }), { component: "bench-memory" });
+  const nodes = new Informer(new Resource(client, { group: "", version: "v1", plural: "nodes" }), {
+    fieldSelector: `metadata.name=${nodeName}`,
+  });
+  nodes.start();
+  await nodes.waitForSync();
+}
+
+async function main(): Promise<void> {
+  const [mode, a, b] = process.argv.slice(2) as [string, string, string];
+  if (mode === "https") await https(a, b);
+  if (mode === "informer") await informer(a, b);
+  setInterval(() => {}, 1 << 30); // stay, to be sampled by the parent
+}
+
+main().catch((err: unknown) => {
+  console.error(err);
+  process.exit(1);
+});

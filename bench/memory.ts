@@ -1,41 +1,53 @@
 // `npm run bench:memory`: steady-state memory of a process that loads the API layer and keeps an
-// informer on one Node, beside a bare Node 24 process, sampled together for 60 s. Both run as
-// bundled CommonJS (scripts/bundle.ts), as the container image does. Budget: 48 MiB RSS.
-import { fork } from "node:child_process";
+// informer on one Node, beside a bare Node 24 process and one that only holds an HTTPS connection
+// (the floor under any Kubernetes client on Node), sampled together for BENCH_SECONDS (60 s). Each
+// runs as bundled CommonJS (scripts/bundle.ts), as the image does, under plain `node` and under the
+// DaemonSet's Node flags. The parent reads /proc; the children have no IPC channel (it costs ~5 MiB).
+// Budget (issue 3): 48 MiB RSS.
+import { type ChildProcess, spawn } from "node:child_process";
 import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import { bundle } from "../scripts/bundle.ts";
 import { startControlPlane } from "../test/controlplane/controlplane.ts";
+import { type ProcessMemory, processMemory } from "./proc.ts";
+import { shippedNodeArgs } from "./shipped.ts";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 60);
 const MiB = 1024 * 1024;
-type Sample = { rss: number; anon: number };
 
 const plane = await startControlPlane();
+const children: ChildProcess[] = [];
 try {
   await plane.admin.request({ method: "POST", path: "/api/v1/nodes", body: { metadata: { name: "bench-node" } } });
   const fixture = path.join(import.meta.dirname, "../.cache/bench/memory-fixture.cjs");
   await bundle(path.join(import.meta.dirname, "memory-fixture.ts"), fixture);
-  const runs = { "bare Node": fork(fixture, []), "API layer + informer": fork(fixture, [plane.kubeconfigPath, "bench-node"]) };
-  const sample = (child: ReturnType<typeof fork>) =>
-    new Promise<Sample>((resolve) => {
-      child.once("message", (m) => resolve(m as Sample));
-      child.send("sample");
-    });
-  const samples = new Map<string, Sample[]>(Object.keys(runs).map((name) => [name, []]));
+  const processes = {
+    "bare Node": ["bare"],
+    "https, one connection": ["https", plane.server, plane.caPath],
+    "API layer + informer": ["informer", plane.kubeconfigPath, "bench-node"],
+  };
+  const flagSets = { "plain node": [], "DaemonSet's flags": shippedNodeArgs("daemonset.yaml", "local-ccm") };
+  const runs = Object.entries(processes).flatMap(([name, args]) =>
+    Object.entries(flagSets).map(([flags, nodeArgs]) => {
+      const child = spawn(process.execPath, [...nodeArgs, fixture, ...args], { stdio: ["ignore", "inherit", "inherit"] });
+      children.push(child);
+      return { name, flags, pid: child.pid as number, samples: [] as ProcessMemory[] };
+    }),
+  );
   for (let s = 0; s < SECONDS; s += 5) {
     await delay(5000);
-    for (const [name, child] of Object.entries(runs)) samples.get(name)?.push(await sample(child));
+    for (const run of runs) run.samples.push(processMemory(run.pid));
   }
-  // Steady state: the last half of the run, after start-up allocations have settled.
-  const mib = (bytes: number) => (bytes / MiB).toFixed(1).padStart(8);
-  console.log(`Memory over the last ${SECONDS / 2} s of ${SECONDS} s, Node ${process.version}, MiB`);
-  console.log(`  ${"process".padEnd(24)} ${"RSS max".padStart(8)} ${"anon max".padStart(8)}`);
-  for (const [name, values] of samples) {
-    const tail = values.slice(Math.floor(values.length / 2));
-    console.log(`  ${name.padEnd(24)} ${mib(Math.max(...tail.map((v) => v.rss)))} ${mib(Math.max(...tail.map((v) => v.anon)))}`);
+  // Steady state: the largest sample of the last half of the run, after start-up has settled.
+  const steady = (samples: ProcessMemory[], key: "rss" | "anon") =>
+    (Math.max(...samples.slice(Math.floor(samples.length / 2)).map((m) => m[key])) / MiB).toFixed(1);
+  const line = (first: string, cells: string[]) => console.log(`  ${first.padEnd(24)} ${cells.map((c) => c.padEnd(44)).join("")}`.trimEnd());
+  console.log(`Memory over the last ${SECONDS / 2} s of ${SECONDS} s, Node ${process.version}, RSS / anonymous MiB`);
+  line("process", Object.entries(flagSets).map(([flags, args]) => `${flags} (${args.join(" ") || "none"})`));
+  for (const name of Object.keys(processes)) {
+    line(name, runs.filter((run) => run.name === name).map((run) => `${steady(run.samples, "rss")} / ${steady(run.samples, "anon")}`));
   }
-  for (const child of Object.values(runs)) child.kill();
 } finally {
+  for (const child of children) child.kill();
   await plane.stop();
 }
