@@ -12,7 +12,7 @@ import { Informer } from "../src/kube/informer.ts";
 import { bundle } from "../scripts/bundle.ts";
 import { addressesOf, registerNode, startAgent, startWorld } from "../test/agent/harness.ts";
 import { processMemory } from "./proc.ts";
-import { shippedNodeArgs } from "./shipped.ts";
+import { shippedNodeArgs } from "../test/deploy/shipped.ts";
 
 const TRIALS = Number(process.env.BENCH_TRIALS ?? 50);
 const REST_SECONDS = Number(process.env.BENCH_REST_SECONDS ?? 120);

@@ -10,7 +10,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import { bundle } from "../scripts/bundle.ts";
 import { startControlPlane } from "../test/controlplane/controlplane.ts";
 import { type ProcessMemory, processMemory } from "./proc.ts";
-import { shippedNodeArgs } from "./shipped.ts";
+import { shippedNodeArgs } from "../test/deploy/shipped.ts";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 60);
 const MiB = 1024 * 1024;

@@ -21,7 +21,7 @@ import {
   type World,
 } from "../test/lifecycle/world.ts";
 import { type ProcessMemory, processMemory } from "./proc.ts";
-import { shippedNodeArgs } from "./shipped.ts";
+import { shippedNodeArgs } from "../test/deploy/shipped.ts";
 
 const NODES = Number(process.env.BENCH_NODES ?? 5000);
 const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 60);

@@ -1,12 +1,14 @@
 // Least privilege, proven: each program runs a full integration against a real control plane under
 // the RBAC we ship, and what its ServiceAccount used (from the audit log) must be exactly what the
 // shipped Roles and ClusterRoles grant it: no grant left unused, no request outside the grants.
+// The programs run as the image runs them: their bundles, with the manifests' Node flags.
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Event } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
+import { bundle } from "../../scripts/bundle.ts";
 import { Resource } from "../../src/kube/resource.ts";
 import {
   addressesOf,
@@ -19,6 +21,7 @@ import {
 import {
   apiTimeAgo,
   ControllerProcess,
+  controllerFlags,
   nodeObject,
   RBAC_FILE as NLC_RBAC_FILE,
   SERVICE_ACCOUNT as NLC_ACCOUNT,
@@ -27,8 +30,10 @@ import {
   type World as LifecycleWorld,
 } from "../lifecycle/world.ts";
 import { waitFor } from "../wait.ts";
+import { shippedNodeArgs } from "./shipped.ts";
 
-const AGENT_RBAC_FILE = path.resolve(import.meta.dirname, "../../deploy/rbac.yaml");
+const ROOT = path.resolve(import.meta.dirname, "../..");
+const AGENT_RBAC_FILE = path.join(ROOT, "deploy/rbac.yaml");
 const AGENT_ACCOUNT = { namespace: "kube-system", name: "local-ccm" };
 
 /**
@@ -50,6 +55,13 @@ const qualified = (group: string, resource: string) => (group ? `${group}/${reso
 function permissionSet(permissions: Permission[]): Permission[] {
   const unique = new Map(permissions.map((p) => [describePermission(p), p]));
   return [...unique.keys()].sort().map((key) => unique.get(key) as Permission);
+}
+
+/** A program as the image runs it: its bundle (built here), with the manifest's flags for Node. */
+async function asShipped(program: string, manifest: string): Promise<{ entry: string; nodeArgs: string[] }> {
+  const entry = path.join(ROOT, ".cache/test/least-privilege", `${program}.cjs`);
+  await bundle(path.join(ROOT, "src/bin", `${program}.ts`), entry);
+  return { entry, nodeArgs: shippedNodeArgs(manifest, program) };
 }
 
 interface AuditEntry {
@@ -191,7 +203,8 @@ describe("the agent under deploy/rbac.yaml", () => {
     const events = new Resource<Event>(world.plane.admin, { group: "", version: "v1", plural: "events", namespace: "default" });
 
     // Loop mode: LIST + WATCH of its Node, PUT nodes/status, the taint's JSON PATCH, Events created.
-    const agent = startAgent(node, [`--node-name=${name}`]);
+    const shipped = await asShipped("local-ccm", "daemonset.yaml");
+    const agent = startAgent(node, [`--node-name=${name}`], shipped);
     try {
       const expected = [`InternalIP=${kubeletIP}`, `ExternalIP=${node.external.v4}`, `Hostname=${name}`];
       const addressEvent = async () =>
@@ -218,7 +231,7 @@ describe("the agent under deploy/rbac.yaml", () => {
     }
 
     // --run-once starts from a GET of its Node (as a conflict's re-read does).
-    const once = startAgent(node, [`--node-name=${name}`, "--run-once"]);
+    const once = startAgent(node, [`--node-name=${name}`, "--run-once"], shipped);
     assert.equal(await once.exited, 0, once.output());
 
     await assertLeastPrivilege(world.plane.auditLogPath, AGENT_RBAC_FILE, AGENT_ACCOUNT);
@@ -248,18 +261,11 @@ describe("the node-lifecycle-controller under deploy/nlc-rbac.yaml", () => {
     for (const node of nodes) await world.nodes.create(node);
 
     // Default lease name and namespace (kube-system), as the shipped Deployment runs it.
-    nlc = new ControllerProcess(world, [
-      `--kubeconfig=${world.kubeconfig}`,
-      "--not-ready-timeout=3s",
-      "--reconcile-interval=1s",
-      "--ping-timeout=300ms",
-      "--ping-count=2",
-      "--leader-elect-lease-duration=4s",
-      "--leader-elect-renew-deadline=3s",
-      "--leader-elect-retry-period=500ms",
-      "--v=2",
-      `--health-bind-address=${world.proberIP}:0`,
-    ]);
+    nlc = new ControllerProcess(
+      world,
+      controllerFlags(world, { notReadyTimeout: "3s", reconcileInterval: "1s" }),
+      await asShipped("node-lifecycle-controller", "nlc-deployment.yaml"),
+    );
     await nlc.waitForLog("started leading");
     await nlc.waitForLog("deleted node", { node: "dead-node" });
     const skipped = await nlc.waitForLog("not deleting node", { node: "reachable-node" });

@@ -5,7 +5,7 @@ import { after, before, test } from "node:test";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import { Resource } from "../../src/kube/resource.ts";
 import { waitFor } from "../wait.ts";
-import { ControllerProcess, nodeObject, SERVICE_ACCOUNT, startWorld, type World } from "./world.ts";
+import { ControllerProcess, controllerFlags, nodeObject, SERVICE_ACCOUNT, startWorld, type World } from "./world.ts";
 
 const LEASE = "node-lifecycle-controller";
 
@@ -35,20 +35,12 @@ test("three replicas: exactly one leads, probes and deletes; kill it and another
     await world.nodes.create(node);
 
   for (const name of ["replica-a", "replica-b", "replica-c"]) {
-    const args = [
-      `--kubeconfig=${world.kubeconfig}`,
-      "--not-ready-timeout=10s",
-      "--reconcile-interval=1s",
-      "--ping-timeout=300ms",
-      "--ping-count=2",
-      "--leader-elect-lease-duration=4s",
-      "--leader-elect-renew-deadline=3s",
-      "--leader-elect-retry-period=500ms",
+    const args = controllerFlags(
+      world,
+      { notReadyTimeout: "10s", reconcileInterval: "1s" },
       `--leader-elect-resource-name=${LEASE}`,
       `--leader-elect-resource-namespace=${SERVICE_ACCOUNT.namespace}`,
-      "--v=2",
-      `--health-bind-address=${world.proberIP}:0`,
-    ];
+    );
     replicas.push(new ControllerProcess(world, args, { env: { POD_NAME: name } }));
   }
   const deletedBy = (node: string) => replicas.filter((r) => r.find("deleted node", { node }).length > 0);

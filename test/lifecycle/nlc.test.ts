@@ -16,6 +16,7 @@ import {
   apiTimeAgo,
   auditedRequests,
   ControllerProcess,
+  controllerFlags,
   eventsAbout,
   nodeObject,
   RBAC_FILE,
@@ -28,19 +29,8 @@ import {
 const TIMEOUT_MS = 8000;
 const INTERVAL_MS = 1000;
 
-function flags(world: World, ...extra: string[]): string[] {
-  return [
-    `--kubeconfig=${world.kubeconfig}`,
-    `--not-ready-timeout=${TIMEOUT_MS}ms`,
-    `--reconcile-interval=${INTERVAL_MS}ms`,
-    "--ping-timeout=300ms",
-    "--ping-count=2",
-    "--leader-elect=false",
-    "--v=2",
-    `--health-bind-address=${world.proberIP}:0`,
-    ...extra,
-  ];
-}
+const flags = (world: World, ...extra: string[]) =>
+  controllerFlags(world, { notReadyTimeout: `${TIMEOUT_MS}ms`, reconcileInterval: `${INTERVAL_MS}ms`, leaderElect: false }, ...extra);
 
 const at = (line: { ts?: string }) => Date.parse(line.ts ?? "");
 

@@ -109,6 +109,32 @@ export async function startWorld(options: { subnet: number; audit?: boolean }): 
   }
 }
 
+/**
+ * Flags for a controller under test: the world's kubeconfig and health address, the given timings,
+ * quick probes (2 × 300 ms) and, unless `leaderElect` is false, a quick leader election (4s/3s/500ms).
+ */
+export function controllerFlags(
+  world: World,
+  timing: { notReadyTimeout: string; reconcileInterval: string; leaderElect?: boolean },
+  ...extra: string[]
+): string[] {
+  const leaderElection =
+    timing.leaderElect === false
+      ? ["--leader-elect=false"]
+      : ["--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=500ms"];
+  return [
+    `--kubeconfig=${world.kubeconfig}`,
+    `--not-ready-timeout=${timing.notReadyTimeout}`,
+    `--reconcile-interval=${timing.reconcileInterval}`,
+    "--ping-timeout=300ms",
+    "--ping-count=2",
+    ...leaderElection,
+    "--v=2",
+    `--health-bind-address=${world.proberIP}:0`,
+    ...extra,
+  ];
+}
+
 /** The time `ms` ago as the API keeps it (whole seconds), so that a test computes the controller's expiry. */
 export function apiTimeAgo(ms: number): Date {
   return new Date(Math.floor((Date.now() - ms) / 1000) * 1000);

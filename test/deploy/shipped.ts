@@ -1,15 +1,16 @@
-// The flags Node itself is given in the shipped manifests, so the benchmarks measure the programs
-// the way the DaemonSet and the Deployment run them (deploy/ is rendered from the chart).
+// The flags Node itself is given in the shipped manifests, so that tests and benchmarks run the
+// programs the way the DaemonSet and the Deployment do.
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import type { PodSpec } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
+import { DEPLOY_DIR } from "../../scripts/render-manifests.ts";
 
 type Workload = { spec?: { template?: { spec?: PodSpec } } } | null;
 
 /** Node's flags in the command of the container named `container` in deploy/`manifest`. */
 export function shippedNodeArgs(manifest: string, container: string): string[] {
-  const text = readFileSync(path.join(import.meta.dirname, "../deploy", manifest), "utf8");
+  const text = readFileSync(path.join(DEPLOY_DIR, manifest), "utf8");
   const command = parseAllDocuments(text)
     .flatMap((doc) => (doc.toJS() as Workload)?.spec?.template?.spec?.containers ?? [])
     .find((c) => c.name === container)?.command;
