@@ -411,6 +411,7 @@ describe("Helm chart", () => {
         tolerations: [{ key: "dedicated", operator: "Equal", value: "edge", effect: "NoSchedule" }],
         nodeSelector: { "node.kubernetes.io/pool": "edge" },
         "nodeLifecycleController.enabled": false,
+        nodeFlags: ["--max-old-space-size=64"],
       }),
     ]);
     assert.deepEqual(
@@ -436,6 +437,7 @@ describe("Helm chart", () => {
     assert.equal(pod.securityContext?.runAsGroup, 2000);
     const agent = container(objects, "local-ccm");
     assert.equal(agent.image, "registry.example/ccm:dev");
+    assert.deepEqual(agent.command, ["node", "--max-old-space-size=64", "/app/dist/local-ccm.cjs"]);
     assert.equal(agent.imagePullPolicy, "Always");
     assert.deepEqual(agent.resources, {
       requests: { cpu: "20m", memory: "40Mi" },
@@ -528,6 +530,7 @@ describe("Helm chart", () => {
         "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'",
       ],
       [{ "podSecurity.runAsUser": 0 }, "at '/podSecurity/runAsUser': minimum: got 0, want 1"],
+      [{ nodeFlags: ["jitless"] }, "at '/nodeFlags/0': 'jitless' does not match pattern"],
     ];
     for (const [set, expected] of cases) {
       const message = await helmFailure(helm, setJson(set));

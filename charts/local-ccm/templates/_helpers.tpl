@@ -43,6 +43,11 @@ print them as integers, never 1e+06.
 {{- $value }}
 {{- end }}
 
+{{/* A program's container command: node, Node's own flags (nodeFlags), the program's bundle. */}}
+{{- define "local-ccm.command" -}}
+{{ concat (list "node") .root.Values.nodeFlags (list (printf "/app/dist/%s.cjs" .program)) | toJson }}
+{{- end }}
+
 {{/* The port of a health bind address (":10263", "127.0.0.1:10263", "[::1]:10263"); "" when disabled. */}}
 {{- define "local-ccm.healthPort" -}}
 {{- regexFind "[0-9]+$" . }}
