@@ -89,7 +89,9 @@ describe("node-scope admission policy", () => {
     await plane.kubectl(["apply", ...files]);
     for (const name of Object.values(NODES)) {
       const node = await admin.create(kubeletNode(name));
-      await admin.update(withAddresses(node, "198.18.0.1"), { subresource: "status" });
+      const registered = withAddresses(node, "198.18.0.1");
+      const capacity = { cpu: "2" }; // a field for the agent to (try to) remove
+      await admin.update({ ...registered, status: { ...registered.status, capacity } }, { subresource: "status" });
     }
     const pod = await plane.admin.request<{ metadata: { name: string; uid: string } }>({
       method: "POST",
@@ -163,7 +165,7 @@ describe("node-scope admission policy", () => {
     assert.deepEqual((await admin.get(NODES.b)).spec?.taints, node.spec?.taints);
   });
 
-  test("any other change to its own Node is denied, naming the field", async () => {
+  test("any other change to its own Node is denied, naming the field: set, changed or removed", async () => {
     const node = await agent.get(NODES.a);
     const addressUpdate = withAddresses(node, "198.18.0.11");
     const updateStatus = (change: Node) => agent.update(change, { subresource: "status", dryRun });
@@ -185,6 +187,17 @@ describe("node-scope admission policy", () => {
       [
         "spec.unschedulable",
         () => agent.patch(NODES.a, "merge", { spec: { unschedulable: true } }, { dryRun }),
+      ],
+      [
+        "spec.providerID",
+        () => agent.patch(NODES.a, "merge", { spec: { providerID: "local://forged" } }, { dryRun }),
+      ],
+      [
+        "status.capacity",
+        () => {
+          const { capacity: _, ...withoutCapacity } = addressUpdate.status ?? {};
+          return updateStatus({ ...addressUpdate, status: withoutCapacity });
+        },
       ],
       [
         "status.conditions",
