@@ -12,12 +12,12 @@ import { Informer } from "../src/kube/informer.ts";
 import { bundle } from "../scripts/bundle.ts";
 import { addressesOf, registerNode, startAgent, startWorld } from "../test/agent/harness.ts";
 import { processMemory } from "./proc.ts";
-import { shippedNodeArgs } from "../test/deploy/shipped.ts";
+import { shippedCommand } from "../test/deploy/shipped.ts";
 
 const TRIALS = Number(process.env.BENCH_TRIALS ?? 50);
 const REST_SECONDS = Number(process.env.BENCH_REST_SECONDS ?? 120);
 /** Node's own flags: as the DaemonSet gives them, unless BENCH_NODE_ARGS says otherwise ("" for none). */
-const NODE_ARGS = (process.env.BENCH_NODE_ARGS ?? shippedNodeArgs("daemonset.yaml", "local-ccm").join(" "))
+const NODE_ARGS = (process.env.BENCH_NODE_ARGS ?? shippedCommand("local-ccm").nodeArgs.join(" "))
   .split(" ")
   .filter(Boolean);
 const entry = path.join(import.meta.dirname, "../.cache/bench/local-ccm.cjs");

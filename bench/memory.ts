@@ -10,7 +10,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import { bundle } from "../scripts/bundle.ts";
 import { startControlPlane } from "../test/controlplane/controlplane.ts";
 import { type ProcessMemory, processMemory } from "./proc.ts";
-import { shippedNodeArgs } from "../test/deploy/shipped.ts";
+import { shippedCommand } from "../test/deploy/shipped.ts";
 
 const SECONDS = Number(process.env.BENCH_SECONDS ?? 60);
 const MiB = 1024 * 1024;
@@ -26,7 +26,7 @@ try {
     "https, one connection": ["https", plane.server, plane.caPath],
     "API layer + informer": ["informer", plane.kubeconfigPath, "bench-node"],
   };
-  const flagSets = { "plain node": [], "DaemonSet's flags": shippedNodeArgs("daemonset.yaml", "local-ccm") };
+  const flagSets = { "plain node": [], "DaemonSet's flags": shippedCommand("local-ccm").nodeArgs };
   const runs = Object.entries(processes).flatMap(([name, args]) =>
     Object.entries(flagSets).map(([flags, nodeArgs]) => {
       const child = spawn(process.execPath, [...nodeArgs, fixture, ...args], { stdio: ["ignore", "inherit", "inherit"] });

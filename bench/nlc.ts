@@ -21,7 +21,7 @@ import {
   type World,
 } from "../test/lifecycle/world.ts";
 import { type ProcessMemory, processMemory } from "./proc.ts";
-import { shippedNodeArgs } from "../test/deploy/shipped.ts";
+import { shippedCommand } from "../test/deploy/shipped.ts";
 
 const NODES = Number(process.env.BENCH_NODES ?? 5000);
 const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 60);
@@ -32,7 +32,7 @@ const MiB = 1024 * 1024;
 /** Node's own flags, one run each: plain, and as the Deployment gives them. */
 const NODE_ARGS: string[][] = process.env.BENCH_NODE_ARGS
   ? [process.env.BENCH_NODE_ARGS.split(" ").filter(Boolean)]
-  : [[], shippedNodeArgs("nlc-deployment.yaml", "node-lifecycle-controller")];
+  : [[], shippedCommand("node-lifecycle-controller").nodeArgs];
 
 /** A Node the size kubelet writes: labels, annotations, five conditions, capacity, node info, images. */
 function kubeletNode(i: number): Node {

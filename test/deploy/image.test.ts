@@ -18,13 +18,10 @@ import {
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import type { PodSpec } from "kubernetes-types/core/v1.js";
-import { parseAllDocuments } from "yaml";
 import { bundle } from "../../scripts/bundle.ts";
-import { helmTemplate } from "../../scripts/render-manifests.ts";
 import { onExit } from "../cleanup.ts";
-import { ensureBinaries } from "../controlplane/build.ts";
 import { run } from "../exec.ts";
+import { shippedCommand } from "./shipped.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
 const PROGRAMS = Object.entries(
@@ -181,24 +178,15 @@ describe("container image contents", () => {
     assert.deepEqual(result.icmp, { kind: "answered" });
   });
 
-  test("the chart's container commands, Node's flags included, start in the image", async () => {
-    const { helm } = await ensureBinaries();
-    type Workload = { spec?: { template?: { spec?: PodSpec } } } | null;
-    const commands = parseAllDocuments(await helmTemplate(helm))
-      .map((doc) => doc.toJS() as Workload)
-      .flatMap((obj) => obj?.spec?.template?.spec?.containers ?? [])
-      .map((container) => container.command ?? []);
-    assert.equal(commands.length, PROGRAMS.length);
-    for (const [executable, ...args] of commands) {
-      assert.equal(executable, "node");
-      const file = args.find((arg) => !arg.startsWith("--")) as string;
-      assert.ok(existsSync(inImage(file)), `${file} is not in the image`);
-      const nodeArgs = args.slice(0, args.indexOf(file));
+  for (const [program] of PROGRAMS) {
+    test(`${program}: the shipped command, Node's flags included, starts in the image`, () => {
+      const { nodeArgs, script } = shippedCommand(program);
+      assert.ok(existsSync(inImage(script)), `${script} is not in the image`);
       // The native addons too: --jitless, say, must not keep them from loading.
-      for (const [script, scriptArgs] of [[inImage(file), ["--help"]], [addonsCheck, []]] as const) {
-        const { code, stderr } = start(inImage(runtime.workdir), script, [...scriptArgs], nodeArgs);
-        assert.equal(code, 0, `node ${nodeArgs.join(" ")} ${script}: ${stderr}`);
+      for (const [file, args] of [[inImage(script), ["--help"]], [addonsCheck, []]] as const) {
+        const { code, stderr } = start(inImage(runtime.workdir), file, [...args], nodeArgs);
+        assert.equal(code, 0, `node ${nodeArgs.join(" ")} ${file}: ${stderr}`);
       }
-    }
-  });
+    });
+  }
 });

@@ -30,7 +30,7 @@ import {
   type World as LifecycleWorld,
 } from "../lifecycle/world.ts";
 import { waitFor } from "../wait.ts";
-import { shippedNodeArgs } from "./shipped.ts";
+import { shippedCommand } from "./shipped.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
 const AGENT_RBAC_FILE = path.join(ROOT, "deploy/rbac.yaml");
@@ -57,11 +57,11 @@ function permissionSet(permissions: Permission[]): Permission[] {
   return [...unique.keys()].sort().map((key) => unique.get(key) as Permission);
 }
 
-/** A program as the image runs it: its bundle (built here), with the manifest's flags for Node. */
-async function asShipped(program: string, manifest: string): Promise<{ entry: string; nodeArgs: string[] }> {
+/** A program as the image runs it: its bundle (built here), with the manifests' flags for Node. */
+async function asShipped(program: string): Promise<{ entry: string; nodeArgs: string[] }> {
   const entry = path.join(ROOT, ".cache/test/least-privilege", `${program}.cjs`);
   await bundle(path.join(ROOT, "src/bin", `${program}.ts`), entry);
-  return { entry, nodeArgs: shippedNodeArgs(manifest, program) };
+  return { entry, nodeArgs: shippedCommand(program).nodeArgs };
 }
 
 interface AuditEntry {
@@ -203,7 +203,7 @@ describe("the agent under deploy/rbac.yaml", () => {
     const events = new Resource<Event>(world.plane.admin, { group: "", version: "v1", plural: "events", namespace: "default" });
 
     // Loop mode: LIST + WATCH of its Node, PUT nodes/status, the taint's JSON PATCH, Events created.
-    const shipped = await asShipped("local-ccm", "daemonset.yaml");
+    const shipped = await asShipped("local-ccm");
     const agent = startAgent(node, [`--node-name=${name}`], shipped);
     try {
       const expected = [`InternalIP=${kubeletIP}`, `ExternalIP=${node.external.v4}`, `Hostname=${name}`];
@@ -264,7 +264,7 @@ describe("the node-lifecycle-controller under deploy/nlc-rbac.yaml", () => {
     nlc = new ControllerProcess(
       world,
       controllerFlags(world, { notReadyTimeout: "3s", reconcileInterval: "1s" }),
-      await asShipped("node-lifecycle-controller", "nlc-deployment.yaml"),
+      await asShipped("node-lifecycle-controller"),
     );
     await nlc.waitForLog("started leading");
     await nlc.waitForLog("deleted node", { node: "dead-node" });

@@ -1,6 +1,6 @@
-// The flags Node itself is given in the shipped manifests, so that tests and benchmarks run the
-// programs the way the DaemonSet and the Deployment do.
-import { readFileSync } from "node:fs";
+// The programs' commands in the shipped manifests (deploy/, rendered from the chart), so that tests
+// and benchmarks start the programs with the same Node flags as the DaemonSet and the Deployment.
+import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import type { PodSpec } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
@@ -8,15 +8,22 @@ import { DEPLOY_DIR } from "../../scripts/render-manifests.ts";
 
 type Workload = { spec?: { template?: { spec?: PodSpec } } } | null;
 
-/** Node's flags in the command of the container named `container` in deploy/`manifest`. */
-export function shippedNodeArgs(manifest: string, container: string): string[] {
-  const text = readFileSync(path.join(DEPLOY_DIR, manifest), "utf8");
-  const command = parseAllDocuments(text)
+export interface ShippedCommand {
+  /** Node's own flags. */
+  nodeArgs: string[];
+  /** The program's file in the image. */
+  script: string;
+}
+
+/** The `node [flags] script` command of the container named `container` in deploy/. */
+export function shippedCommand(container: string): ShippedCommand {
+  const command = readdirSync(DEPLOY_DIR)
+    .filter((file) => file.endsWith(".yaml"))
+    .flatMap((file) => parseAllDocuments(readFileSync(path.join(DEPLOY_DIR, file), "utf8")))
     .flatMap((doc) => (doc.toJS() as Workload)?.spec?.template?.spec?.containers ?? [])
     .find((c) => c.name === container)?.command;
   const [executable, ...args] = command ?? [];
-  // Node's own flags come before the script.
   const script = args.findIndex((arg) => !arg.startsWith("-"));
-  if (executable !== "node" || script < 0) throw new Error(`deploy/${manifest}: no \`node … script\` command for ${container}`);
-  return args.slice(0, script);
+  if (executable !== "node" || script < 0) throw new Error(`deploy/: no \`node … script\` command for ${container}`);
+  return { nodeArgs: args.slice(0, script), script: args[script] as string };
 }
