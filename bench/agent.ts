@@ -9,7 +9,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import type { Node } from "kubernetes-types/core/v1.js";
 import { isApiError } from "../src/kube/errors.ts";
 import { Informer } from "../src/kube/informer.ts";
-import { bundle } from "../scripts/bundle.ts";
+import { bundleProgram } from "../scripts/bundle.ts";
 import { addressesOf, registerNode, startAgent, startWorld } from "../test/agent/harness.ts";
 import { processMemory } from "./proc.ts";
 import { shippedCommand } from "../test/deploy/shipped.ts";
@@ -20,8 +20,7 @@ const REST_SECONDS = Number(process.env.BENCH_REST_SECONDS ?? 120);
 const NODE_ARGS = (process.env.BENCH_NODE_ARGS ?? shippedCommand("local-ccm").nodeArgs.join(" "))
   .split(" ")
   .filter(Boolean);
-const entry = path.join(import.meta.dirname, "../.cache/bench/local-ccm.cjs");
-await bundle(path.join(import.meta.dirname, "../src/bin/local-ccm.ts"), entry);
+const entry = await bundleProgram("local-ccm", path.join(import.meta.dirname, "../.cache/bench"));
 
 const world = await startWorld();
 try {

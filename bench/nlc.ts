@@ -10,7 +10,7 @@ import { readFileSync } from "node:fs";
 import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import type { Node } from "kubernetes-types/core/v1.js";
-import { bundle } from "../scripts/bundle.ts";
+import { bundleProgram } from "../scripts/bundle.ts";
 import { run } from "../test/exec.ts";
 import {
   apiTimeAgo,
@@ -221,8 +221,7 @@ async function measure(world: World, nodeArgs: string[], run: number): Promise<F
   }
 }
 
-const entry = path.join(import.meta.dirname, "../.cache/bench/node-lifecycle-controller.cjs");
-await bundle(path.join(import.meta.dirname, "../src/bin/node-lifecycle-controller.ts"), entry);
+const entry = await bundleProgram("node-lifecycle-controller", path.join(import.meta.dirname, "../.cache/bench"));
 const ticks = Number(await run("getconf", ["CLK_TCK"]));
 const cpuSeconds = (pid: number) => cpuTicks(pid) / ticks;
 const world = await startWorld({ subnet: 252, audit: true });

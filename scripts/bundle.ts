@@ -4,6 +4,7 @@
 // - an ESM `import` of node:http builds the module namespace, which evaluates its lazy getters
 //   and loads undici (+13 MiB); `require` does not.
 // Native addons stay external: they are loaded from node_modules next to the bundle.
+import path from "node:path";
 import { build } from "esbuild";
 
 export const EXTERNAL = ["netlink", "local-ccm-icmp"];
@@ -24,4 +25,11 @@ export async function bundle(entry: string, outfile: string): Promise<void> {
     define: { "import.meta.url": "__import_meta_url" },
     banner: { js: 'var __import_meta_url = require("node:url").pathToFileURL(__filename).href;' },
   });
+}
+
+/** Bundles a program's entry point (src/bin/<program>.ts) into `dir`/<program>.cjs, and returns that path. */
+export async function bundleProgram(program: string, dir: string): Promise<string> {
+  const outfile = path.join(dir, `${program}.cjs`);
+  await bundle(path.join(import.meta.dirname, "../src/bin", `${program}.ts`), outfile);
+  return outfile;
 }

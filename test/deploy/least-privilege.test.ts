@@ -8,7 +8,7 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Event } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
-import { bundle } from "../../scripts/bundle.ts";
+import { bundleProgram } from "../../scripts/bundle.ts";
 import { Resource } from "../../src/kube/resource.ts";
 import {
   addressesOf,
@@ -59,8 +59,7 @@ function permissionSet(permissions: Permission[]): Permission[] {
 
 /** A program as the image runs it: its bundle (built here), with the manifests' flags for Node. */
 async function asShipped(program: string): Promise<{ entry: string; nodeArgs: string[] }> {
-  const entry = path.join(ROOT, ".cache/test/least-privilege", `${program}.cjs`);
-  await bundle(path.join(ROOT, "src/bin", `${program}.ts`), entry);
+  const entry = await bundleProgram(program, path.join(ROOT, ".cache/test/least-privilege"));
   return { entry, nodeArgs: shippedCommand(program).nodeArgs };
 }
 
