@@ -5,12 +5,12 @@
 // result, and deleted with preconditions on that fresh copy. Only the leader probes and deletes.
 import type { Node } from "kubernetes-types/core/v1.js";
 import type { Logger } from "../cli/log.ts";
-import type { Counter, Gauge, Registry } from "../cli/metrics.ts";
 import { isApiError } from "../kube/errors.ts";
 import type { EventRecorder, EventType } from "../kube/events.ts";
 import type { InformerHandlers } from "../kube/informer.ts";
 import type { Resource } from "../kube/resource.ts";
 import type { ProbeResult } from "../net/probe.ts";
+import type { ControllerMetrics } from "./metrics.ts";
 import {
   type ClusterHealth,
   clusterHealth,
@@ -71,43 +71,6 @@ export function nodeTransform(config: LifecycleConfig): (node: Node) => Node {
 export function decisionInputsChanged(before: Node, after: Node): boolean {
   const strip = (node: Node) => ({ ...node, metadata: { ...node.metadata, resourceVersion: undefined } });
   return JSON.stringify(strip(before)) !== JSON.stringify(strip(after));
-}
-
-export interface ControllerMetrics {
-  reconciles: Counter;
-  skipped: Counter<"class">;
-  probes: Counter<"result">;
-  deletions: Counter<"result">;
-  paused: Gauge;
-}
-
-export function registerControllerMetrics(registry: Registry): ControllerMetrics {
-  const prefix = "node_lifecycle_controller";
-  return {
-    reconciles: registry.counter({
-      name: `${prefix}_reconciles_total`,
-      help: "Passes over the cached nodes.",
-    }),
-    skipped: registry.counter({
-      name: `${prefix}_skipped_total`,
-      help: "Decisions that kept a watched node, by the class of rule that kept it.",
-      labels: ["class"],
-    }),
-    probes: registry.counter({
-      name: `${prefix}_probes_total`,
-      help: "Reachability probes of expired nodes, by result (alive, unreachable, inconclusive).",
-      labels: ["result"],
-    }),
-    deletions: registry.counter({
-      name: `${prefix}_deletions_total`,
-      help: "Node deletions, by result (deleted, dry-run, changed, gone, error).",
-      labels: ["result"],
-    }),
-    paused: registry.gauge({
-      name: `${prefix}_deletions_paused`,
-      help: "1 while the mass-deletion guard pauses deletions (too many nodes NotReady), else 0.",
-    }),
-  };
 }
 
 /** The informer satisfies this: the cache of all nodes, trimmed by nodeTransform. */

@@ -7,7 +7,6 @@ import type { Node } from "kubernetes-types/core/v1.js";
 import { type HealthServer, startHealthServer } from "../cli/health.ts";
 import { createLogger, type Logger } from "../cli/log.ts";
 import type { MainContext } from "../cli/main.ts";
-import { Registry, registerProcessMetrics } from "../cli/metrics.ts";
 import { sleep } from "../kube/backoff.ts";
 import { KubeClient } from "../kube/client.ts";
 import { loadClientConfig } from "../kube/config.ts";
@@ -18,9 +17,10 @@ import { parseKeyValueList, parseLabelSelector } from "../kube/labelselector.ts"
 import { LeaderElector } from "../kube/leaderelection.ts";
 import { Resource } from "../kube/resource.ts";
 import { probeNode } from "../net/probe.ts";
-import { Controller, nodeTransform, registerControllerMetrics } from "./controller.ts";
+import { Controller, nodeTransform } from "./controller.ts";
 import type { LifecycleConfig } from "./decide.ts";
 import { type LifecycleFlags, parseLifecycleFlags } from "./flags.ts";
+import { createLifecycleMetrics } from "./metrics.ts";
 
 export const PROGRAM = "node-lifecycle-controller";
 /** How long shutdown waits for queued Events before it closes the client. */
@@ -57,20 +57,10 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
   const clientConfig = await loadClientConfig({ kubeconfig: flags.kubeconfig || undefined, env: ctx.env });
   const identity = leaderIdentity(ctx.env);
 
-  const registry = new Registry();
-  registerProcessMetrics(registry);
-  const apiRequests = registry.counter({
-    name: "node_lifecycle_controller_api_requests_total",
-    help: "Requests to the Kubernetes API, by verb and HTTP status code (0: no connection).",
-    labels: ["verb", "code"],
-  });
-  const leaderGauge = registry.gauge({
-    name: "node_lifecycle_controller_leader",
-    help: "1 while this replica leads (and may probe and delete), else 0.",
-  });
+  const metrics = createLifecycleMetrics();
   const client = new KubeClient(clientConfig, {
     component: PROGRAM,
-    onResponse: (verb, code) => apiRequests.with({ verb, code }).inc(),
+    onResponse: (verb, code) => metrics.apiRequests.with({ verb, code }).inc(),
   });
   const nodes = new Resource<Node>(client, { group: "", version: "v1", plural: "nodes" });
   const informer = new Informer(nodes, {
@@ -102,7 +92,7 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
     isLeader: () => elector?.isLeader() ?? true,
     events,
     log,
-    metrics: registerControllerMetrics(registry),
+    metrics: metrics.controller,
   });
   informer.addHandlers(controller.handlers);
   if (leaderElection.enabled) {
@@ -113,19 +103,19 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
       renewDeadlineMs: leaderElection.renewDeadlineMs,
       retryPeriodMs: leaderElection.retryPeriodMs,
       onStartedLeading: () => {
-        leaderGauge.set(1);
+        metrics.leader.set(1);
         log.info("started leading", { identity });
         controller.trigger();
       },
       onStoppedLeading: () => {
-        leaderGauge.set(0);
+        metrics.leader.set(0);
         log.info("stopped leading", { identity });
       },
       onNewLeader: (leader) => log.v(1)?.("leader elected", { leader }),
       onError: (err) => logLeaseError(log, err),
     });
   } else {
-    leaderGauge.set(1);
+    metrics.leader.set(1);
   }
 
   const stop = new AbortController();
@@ -145,7 +135,7 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
   if (flags.healthBindAddress) {
     health = await startHealthServer({
       address: flags.healthBindAddress,
-      metrics: registry,
+      metrics: metrics.registry,
       ready: () =>
         informer.hasSynced() ? { ok: true } : { ok: false, reason: "node cache not synced yet" },
     });
