@@ -1,5 +1,6 @@
 // Command-line flags in Go/pflag syntax. One table per program is the single source for parsing,
 // --help, the README flag tables and the Helm values names, so they cannot drift apart.
+import { markdownTable } from "./markdown.ts";
 
 export type FlagType = "string" | "bool" | "int" | "float" | "duration" | "list";
 
@@ -254,18 +255,14 @@ function defaultInUsage(spec: FlagSpec): string {
 /** The README table: flag | env | default | helm value | description. */
 export function flagsMarkdown(table: readonly FlagSpec[]): string {
   const code = (text: string) => `\`${text}\``;
-  const cell = (text: string) => text.replaceAll("|", "\\|");
-  const rows = table.map((spec) =>
-    [
+  return markdownTable(
+    ["flag", "env", "default", "helm value", "description"],
+    table.map((spec) => [
       code(`--${spec.name}`),
       spec.env ? code(spec.env) : "",
       spec.required ? "required" : code(spec.default === "" ? '""' : spec.default),
       spec.helm ? code(spec.helm) : "—",
-      cell(spec.help),
-    ].join(" | "),
+      spec.help,
+    ]),
   );
-  return ["| flag | env | default | helm value | description |", "|---|---|---|---|---|"]
-    .concat(rows.map((row) => `| ${row} |`))
-    .join("\n")
-    .concat("\n");
 }

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { formatNumber, Registry, registerProcessMetrics } from "./metrics.ts";
+import { formatNumber, metricsMarkdown, Registry, registerProcessMetrics } from "./metrics.ts";
 
 describe("exposition format 0.0.4", () => {
   test("counter without labels is exposed as 0 before its first increment", () => {
@@ -183,4 +183,18 @@ test("process metrics report this process", () => {
   assert.ok(Math.abs(value("process_start_time_seconds") - Date.now() / 1000) < 3600);
   assert.ok(value("nodejs_heap_size_used_bytes") > 0);
   assert.match(text, /# TYPE process_cpu_seconds_total counter\n/);
+});
+
+test("the README table: one row per metric, in registration order, with its labels", () => {
+  const registry = new Registry();
+  registry.counter({ name: "a_total", help: "As | pipes.", labels: ["verb", "code"] });
+  registry.gauge({ name: "b", help: "B." });
+  registry.histogram({ name: "c_seconds", help: "C.", buckets: [1] });
+  assert.deepEqual(metricsMarkdown(registry).trimEnd().split("\n"), [
+    "| metric | type | labels | description |",
+    "|---|---|---|---|",
+    "| `a_total` | counter | `verb`, `code` | As \\| pipes. |",
+    "| `b` | gauge |  | B. |",
+    "| `c_seconds` | histogram |  | C. |",
+  ]);
 });

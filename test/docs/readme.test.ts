@@ -1,14 +1,14 @@
-// The README's flag tables are generated from the flag tables; this fails when they drift
+// The README's flag and metrics tables are generated from the code; this fails when they drift
 // (fix with `npm run readme`). Its first screen gives exactly the two commands.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
-import { README, renderFlagTables } from "../../scripts/readme-flags.ts";
+import { README, renderReadmeTables } from "../../scripts/readme-tables.ts";
 
 const readme = readFileSync(README, "utf8");
 
-test("README flag tables match the programs' flag tables", () => {
-  assert.equal(readme, renderFlagTables(readme), "run `npm run readme` to regenerate the flag tables");
+test("README flag and metrics tables match the programs' own", () => {
+  assert.equal(readme, renderReadmeTables(readme), "run `npm run readme` to regenerate the tables");
 });
 
 test("README's first screen gives exactly the demo and test commands", () => {

@@ -1,0 +1,37 @@
+// `npm run readme`: rewrites the README's generated tables from their single sources in the code:
+// each program's flag table (between <!-- flags:PROGRAM --> and <!-- /flags -->) and its metrics
+// (between <!-- metrics:PROGRAM --> and <!-- /metrics -->). test/docs checks they agree.
+import { readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { createAgentMetrics } from "../src/agent/metrics.ts";
+import { agentFlagTable } from "../src/agent/flags.ts";
+import { flagsMarkdown } from "../src/cli/flags.ts";
+import { metricsMarkdown } from "../src/cli/metrics.ts";
+import { lifecycleFlagTable } from "../src/lifecycle/flags.ts";
+import { createLifecycleMetrics } from "../src/lifecycle/metrics.ts";
+
+export const README = path.resolve(import.meta.dirname, "../README.md");
+
+/** Each generated table: its marker kind, the program, and its Markdown. */
+const TABLES = [
+  ["flags", "local-ccm", () => flagsMarkdown(agentFlagTable)],
+  ["flags", "node-lifecycle-controller", () => flagsMarkdown(lifecycleFlagTable)],
+  ["metrics", "local-ccm", () => metricsMarkdown(createAgentMetrics().registry)],
+  ["metrics", "node-lifecycle-controller", () => metricsMarkdown(createLifecycleMetrics().registry)],
+] as const;
+
+/** README text with every marked table regenerated. */
+export function renderReadmeTables(readme: string): string {
+  let text = readme;
+  for (const [kind, program, markdown] of TABLES) {
+    const pattern = new RegExp(`(<!-- ${kind}:${program} -->\\n)[\\s\\S]*?(<!-- /${kind} -->)`);
+    if (!pattern.test(text)) throw new Error(`README.md has no <!-- ${kind}:${program} --> section`);
+    text = text.replace(pattern, (_, open: string, close: string) => `${open}${markdown().trimEnd()}\n${close}`);
+  }
+  return text;
+}
+
+if (import.meta.main) {
+  writeFileSync(README, renderReadmeTables(readFileSync(README, "utf8")));
+  console.log("README.md tables updated");
+}
