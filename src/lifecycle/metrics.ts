@@ -1,6 +1,5 @@
 // The node-lifecycle-controller's Prometheus metrics (served on /metrics by the health server).
-import type { Counter, Gauge } from "../cli/metrics.ts";
-import { Registry, registerProcessMetrics } from "../cli/metrics.ts";
+import { type Counter, type Gauge, Registry, registerProcessMetrics } from "../cli/metrics.ts";
 
 /** What the reconcile loop counts (controller.ts). */
 export interface ControllerMetrics {
