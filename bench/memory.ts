@@ -8,7 +8,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import { bundle } from "../scripts/bundle.ts";
-import { startControlPlane } from "../test/controlplane/controlplane.ts";
+import { startControlPlane } from "../localcluster/controlplane.ts";
 import { type ProcessMemory, processMemory } from "./proc.ts";
 import { shippedCommand } from "../test/deploy/shipped.ts";
 

@@ -11,7 +11,7 @@ import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import type { Node } from "kubernetes-types/core/v1.js";
 import { bundleProgram } from "../scripts/bundle.ts";
-import { run } from "../test/exec.ts";
+import { run } from "../localcluster/exec.ts";
 import {
   apiTimeAgo,
   auditedRequests,

@@ -7,7 +7,7 @@ import { spawn } from "node:child_process";
 import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import { registerNode, startAgent, startWorld, type World } from "../test/agent/harness.ts";
-import { KUBERNETES_VERSION } from "../test/controlplane/versions.ts";
+import { KUBERNETES_VERSION } from "../localcluster/versions.ts";
 
 const root = path.resolve(import.meta.dirname, "..");
 const args = process.argv.slice(2);

@@ -10,8 +10,8 @@ import { stringify } from "yaml";
 import { agentFlagTable } from "../src/agent/flags.ts";
 import type { FlagSpec } from "../src/cli/flags.ts";
 import { lifecycleFlagTable } from "../src/lifecycle/flags.ts";
-import { ensureBinaries } from "../test/controlplane/build.ts";
-import { run } from "../test/exec.ts";
+import { ensureBinaries } from "../localcluster/build.ts";
+import { run } from "../localcluster/exec.ts";
 
 const root = path.resolve(import.meta.dirname, "..");
 export const CHART_DIR = path.join(root, "charts/local-ccm");

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import type { ChildProcess } from "node:child_process";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { run } from "../../test/exec.ts";
+import { run } from "../../localcluster/exec.ts";
 import { createNetwork, type Host, type Network } from "../../test/netns/netns.ts";
 import { startKubeletListener } from "../../test/netns/listener.ts";
 import { type ProbeOptions, type ProbeResult, probeNode } from "./probe.ts";

@@ -6,7 +6,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import path from "node:path";
 import type { Node, NodeAddress } from "kubernetes-types/core/v1.js";
 import { Resource } from "../../src/kube/resource.ts";
-import { type ControlPlane, startControlPlane } from "../controlplane/controlplane.ts";
+import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { createNetwork, type Host, type Network } from "../netns/netns.ts";
 
 const AGENT = path.resolve(import.meta.dirname, "../../src/bin/local-ccm.ts");

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { DEPLOY_DIR, helmTemplate, templateNames } from "../../scripts/render-manifests.ts";
-import { type ControlPlane, startControlPlane } from "../controlplane/controlplane.ts";
+import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 
 /** "kind/name" of each object kubectl reports as created in the dry run. */
 function created(output: string): string[] {

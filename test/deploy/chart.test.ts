@@ -25,8 +25,8 @@ import {
   renderDeployFiles,
   templateNames,
 } from "../../scripts/render-manifests.ts";
-import { ensureBinaries } from "../controlplane/build.ts";
-import { run } from "../exec.ts";
+import { ensureBinaries } from "../../localcluster/build.ts";
+import { run } from "../../localcluster/exec.ts";
 
 type Program = keyof typeof PROGRAM_FLAGS;
 type Values = Record<string, unknown>;

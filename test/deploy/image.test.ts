@@ -19,8 +19,8 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { bundle } from "../../scripts/bundle.ts";
-import { onExit } from "../cleanup.ts";
-import { run } from "../exec.ts";
+import { onExit } from "../../localcluster/cleanup.ts";
+import { run } from "../../localcluster/exec.ts";
 import { shippedCommand } from "./shipped.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");

@@ -10,7 +10,7 @@ import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
 import { isApiError } from "../../src/kube/errors.ts";
 import { Resource } from "../../src/kube/resource.ts";
-import { type ControlPlane, startControlPlane } from "../controlplane/controlplane.ts";
+import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { waitFor } from "../wait.ts";
 
 const DEPLOY = path.resolve(import.meta.dirname, "../../deploy");

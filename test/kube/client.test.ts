@@ -8,7 +8,7 @@ import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
 import { type ApiError, isApiError } from "../../src/kube/errors.ts";
 import { Resource } from "../../src/kube/resource.ts";
-import { type ControlPlane, startControlPlane } from "../controlplane/controlplane.ts";
+import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 
 const isReason = (reason: ApiError["reason"]) => (err: unknown) => isApiError(err, reason);
 

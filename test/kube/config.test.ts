@@ -8,7 +8,7 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { KubeClient } from "../../src/kube/client.ts";
 import { type ClientConfig, ConfigError, loadClientConfig } from "../../src/kube/config.ts";
-import { type ControlPlane, startControlPlane } from "../controlplane/controlplane.ts";
+import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 
 async function whoami(config: ClientConfig): Promise<string> {
   const client = new KubeClient(config, { component: "config-test", maxRetries: 0 });

@@ -9,7 +9,7 @@ import { loadClientConfig } from "../../src/kube/config.ts";
 import { isApiError } from "../../src/kube/errors.ts";
 import { EventRecorder } from "../../src/kube/events.ts";
 import { Resource } from "../../src/kube/resource.ts";
-import { type ControlPlane, startControlPlane } from "../controlplane/controlplane.ts";
+import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 
 describe("EventRecorder against the real apiserver", () => {
   let plane: ControlPlane;

@@ -9,7 +9,7 @@ import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
 import { Informer } from "../../src/kube/informer.ts";
 import { Resource } from "../../src/kube/resource.ts";
-import { type ControlPlane, startControlPlane } from "../controlplane/controlplane.ts";
+import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { waitFor } from "../wait.ts";
 
 /** Runs `count` creations, `width` at a time. */

@@ -7,7 +7,7 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import { Resource } from "../../src/kube/resource.ts";
-import { type ControlPlane, startControlPlane } from "../controlplane/controlplane.ts";
+import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { waitFor } from "../wait.ts";
 
 const LEASE_MS = 4000;

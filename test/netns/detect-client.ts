@@ -4,8 +4,8 @@ import path from "node:path";
 import { createInterface } from "node:readline";
 import type { Detection, DetectionConfig } from "../../src/agent/detect.ts";
 import type { HostAddress } from "../../src/net/netlink.ts";
-import { onExit } from "../cleanup.ts";
-import { run } from "../exec.ts";
+import { onExit } from "../../localcluster/cleanup.ts";
+import { run } from "../../localcluster/exec.ts";
 import type { Host, Network } from "./netns.ts";
 
 const FIXTURE = path.join(import.meta.dirname, "detect-fixture.ts");

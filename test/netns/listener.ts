@@ -1,7 +1,7 @@
 // A TCP server on the kubelet port inside a test host, for reachability probes: it accepts and
 // closes every connection. It dies with the test process (pdeathsig and exit cleanup).
 import { type ChildProcess, spawn } from "node:child_process";
-import { onExit } from "../cleanup.ts";
+import { onExit } from "../../localcluster/cleanup.ts";
 import type { Host } from "./netns.ts";
 
 /** Starts the listener on [::]:10250 in `host`; resolves once it listens (or fails within 10 s). */

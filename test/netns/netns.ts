@@ -6,8 +6,8 @@
 // Addresses: use 198.18.0.0/15 (RFC 2544 benchmarking) and fd00:198:18::/48 so that no test
 // address can clash with a real network of the machine.
 import { execFileSync } from "node:child_process";
-import { onExit } from "../cleanup.ts";
-import { alive, type RunOptions, run } from "../exec.ts";
+import { onExit } from "../../localcluster/cleanup.ts";
+import { alive, type RunOptions, run } from "../../localcluster/exec.ts";
 
 const PREFIX = "lccm";
 

@@ -1,17 +1,17 @@
 // `npm run controlplane -- up|down|status|build`: a local control plane for people, in .controlplane/.
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { sleep } from "../../src/kube/backoff.ts";
-import { KubeClient } from "../../src/kube/client.ts";
-import { loadClientConfig } from "../../src/kube/config.ts";
-import { alive } from "../exec.ts";
+import { sleep } from "../src/kube/backoff.ts";
+import { KubeClient } from "../src/kube/client.ts";
+import { loadClientConfig } from "../src/kube/config.ts";
+import { alive } from "./exec.ts";
 import { ensureBinaries } from "./build.ts";
 import { startControlPlane } from "./controlplane.ts";
 import { KUBERNETES_VERSION } from "./versions.ts";
 
 // LOCAL_CCM_CONTROLPLANE_DIR lets the CLI's own test use a temp folder instead.
 const DIR = path.resolve(
-  process.env.LOCAL_CCM_CONTROLPLANE_DIR ?? path.join(import.meta.dirname, "../../.controlplane"),
+  process.env.LOCAL_CCM_CONTROLPLANE_DIR ?? path.join(import.meta.dirname, "../.controlplane"),
 );
 const STATE = path.join(DIR, "state.json");
 const KUBECONFIG = path.join(DIR, "kubeconfig");

@@ -10,12 +10,12 @@ import { readFile, writeFile } from "node:fs/promises";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import { sleep } from "../../src/kube/backoff.ts";
-import { KubeClient } from "../../src/kube/client.ts";
-import { loadClientConfig } from "../../src/kube/config.ts";
-import { isApiError } from "../../src/kube/errors.ts";
-import { onExit } from "../cleanup.ts";
-import { run } from "../exec.ts";
+import { sleep } from "../src/kube/backoff.ts";
+import { KubeClient } from "../src/kube/client.ts";
+import { loadClientConfig } from "../src/kube/config.ts";
+import { isApiError } from "../src/kube/errors.ts";
+import { onExit } from "./cleanup.ts";
+import { run } from "./exec.ts";
 import { type Binaries, ensureBinaries } from "./build.ts";
 import { createPki, type Pki } from "./pki.ts";
 

@@ -7,13 +7,16 @@
 import { existsSync } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { run } from "../exec.ts";
+import { run } from "./exec.ts";
 import { ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION } from "./versions.ts";
 
-export const CACHE_DIR = path.resolve(import.meta.dirname, "../../.cache/controlplane");
+export const CACHE_DIR = path.resolve(import.meta.dirname, "../.cache/controlplane");
 
 export interface Binaries {
   kubeApiserver: string;
+  kubeControllerManager: string;
+  kubeScheduler: string;
+  kubelet: string;
   kubectl: string;
   etcd: string;
   helm: string;
@@ -65,6 +68,9 @@ const COMPONENTS: Component[] = [
     module: "k8s.io/kubernetes",
     commands: {
       "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+      "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+      "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+      kubelet: "k8s.io/kubernetes/cmd/kubelet",
       kubectl: "k8s.io/kubernetes/cmd/kubectl",
     },
     ldflags: kubernetesVersionFlags(),
@@ -144,6 +150,9 @@ export async function ensureBinaries(): Promise<Binaries> {
   const [kubernetes, etcd, helm] = COMPONENTS as [Component, Component, Component];
   return {
     kubeApiserver: binaryPath(kubernetes, "kube-apiserver"),
+    kubeControllerManager: binaryPath(kubernetes, "kube-controller-manager"),
+    kubeScheduler: binaryPath(kubernetes, "kube-scheduler"),
+    kubelet: binaryPath(kubernetes, "kubelet"),
     kubectl: binaryPath(kubernetes, "kubectl"),
     etcd: binaryPath(etcd, "etcd"),
     helm: binaryPath(helm, "helm"),

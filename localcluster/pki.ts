@@ -3,7 +3,7 @@
 // EC P-256 keys throughout: generated in milliseconds, accepted everywhere we need them.
 import { writeFile } from "node:fs/promises";
 import path from "node:path";
-import { run } from "../exec.ts";
+import { run } from "./exec.ts";
 
 export interface Pki {
   caCert: string;

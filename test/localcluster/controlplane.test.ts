@@ -6,10 +6,10 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { isApiError } from "../../src/kube/errors.ts";
-import { alive, run } from "../exec.ts";
-import { ensureBinaries } from "./build.ts";
-import { type ControlPlane, startControlPlane } from "./controlplane.ts";
-import { KUBERNETES_VERSION } from "./versions.ts";
+import { alive, run } from "../../localcluster/exec.ts";
+import { ensureBinaries } from "../../localcluster/build.ts";
+import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
+import { KUBERNETES_VERSION } from "../../localcluster/versions.ts";
 
 describe("test control plane", () => {
   let plane: ControlPlane;
@@ -143,7 +143,7 @@ test("stop() leaves no process and no folder behind", async () => {
 test("`npm run controlplane -- up|status|down` serves the pinned version and stops cleanly", async (t) => {
   const dir = mkdtempSync(path.join(os.tmpdir(), "local-ccm-cli-"));
   const cli = (command: string) =>
-    run(process.execPath, [path.join(import.meta.dirname, "cli.ts"), command], {
+    run(process.execPath, [path.join(import.meta.dirname, "../../localcluster/controlplane-cli.ts"), command], {
       env: { ...process.env, LOCAL_CCM_CONTROLPLANE_DIR: dir },
     });
   t.after(async () => {
