@@ -13,6 +13,7 @@ import { loadClientConfig } from "../../src/kube/config.ts";
 import { isApiError } from "../../src/kube/errors.ts";
 import { Resource } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
+import { agentPodKubeconfig } from "../agent/harness.ts";
 import { waitFor } from "../wait.ts";
 
 const DEPLOY = path.resolve(import.meta.dirname, "../../deploy");
@@ -112,25 +113,7 @@ describe("node-scope admission policy", () => {
       const capacity = { cpu: "2" }; // a field for the agent to (try to) remove
       await admin.update({ ...registered, status: { ...registered.status, capacity } }, { subresource: "status" });
     }
-    const pod = await plane.admin.request<{ metadata: { name: string; uid: string } }>({
-      method: "POST",
-      path: "/api/v1/namespaces/kube-system/pods",
-      body: {
-        metadata: { name: "local-ccm-a" },
-        spec: {
-          nodeName: NODES.a,
-          serviceAccountName: "local-ccm",
-          containers: [{ name: "local-ccm", image: "ghcr.io/local-ccm/local-ccm:test" }],
-        },
-      },
-    });
-    agent = await nodesAs(
-      await plane.serviceAccountKubeconfig({
-        namespace: "kube-system",
-        name: "local-ccm",
-        boundPod: { name: pod.metadata.name, uid: pod.metadata.uid },
-      }),
-    );
+    agent = await nodesAs(await agentPodKubeconfig(plane, NODES.a));
     // A new policy takes a moment to reach the admission plugin: wait until it denies what it must.
     const labelChange = { metadata: { labels: { probe: "x" } } };
     await waitFor(
