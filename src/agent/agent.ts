@@ -197,7 +197,8 @@ export class Agent {
     if (lookup.status === "unavailable")
       return { unavailable: lookup.reason, findings: [{ reason: "MetadataUnavailable", message: lookup.reason }] };
     const findings: Finding[] = [];
-    if (lookup.status === "skipped" && options.source.mode !== "none") findings.push({ reason: "MetadataSkipped", message: lookup.reason });
+    if (lookup.status === "skipped" && options.source.mode !== "none")
+      findings.push({ reason: "MetadataSkipped", message: lookup.reason });
     const facts = {
       nodeName: this.options.nodeName,
       systemUUID: node.status?.nodeInfo?.systemUUID ?? "",
@@ -227,7 +228,8 @@ export class Agent {
     const taints = node.spec?.taints ?? [];
     const index = this.options.removeTaint ? taints.findIndex((t) => t.key === UNINITIALIZED_TAINT) : -1;
     let taintKept: string | undefined;
-    if (index >= 0 && !hasInternalIP(addresses)) taintKept = "no InternalIP yet (from kubelet, provided-node-ip or detection)";
+    if (index >= 0 && !hasInternalIP(addresses))
+      taintKept = "no InternalIP yet (from kubelet, provided-node-ip or detection)";
     else if (index >= 0 && metadata.unavailable) taintKept = `no metadata yet: ${metadata.unavailable}`;
     const removeTaint = index >= 0 && taintKept === undefined;
     if (metadataOps.length === 0 && !removeTaint) return { taintRemoved: false, taintKept, metadataWritten: false };
@@ -248,7 +250,8 @@ export class Agent {
       this.deps.metrics.writes.with({ what: "taint" }).inc();
       this.deps.log.info("node initialised: taint removed", { node: this.options.nodeName, taint: UNINITIALIZED_TAINT });
       const what = this.options.metadata ? "addresses and metadata" : "addresses";
-      this.deps.events.record(objectRef(node), "Normal", "TaintRemoved", `Removed ${UNINITIALIZED_TAINT}: the node has its ${what}`);
+      const message = `Removed ${UNINITIALIZED_TAINT}: the node has its ${what}`;
+      this.deps.events.record(objectRef(node), "Normal", "TaintRemoved", message);
     }
     return { taintRemoved: removeTaint, taintKept, metadataWritten: metadataOps.length > 0 };
   }

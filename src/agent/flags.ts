@@ -65,8 +65,8 @@ const ruleFlag = <N extends string>(name: N, field: LabelField, label: string, e
     type: "list",
     default: "",
     help:
-      `Comma-separated rules giving ${label} where instance metadata does not: <cidr|name|product>:<pattern>=<value>, ` +
-      `first match wins (cidr: an InternalIP inside; name: regular expression on the node name; product: on the DMI ` +
+      `Comma-separated rules giving ${label} where instance metadata does not: ` +
+      `<cidr|name|product>:<pattern>=<value>, first match wins (cidr: an InternalIP inside; name: regular expression on the node name; product: on the DMI ` +
       `product name; $1-$9 in the value are the groups), e.g. ${example}.`,
     helm: `metadata.${name.replace(/-(\w)/g, (_, c: string) => c.toUpperCase())}`,
     validate: eachItem(ruleProblem(field)),
@@ -78,8 +78,9 @@ const metadataFlags = [
     type: "string",
     default: "none",
     help:
-      `Where the Node's providerID, region, zone and instance type come from: none, auto (the first of hetzner, gce, ` +
-      `azure, openstack, aws whose link-local metadata service answers in its own format), or one of ${PROVIDERS.join(", ")}.`,
+      "Where the Node's providerID, region, zone and instance type come from: none, auto (the first of hetzner, " +
+      "gce, azure, openstack, aws whose link-local metadata service answers in its own format), or one of " +
+      `${PROVIDERS.join(", ")}.`,
     helm: "metadata.instanceMetadata",
     validate: oneOf(["none", "auto", ...PROVIDERS]),
   }),
@@ -116,8 +117,8 @@ const metadataFlags = [
     type: "bool",
     default: "false",
     help:
-      "Keep region, zone and instance-type labels in line with metadata after initialisation, replacing other values; " +
-      "by default they are only added while the Node is uninitialised and never changed.",
+      "Keep region, zone and instance-type labels in line with metadata after initialisation, replacing other " +
+      "values; by default they are only added while the Node is uninitialised and never changed.",
     helm: "metadata.updateLabels",
   }),
 ] as const;

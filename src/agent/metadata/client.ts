@@ -63,7 +63,9 @@ function request(method: string, path: string, headers: Record<string, string>, 
 }
 
 function lowercase(headers: http.IncomingHttpHeaders): Record<string, string | undefined> {
-  return Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.toLowerCase(), Array.isArray(v) ? v.join(", ") : v]));
+  return Object.fromEntries(
+    Object.entries(headers).map(([key, value]) => [key.toLowerCase(), Array.isArray(value) ? value.join(", ") : value]),
+  );
 }
 
 /** A 5xx is the service failing (retry); any other non-200 simply is no answer from this provider. */
@@ -76,8 +78,9 @@ async function tryProvider(spec: ProviderSpec, timeoutMs: number): Promise<Attem
   try {
     const headers = { ...spec.headers };
     if (spec.session) {
-      const answer = checkServerError(await request("PUT", spec.session.path, spec.session.headers, timeoutMs), spec.session.path);
-      if (answer.status !== 200 || answer.body === "") throw new NotThis(`PUT ${spec.session.path}: HTTP ${answer.status}`);
+      const { path } = spec.session;
+      const answer = checkServerError(await request("PUT", path, spec.session.headers, timeoutMs), path);
+      if (answer.status !== 200 || answer.body === "") throw new NotThis(`PUT ${path}: HTTP ${answer.status}`);
       headers[spec.session.header] = answer.body.trim();
     }
     const documents: Record<string, MetadataDocument> = {};
@@ -116,10 +119,10 @@ export async function lookupOnce(mode: Exclude<MetadataMode, "none">, boundMs: n
     if (candidates.length === 0 || Date.now() + pause >= deadline) break;
     await sleep(pause);
   }
-  const why = [...problems].map(([provider, problem]) => `${provider}: ${problem}`).join("; ");
+  const why = [...problems].map(([provider, problem]) => `${provider}: ${problem}`).join("; ") || "timed out";
   if (mode === "auto")
-    return { status: "skipped", reason: `no instance metadata service answered in its provider's format (${why || "timed out"})` };
-  return { status: "unavailable", reason: `${mode} instance metadata did not answer within ${boundMs} ms (${why || "timed out"})` };
+    return { status: "skipped", reason: `no instance metadata service answered in its provider's format (${why})` };
+  return { status: "unavailable", reason: `${mode} instance metadata did not answer within ${boundMs} ms (${why})` };
 }
 
 /** The agent's view: one answer kept for good once found (or skipped); after a failure, retried with backoff. */
@@ -145,7 +148,10 @@ export class InstanceMetadataSource {
     const lookup = await lookupOnce(this.mode as Exclude<MetadataMode, "none">, this.boundMs);
     this.onLookup(lookup);
     if (lookup.status !== "unavailable") this.settled = lookup;
-    else this.lastFailure = { lookup, retryAt: Date.now() + backoffDelay(this.failures++, { baseMs: 1000, capMs: 300_000 }) };
+    else {
+      const retryInMs = backoffDelay(this.failures++, { baseMs: 1000, capMs: 300_000 });
+      this.lastFailure = { lookup, retryAt: Date.now() + retryInMs };
+    }
     return lookup;
   }
 }

@@ -40,7 +40,9 @@ export function desiredMetadata(node: Node, metadata: InstanceMetadata, options:
   else if (metadata.providerID && current !== metadata.providerID)
     plan.notes.push({
       reason: "ProviderIDMismatch",
-      message: `spec.providerID is ${current}, the node's metadata says ${metadata.providerID}: kept (a providerID cannot change)`,
+      message:
+        `spec.providerID is ${current}, the node's metadata says ${metadata.providerID}: ` +
+        "kept (a providerID cannot change)",
     });
   const labels = node.metadata?.labels ?? {};
   for (const field of LABEL_FIELDS) {
@@ -50,7 +52,9 @@ export function desiredMetadata(node: Node, metadata: InstanceMetadata, options:
     else if (existing === undefined)
       plan.notes.push({
         reason: "MetadataLabelNotAdded",
-        message: `${key} is not set and the node is already initialised: not adding ${wanted} (--update-metadata-labels would)`,
+        message:
+          `${key} is not set and the node is already initialised: ` +
+          `not adding ${wanted} (--update-metadata-labels would)`,
       });
     else
       plan.notes.push({
@@ -79,7 +83,8 @@ export function metadataPatch(node: Node, plan: MetadataPlan): PatchOperation[] 
   const ops: PatchOperation[] = [];
   if (plan.providerID !== undefined) {
     if (!node.spec) ops.push({ op: "add", path: "/spec", value: { providerID: plan.providerID } });
-    else if (node.spec.providerID === undefined) ops.push({ op: "add", path: "/spec/providerID", value: plan.providerID });
+    else if (node.spec.providerID === undefined)
+      ops.push({ op: "add", path: "/spec/providerID", value: plan.providerID });
     else
       ops.push(
         { op: "test", path: "/spec/providerID", value: node.spec.providerID },

@@ -73,13 +73,15 @@ export function templateProblem(template: string): string | undefined {
   const unknown = [...template.matchAll(/\{([^}]*)\}/g)].find(
     ([, name]) => !TEMPLATE_FACTS.includes(name as TemplateFact),
   );
-  return unknown ? `unknown placeholder {${unknown[1]}}: use ${TEMPLATE_FACTS.map((f) => `{${f}}`).join(", ")}` : undefined;
+  if (!unknown) return undefined;
+  return `unknown placeholder {${unknown[1]}}: use ${TEMPLATE_FACTS.map((fact) => `{${fact}}`).join(", ")}`;
 }
 
 /** The template filled in, or why not (a fact it needs is empty). */
 export function fillTemplate(template: string, facts: NodeFacts): { value: string } | { problem: string } {
   const missing = [...template.matchAll(/\{([^}]*)\}/g)].find(([, name]) => !facts[name as TemplateFact]);
-  if (missing) return { problem: `providerID template ${template} needs {${missing[1]}}, which this node does not report` };
+  if (missing)
+    return { problem: `providerID template ${template} needs {${missing[1]}}, which this node does not report` };
   return { value: template.replace(/\{([^}]*)\}/g, (_, name: string) => facts[name as TemplateFact]) };
 }
 
