@@ -154,6 +154,8 @@ const KUBELET_NODE_INFO: NodeSystemInfo = {
 };
 
 export interface MetadataServer {
+  /** The requests answered so far, as "<method> <path> <status>". */
+  requests(): string[];
   stop(): Promise<void>;
 }
 
@@ -167,13 +169,16 @@ export async function startMetadataServer(node: NodeHost, personalities: Persona
   const [command, argv] = node.host.wrap(process.execPath, [METADATA_SERVER, personalities.join(",")]);
   const child = spawn(command, argv, { stdio: ["ignore", "pipe", "inherit"] });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  let output = "";
   await new Promise<void>((resolve, reject) => {
     child.stdout?.on("data", (chunk: Buffer) => {
-      if (chunk.toString().includes("ready")) resolve();
+      output += chunk;
+      if (output.startsWith("ready\n")) resolve();
     });
     child.once("exit", (code) => reject(new Error(`metadata server exited with ${code}`)));
   });
   return {
+    requests: () => output.split("\n").slice(1, -1),
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
       await exited;

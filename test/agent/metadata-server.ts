@@ -4,7 +4,8 @@
 // with "Metadata-Flavor: Google" (and saying so in its answers); unknown paths are 404. An "imposter"
 // answers Hetzner's paths with a web page, as a captive portal would.
 //
-// Run: node metadata-server.ts <personality>[,<personality>…]   (prints "ready" once listening)
+// Run: node metadata-server.ts <personality>[,<personality>…]
+// Prints "ready" once listening, then "<method> <path> <status>" for each request it answers.
 import http from "node:http";
 
 export const METADATA_IP = "169.254.169.254";
@@ -115,6 +116,7 @@ function serve(personalities: Personality[]): http.Server {
     answer ??= refuse(404, "Not Found");
     res.writeHead(answer.status, { "Content-Type": "text/plain", ...answer.headers });
     res.end(answer.body);
+    process.stdout.write(`${req.method} ${req.url} ${answer.status}\n`);
   });
 }
 

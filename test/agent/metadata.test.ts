@@ -161,6 +161,20 @@ describe("node metadata from instance metadata services and rules", () => {
     }
   });
 
+  test("--update-metadata-labels: the agent owns the labels and replaces a value someone else wrote", async () => {
+    const node = await nodeHost();
+    const server = await startMetadataServer(node, ["aws"]);
+    try {
+      const registration = { labels: { [LABEL_KEYS.zone]: "rack-9" } };
+      const args = ["--instance-metadata=aws", "--update-metadata-labels"];
+      const result = await runOnce(node, "meta-owned", args, registration);
+      assert.equal(result.code, 0, result.output);
+      assert.deepEqual(metadataOf(result.node), { providerID: INSTANCES.aws.providerID, labels: INSTANCES.aws.labels });
+    } finally {
+      await server.stop();
+    }
+  });
+
   test("metadata down at start: taint kept, Event, --run-once exits 1; retried, and once it answers, initialised", async () => {
     const node = await nodeHost();
     const name = "meta-late";
@@ -182,6 +196,11 @@ describe("node metadata from instance metadata services and rules", () => {
           return !hasUninitializedTaint(n) && n;
         }, 30_000, 200);
         assert.deepEqual(metadataOf(initialised), { providerID: INSTANCES.azure.providerID, labels: INSTANCES.azure.labels });
+        // At rest (several resyncs) the answer kept is used: no more requests to the service.
+        const asked = server.requests();
+        assert.deepEqual(asked, ["GET /metadata/instance/compute?api-version=2021-02-01&format=json 200"]);
+        await new Promise((resolve) => setTimeout(resolve, 2000));
+        assert.deepEqual(server.requests(), asked);
       } finally {
         await server.stop();
       }
