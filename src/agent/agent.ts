@@ -11,6 +11,9 @@ import type { Resource } from "../kube/resource.ts";
 import type { Netlink } from "../net/netlink.ts";
 import { desiredAddresses, hasInternalIP, parseProvidedNodeIPs, sameAddresses } from "./addresses.ts";
 import { type Detection, type DetectionConfig, detectAddresses } from "./detect.ts";
+import type { InstanceMetadataSource, Lookup } from "./metadata/client.ts";
+import { desiredMetadata, METADATA_LABELS, type MetadataPlan, metadataPatch } from "./metadata/plan.ts";
+import { LABEL_FIELDS, type Resolved, type RulesConfig, resolveMetadata } from "./metadata/rules.ts";
 import type { AgentMetrics } from "./metrics.ts";
 
 export const UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized";
@@ -21,6 +24,16 @@ export interface AgentOptions {
   nodeName: string;
   detection: DetectionConfig;
   removeTaint: boolean;
+  /** Set when the Node gets metadata (instance metadata, a providerID template or rules). */
+  metadata?: MetadataOptions;
+}
+
+export interface MetadataOptions {
+  source: InstanceMetadataSource;
+  rules: RulesConfig;
+  updateLabels: boolean;
+  /** The host's DMI product name, read once at start ("" where there is none). */
+  productName: string;
 }
 
 export interface AgentDeps {
@@ -37,12 +50,30 @@ export interface ReconcileResult {
   taintRemoved: boolean;
   /** Why the taint stays, when it does. */
   taintKept?: string;
+  /** Why the Node has no metadata yet although it was configured to get some (the taint then stays). */
+  metadataUnavailable?: string;
+  metadataWritten: boolean;
   detection: Detection;
 }
 
 interface Finding {
-  reason: "DetectionFailed" | "ProvidedNodeIPMismatch" | "TaintKept";
+  reason:
+    | "DetectionFailed"
+    | "ProvidedNodeIPMismatch"
+    | "TaintKept"
+    | MetadataPlan["notes"][number]["reason"]
+    | "MetadataRuleUnmatched"
+    | "MetadataUnavailable"
+    | "MetadataSkipped";
   message: string;
+}
+
+/** What this reconcile writes of the metadata, or why it cannot yet (then the taint stays). */
+interface MetadataStep {
+  plan?: MetadataPlan;
+  resolved?: Resolved;
+  unavailable?: string;
+  findings: Finding[];
 }
 
 export class NodeNotFoundError extends Error {
@@ -99,14 +130,18 @@ export class Agent {
   async reconcile(cached: () => Node | undefined): Promise<ReconcileResult> {
     const { metrics, log } = this.deps;
     const started = performance.now();
-    const detection = await detectAddresses(this.deps.netlink, this.options.detection);
-    metrics.detectionSeconds.observe((performance.now() - started) / 1000);
+    const [detection, lookup] = await Promise.all([
+      detectAddresses(this.deps.netlink, this.options.detection).finally(() =>
+        metrics.detectionSeconds.observe((performance.now() - started) / 1000),
+      ),
+      this.options.metadata?.source.lookup(),
+    ]);
 
     let node = cached();
     for (let attempt = 0; ; attempt++) {
       node ??= await this.fetch();
       try {
-        const result = await this.apply(node, detection);
+        const result = await this.apply(node, detection, lookup);
         metrics.reconciles.with({ result: "ok" }).inc();
         metrics.lastSuccess.set(Date.now() / 1000);
         return result;
@@ -129,7 +164,7 @@ export class Agent {
     }
   }
 
-  private async apply(node: Node, detection: Detection): Promise<ReconcileResult> {
+  private async apply(node: Node, detection: Detection, lookup: Lookup | undefined): Promise<ReconcileResult> {
     const current = node.status?.addresses ?? [];
     const providedNodeIPs = parseProvidedNodeIPs(node.metadata?.annotations?.[PROVIDED_NODE_IP_ANNOTATION]);
     const plan = desiredAddresses(current, detection, { providedNodeIPs });
@@ -147,30 +182,94 @@ export class Agent {
       this.deps.log.info("node addresses updated", { node: this.options.nodeName, addresses: describe(plan.addresses), previous: describe(current) });
       this.deps.events.record(objectRef(node), "Normal", "AddressesUpdated", `Node addresses set to ${describe(plan.addresses)}`);
     }
-    const taint = await this.removeTaintIfReady(written, plan.addresses);
+    const metadata = this.planMetadata(written, plan.addresses, lookup);
+    findings.push(...metadata.findings);
+    const taint = await this.writeMetadataAndTaint(written, plan.addresses, metadata);
     if (taint.taintKept) findings.push({ reason: "TaintKept", message: `Keeping ${UNINITIALIZED_TAINT}: ${taint.taintKept}` });
     this.reportFindings(node, findings);
-    return { addressesWritten, ...taint, detection };
+    return { addressesWritten, ...taint, metadataUnavailable: metadata.unavailable, detection };
   }
 
-  /** The node is initialised once it has an InternalIP (kubelet's, provided or detected). */
-  private async removeTaintIfReady(node: Node, addresses: NodeAddress[]): Promise<Pick<ReconcileResult, "taintRemoved" | "taintKept">> {
+  /** The metadata the Node should get from the lookup, the template and the rules (see metadata/). */
+  private planMetadata(node: Node, addresses: NodeAddress[], lookup: Lookup | undefined): MetadataStep {
+    const options = this.options.metadata;
+    if (!options || !lookup) return { findings: [] };
+    if (lookup.status === "unavailable")
+      return { unavailable: lookup.reason, findings: [{ reason: "MetadataUnavailable", message: lookup.reason }] };
+    const findings: Finding[] = [];
+    if (lookup.status === "skipped" && options.source.mode !== "none")
+      findings.push({ reason: "MetadataSkipped", message: lookup.reason });
+    const facts = {
+      nodeName: this.options.nodeName,
+      systemUUID: node.status?.nodeInfo?.systemUUID ?? "",
+      machineID: node.status?.nodeInfo?.machineID ?? "",
+      productName: options.productName,
+      internalIPs: addresses.filter((a) => a.type === "InternalIP").map((a) => a.address),
+    };
+    const resolved = resolveMetadata(lookup.status === "found" ? lookup.metadata : {}, facts, options.rules);
+    findings.push(...resolved.notes.map((message): Finding => ({ reason: "MetadataRuleUnmatched", message })));
+    const initialising = (node.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
+    const plan = desiredMetadata(node, resolved.metadata, { initialising, updateLabels: options.updateLabels });
+    findings.push(...plan.notes);
+    return { plan, resolved, findings };
+  }
+
+  /**
+   * One write for the metadata and the taint, so the Node never loses the taint without its metadata.
+   * The node is initialised once it has an InternalIP (kubelet's, provided or detected) and, when
+   * metadata is configured, once the metadata lookup has answered.
+   */
+  private async writeMetadataAndTaint(
+    node: Node,
+    addresses: NodeAddress[],
+    metadata: MetadataStep,
+  ): Promise<Pick<ReconcileResult, "taintRemoved" | "taintKept" | "metadataWritten">> {
+    const metadataOps = metadata.plan ? metadataPatch(node, metadata.plan) : [];
     const taints = node.spec?.taints ?? [];
-    const index = taints.findIndex((t) => t.key === UNINITIALIZED_TAINT);
-    if (!this.options.removeTaint || index < 0) return { taintRemoved: false };
-    if (!hasInternalIP(addresses)) return { taintRemoved: false, taintKept: "no InternalIP yet (from kubelet, provided-node-ip or detection)" };
+    const index = this.options.removeTaint ? taints.findIndex((t) => t.key === UNINITIALIZED_TAINT) : -1;
+    let taintKept: string | undefined;
+    if (index >= 0 && !hasInternalIP(addresses))
+      taintKept = "no InternalIP yet (from kubelet, provided-node-ip or detection)";
+    else if (index >= 0 && metadata.unavailable) taintKept = `no metadata yet: ${metadata.unavailable}`;
+    const removeTaint = index >= 0 && taintKept === undefined;
+    if (metadataOps.length === 0 && !removeTaint) return { taintRemoved: false, taintKept, metadataWritten: false };
     // A JSON patch that fails unless the object is still the one we read (resourceVersion → 409)
-    // and the taint is still where we saw it: it removes our taint and nothing else.
+    // and every value it replaces or removes is still what we saw: it changes our fields and nothing else.
     await this.deps.nodes.patch(this.options.nodeName, "json", [
       { op: "replace", path: "/metadata/resourceVersion", value: node.metadata?.resourceVersion },
-      { op: "test", path: `/spec/taints/${index}`, value: taints[index] as Taint },
-      { op: "remove", path: `/spec/taints/${index}` },
+      ...metadataOps,
+      ...(removeTaint
+        ? [
+            { op: "test", path: `/spec/taints/${index}`, value: taints[index] as Taint },
+            { op: "remove", path: `/spec/taints/${index}` },
+          ]
+        : []),
     ]);
-    this.deps.metrics.writes.with({ what: "taint" }).inc();
-    this.deps.log.info("node initialised: taint removed", { node: this.options.nodeName, taint: UNINITIALIZED_TAINT });
-    this.deps.events.record(objectRef(node), "Normal", "TaintRemoved", `Removed ${UNINITIALIZED_TAINT}: the node has its addresses`);
-    return { taintRemoved: true };
+    if (metadataOps.length > 0) this.recordMetadataWrite(node, metadata);
+    if (removeTaint) {
+      this.deps.metrics.writes.with({ what: "taint" }).inc();
+      this.deps.log.info("node initialised: taint removed", { node: this.options.nodeName, taint: UNINITIALIZED_TAINT });
+      const what = this.options.metadata ? "addresses and metadata" : "addresses";
+      const message = `Removed ${UNINITIALIZED_TAINT}: the node has its ${what}`;
+      this.deps.events.record(objectRef(node), "Normal", "TaintRemoved", message);
+    }
+    return { taintRemoved: removeTaint, taintKept, metadataWritten: metadataOps.length > 0 };
   }
+
+  private recordMetadataWrite(node: Node, { plan, resolved }: MetadataStep): void {
+    const written = { ...(plan?.providerID ? { providerID: plan.providerID } : {}), ...plan?.labels };
+    const fields = [
+      ...(plan?.providerID ? ["providerID" as const] : []),
+      ...LABEL_FIELDS.filter((field) => plan?.labels[METADATA_LABELS[field]] !== undefined),
+    ];
+    for (const field of fields)
+      this.deps.metrics.metadataFields.with({ field, source: resolved?.sources[field] ?? "" }).inc();
+    this.deps.metrics.writes.with({ what: "metadata" }).inc();
+    const text = Object.entries(written).map(([key, value]) => `${key}=${value}`).join(", ");
+    this.deps.log.info("node metadata set", { node: this.options.nodeName, metadata: text });
+    this.deps.events.record(objectRef(node), "Normal", "MetadataSet", `Set ${text}`);
+  }
+
 
   /**
    * Detection problems, disagreements and a kept taint are reported (log + Event) when they appear;
@@ -182,6 +281,8 @@ export class Agent {
       const key = `${finding.reason}\u0000${finding.message}`;
       current.add(key);
       if (this.findings.has(key)) continue;
+      if (finding.reason.startsWith("Metadata") || finding.reason === "ProviderIDMismatch")
+        this.deps.metrics.metadataFindings.with({ reason: finding.reason }).inc();
       this.deps.log.warn(finding.message, { node: this.options.nodeName, reason: finding.reason });
       this.deps.events.record(objectRef(node), "Warning", finding.reason, finding.message);
     }

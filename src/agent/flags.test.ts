@@ -23,6 +23,7 @@ describe("parseAgentFlags", () => {
       removeTaint: true,
       reconcileIntervalMs: 10_000,
       runOnce: false,
+      metadata: { mode: "none", timeoutMs: 10_000, updateLabels: false, rules: { providerIDTemplate: "", rules: [] } },
       kubeconfig: "",
       verbosity: 0,
       logFormat: "text",
@@ -40,6 +41,13 @@ describe("parseAgentFlags", () => {
         "--remove-taint=false",
         "--reconcile-interval=1m30s",
         "--run-once",
+        "--instance-metadata=azure",
+        "--metadata-timeout=3s",
+        "--provider-id=local://{systemUUID}",
+        "--region-rules=name:^([a-z]+)-=$1",
+        "--zone-rules=cidr:198.18.1.0/24=rack-1",
+        "--instance-type-rules=product:^PowerEdge (R\\d+)$=$1",
+        "--update-metadata-labels",
         "--kubeconfig=/etc/kubeconfig",
         "--v=4",
         "--log-format=json",
@@ -54,6 +62,31 @@ describe("parseAgentFlags", () => {
       removeTaint: false,
       reconcileIntervalMs: 90_000,
       runOnce: true,
+      metadata: {
+        mode: "azure",
+        timeoutMs: 3000,
+        updateLabels: true,
+        rules: {
+          providerIDTemplate: "local://{systemUUID}",
+          rules: [
+            { field: "region", source: "name", text: "name:^([a-z]+)-=$1", pattern: /^([a-z]+)-/, value: "$1" },
+            {
+              field: "zone",
+              source: "cidr",
+              text: "cidr:198.18.1.0/24=rack-1",
+              cidr: { address: "198.18.1.0", prefixLength: 24, family: 4 },
+              value: "rack-1",
+            },
+            {
+              field: "instanceType",
+              source: "product",
+              text: "product:^PowerEdge (R\\d+)$=$1",
+              pattern: /^PowerEdge (R\d+)$/,
+              value: "$1",
+            },
+          ],
+        },
+      },
       kubeconfig: "/etc/kubeconfig",
       verbosity: 4,
       logFormat: "json",
@@ -196,6 +229,18 @@ describe("parseAgentFlags", () => {
     );
     rejects(["--remove-taint", "false"], 'unexpected argument "false" (flags are written --name=value)');
     rejects(["--cloud-provider=external"], "unknown flag: --cloud-provider");
+    rejects(
+      ["--instance-metadata=digitalocean"],
+      'invalid value "digitalocean" for --instance-metadata: must be one of: none, auto, hetzner, aws, azure, gce, openstack',
+    );
+    rejects(
+      ["--provider-id=local://{uuid}"],
+      'invalid value "local://{uuid}" for --provider-id: unknown placeholder {uuid}: use {nodeName}, {systemUUID}, {machineID}, {productName}',
+    );
+    rejects(
+      ["--zone-rules=cidr:198.18.1.0/24"],
+      'invalid value "cidr:198.18.1.0/24" for --zone-rules: "cidr:198.18.1.0/24" is not <cidr|name|product>:<pattern>=<value>',
+    );
   });
 
   test("--help", () => {
@@ -218,6 +263,13 @@ describe("the agent's flag table", () => {
         "remove-taint",
         "reconcile-interval",
         "run-once",
+        "instance-metadata",
+        "metadata-timeout",
+        "provider-id",
+        "region-rules",
+        "zone-rules",
+        "instance-type-rules",
+        "update-metadata-labels",
         "kubeconfig",
         "v",
         "log-format",
@@ -241,6 +293,13 @@ describe("the agent's flag table", () => {
       "remove-taint": "controller.removeTaint",
       "reconcile-interval": "controller.reconcileInterval",
       "run-once": undefined,
+      "instance-metadata": "metadata.instanceMetadata",
+      "metadata-timeout": "metadata.timeout",
+      "provider-id": "metadata.providerID",
+      "region-rules": "metadata.regionRules",
+      "zone-rules": "metadata.zoneRules",
+      "instance-type-rules": "metadata.instanceTypeRules",
+      "update-metadata-labels": "metadata.updateLabels",
       kubeconfig: undefined,
       v: "controller.verbosity",
       "log-format": "controller.logFormat",

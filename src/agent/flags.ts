@@ -3,9 +3,12 @@
 import { isIP } from "node:net";
 import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts";
 import { type Env, flag, parseFlags, UsageError } from "../cli/flags.ts";
-import { dnsSubdomain, eachItem, positive } from "../cli/validate.ts";
+import { dnsSubdomain, eachItem, oneOf, positive } from "../cli/validate.ts";
 import { canonicalIP } from "./addresses.ts";
 import type { DetectionMethod } from "./detect.ts";
+import type { MetadataMode } from "./metadata/client.ts";
+import { PROVIDERS } from "./metadata/providers.ts";
+import { type LabelField, parseRule, type Rule, type RulesConfig, templateProblem } from "./metadata/rules.ts";
 
 /** Between the control-plane components' ports (10257-10259) and anything common on a hostNetwork node. */
 export const AGENT_HEALTH_PORT = 10263;
@@ -19,6 +22,14 @@ export interface AgentFlags extends CommonFlags {
   removeTaint: boolean;
   reconcileIntervalMs: number;
   runOnce: boolean;
+  metadata: MetadataFlags;
+}
+
+export interface MetadataFlags {
+  mode: MetadataMode;
+  timeoutMs: number;
+  rules: RulesConfig;
+  updateLabels: boolean;
 }
 
 const targetProblem = (text: string) => {
@@ -40,6 +51,77 @@ const interfaceProblem = (text: string) =>
   /^[^\s/]{1,15}$/.test(text) && text !== "." && text !== ".."
     ? undefined
     : `"${text}" is not an interface name (at most 15 characters, no '/' or spaces)`;
+
+const ruleProblem = (field: LabelField) => (text: string) => {
+  const rule = parseRule(field, text);
+  return typeof rule === "string" ? rule : undefined;
+};
+
+// Rules are flags rather than a config file: the flag table stays the one source for --help, the
+// README and the Helm values, and no ConfigMap has to be mounted. The price: no commas in a pattern.
+const ruleFlag = <N extends string>(name: N, field: LabelField, label: string, example: string) =>
+  flag({
+    name,
+    type: "list",
+    default: "",
+    help:
+      `Comma-separated rules giving ${label} where instance metadata does not: ` +
+      `<cidr|name|product>:<pattern>=<value>, first match wins (cidr: an InternalIP inside; name: regular expression on the node name; product: on the DMI ` +
+      `product name; $1-$9 in the value are the groups), e.g. ${example}.`,
+    helm: `metadata.${name.replace(/-(\w)/g, (_, c: string) => c.toUpperCase())}`,
+    validate: eachItem(ruleProblem(field)),
+  });
+
+const metadataFlags = [
+  flag({
+    name: "instance-metadata",
+    type: "string",
+    default: "none",
+    help:
+      "Where the Node's providerID, region, zone and instance type come from: none, auto (the first of hetzner, " +
+      "gce, azure, openstack, aws whose link-local metadata service answers in its own format), or one of " +
+      `${PROVIDERS.join(", ")}.`,
+    helm: "metadata.instanceMetadata",
+    validate: oneOf(["none", "auto", ...PROVIDERS]),
+  }),
+  flag({
+    name: "metadata-timeout",
+    type: "duration",
+    default: "10s",
+    help:
+      "How long one metadata lookup may take, retries included. A configured provider that does not answer by then " +
+      "keeps the uninitialized taint (Event, metric, --run-once exits 1) and is asked again with backoff.",
+    helm: "metadata.timeout",
+    validate: positive,
+  }),
+  flag({
+    name: "provider-id",
+    type: "string",
+    default: "",
+    help:
+      "spec.providerID where instance metadata gives none, from the Node's facts: {nodeName}, {systemUUID}, " +
+      "{machineID}, {productName}; e.g. local://{systemUUID}. Written only while the Node has none.",
+    helm: "metadata.providerID",
+    validate: (value) => {
+      if (value === "") return undefined;
+      // cluster-autoscaler and the cloud providers read a providerID as <scheme>://<id>.
+      if (!/^[a-z][a-z0-9+.-]*:\/\/\S*$/.test(value)) return "must look like <scheme>://<id>, without spaces";
+      return templateProblem(value);
+    },
+  }),
+  ruleFlag("region-rules", "region", "topology.kubernetes.io/region", "name:^([a-z]+)-=$1"),
+  ruleFlag("zone-rules", "zone", "topology.kubernetes.io/zone", "cidr:10.1.0.0/24=rack-1,cidr:10.2.0.0/24=rack-2"),
+  ruleFlag("instance-type-rules", "instanceType", "node.kubernetes.io/instance-type", "product:^PowerEdge (R\\d+)$=$1"),
+  flag({
+    name: "update-metadata-labels",
+    type: "bool",
+    default: "false",
+    help:
+      "Keep region, zone and instance-type labels in line with metadata after initialisation, replacing other " +
+      "values; by default they are only added while the Node is uninitialised and never changed.",
+    helm: "metadata.updateLabels",
+  }),
+] as const;
 
 type AddressType = "internal" | "external";
 type Method = "target" | "cidr" | "interface";
@@ -109,6 +191,7 @@ export const agentFlagTable = [
     default: "false",
     help: "Reconcile once and exit: 0 on success, 1 with the reason otherwise (usable as an init container).",
   }),
+  ...metadataFlags,
   ...commonFlagTable({ healthPort: AGENT_HEALTH_PORT, helmPrefix: "controller." }),
 ] as const;
 
@@ -127,6 +210,19 @@ export function parseAgentFlags(argv: readonly string[], env: Env): AgentFlags {
     removeTaint: values["remove-taint"],
     reconcileIntervalMs: values["reconcile-interval"],
     runOnce: values["run-once"],
+    metadata: {
+      mode: values["instance-metadata"] as MetadataMode, // validated
+      timeoutMs: values["metadata-timeout"],
+      updateLabels: values["update-metadata-labels"],
+      rules: {
+        providerIDTemplate: values["provider-id"],
+        rules: [
+          ...rules("region", values["region-rules"]),
+          ...rules("zone", values["zone-rules"]),
+          ...rules("instanceType", values["instance-type-rules"]),
+        ],
+      },
+    },
     ...commonFlags(values),
   };
 }
@@ -159,4 +255,9 @@ function detection(
     case "interface":
       return { kind: "interface", interfaces: items };
   }
+}
+
+/** Rule texts the flag layer validated, parsed. */
+function rules(field: LabelField, texts: string[]): Rule[] {
+  return texts.map((text) => parseRule(field, text) as Rule);
 }

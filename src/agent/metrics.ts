@@ -19,6 +19,21 @@ export function createAgentMetrics(registry = new Registry()) {
       help: "Time to detect the node's addresses over netlink.",
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5],
     }),
+    metadataLookups: registry.counter({
+      name: "local_ccm_metadata_lookups_total",
+      help: "Instance metadata lookups by provider (or the mode, when none was found) and result: found, skipped, unavailable.",
+      labels: ["provider", "result"],
+    }),
+    metadataFields: registry.counter({
+      name: "local_ccm_metadata_fields_total",
+      help: "Metadata fields written to the Node, by field (providerID, region, zone, instanceType) and source (instance-metadata, template, rule).",
+      labels: ["field", "source"],
+    }),
+    metadataFindings: registry.counter({
+      name: "local_ccm_metadata_findings_total",
+      help: "Metadata not written, by reason: ProviderIDMismatch, MetadataLabelKept, MetadataLabelNotAdded, MetadataRuleUnmatched, MetadataUnavailable, MetadataSkipped.",
+      labels: ["reason"],
+    }),
     lastSuccess: registry.gauge({ name: "local_ccm_last_success_timestamp_seconds", help: "When the last reconcile succeeded (Unix time)." }),
     apiRequests: registry.counter({ name: "local_ccm_api_requests_total", help: "Kubernetes API requests by verb and HTTP code (0: no answer).", labels: ["verb", "code"] }),
   };

@@ -11,6 +11,7 @@ import { Resource } from "../kube/resource.ts";
 import { openNetlink } from "../net/netlink.ts";
 import { Agent } from "./agent.ts";
 import { parseAgentFlags } from "./flags.ts";
+import { metadataOptions } from "./metadata/options.ts";
 import { createAgentMetrics } from "./metrics.ts";
 
 /** Netlink events come in bursts (an address add brings routes with it): one reconcile per burst. */
@@ -36,7 +37,12 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   });
   const nodes = new Resource<Node>(client, { group: "", version: "v1", plural: "nodes" });
   const agent = new Agent(
-    { nodeName: flags.nodeName, detection: { external: flags.external, internal: flags.internal }, removeTaint: flags.removeTaint },
+    {
+      nodeName: flags.nodeName,
+      detection: { external: flags.external, internal: flags.internal },
+      removeTaint: flags.removeTaint,
+      metadata: await metadataOptions(flags.metadata, metrics),
+    },
     { nodes, netlink, events, log, metrics },
   );
   const closeAll = async () => {
@@ -48,6 +54,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   if (flags.runOnce) {
     ctx.onShutdown(closeAll);
     const result = await agent.reconcile(() => undefined);
+    if (result.metadataUnavailable) throw new Error(`node metadata not applied: ${result.metadataUnavailable}`);
     log.info("reconciled once", { node: flags.nodeName, addressesWritten: result.addressesWritten, taintRemoved: result.taintRemoved });
     return;
   }

@@ -4,12 +4,14 @@
 // route lookup for 8.8.8.8 resolves while no packet can leave this machine.
 import { type ChildProcess, spawn } from "node:child_process";
 import path from "node:path";
-import type { Node, NodeAddress } from "kubernetes-types/core/v1.js";
+import type { Node, NodeAddress, NodeSystemInfo } from "kubernetes-types/core/v1.js";
 import { Resource } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { createNetwork, type Host, type Network } from "../netns/netns.ts";
+import { METADATA_IP, type Personality } from "./metadata-server.ts";
 
 const AGENT = path.resolve(import.meta.dirname, "../../src/bin/local-ccm.ts");
+const METADATA_SERVER = path.resolve(import.meta.dirname, "metadata-server.ts");
 const RBAC = path.resolve(import.meta.dirname, "../../deploy/rbac.yaml");
 export const UNINITIALIZED = { key: "node.cloudprovider.kubernetes.io/uninitialized", value: "true", effect: "NoSchedule" };
 
@@ -17,8 +19,10 @@ export interface World {
   plane: ControlPlane;
   net: Network;
   nodes: Resource<Node>;
-  /** A node namespace for scenario `slot` (0–9), with the agent's kubeconfig for it. */
+  /** A node namespace for scenario `slot` (0–23), with the agent's kubeconfig for it. */
   nodeHost(slot: number, options?: { airGapped?: boolean; lan?: boolean }): Promise<NodeHost>;
+  /** agentPodKubeconfig() for the agent in `node`'s namespace. */
+  podBoundKubeconfig(node: NodeHost, nodeName: string): Promise<string>;
   stop(): Promise<void>;
 }
 
@@ -34,8 +38,8 @@ export interface NodeHost {
 }
 
 // Slots are shared by every test file that uses this harness (they run concurrently): agent.test.ts
-// uses 0–7, least-privilege.test.ts 9. Benchmarks and the demo run alone.
-const SLOTS = 10;
+// uses 0–7, least-privilege.test.ts 9, metadata.test.ts 10–23. Benchmarks and the demo run alone.
+const SLOTS = 24;
 const rootIP = (slot: number) => `198.18.${200 + slot}.1`;
 
 export async function startWorld(): Promise<World> {
@@ -74,6 +78,7 @@ export async function startWorld(): Promise<World> {
       const kubeconfig = await plane.serviceAccountKubeconfig({ namespace: "kube-system", name: "local-ccm", server });
       return { host, external, lan, server, kubeconfig };
     },
+    podBoundKubeconfig: (node, nodeName) => agentPodKubeconfig(plane, nodeName, node.server),
     async stop() {
       await plane.stop();
       await net.remove();
@@ -81,11 +86,49 @@ export async function startWorld(): Promise<World> {
   };
 }
 
+export interface Registration {
+  /** kubelet --node-labels. */
+  labels?: Record<string, string>;
+  /** kubelet --provider-id. */
+  providerID?: string;
+  nodeInfo?: Partial<NodeSystemInfo>;
+}
+
+/**
+ * The agent's credentials as the DaemonSet's Pod on `nodeName` gets them: a token bound to a Pod on
+ * that Node (registered first), whose node-name the node-scope admission policy checks.
+ */
+export async function agentPodKubeconfig(plane: ControlPlane, nodeName: string, server?: string): Promise<string> {
+  const pod = await plane.admin.request<{ metadata: { name: string; uid: string } }>({
+    method: "POST",
+    path: "/api/v1/namespaces/kube-system/pods",
+    body: {
+      metadata: { generateName: "local-ccm-" },
+      spec: {
+        nodeName,
+        serviceAccountName: "local-ccm",
+        containers: [{ name: "local-ccm", image: "ghcr.io/local-ccm/local-ccm:test" }],
+      },
+    },
+  });
+  const boundPod = { name: pod.metadata.name, uid: pod.metadata.uid };
+  return plane.serviceAccountKubeconfig({ namespace: "kube-system", name: "local-ccm", server, boundPod });
+}
+
 /** Registers a Node the way kubelet --cloud-provider=external does, and reports it Ready. */
-export async function registerNode(nodes: Resource<Node>, name: string, kubeletIP: string): Promise<Node> {
+export async function registerNode(
+  nodes: Resource<Node>,
+  name: string,
+  kubeletIP: string,
+  registration: Registration = {},
+): Promise<Node> {
   const node = await nodes.create({
-    metadata: { name, annotations: { "alpha.kubernetes.io/provided-node-ip": kubeletIP } },
-    spec: { taints: [UNINITIALIZED] },
+    metadata: {
+      name,
+      annotations: { "alpha.kubernetes.io/provided-node-ip": kubeletIP },
+      ...(registration.labels ? { labels: registration.labels } : {}),
+    },
+    spec: { taints: [UNINITIALIZED], ...(registration.providerID ? { providerID: registration.providerID } : {}) },
   });
   const addresses: NodeAddress[] = [
     { type: "InternalIP", address: kubeletIP },
@@ -93,7 +136,62 @@ export async function registerNode(nodes: Resource<Node>, name: string, kubeletI
   ];
   const now = new Date().toISOString();
   const ready = { type: "Ready", status: "True", reason: "KubeletReady", lastHeartbeatTime: now, lastTransitionTime: now };
-  return nodes.update({ ...node, status: { addresses, conditions: [ready] } }, { subresource: "status" });
+  const nodeInfo = registration.nodeInfo && { ...KUBELET_NODE_INFO, ...registration.nodeInfo };
+  return nodes.update({ ...node, status: { addresses, conditions: [ready], nodeInfo } }, { subresource: "status" });
+}
+
+const KUBELET_NODE_INFO: NodeSystemInfo = {
+  machineID: "",
+  systemUUID: "",
+  bootID: "",
+  kernelVersion: "6.1.0",
+  osImage: "Debian GNU/Linux 12 (bookworm)",
+  containerRuntimeVersion: "containerd://1.6.20",
+  kubeletVersion: "v1.36.3",
+  kubeProxyVersion: "",
+  operatingSystem: "linux",
+  architecture: "amd64",
+};
+
+export interface MetadataServer {
+  /** The requests answered so far, as "<method> <path> <status>". */
+  requests(): string[];
+  stop(): Promise<void>;
+}
+
+/**
+ * Instance metadata services (metadata-server.ts) inside the node's namespace at 169.254.169.254,
+ * an address of the namespace's own loopback: nothing about it is routed anywhere.
+ */
+export async function startMetadataServer(node: NodeHost, personalities: Personality[]): Promise<MetadataServer> {
+  const addresses = await node.host.ip("-o", "address", "show", "dev", "lo");
+  if (!addresses.includes(`${METADATA_IP}/32`)) await node.host.ip("address", "add", `${METADATA_IP}/32`, "dev", "lo");
+  const [command, argv] = node.host.wrap(process.execPath, [METADATA_SERVER, personalities.join(",")]);
+  const child = spawn(command, argv, { stdio: ["ignore", "pipe", "inherit"] });
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  let output = "";
+  await new Promise<void>((resolve, reject) => {
+    child.stdout?.on("data", (chunk: Buffer) => {
+      output += chunk;
+      if (output.startsWith("ready\n")) resolve();
+    });
+    child.once("exit", (code) => reject(new Error(`metadata server exited with ${code}`)));
+  });
+  return {
+    requests: () => output.split("\n").slice(1, -1),
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+      await exited;
+    },
+  };
+}
+
+/** The HTTP status the node's metadata address answers `path` with (0: no answer), asked from the node. */
+export async function metadataStatus(node: NodeHost, method: string, path: string, headers: Record<string, string> = {}): Promise<number> {
+  const headerArgs = Object.entries(headers).flatMap(([name, value]) => ["-H", `${name}: ${value}`]);
+  const args = ["-s", "-o", "/dev/null", "-w", "%{http_code}", "-m", "2", "-X", method, ...headerArgs, `http://${METADATA_IP}${path}`];
+  const out = await node.host.exec("curl", args).catch(() => "0");
+  return Number(out.trim());
 }
 
 export interface AgentProcess {
@@ -114,12 +212,14 @@ export interface AgentOptions {
   nodeArgs?: string[];
   /** Run as the DaemonSet does (the kubeconfig must then be readable by uid 65532). */
   unprivileged?: boolean;
+  /** Instead of the node's own (e.g. World.podBoundKubeconfig). */
+  kubeconfig?: string;
 }
 
 /** Runs the agent in the node's namespace. */
 export function startAgent(node: NodeHost, args: string[], options: AgentOptions = {}): AgentProcess {
-  const { entry = AGENT, nodeArgs = [], unprivileged = false } = options;
-  const agentArgv = [process.execPath, ...nodeArgs, entry, `--kubeconfig=${node.kubeconfig}`, "--health-bind-address=", ...args];
+  const { entry = AGENT, nodeArgs = [], unprivileged = false, kubeconfig = node.kubeconfig } = options;
+  const agentArgv = [process.execPath, ...nodeArgs, entry, `--kubeconfig=${kubeconfig}`, "--health-bind-address=", ...args];
   const [program, ...rest] = unprivileged ? [...UNPRIVILEGED, ...agentArgv] : agentArgv;
   const [command, argv] = node.host.wrap(program as string, rest);
   const child = spawn(command, argv, { stdio: ["ignore", "pipe", "pipe"] });

@@ -98,12 +98,20 @@ const CANDIDATES: Record<FlagSpec["type"], (spec: FlagSpec) => string[]> = {
   duration: () => ["1m7s", "12s", "3s"],
   string: () => [
     "json",
+    "auto",
+    "local://{nodeName}",
     "127.0.0.1:19999",
     "custom-lease",
     "node.kubernetes.io/pool in (spot, batch)",
     "example.com/keep=yes,example.com/pin",
   ],
-  list: () => ["198.18.0.1, fd00:198:18::1", "198.18.0.0/15,fd00:198:18::/48", "eth1,bond0", "tcp"],
+  list: () => [
+    "198.18.0.1, fd00:198:18::1",
+    "198.18.0.0/15,fd00:198:18::/48",
+    "eth1,bond0",
+    "tcp",
+    "cidr:198.18.0.0/15=rack-1,name:^([a-z]+)-=$1",
+  ],
 };
 
 function nonDefaultValue(program: Program, spec: FlagSpec): string {

@@ -1,7 +1,9 @@
 // deploy/node-scope-policy.yaml on the real control plane: with a token bound to a Pod on node A, the
-// agent's ServiceAccount may write A's status.addresses and remove A's uninitialized taint, and
-// nothing else — not on node B, not another field of A. Requests expected to be denied are sent as
-// dry runs, so a policy that wrongly allows one cannot change the state the other tests rely on.
+// agent's ServiceAccount may write A's status.addresses, remove A's uninitialized taint, set A's
+// providerID while it is empty and add or change A's region, zone and instance-type labels, and
+// nothing else — not on node B, not another field or label of A, not a providerID A already has.
+// Requests expected to be denied are sent as dry runs, so a policy that wrongly allows one cannot
+// change the state the other tests rely on.
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -11,6 +13,7 @@ import { loadClientConfig } from "../../src/kube/config.ts";
 import { isApiError } from "../../src/kube/errors.ts";
 import { Resource } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
+import { agentPodKubeconfig } from "../agent/harness.ts";
 import { waitFor } from "../wait.ts";
 
 const DEPLOY = path.resolve(import.meta.dirname, "../../deploy");
@@ -22,9 +25,15 @@ const UNINITIALIZED: Taint = {
   effect: "NoSchedule",
 };
 const OTHER_TAINT: Taint = { key: "example.com/maintenance", value: "true", effect: "NoSchedule" };
+const METADATA_LABELS = [
+  "topology.kubernetes.io/region",
+  "topology.kubernetes.io/zone",
+  "node.kubernetes.io/instance-type",
+].join(", ");
 const ONLY_ALLOWED =
-  "local-ccm may change only status.addresses and remove the " +
-  "node.cloudprovider.kubernetes.io/uninitialized taint, but this request changes ";
+  `local-ccm may change only status.addresses, spec.providerID while empty, the ${METADATA_LABELS} labels ` +
+  "and remove the node.cloudprovider.kubernetes.io/uninitialized taint, but this request changes ";
+const LABELS_ONLY = `metadata.labels (only adding or changing ${METADATA_LABELS} is allowed)`;
 
 /** A Node as kubelet --cloud-provider=external registers it (plus a taint that is not ours). */
 function kubeletNode(name: string): Node {
@@ -55,6 +64,17 @@ function removeTaintPatch(node: Node, key: string): unknown[] {
     { op: "test", path: `/spec/taints/${index}`, value: taints[index] },
     { op: "remove", path: `/spec/taints/${index}` },
   ];
+}
+
+/** Runs `request` and returns why it was refused (denied or invalid); fails if it was allowed. */
+async function refusal(request: () => Promise<unknown>): Promise<string> {
+  try {
+    await request();
+  } catch (err) {
+    if (isApiError(err, "Forbidden") || isApiError(err, "Invalid")) return err.message;
+    throw err;
+  }
+  assert.fail("the request was allowed");
 }
 
 /** Runs `request` and returns the denial message; fails if it was allowed or failed otherwise. */
@@ -93,25 +113,7 @@ describe("node-scope admission policy", () => {
       const capacity = { cpu: "2" }; // a field for the agent to (try to) remove
       await admin.update({ ...registered, status: { ...registered.status, capacity } }, { subresource: "status" });
     }
-    const pod = await plane.admin.request<{ metadata: { name: string; uid: string } }>({
-      method: "POST",
-      path: "/api/v1/namespaces/kube-system/pods",
-      body: {
-        metadata: { name: "local-ccm-a" },
-        spec: {
-          nodeName: NODES.a,
-          serviceAccountName: "local-ccm",
-          containers: [{ name: "local-ccm", image: "ghcr.io/local-ccm/local-ccm:test" }],
-        },
-      },
-    });
-    agent = await nodesAs(
-      await plane.serviceAccountKubeconfig({
-        namespace: "kube-system",
-        name: "local-ccm",
-        boundPod: { name: pod.metadata.name, uid: pod.metadata.uid },
-      }),
-    );
+    agent = await nodesAs(await agentPodKubeconfig(plane, NODES.a));
     // A new policy takes a moment to reach the admission plugin: wait until it denies what it must.
     const labelChange = { metadata: { labels: { probe: "x" } } };
     await waitFor(
@@ -147,6 +149,35 @@ describe("node-scope admission policy", () => {
     assert.deepEqual(updated.spec?.taints, others);
   });
 
+  test("the agent sets its own Node's empty providerID and metadata labels, as its JSON patch does", async () => {
+    const node = await agent.get(NODES.a);
+    assert.equal(node.spec?.providerID, undefined);
+    const updated = await agent.patch(NODES.a, "json", [
+      { op: "test", path: "/metadata/resourceVersion", value: node.metadata?.resourceVersion },
+      { op: "add", path: "/spec/providerID", value: "local://node-a" },
+      { op: "add", path: "/metadata/labels/topology.kubernetes.io~1zone", value: "rack-1" },
+      { op: "add", path: "/metadata/labels/node.kubernetes.io~1instance-type", value: "r650" },
+    ]);
+    assert.equal(updated.spec?.providerID, "local://node-a");
+    assert.equal(updated.metadata?.labels?.["topology.kubernetes.io/zone"], "rack-1");
+    // With --update-metadata-labels it may change them later too.
+    const changed = await agent.patch(NODES.a, "merge", { metadata: { labels: { "topology.kubernetes.io/zone": "rack-2" } } });
+    assert.equal(changed.metadata?.labels?.["topology.kubernetes.io/zone"], "rack-2");
+  });
+
+  test("a providerID the Node has cannot be changed or removed; metadata labels cannot be removed", async () => {
+    await waitFor("node A's providerID", async () => Boolean((await admin.get(NODES.a)).spec?.providerID));
+    const node = await agent.get(NODES.a);
+    for (const providerID of ["local://forged", ""]) {
+      const text = await refusal(() => agent.patch(NODES.a, "merge", { spec: { providerID } }, { dryRun }));
+      // kube-apiserver's own validation refuses first (422); the policy would deny it too (403).
+      assert.match(text, /spec\.providerID|providerID/, text);
+    }
+    const removal = [{ op: "remove", path: "/metadata/labels/topology.kubernetes.io~1zone" }];
+    assert.ok((await denial(() => agent.patch(NODES.a, "json", removal, { dryRun }))).endsWith(`${ONLY_ALLOWED}${LABELS_ONLY}`));
+    assert.equal((await admin.get(NODES.a)).spec?.providerID, node.spec?.providerID);
+  });
+
   test("another Node is denied, with a message naming both nodes", async () => {
     const node = await agent.get(NODES.b);
     const writes = {
@@ -154,6 +185,9 @@ describe("node-scope admission policy", () => {
         agent.update(withAddresses(node, "198.18.0.20"), { subresource: "status", dryRun }),
       "taint removal": () =>
         agent.patch(NODES.b, "json", removeTaintPatch(node, UNINITIALIZED.key), { dryRun }),
+      providerID: () => agent.patch(NODES.b, "merge", { spec: { providerID: "local://node-b" } }, { dryRun }),
+      "zone label": () =>
+        agent.patch(NODES.b, "merge", { metadata: { labels: { "topology.kubernetes.io/zone": "z" } } }, { dryRun }),
     };
     for (const [what, write] of Object.entries(writes)) {
       assert.match(
@@ -171,9 +205,16 @@ describe("node-scope admission policy", () => {
     const updateStatus = (change: Node) => agent.update(change, { subresource: "status", dryRun });
     const cases: [string, () => Promise<unknown>][] = [
       [
-        "metadata.labels",
+        LABELS_ONLY,
         () => {
           const labels = { "node-role.kubernetes.io/control-plane": "" };
+          return agent.patch(NODES.a, "merge", { metadata: { labels } }, { dryRun });
+        },
+      ],
+      [
+        LABELS_ONLY,
+        () => {
+          const labels = { "kubernetes.io/hostname": "forged", "topology.kubernetes.io/zone": "z" };
           return agent.patch(NODES.a, "merge", { metadata: { labels } }, { dryRun });
         },
       ],
@@ -188,11 +229,7 @@ describe("node-scope admission policy", () => {
         "spec.unschedulable",
         () => agent.patch(NODES.a, "merge", { spec: { unschedulable: true } }, { dryRun }),
       ],
-      [
-        "spec.providerID",
-        () => agent.patch(NODES.a, "merge", { spec: { providerID: "local://forged" } }, { dryRun }),
-      ],
-      [
+        [
         "status.capacity",
         () => {
           const { capacity: _, ...withoutCapacity } = addressUpdate.status ?? {};

@@ -1,0 +1,140 @@
+// Bare-metal metadata: a providerID template over the Node's own facts, and rules that give region,
+// zone and instance type from facts (an InternalIP inside a CIDR, the node name, the DMI product
+// name). Pure. Rules fill only what the instance metadata service did not say.
+import { type Cidr, cidrContains, parseCidr } from "../../net/ip.ts";
+import type { InstanceMetadata } from "./providers.ts";
+
+export type LabelField = "region" | "zone" | "instanceType";
+export const LABEL_FIELDS: readonly LabelField[] = ["region", "zone", "instanceType"];
+
+/** What a Node says about itself (status.nodeInfo, its InternalIPs) and the host's DMI product name. */
+export interface NodeFacts {
+  nodeName: string;
+  systemUUID: string;
+  machineID: string;
+  /** /sys/class/dmi/id/product_name (world-readable); "" where the host has none. */
+  productName: string;
+  internalIPs: string[];
+}
+
+export const TEMPLATE_FACTS = ["nodeName", "systemUUID", "machineID", "productName"] as const;
+type TemplateFact = (typeof TEMPLATE_FACTS)[number];
+
+export type RuleSource = "cidr" | "name" | "product";
+
+export interface Rule {
+  field: LabelField;
+  source: RuleSource;
+  /** As written, for reasons. */
+  text: string;
+  cidr?: Cidr;
+  pattern?: RegExp;
+  /** May refer to the pattern's groups as $1…$9. */
+  value: string;
+}
+
+export interface RulesConfig {
+  /** "" = none. Placeholders {nodeName}, {systemUUID}, {machineID}, {productName}. */
+  providerIDTemplate: string;
+  rules: Rule[];
+}
+
+/** Where each resolved field came from, for logs and the metadata source metric. */
+export type FieldSource = "instance-metadata" | "template" | "rule";
+
+export interface Resolved {
+  metadata: InstanceMetadata;
+  sources: Partial<Record<keyof InstanceMetadata, FieldSource>>;
+  /** Why a field that rules or the template were meant to give has no value. Deterministic text. */
+  notes: string[];
+}
+
+const LABEL_VALUE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
+
+/** `cidr:198.18.1.0/24=rack-1`, `name:^fra-=fra`, `product:^PowerEdge (R\d+)$=$1`: the last "=" splits. */
+export function parseRule(field: LabelField, text: string): Rule | string {
+  const match = /^(cidr|name|product):(.+)=([^=]*)$/.exec(text);
+  if (!match) return `"${text}" is not <cidr|name|product>:<pattern>=<value>`;
+  const [, source, pattern, value] = match as unknown as [string, RuleSource, string, string];
+  if (value === "") return `"${text}" gives an empty value`;
+  if (source === "cidr") {
+    const cidr = parseCidr(pattern);
+    return cidr ? { field, source, text, cidr, value } : `"${pattern}" in "${text}" is not a CIDR`;
+  }
+  try {
+    return { field, source, text, pattern: new RegExp(pattern), value };
+  } catch (err) {
+    return `"${pattern}" in "${text}" is not a regular expression: ${(err as Error).message}`;
+  }
+}
+
+/** The template's problem (an unknown placeholder), or undefined. */
+export function templateProblem(template: string): string | undefined {
+  const unknown = [...template.matchAll(/\{([^}]*)\}/g)].find(
+    ([, name]) => !TEMPLATE_FACTS.includes(name as TemplateFact),
+  );
+  if (!unknown) return undefined;
+  return `unknown placeholder {${unknown[1]}}: use ${TEMPLATE_FACTS.map((fact) => `{${fact}}`).join(", ")}`;
+}
+
+/** The template filled in, or why not (a fact it needs is empty). */
+export function fillTemplate(template: string, facts: NodeFacts): { value: string } | { problem: string } {
+  const missing = [...template.matchAll(/\{([^}]*)\}/g)].find(([, name]) => !facts[name as TemplateFact]);
+  if (missing)
+    return { problem: `providerID template ${template} needs {${missing[1]}}, which this node does not report` };
+  return { value: template.replace(/\{([^}]*)\}/g, (_, name: string) => facts[name as TemplateFact]) };
+}
+
+/** The first rule for `field` that matches, with its value (groups substituted), or undefined. */
+function firstMatch(rules: Rule[], field: LabelField, facts: NodeFacts): { rule: Rule; value: string } | undefined {
+  for (const rule of rules.filter((r) => r.field === field)) {
+    if (rule.cidr) {
+      if (facts.internalIPs.some((ip) => cidrContains(rule.cidr as Cidr, ip))) return { rule, value: rule.value };
+      continue;
+    }
+    const subject = rule.source === "name" ? facts.nodeName : facts.productName;
+    const match = rule.pattern?.exec(subject);
+    if (match) return { rule, value: rule.value.replace(/\$(\d)/g, (_, n: string) => match[Number(n)] ?? "") };
+  }
+  return undefined;
+}
+
+const FIELD_NAMES: Record<LabelField, string> = { region: "region", zone: "zone", instanceType: "instance type" };
+
+/**
+ * The instance metadata service's answer, completed by the template and the rules: the service wins
+ * where it said something (the cloud is the authority on its own instance), rules fill the rest.
+ */
+export function resolveMetadata(service: InstanceMetadata, facts: NodeFacts, config: RulesConfig): Resolved {
+  const metadata: InstanceMetadata = { ...service };
+  const sources: Resolved["sources"] = {};
+  for (const key of Object.keys(service) as (keyof InstanceMetadata)[]) sources[key] = "instance-metadata";
+  const notes: string[] = [];
+  if (!metadata.providerID && config.providerIDTemplate) {
+    const filled = fillTemplate(config.providerIDTemplate, facts);
+    if ("value" in filled) {
+      metadata.providerID = filled.value;
+      sources.providerID = "template";
+    } else notes.push(filled.problem);
+  }
+  for (const field of LABEL_FIELDS) {
+    if (metadata[field] || !config.rules.some((rule) => rule.field === field)) continue;
+    const found = firstMatch(config.rules, field, facts);
+    if (!found) {
+      notes.push(`no ${FIELD_NAMES[field]} rule matches node ${facts.nodeName}: ${describeFacts(facts)}`);
+      continue;
+    }
+    if (!LABEL_VALUE.test(found.value) || found.value.length > 63) {
+      notes.push(`${FIELD_NAMES[field]} rule ${found.rule.text} gives "${found.value}", which is not a label value`);
+      continue;
+    }
+    metadata[field] = found.value;
+    sources[field] = "rule";
+  }
+  return { metadata, sources, notes };
+}
+
+function describeFacts(facts: NodeFacts): string {
+  const ips = facts.internalIPs.join(", ") || "none";
+  return `InternalIPs ${ips}, product name "${facts.productName}"`;
+}
