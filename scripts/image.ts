@@ -7,8 +7,7 @@
 // - what the runtime stage COPYs: the bundles and the native addons (APP_FILES, below).
 // test/deploy/image.test.ts proves both layouts hold the same files, and that the image runs as 65532.
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync } from "node:fs";
-import os from "node:os";
+import { mkdirSync, readdirSync, readFileSync, realpathSync, rmSync } from "node:fs";
 import path from "node:path";
 import { parse } from "yaml";
 import { bundleProgram } from "./bundle.ts";
@@ -78,7 +77,9 @@ export async function buildImage(out?: string): Promise<BuiltImage> {
   const reference = chartImageReference();
   const tarball = out ?? path.join(ROOT, ".cache/image", `local-ccm-${reference.split(":").at(-1)}.tar`);
   mkdirSync(path.dirname(tarball), { recursive: true });
-  const staging = mkdtempSync(path.join(os.tmpdir(), "local-ccm-image-"));
+  // Beside the tarball, and emptied first: a killed build leaves nothing that outlives the next one.
+  const staging = `${tarball}.staging`;
+  rmSync(staging, { recursive: true, force: true });
   try {
     for (const program of Object.keys(PACKAGE.bin)) await bundleProgram(program, path.join(staging, "dist"));
     const files = [...baseFiles(), ...appFiles((from) => (from === "dist/" ? path.join(staging, from) : from))];

@@ -6,7 +6,13 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { run } from "../localcluster/exec.ts";
-import { readImageTarball, writeImageTarball, type ImageContents, type ImageSpec, type LayerEntry } from "./oci-image.ts";
+import {
+  readImageTarball,
+  writeImageTarball,
+  type ImageContents,
+  type ImageSpec,
+  type LayerEntry,
+} from "./oci-image.ts";
 
 describe("writeImageTarball", () => {
   let temp: string;

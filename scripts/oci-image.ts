@@ -415,7 +415,8 @@ async function listTar(tarball: string): Promise<LayerEntry[]> {
       if (!match) throw new Error(`unexpected tar listing line: ${line}`);
       const [, kind, permissions, uid, gid, size, name, target] = match as unknown as ListingFields;
       const type = kind === "d" ? "directory" : kind === "l" ? "symlink" : "file";
-      const entry = { path: `/${name.replace(/\/$/, "")}`, type, uid: Number(uid), gid: Number(gid), size: Number(size) };
+      const owner = { uid: Number(uid), gid: Number(gid) };
+      const entry = { path: `/${name.replace(/\/$/, "")}`, type, ...owner, size: Number(size) };
       return { ...entry, mode: permissionBits(permissions), ...(target ? { symlink: target } : {}) };
     }) as LayerEntry[];
 }
