@@ -5,7 +5,7 @@
 // owners are 0:0 unless a file says otherwise, parent folders are written explicitly, and the layer is stored
 // uncompressed (a gzip stream's bytes depend on the zlib version; registries compress on push).
 // The tar format is written here (ustar headers: regular files, folders, symlinks) rather than with tar-stream,
-// whose v3 brings thirteen packages (streamx, bare-fs, bare-url, …) for what is one header layout.
+// whose v3 brings twelve more packages (streamx, bare-fs, bare-url, …) for what is one header layout.
 import { createHash, type Hash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { open, readFile, rename, rm, stat, type FileHandle } from "node:fs/promises";
