@@ -25,6 +25,7 @@ import { bundle } from "../../scripts/bundle.ts";
 import { buildImage, NODE_DIR, type BuiltImage } from "../../scripts/image.ts";
 import { readImageTarball, type ImageContents, type LayerEntry } from "../../scripts/oci-image.ts";
 import { onExit } from "../../localcluster/cleanup.ts";
+import { containerdMissing, startContainerd } from "../../localcluster/containerd.ts";
 import { run } from "../../localcluster/exec.ts";
 import { DEPLOY_DIR } from "../../scripts/render-manifests.ts";
 import { shippedCommand } from "./shipped.ts";
@@ -355,6 +356,21 @@ describe("container image contents", () => {
       const { icmp, routeSource } = JSON.parse(asNonroot.stdout) as { icmp: { reason?: string }; routeSource: string };
       assert.equal(routeSource, "127.0.0.1");
       assert.doesNotMatch(icmp.reason ?? "", /addon not built/);
+    });
+
+    test("containerd imports and unpacks it under the chart's reference, with the same digest", async () => {
+      const missing = containerdMissing();
+      assert.equal(missing, undefined, missing);
+      const containerd = await startContainerd({ dir: path.join(temp, "containerd") });
+      try {
+        await containerd.ctr(["-n", "k8s.io", "images", "import", built.tarball]);
+        const images = await containerd.ctr(["-n", "k8s.io", "images", "check"]);
+        const line = images.split("\n").find((row) => row.startsWith(`${built.reference} `));
+        assert.ok(line, images);
+        assert.match(line, new RegExp(` ${built.digest} +complete \\(2/2\\) .* true *$`));
+      } finally {
+        await containerd.stop();
+      }
     });
   });
 });
