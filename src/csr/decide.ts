@@ -15,7 +15,7 @@
 //                 Node's.
 //   6 dns-san     every DNS SAN (lower case) is no wildcard, IP literal or API server name, is no other Node's
 //                 name or DNS address, and is the node's name or a Hostname / InternalDNS / ExternalDNS address
-//                 of it, or is given to this node and no other existing node by the extra-names pattern
+//                 of it, or is given by the extra-names pattern to this node and to no other existing node
 //                 (dnsnames.ts).
 //   7 ip-cidr     when an IP allowlist is set, every IP SAN lies in one of its CIDRs (on top of rule 5).
 //   8 expiration  spec.expirationSeconds, when set, ≤ the maximum.
@@ -26,7 +26,13 @@
 //                 re-registered, and waiting issues nothing.
 import { formatDuration } from "../lifecycle/decide.ts";
 import { canonicalIp, type Cidr, cidrContains } from "../net/ip.ts";
-import { type DnsNamePattern, isApiServerName, matchesPattern, otherPatternNodes } from "./dnsnames.ts";
+import {
+  type DnsNamePattern,
+  isApiServerName,
+  isEveryNode,
+  matchesPattern,
+  otherPatternNode,
+} from "./dnsnames.ts";
 import { type IndexedNode, type NodeIndex, otherOwners } from "./nodes.ts";
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
 import { type CsrRequest, type ParsedRequest, parseCsrPem } from "./request.ts";
@@ -159,11 +165,10 @@ function pending(
   return { action: "deny", rule: failure.rule, reason: `${failure.reason} (${waited} for ${waitingFor})` };
 }
 
-function identityFailure(csr: CsrFacts, nodeName: string): Failure | undefined {
-  if (!nodeName)
-    return { rule: "identity", reason: `rule 2 (identity): username "${csr.username}" is not ${NODE_USER_PREFIX}<name>` };
-  if (!csr.groups.includes(NODES_GROUP))
-    return { rule: "identity", reason: `rule 2 (identity): groups [${csr.groups.join(", ")}] lack ${NODES_GROUP}` };
+function identityFailure({ username, groups }: CsrFacts, nodeName: string): Failure | undefined {
+  const fail = (what: string): Failure => ({ rule: "identity", reason: `rule 2 (identity): ${what}` });
+  if (!nodeName) return fail(`username "${username}" is not ${NODE_USER_PREFIX}<name>`);
+  if (!groups.includes(NODES_GROUP)) return fail(`groups ${list(groups)} lack ${NODES_GROUP}`);
   return undefined;
 }
 
@@ -231,9 +236,11 @@ function dnsNameProblem(name: string, node: IndexedNode, nodes: NodeIndex, confi
   if (!pattern) return `is not a name of node "${node.name}"`;
   if (!matchesPattern(pattern, node.name, name))
     return `is not a name of node "${node.name}" nor matches the extra DNS name pattern ${pattern.text}`;
-  const [other] = otherPatternNodes(pattern, node.name, name, (candidate) => nodes.nodes.has(candidate));
-  if (other !== undefined) return `matches the extra DNS name pattern for node "${other}" too`;
-  return undefined;
+  const other = otherPatternNode(pattern, node.name, name, nodes.nodes.keys());
+  if (other === undefined) return undefined;
+  return isEveryNode(other)
+    ? "matches the extra DNS name pattern for every node"
+    : `matches the extra DNS name pattern for node "${other}" too`;
 }
 
 function cidrFailure(ips: string[], allowlist: Cidr[]): Failure | undefined {
@@ -244,12 +251,10 @@ function cidrFailure(ips: string[], allowlist: Cidr[]): Failure | undefined {
   return { rule: "ip-cidr", reason: `rule 7 (IP allowlist): ${outside} is in none of ${cidrs}` };
 }
 
-function expirationFailure({ expirationSeconds }: CsrFacts, config: CsrConfig): Failure | undefined {
-  if (expirationSeconds === undefined || expirationSeconds <= config.maxExpirationSeconds) return undefined;
-  return {
-    rule: "expiration",
-    reason: `rule 8 (expiration): expirationSeconds ${expirationSeconds} exceeds the maximum ${config.maxExpirationSeconds}`,
-  };
+function expirationFailure({ expirationSeconds }: CsrFacts, { maxExpirationSeconds }: CsrConfig): Failure | undefined {
+  if (expirationSeconds === undefined || expirationSeconds <= maxExpirationSeconds) return undefined;
+  const what = `expirationSeconds ${expirationSeconds} exceeds the maximum ${maxExpirationSeconds}`;
+  return { rule: "expiration", reason: `rule 8 (expiration): ${what}` };
 }
 
 function approval(request: ParsedRequest, nodeName: string): string {

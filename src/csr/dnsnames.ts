@@ -2,13 +2,15 @@
 // a node may carry besides its own (its name and Hostname / InternalDNS / ExternalDNS addresses).
 //
 // The extra-names pattern is a regular expression matched against the whole lower-case name, in which {node}
-// stands for the requesting node's name, e.g. `{node}\.nodes\.example\.com` or `{node}\.(rack1|rack2)\.lan`.
+// stands for the requesting node's name, e.g. `{node}\.nodes\.example\.com` or `(bmc\.)?{node}\.lan`.
 // {node} is required: a pattern without it would give any node any matching name, including another node's real
-// DNS name that the API does not know (the hole of DNS-bypass approvers). {node} must stand for whole labels
-// (preceded by the start, `^` or `\.`; followed by `\.` unquantified, `$` or the end; never inside `[…]`), so
-// the nodes a name could belong to under the pattern are among its runs of labels, and decide.ts refuses a name
-// that the pattern would also give to another existing node (node "a" asking for `a.b.lan` when node "a.b"
-// exists and the pattern is `{node}(\.b)?\.lan`).
+// DNS name that the API does not know (the hole of DNS-bypass approvers). A name is given to a node only when
+// the pattern gives it to no other: decide.ts refuses it when the pattern also matches it for another existing
+// node (node "a" asking for `a.b.lan` when node "a.b" exists and the pattern is `{node}\.(b\.)?lan`), or for
+// every node (`^{node}$|^intranet$` gives `intranet` to all). Since {node} is replaced by the node's name as a
+// literal, the pattern can match a name for node N only if N occurs in the name, or else for every node alike;
+// so checking the nodes whose names occur in it, and one name that occurs nowhere, is complete. For that, {node}
+// may not stand inside [...], where it would be a set of characters rather than the name.
 
 const BUILTIN_API_SERVER_NAMES = ["kubernetes", "kubernetes.default", "kubernetes.default.svc"];
 const PLACEHOLDER = "{node}";
@@ -39,31 +41,19 @@ export function parseDnsNamePattern(text: string): DnsNamePattern {
   return { text };
 }
 
-/** Where {node} may stand: see the header. Scans escapes and character classes as the regex syntax does. */
+/** {node} present, never escaped nor inside a character class (scanning escapes as the regex syntax does). */
 function placeholderProblem(text: string): string | undefined {
-  let found = 0;
+  let found = false;
   let inClass = false;
-  let previous = ""; // the last token outside a class: one character or an escape
   for (let i = 0; i < text.length; i++) {
-    const char = text[i];
-    if (char === "\\") {
-      previous = text.slice(i, i + 2);
+    if (text[i] === "\\") {
+      if (text.startsWith(PLACEHOLDER, i + 1)) return `\\${PLACEHOLDER} is ambiguous`;
       i++;
     } else if (text.startsWith(PLACEHOLDER, i)) {
       if (inClass) return `${PLACEHOLDER} inside [...]`;
-      const after = text.slice(i + PLACEHOLDER.length);
-      const labelAfter = after === "" || after.startsWith("$") || /^\\\.(?![*+?{])/.test(after);
-      if (!(i === 0 || previous === "^" || previous === "\\.") || !labelAfter)
-        return `${PLACEHOLDER} must stand for whole labels: after the start, ^ or \\. and before \\., $ or the end`;
-      found++;
-      previous = PLACEHOLDER;
-      i += PLACEHOLDER.length - 1;
-    } else if (inClass) {
-      if (char === "]") [inClass, previous] = [false, "]"];
-    } else {
-      if (char === "[") inClass = true;
-      previous = char ?? "";
-    }
+      found = true;
+    } else if (text[i] === "[") inClass = true;
+    else if (text[i] === "]") inClass = false;
   }
   return found ? undefined : `must contain ${PLACEHOLDER} (a name without it could be any node's)`;
 }
@@ -72,7 +62,8 @@ const escapeRegExp = (text: string) => text.replace(/[\\^$.*+?()[\]{}|/]/g, "\\$
 
 /** The pattern for one node, anchored at both ends. */
 function patternFor(pattern: DnsNamePattern, node: string): RegExp {
-  const source = pattern.text.replaceAll(PLACEHOLDER, () => escapeRegExp(node.toLowerCase()));
+  // A group, so that a quantifier after {node} applies to the whole name, never to its last character.
+  const source = pattern.text.replaceAll(PLACEHOLDER, () => `(?:${escapeRegExp(node.toLowerCase())})`);
   return new RegExp(`^(?:${source})$`, "u");
 }
 
@@ -80,18 +71,23 @@ export function matchesPattern(pattern: DnsNamePattern, node: string, name: stri
   return patternFor(pattern, node).test(name);
 }
 
-/** The existing nodes other than `node` to which the pattern also gives `name` (each a run of its labels). */
-export function otherPatternNodes(
+/** Occurs in no DNS SAN (they are ASCII: request.ts): the pattern matches a name for it only without {node}. */
+const NOBODY = "\u{10ffff}";
+
+/**
+ * Another node to which the pattern also gives `name`: NOBODY when the pattern gives it to every node alike, else
+ * the first of `nodes` other than `node` that occurs in the name and for which the pattern matches it.
+ */
+export function otherPatternNode(
   pattern: DnsNamePattern,
   node: string,
   name: string,
-  exists: (candidate: string) => boolean,
-): string[] {
-  const labels = name.split(".");
-  const candidates = new Set<string>();
-  for (let start = 0; start < labels.length; start++)
-    for (let end = start + 1; end <= labels.length; end++) candidates.add(labels.slice(start, end).join("."));
-  return [...candidates].filter(
-    (candidate) => candidate !== node && exists(candidate) && matchesPattern(pattern, candidate, name),
-  );
+  nodes: Iterable<string>,
+): string | undefined {
+  if (matchesPattern(pattern, NOBODY, name)) return NOBODY;
+  for (const other of nodes)
+    if (other !== node && name.includes(other.toLowerCase()) && matchesPattern(pattern, other, name)) return other;
+  return undefined;
 }
+
+export const isEveryNode = (other: string) => other === NOBODY;

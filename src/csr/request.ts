@@ -62,7 +62,7 @@ const OTHER_GENERAL_NAMES: Record<number, string> = {
   0x88: "registeredID",
 };
 
-const PEM_BLOCK = /-----BEGIN ([^-\r\n]*)-----\r?\n([^-]*)-----END \1-----/g;
+const PEM_BLOCK = /-----BEGIN ([^-\r\n]*)-----\r?\n([\s\S]*?)-----END \1-----/g;
 
 /** The request of a CertificateSigningRequest (spec.request, base64-decoded): one PEM block. */
 export function parseCsrPem(pem: string): CsrRequest {
