@@ -24,6 +24,7 @@
 //                 A missing Node waits too: the kubelet registers its Node before it asks for a serving
 //                 certificate, so a missing Node means the informer cache lags or the Node is being
 //                 re-registered, and waiting issues nothing.
+import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
 import { formatDuration } from "../lifecycle/decide.ts";
 import { canonicalIp, type Cidr, cidrContains } from "../net/ip.ts";
 import {
@@ -34,7 +35,6 @@ import {
   otherPatternNode,
 } from "./dnsnames.ts";
 import { type IndexedNode, type NodeIndex, otherOwners } from "./nodes.ts";
-import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
 import { type CsrRequest, type ParsedRequest, parseCsrPem } from "./request.ts";
 
 export const KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving";
@@ -108,17 +108,19 @@ export type CsrRule =
   | "expiration"
   | "approved";
 
+export type DenyRule = Exclude<CsrRule, "signer" | "decided" | "approved">;
+
 /** The rules a CSR may wait on (rule 9). */
 export type PendingRule = "node-missing" | "ip-san" | "dns-san";
 
 export type CsrDecision =
   | { action: "ignore"; rule: "signer" | "decided"; reason: string }
   | { action: "approve"; rule: "approved"; reason: string }
-  | { action: "deny"; rule: Exclude<CsrRule, "signer" | "decided" | "approved">; reason: string }
+  | { action: "deny"; rule: DenyRule; reason: string }
   /** Decide again when the Node changes, or at `until` at the latest. */
   | { action: "wait"; rule: PendingRule; reason: string; until: Date };
 
-type Failure = { rule: Exclude<CsrRule, "signer" | "decided" | "approved">; reason: string };
+type Failure = { rule: DenyRule; reason: string };
 type PendingFailure = Failure & { rule: PendingRule };
 
 export function decideCSR(csr: CsrFacts, nodes: NodeIndex, config: CsrConfig, now: Date): CsrDecision {
