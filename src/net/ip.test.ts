@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
-import { cidrContains, cidrWithin, ipFamily, ipFromBytes, ipToBytes, parseCidr } from "./ip.ts";
+import { canonicalIp, cidrContains, cidrWithin, ipFamily, ipFromBytes, ipToBytes, parseCidr } from "./ip.ts";
 
 const cidr = (text: string) => {
   const parsed = parseCidr(text);
@@ -74,4 +74,24 @@ test("a CIDR lies within another when it is as long or longer and starts inside 
   assert.ok(!cidrWithin(cidr("198.18.0.0/24"), cidr("fe80::/10")));
   assert.ok(cidrWithin(cidr("198.18.0.100/32"), cidr("198.18.0.100/32")));
   assert.ok(!cidrWithin(cidr("198.18.0.101/32"), cidr("198.18.0.100/32")));
+});
+
+test("canonical IPs print as Go prints them: IPv4-mapped as IPv4, sloppy IPv4 as decimal, zones refused", () => {
+  const cases: [string | Uint8Array, string | undefined][] = [
+    ["198.18.0.12", "198.18.0.12"],
+    ["198.018.000.012", "198.18.0.12"],
+    ["198.18.0.256", undefined],
+    ["FD00:0198:0018::000C", "fd00:198:18::c"],
+    ["::ffff:198.18.0.12", "198.18.0.12"],
+    ["::FFFF:c612:c", "198.18.0.12"],
+    ["64:ff9b::198.18.0.12", "64:ff9b::c612:c"],
+    ["fe80::1%eth0", undefined],
+    ["n1", undefined],
+    ["", undefined],
+    [Uint8Array.from([198, 18, 0, 12]), "198.18.0.12"],
+    [ipToBytes("::ffff:198.18.0.12"), "198.18.0.12"],
+    [ipToBytes("fd00:198:18::c"), "fd00:198:18::c"],
+    [Uint8Array.from([198, 18, 0]), undefined],
+  ];
+  for (const [ip, canonical] of cases) assert.equal(canonicalIp(ip), canonical, String(ip));
 });

@@ -48,6 +48,29 @@ export function ipFromBytes(bytes: Uint8Array): string {
   return new SocketAddress({ address: groups.join(":"), family: "ipv6" }).address;
 }
 
+/**
+ * An IP as Go's net.IP.String() prints it, the form Kubernetes objects and certificates carry: IPv4-mapped
+ * IPv6 (::ffff:a.b.c.d) prints as IPv4, because Go writes such an address as 4 bytes into a certificate;
+ * IPv6 compressed lower-case. IPv4 with leading zeros reads as decimal, as Kubernetes reads Node addresses
+ * (netutils.ParseIPSloppy). Undefined for anything else: other text, zoned IPv6, byte strings not 4 or 16 long.
+ */
+export function canonicalIp(ip: string | Uint8Array): string | undefined {
+  const bytes = typeof ip === "string" ? textToBytes(ip) : ip;
+  if (bytes?.length === 16 && V4_MAPPED_PREFIX.every((byte, i) => bytes[i] === byte))
+    return ipFromBytes(bytes.subarray(12));
+  return bytes?.length === 4 || bytes?.length === 16 ? ipFromBytes(bytes) : undefined;
+}
+
+const V4_MAPPED_PREFIX = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+
+function textToBytes(text: string): Uint8Array | undefined {
+  if (/^\d+(\.\d+){3}$/.test(text)) {
+    const octets = text.split(".").map(Number);
+    return octets.every((octet) => octet <= 255) ? Uint8Array.from(octets) : undefined;
+  }
+  return isIPv6(text) && !text.includes("%") ? ipToBytes(text) : undefined;
+}
+
 /** "198.18.0.0/15" → Cidr; a bare IP counts as its host prefix (/32 or /128). */
 export function parseCidr(text: string): Cidr | undefined {
   const [address = "", length, extra] = text.split("/");
