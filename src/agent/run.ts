@@ -39,16 +39,17 @@ export async function runAgent(ctx: MainContext): Promise<void> {
     { nodeName: flags.nodeName, detection: { external: flags.external, internal: flags.internal }, removeTaint: flags.removeTaint },
     { nodes, netlink, events, log, metrics },
   );
-  const closeAll = async () => {
-    await events.flush();
-    netlink.close();
-    client.close();
-  };
+  ctx.onShutdown(() => client.close());
+  ctx.onShutdown(() => netlink.close());
+  ctx.onShutdown(() => events.flush());
 
   if (flags.runOnce) {
-    ctx.onShutdown(closeAll);
     const result = await agent.reconcile(() => undefined);
-    log.info("reconciled once", { node: flags.nodeName, addressesWritten: result.addressesWritten, taintRemoved: result.taintRemoved });
+    log.info("reconciled once", {
+      node: flags.nodeName,
+      addressesWritten: result.addressesWritten,
+      taintRemoved: result.taintRemoved,
+    });
     return;
   }
 
@@ -62,8 +63,6 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   const cached = () => informer.get(flags.nodeName);
   const reconcile = () => agent.trigger(cached);
   informer.addHandlers({ onAdd: reconcile, onUpdate: reconcile });
-  const changes = netlink.watchChanges(reconcile, NETLINK_DEBOUNCE_MS);
-  const resync = setInterval(reconcile, flags.reconcileIntervalMs);
   const health = flags.healthBindAddress
     ? await startHealthServer({
         address: flags.healthBindAddress,
@@ -71,28 +70,26 @@ export async function runAgent(ctx: MainContext): Promise<void> {
         ready: () => {
           if (!informer.hasSynced()) return { ok: false, reason: "node watch not synced yet" };
           if (!cached()) return { ok: false, reason: `node "${flags.nodeName}" not found` };
-          if (agent.lastError) return { ok: false, reason: `last reconcile failed: ${(agent.lastError as Error).message}` };
+          if (agent.lastError) {
+            return { ok: false, reason: `last reconcile failed: ${(agent.lastError as Error).message}` };
+          }
           return { ok: true };
         },
       })
     : undefined;
-
-  const stopped = new Promise<void>((resolve) => {
-    ctx.onShutdown(async () => {
-      clearInterval(resync);
-      changes.close();
-      await informer.stop();
-      await agent.idle();
-      await health?.close();
-      await closeAll();
-      resolve();
-    });
-  });
+  if (health) ctx.onShutdown(() => health.close());
+  // Stops run in reverse (see cli/main.ts): the triggers first, then a reconcile in flight is awaited.
+  ctx.onShutdown(() => agent.idle());
   informer.start();
+  ctx.onShutdown(() => informer.stop());
+  const changes = netlink.watchChanges(reconcile, NETLINK_DEBOUNCE_MS);
+  ctx.onShutdown(() => changes.close());
+  const resync = setInterval(reconcile, flags.reconcileIntervalMs);
+  ctx.onShutdown(() => clearInterval(resync));
   log.info("local-ccm started", { node: flags.nodeName, health: health?.address ?? "off" });
-  await informer.waitForSync();
-  if (!cached()) log.warn("node not found yet; waiting for it to be registered", { node: flags.nodeName });
-  await stopped;
+  await Promise.race([informer.waitForSync(), ctx.untilStopped()]);
+  if (!ctx.signal.aborted && !cached()) {
+    log.warn("node not found yet; waiting for it to be registered", { node: flags.nodeName });
+  }
+  await ctx.untilStopped();
 }
-
-
