@@ -192,7 +192,7 @@ export class Agent {
     const reason = isApiError(err) ? err.reason : err instanceof NodeNotFoundError ? "NodeNotFound" : "Error";
     this.deps.metrics.reconciles.with({ result: "error" }).inc();
     this.deps.metrics.errors.with({ reason }).inc();
-    this.deps.log.error("reconcile failed", { node: this.options.nodeName, reason, error: (err as Error).message });
+    this.deps.log.error("reconcile failed", { node: this.options.nodeName, reason, err });
   }
 }
 

@@ -32,7 +32,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   const events = new EventRecorder(client, {
     component: "local-ccm",
     host: flags.nodeName,
-    onError: (err) => log.v(2)?.("event not recorded", { error: (err as Error).message }),
+    onError: (err) => log.v(2)?.("event not recorded", { err }),
   });
   const nodes = new Resource<Node>(client, { group: "", version: "v1", plural: "nodes" });
   const agent = new Agent(
@@ -58,7 +58,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   const informer = new Informer(nodes, {
     fieldSelector: `metadata.name=${flags.nodeName}`,
     watchTimeoutSeconds: { min: 1800, max: 3600 },
-    onError: (err) => log.warn("watching the node failed; retrying", { error: (err as Error).message }),
+    onError: (err) => log.warn("watching the node failed; retrying", { err }),
   });
   const cached = () => informer.get(flags.nodeName);
   const reconcile = () => agent.trigger(cached);
