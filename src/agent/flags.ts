@@ -1,11 +1,14 @@
-// The local-ccm agent's flags: names and defaults of the original tool, plus dual-stack lists and the
-// CIDR / interface detection methods. This table also feeds --help, the README and the Helm values.
+// The local-ccm agent's name and flags: the names and defaults of cozystack/local-ccm's flags, plus
+// dual-stack lists and the CIDR / interface detection methods. This table also feeds --help, the
+// README and the Helm values.
 import { isIP } from "node:net";
 import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts";
 import { type Env, flag, parseFlags, UsageError } from "../cli/flags.ts";
 import { dnsSubdomain, eachItem, positive } from "../cli/validate.ts";
 import { canonicalIP } from "./addresses.ts";
 import type { DetectionMethod } from "./detect.ts";
+
+export const PROGRAM = "local-ccm";
 
 /** Between the control-plane components' ports (10257-10259) and anything common on a hostNetwork node. */
 export const AGENT_HEALTH_PORT = 10263;

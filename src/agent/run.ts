@@ -10,7 +10,7 @@ import { Informer } from "../kube/informer.ts";
 import { Resource } from "../kube/resource.ts";
 import { openNetlink } from "../net/netlink.ts";
 import { Agent } from "./agent.ts";
-import { parseAgentFlags } from "./flags.ts";
+import { PROGRAM, parseAgentFlags } from "./flags.ts";
 import { createAgentMetrics } from "./metrics.ts";
 
 /** Netlink events come in bursts (an address add brings routes with it): one reconcile per burst. */
@@ -25,12 +25,12 @@ export async function runAgent(ctx: MainContext): Promise<void> {
 
   const metrics = createAgentMetrics();
   const client = new KubeClient(config, {
-    component: "local-ccm",
+    component: PROGRAM,
     onResponse: (verb, code) => metrics.apiRequests.with({ verb, code }).inc(),
   });
   const netlink = openNetlink();
   const events = new EventRecorder(client, {
-    component: "local-ccm",
+    component: PROGRAM,
     host: flags.nodeName,
     onError: (err) => log.v(2)?.("event not recorded", { err }),
   });
@@ -86,7 +86,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   ctx.onShutdown(() => changes.close());
   const resync = setInterval(reconcile, flags.reconcileIntervalMs);
   ctx.onShutdown(() => clearInterval(resync));
-  log.info("local-ccm started", { node: flags.nodeName, health: health?.address ?? "off" });
+  log.info(`${PROGRAM} started`, { node: flags.nodeName, health: health?.address ?? "off" });
   await Promise.race([informer.waitForSync(), ctx.untilStopped()]);
   if (!ctx.signal.aborted && !cached()) {
     log.warn("node not found yet; waiting for it to be registered", { node: flags.nodeName });

@@ -27,7 +27,7 @@ function rejects(argv: string[], message: string) {
 }
 
 describe("parseLifecycleFlags", () => {
-  test("defaults are the original tool's, plus ours", () => {
+  test("defaults are cozystack/local-ccm's, plus ours", () => {
     assert.deepEqual(parse([]), {
       watchAutoscalerTaint: true,
       nodeSelector: "",

@@ -1,5 +1,6 @@
-// The node-lifecycle-controller's flags: names and defaults of the original tool, plus probes, safety
-// limits and leader election. This table also feeds --help, the README and the Helm values.
+// The node-lifecycle-controller's name and flags: the names and defaults of cozystack/local-ccm's
+// node-lifecycle-controller, plus probes, safety limits and leader election. This table also feeds
+// --help, the README and the Helm values.
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts";
@@ -17,6 +18,8 @@ import {
 } from "../cli/validate.ts";
 import { SERVICE_ACCOUNT_DIR } from "../kube/config.ts";
 import { parseKeyValueList, parseLabelSelector } from "../kube/labelselector.ts";
+
+export const PROGRAM = "node-lifecycle-controller";
 
 /** Next to the agent's 10263, so both fit on one host even when run with hostNetwork. */
 export const LIFECYCLE_HEALTH_PORT = 10264;

@@ -19,10 +19,9 @@ import { Resource } from "../kube/resource.ts";
 import { probeNode } from "../net/probe.ts";
 import { Controller, nodeTransform } from "./controller.ts";
 import type { LifecycleConfig } from "./decide.ts";
-import { type LifecycleFlags, parseLifecycleFlags } from "./flags.ts";
+import { type LifecycleFlags, PROGRAM, parseLifecycleFlags } from "./flags.ts";
 import { createLifecycleMetrics } from "./metrics.ts";
 
-export const PROGRAM = "node-lifecycle-controller";
 /** How long shutdown waits for queued Events before it closes the client. */
 const EVENT_FLUSH_MS = 5_000;
 
