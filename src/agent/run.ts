@@ -11,7 +11,7 @@ import { Resource } from "../kube/resource.ts";
 import { openNetlink } from "../net/netlink.ts";
 import { Agent } from "./agent.ts";
 import { PROGRAM, parseAgentFlags } from "./flags.ts";
-import { createAgentMetrics } from "./metrics.ts";
+import { createMetrics } from "./metrics.ts";
 
 /** Netlink events come in bursts (an address add brings routes with it): one reconcile per burst. */
 const NETLINK_DEBOUNCE_MS = 200;
@@ -23,7 +23,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   const log = createLogger({ verbosity: flags.verbosity, format: flags.logFormat });
   const config = await loadClientConfig({ kubeconfig: flags.kubeconfig || undefined, env: ctx.env });
 
-  const metrics = createAgentMetrics();
+  const metrics = createMetrics();
   const client = new KubeClient(config, {
     component: PROGRAM,
     onResponse: (verb, code) => metrics.apiRequests.with({ verb, code }).inc(),
@@ -37,7 +37,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   const nodes = new Resource<Node>(client, { group: "", version: "v1", plural: "nodes" });
   const agent = new Agent(
     { nodeName: flags.nodeName, detection: { external: flags.external, internal: flags.internal }, removeTaint: flags.removeTaint },
-    { nodes, netlink, events, log, metrics },
+    { nodes, netlink, events, log, metrics: metrics.agent },
   );
   ctx.onShutdown(() => client.close());
   ctx.onShutdown(() => netlink.close());

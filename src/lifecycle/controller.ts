@@ -10,7 +10,7 @@ import type { EventRecorder, EventType } from "../kube/events.ts";
 import type { InformerHandlers } from "../kube/informer.ts";
 import type { Resource } from "../kube/resource.ts";
 import type { ProbeResult } from "../net/probe.ts";
-import type { ControllerMetrics } from "./metrics.ts";
+import type { NodeLifecycleMetrics } from "./metrics.ts";
 import {
   type ClusterHealth,
   clusterHealth,
@@ -90,7 +90,7 @@ export interface ControllerOptions {
   isLeader(): boolean;
   events: Pick<EventRecorder, "record">;
   log: Logger;
-  metrics: ControllerMetrics;
+  metrics: NodeLifecycleMetrics;
   /** Nodes probed at once (default 10); a node never has two probes in flight. */
   maxConcurrentProbes?: number;
   /** After a node change, the pass it triggers waits this long to take in further changes (default 1 s). */

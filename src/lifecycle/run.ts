@@ -20,7 +20,7 @@ import { probeNode } from "../net/probe.ts";
 import { Controller, nodeTransform } from "./controller.ts";
 import type { LifecycleConfig } from "./decide.ts";
 import { type LifecycleFlags, PROGRAM, parseLifecycleFlags } from "./flags.ts";
-import { createLifecycleMetrics } from "./metrics.ts";
+import { createMetrics } from "./metrics.ts";
 
 /** How long shutdown waits for queued Events before it closes the client. */
 const EVENT_FLUSH_MS = 5_000;
@@ -60,7 +60,7 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
   // Each part registers its stop right after it starts: they run in reverse (see cli/main.ts), so the
   // loop stops first (no DELETE after that), then the lease is released, the watch stopped, Events
   // flushed, health closed, and the client closed last.
-  const metrics = createLifecycleMetrics();
+  const metrics = createMetrics();
   const client = new KubeClient(clientConfig, {
     component: PROGRAM,
     onResponse: (verb, code) => metrics.apiRequests.with({ verb, code }).inc(),
@@ -108,7 +108,7 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
     isLeader: () => elector?.isLeader() ?? true,
     events,
     log,
-    metrics: metrics.controller,
+    metrics: metrics.nodeLifecycle,
   });
   informer.addHandlers(controller.handlers);
   if (leaderElection.enabled) {
