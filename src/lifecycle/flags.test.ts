@@ -30,9 +30,9 @@ describe("parseLifecycleFlags", () => {
   test("defaults are cozystack/local-ccm's, plus ours", () => {
     assert.deepEqual(parse([]), {
       watchAutoscalerTaint: true,
-      nodeSelector: "",
-      protectedLabels: "",
-      protectedAnnotations: "",
+      nodeSelector: undefined,
+      protectedLabels: [],
+      protectedAnnotations: [],
       notReadyTimeoutMs: 300_000,
       pingTimeoutMs: 5000,
       pingCount: 3,
@@ -85,9 +85,15 @@ describe("parseLifecycleFlags", () => {
     ]);
     assert.deepEqual(flags, {
       watchAutoscalerTaint: false,
-      nodeSelector: "node.kubernetes.io/pool in (spot,batch),!dedicated",
-      protectedLabels: "keep,example.com/tier=critical",
-      protectedAnnotations: "example.com/note=do not delete",
+      nodeSelector: {
+        text: "node.kubernetes.io/pool in (spot,batch),!dedicated",
+        requirements: [
+          { key: "node.kubernetes.io/pool", operator: "in", values: ["spot", "batch"] },
+          { key: "dedicated", operator: "!", values: [] },
+        ],
+      },
+      protectedLabels: [{ key: "keep" }, { key: "example.com/tier", value: "critical" }],
+      protectedAnnotations: [{ key: "example.com/note", value: "do not delete" }],
       notReadyTimeoutMs: 0,
       pingTimeoutMs: 500,
       pingCount: 1,

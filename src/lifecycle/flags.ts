@@ -14,10 +14,16 @@ import {
   inRange,
   noDuplicates,
   oneOf,
+  parses,
   positive,
 } from "../cli/validate.ts";
 import { SERVICE_ACCOUNT_DIR } from "../kube/config.ts";
-import { parseKeyValueList, parseLabelSelector } from "../kube/labelselector.ts";
+import {
+  type KeyValueMatcher,
+  type LabelSelector,
+  parseKeyValueList,
+  parseLabelSelector,
+} from "../kube/labelselector.ts";
 
 export const PROGRAM = "node-lifecycle-controller";
 
@@ -29,11 +35,10 @@ export type Probe = (typeof PROBES)[number];
 
 export interface LifecycleFlags extends CommonFlags {
   watchAutoscalerTaint: boolean;
-  /** Label selector text, checked by parseLabelSelector; "" = no selector. */
-  nodeSelector: string;
-  /** Comma list of key / key=value, checked by parseKeyValueList. */
-  protectedLabels: string;
-  protectedAnnotations: string;
+  /** undefined: --node-selector is empty. */
+  nodeSelector: LabelSelector | undefined;
+  protectedLabels: KeyValueMatcher[];
+  protectedAnnotations: KeyValueMatcher[];
   notReadyTimeoutMs: number;
   pingTimeoutMs: number;
   pingCount: number;
@@ -54,18 +59,6 @@ export interface LifecycleFlags extends CommonFlags {
 }
 
 const HELM = "nodeLifecycleController.controller.";
-
-/** A parser that throws a one-line Error, as a FlagSpec check. */
-const parses =
-  (parse: (text: string) => unknown) =>
-  (text: string): string | undefined => {
-    try {
-      parse(text);
-      return undefined;
-    } catch (err) {
-      return (err as Error).message;
-    }
-  };
 
 export const lifecycleFlagTable = [
   flag({
@@ -254,9 +247,10 @@ export function parseLifecycleFlags(
     : (podNamespace() ?? values["leader-elect-resource-namespace"]);
   return {
     watchAutoscalerTaint: values["watch-autoscaler-taint"],
-    nodeSelector: values["node-selector"],
-    protectedLabels: values["protected-labels"],
-    protectedAnnotations: values["protected-annotations"],
+    // Checked by the table's parses(…) above: these parse without error.
+    nodeSelector: values["node-selector"] ? parseLabelSelector(values["node-selector"]) : undefined,
+    protectedLabels: parseKeyValueList(values["protected-labels"], "label"),
+    protectedAnnotations: parseKeyValueList(values["protected-annotations"], "annotation"),
     notReadyTimeoutMs: values["not-ready-timeout"],
     pingTimeoutMs: values["ping-timeout"],
     pingCount: values["ping-count"],

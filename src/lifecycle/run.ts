@@ -13,7 +13,6 @@ import { loadClientConfig } from "../kube/config.ts";
 import { isApiError } from "../kube/errors.ts";
 import { EventRecorder } from "../kube/events.ts";
 import { Informer } from "../kube/informer.ts";
-import { parseKeyValueList, parseLabelSelector } from "../kube/labelselector.ts";
 import { LeaderElector } from "../kube/leaderelection.ts";
 import { Resource } from "../kube/resource.ts";
 import { probeNode } from "../net/probe.ts";
@@ -27,10 +26,10 @@ const EVENT_FLUSH_MS = 5_000;
 
 function lifecycleConfig(flags: LifecycleFlags): LifecycleConfig {
   return {
-    ...(flags.nodeSelector ? { nodeSelector: parseLabelSelector(flags.nodeSelector) } : {}),
+    ...(flags.nodeSelector ? { nodeSelector: flags.nodeSelector } : {}),
     watchAutoscalerTaint: flags.watchAutoscalerTaint,
-    protectedLabels: parseKeyValueList(flags.protectedLabels, "label"),
-    protectedAnnotations: parseKeyValueList(flags.protectedAnnotations, "annotation"),
+    protectedLabels: flags.protectedLabels,
+    protectedAnnotations: flags.protectedAnnotations,
     notReadyTimeoutMs: flags.notReadyTimeoutMs,
     maxDeletionsPerMinute: flags.maxDeletionsPerMinute,
     unhealthyThreshold: flags.unhealthyThreshold,
