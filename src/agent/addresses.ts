@@ -3,6 +3,7 @@
 // nothing.
 import { isIPv4, isIPv6 } from "node:net";
 import type { NodeAddress } from "kubernetes-types/core/v1.js";
+import { uniqueIPs } from "../net/ip.ts";
 
 const INTERNAL_IP = "InternalIP";
 const EXTERNAL_IP = "ExternalIP";
@@ -44,7 +45,7 @@ export function canonicalIP(text: string): string | undefined {
 export function parseProvidedNodeIPs(annotation: string | undefined): string[] {
   // Unspecified addresses (kubelet --node-ip=0.0.0.0 / ::) name a family preference, not a node IP.
   const ips = (annotation ?? "").split(",").map((part) => canonicalIP(part.trim()));
-  return unique(ips.filter((ip): ip is string => ip !== undefined && ip !== "0.0.0.0" && ip !== "::"));
+  return uniqueIPs(ips.filter((ip): ip is string => ip !== undefined && ip !== "0.0.0.0" && ip !== "::"));
 }
 
 /** The node counts as initialised (taint may go) once it has at least one InternalIP. */
@@ -73,7 +74,7 @@ export function desiredAddresses(
   const provided = canonicalIPs(context.providedNodeIPs);
   const detectedInternal = detected.internal && canonicalIPs(detected.internal);
   // Kubernetes takes the first InternalIP of each family as the node IP: kubelet's choice stays first.
-  const internal = detectedInternal && unique([...provided, ...detectedInternal]);
+  const internal = detectedInternal && uniqueIPs([...provided, ...detectedInternal]);
   const internalOfResult = new Set(
     internal ?? current.filter((entry) => entry.type === INTERNAL_IP).map((entry) => ipKey(entry.address)),
   );
@@ -141,11 +142,7 @@ function ipKey(text: string): string {
 }
 
 function canonicalIPs(ips: string[]): string[] {
-  return unique(ips.map(ipKey));
-}
-
-function unique(values: string[]): string[] {
-  return [...new Set(values)];
+  return uniqueIPs(ips.map(ipKey));
 }
 
 function family(canonical: string): 4 | 6 {

@@ -6,7 +6,7 @@ import type { Node, NodeAddress, Taint } from "kubernetes-types/core/v1.js";
 import type { Logger } from "../cli/log.ts";
 import { backoffDelay, sleep } from "../kube/backoff.ts";
 import { isApiError } from "../kube/errors.ts";
-import type { EventRecorder } from "../kube/events.ts";
+import { type EventRecorder, nodeReference } from "../kube/events.ts";
 import type { Resource } from "../kube/resource.ts";
 import type { Netlink } from "../net/netlink.ts";
 import { desiredAddresses, hasInternalIP, parseProvidedNodeIPs, sameAddresses } from "./addresses.ts";
@@ -145,7 +145,7 @@ export class Agent {
       written = await this.deps.nodes.update({ ...node, status: { ...node.status, addresses: plan.addresses } }, { subresource: "status" });
       this.deps.metrics.writes.with({ what: "addresses" }).inc();
       this.deps.log.info("node addresses updated", { node: this.options.nodeName, addresses: describe(plan.addresses), previous: describe(current) });
-      this.deps.events.record(objectRef(node), "Normal", "AddressesUpdated", `Node addresses set to ${describe(plan.addresses)}`);
+      this.deps.events.record(nodeReference(node), "Normal", "AddressesUpdated", `Node addresses set to ${describe(plan.addresses)}`);
     }
     const taint = await this.removeTaintIfReady(written, plan.addresses);
     if (taint.taintKept) findings.push({ reason: "TaintKept", message: `Keeping ${UNINITIALIZED_TAINT}: ${taint.taintKept}` });
@@ -168,7 +168,7 @@ export class Agent {
     ]);
     this.deps.metrics.writes.with({ what: "taint" }).inc();
     this.deps.log.info("node initialised: taint removed", { node: this.options.nodeName, taint: UNINITIALIZED_TAINT });
-    this.deps.events.record(objectRef(node), "Normal", "TaintRemoved", `Removed ${UNINITIALIZED_TAINT}: the node has its addresses`);
+    this.deps.events.record(nodeReference(node), "Normal", "TaintRemoved", `Removed ${UNINITIALIZED_TAINT}: the node has its addresses`);
     return { taintRemoved: true };
   }
 
@@ -183,7 +183,7 @@ export class Agent {
       current.add(key);
       if (this.findings.has(key)) continue;
       this.deps.log.warn(finding.message, { node: this.options.nodeName, reason: finding.reason });
-      this.deps.events.record(objectRef(node), "Warning", finding.reason, finding.message);
+      this.deps.events.record(nodeReference(node), "Warning", finding.reason, finding.message);
     }
     this.findings = current;
   }
@@ -194,10 +194,6 @@ export class Agent {
     this.deps.metrics.errors.with({ reason }).inc();
     this.deps.log.error("reconcile failed", { node: this.options.nodeName, reason, err });
   }
-}
-
-function objectRef(node: Node) {
-  return { apiVersion: "v1", kind: "Node", name: node.metadata?.name, uid: node.metadata?.uid };
 }
 
 function describe(addresses: NodeAddress[]): string {

@@ -1,14 +1,10 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import { describe, test } from "node:test";
 import { HelpRequested, UsageError } from "../cli/flags.ts";
 import {
   LIFECYCLE_HEALTH_PORT,
   lifecycleFlagTable,
   parseLifecycleFlags,
-  serviceAccountNamespace,
 } from "./flags.ts";
 
 const noServiceAccount = () => undefined;
@@ -133,17 +129,6 @@ describe("parseLifecycleFlags", () => {
       message:
         "invalid value \"Bad_NS\" for POD_NAMESPACE (--leader-elect-resource-namespace): must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)",
     });
-  });
-
-  test("the service account namespace file", () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), "sa-"));
-    try {
-      assert.equal(serviceAccountNamespace(dir), undefined);
-      writeFileSync(path.join(dir, "namespace"), "ops\n");
-      assert.equal(serviceAccountNamespace(dir), "ops");
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
   });
 
   test("bad input: one-line errors", () => {

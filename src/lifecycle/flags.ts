@@ -1,8 +1,6 @@
 // The node-lifecycle-controller's name and flags: the names and defaults of cozystack/local-ccm's
 // node-lifecycle-controller, plus probes, safety limits and leader election. This table also feeds
 // --help, the README and the Helm values.
-import { readFileSync } from "node:fs";
-import path from "node:path";
 import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts";
 import { type Env, flag, parseFlags, UsageError } from "../cli/flags.ts";
 import {
@@ -17,7 +15,7 @@ import {
   parses,
   positive,
 } from "../cli/validate.ts";
-import { SERVICE_ACCOUNT_DIR } from "../kube/config.ts";
+import { serviceAccountNamespace } from "../kube/config.ts";
 import {
   type KeyValueMatcher,
   type LabelSelector,
@@ -216,15 +214,6 @@ export const lifecycleFlagTable = [
   }),
   ...commonFlagTable({ healthPort: LIFECYCLE_HEALTH_PORT, helmPrefix: HELM }),
 ] as const;
-
-/** The namespace of the mounted service account, if there is one. */
-export function serviceAccountNamespace(dir = SERVICE_ACCOUNT_DIR): string | undefined {
-  try {
-    return readFileSync(path.join(dir, "namespace"), "utf8").trim() || undefined;
-  } catch {
-    return undefined;
-  }
-}
 
 export function parseLifecycleFlags(
   argv: readonly string[],

@@ -1,7 +1,16 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
-import { cidrContains, cidrWithin, ipFamily, ipFromBytes, ipToBytes, parseCidr } from "./ip.ts";
+import {
+  cidrContains,
+  cidrWithin,
+  hostPort,
+  ipFamily,
+  ipFromBytes,
+  ipToBytes,
+  parseCidr,
+  uniqueIPs,
+} from "./ip.ts";
 
 const cidr = (text: string) => {
   const parsed = parseCidr(text);
@@ -74,4 +83,28 @@ test("a CIDR lies within another when it is as long or longer and starts inside 
   assert.ok(!cidrWithin(cidr("198.18.0.0/24"), cidr("fe80::/10")));
   assert.ok(cidrWithin(cidr("198.18.0.100/32"), cidr("198.18.0.100/32")));
   assert.ok(!cidrWithin(cidr("198.18.0.101/32"), cidr("198.18.0.100/32")));
+});
+
+test("host:port brackets IPv6 literals only; an empty host stays empty (Go's :port)", () => {
+  assert.equal(hostPort("198.18.0.1", 10250), "198.18.0.1:10250");
+  assert.equal(hostPort("fd00:198:18::1", 10250), "[fd00:198:18::1]:10250");
+  assert.equal(hostPort("api.example", "6443"), "api.example:6443");
+  assert.equal(hostPort("", 10264), ":10264");
+  // The bracketed form is what URL parsing takes back apart.
+  fc.assert(
+    fc.property(fc.oneof(fc.ipV4(), fc.ipV6()), fc.integer({ min: 1, max: 65535 }), (ip, port) => {
+      const url = new URL(`https://${hostPort(ip, port)}/`);
+      const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
+      return url.port === (port === 443 ? "" : String(port)) && ipToBytes(host).equals(ipToBytes(ip));
+    }),
+  );
+});
+
+test("unique IPs keep the first of each, in order", () => {
+  assert.deepEqual(uniqueIPs(["198.18.0.2", "fd00::1", "198.18.0.2", "198.18.0.1", "fd00::1"]), [
+    "198.18.0.2",
+    "fd00::1",
+    "198.18.0.1",
+  ]);
+  assert.deepEqual(uniqueIPs([]), []);
 });
