@@ -9,7 +9,10 @@ const INTERNAL_IP = "InternalIP";
 const EXTERNAL_IP = "ExternalIP";
 
 export interface DetectedAddresses {
-  /** ExternalIPs found this round, in flag order. undefined = detection not configured or failed this round: keep the current ExternalIPs exactly as they are. An array (even empty) replaces them. */
+  /**
+   * ExternalIPs found this round, in flag order. undefined = detection not configured or failed this
+   * round: keep the current ExternalIPs exactly as they are. An array (even empty) replaces them.
+   */
   external?: string[];
   /** Same for InternalIPs. undefined = unmanaged: kubelet's InternalIPs are kept as they are. */
   internal?: string[];
@@ -17,7 +20,10 @@ export interface DetectedAddresses {
 
 export interface AddressPlan {
   addresses: NodeAddress[];
-  /** Disagreements to report as warnings/events, never forced (e.g. detected internal IP differs from provided-node-ip). Deterministic text. */
+  /**
+   * Disagreements to report as warnings/events, never forced (e.g. detected internal IP differs from
+   * provided-node-ip). Deterministic text.
+   */
   notes: string[];
 }
 
@@ -41,7 +47,10 @@ export function canonicalIP(text: string): string | undefined {
   return [high >> 8, high & 0xff, low >> 8, low & 0xff].join(".");
 }
 
-/** kubelet's alpha.kubernetes.io/provided-node-ip annotation (comma list, may be absent/empty/spaced) → IPs in canonical form. */
+/**
+ * kubelet's alpha.kubernetes.io/provided-node-ip annotation (comma list, may be absent/empty/spaced)
+ * → IPs in canonical form.
+ */
 export function parseProvidedNodeIPs(annotation: string | undefined): string[] {
   // Unspecified addresses (kubelet --node-ip=0.0.0.0 / ::) name a family preference, not a node IP.
   const ips = (annotation ?? "").split(",").map((part) => canonicalIP(part.trim()));
@@ -131,7 +140,8 @@ function disagreements(provided: string[], detected: string[]): string[] {
     const sameFamily = detected.filter((candidate) => family(candidate) === family(ip));
     if (sameFamily.length === 0 || sameFamily.includes(ip)) return [];
     return [
-      `detected InternalIP ${sameFamily.join(", ")} differs from provided-node-ip ${ip}; ${ip} stays the first IPv${family(ip)} InternalIP`,
+      `detected InternalIP ${sameFamily.join(", ")} differs from provided-node-ip ${ip}; ` +
+        `${ip} stays the first IPv${family(ip)} InternalIP`,
     ];
   });
 }

@@ -26,7 +26,10 @@ export interface DetectionProblem {
 }
 
 export interface Detection {
-  /** Addresses in flag order without duplicates; undefined = not configured, or nothing found (keep the current ones). */
+  /**
+   * Addresses in flag order without duplicates; undefined = not configured, or nothing found (keep the
+   * current ones).
+   */
   external?: string[];
   internal?: string[];
   /** One per target, CIDR or interface that yielded nothing, even when other items of its type did. */
@@ -51,7 +54,10 @@ export async function detectAddresses(netlink: Netlink, config: DetectionConfig)
   };
 }
 
-/** What each item of the method yields: the kernel's route source per target, usable addresses per CIDR or interface. */
+/**
+ * What each item of the method yields: the kernel's route source per target, usable addresses per CIDR
+ * or interface.
+ */
 async function lookup(netlink: Netlink, method: DetectionMethod, host: HostAddress[]): Promise<string[][]> {
   switch (method.kind) {
     case "target":
@@ -86,7 +92,10 @@ export function summarize(
   return { addresses: addresses.length > 0 ? addresses : undefined, problems };
 }
 
-/** The host's addresses inside `cidr`, in listing order; skipped kinds only when the CIDR asks for them (see `claims`). */
+/**
+ * The host's addresses inside `cidr`, in listing order; skipped kinds only when the CIDR asks for them
+ * (see `claims`).
+ */
 export function selectByCidr(host: HostAddress[], cidr: string): string[] {
   const wanted = parseCidr(cidr);
   if (!wanted) return [];

@@ -36,7 +36,11 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   });
   const nodes = new Resource<Node>(client, { group: "", version: "v1", plural: "nodes" });
   const agent = new Agent(
-    { nodeName: flags.nodeName, detection: { external: flags.external, internal: flags.internal }, removeTaint: flags.removeTaint },
+    {
+      nodeName: flags.nodeName,
+      detection: { external: flags.external, internal: flags.internal },
+      removeTaint: flags.removeTaint,
+    },
     { nodes, netlink, events, log, metrics: metrics.agent },
   );
   ctx.onShutdown(() => client.close());

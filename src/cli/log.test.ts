@@ -46,10 +46,8 @@ describe("text format", () => {
   });
 
   test("errors: message, else code or name, then aggregated errors and causes, in both formats", () => {
-    const refused = Object.assign(
-      new AggregateError([new Error("connect ECONNREFUSED ::1:6443"), new Error("connect ECONNREFUSED 127.0.0.1:6443")]),
-      { code: "ECONNREFUSED" },
-    );
+    const attempts = [new Error("connect ECONNREFUSED ::1:6443"), new Error("connect ECONNREFUSED 127.0.0.1:6443")];
+    const refused = Object.assign(new AggregateError(attempts), { code: "ECONNREFUSED" });
     const wrapped = new Error("listing nodes failed", { cause: new Error("socket hang up") });
     const repeated = new Error("bad selector: no key", { cause: new Error("no key") });
     const cyclic = new Error("loop");

@@ -236,7 +236,8 @@ function userCredentials(
   const unsupported = UNSUPPORTED_USER_FIELDS.find((field) => user[field] !== undefined);
   if (unsupported)
     throw new ConfigError(
-      `${where}: authentication by "${unsupported}" is not supported (use a client certificate, token, tokenFile or exec)`,
+      `${where}: authentication by "${unsupported}" is not supported ` +
+        "(use a client certificate, token, tokenFile or exec)",
     );
   const cert = dataOrFile(user, "client-certificate", dir);
   const key = dataOrFile(user, "client-key", dir);

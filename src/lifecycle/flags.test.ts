@@ -127,7 +127,8 @@ describe("parseLifecycleFlags", () => {
     assert.equal(namespace([], {}, noServiceAccount), "kube-system");
     assert.throws(() => parse([], { POD_NAMESPACE: "Bad_NS" }), {
       message:
-        "invalid value \"Bad_NS\" for POD_NAMESPACE (--leader-elect-resource-namespace): must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)",
+        'invalid value "Bad_NS" for POD_NAMESPACE (--leader-elect-resource-namespace): ' +
+        "must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)",
     });
   });
 
@@ -186,7 +187,8 @@ describe("parseLifecycleFlags", () => {
     );
     rejects(
       ["--leader-elect-resource-name=Bad"],
-      `invalid value "Bad" for --leader-elect-resource-name: must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.', at most 253)`,
+      'invalid value "Bad" for --leader-elect-resource-name: ' +
+        "must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.', at most 253)",
     );
     rejects(["--dry-run=maybe"], 'invalid value "maybe" for --dry-run: not a boolean (true or false)');
     rejects(["--node-name=x"], "unknown flag: --node-name");

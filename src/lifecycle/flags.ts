@@ -63,14 +63,18 @@ export const lifecycleFlagTable = [
     name: "watch-autoscaler-taint",
     type: "bool",
     default: "true",
-    help: "Without --node-selector: true watches only nodes with the ToBeDeletedByClusterAutoscaler:NoSchedule taint, false all non-control-plane nodes.",
+    help:
+      "Without --node-selector: true watches only nodes with the ToBeDeletedByClusterAutoscaler:NoSchedule " +
+      "taint, false all non-control-plane nodes.",
     helm: `${HELM}watchAutoscalerTaint`,
   }),
   flag({
     name: "node-selector",
     type: "string",
     default: "",
-    help: "Label selector of the nodes to watch (e.g. node.kubernetes.io/pool=spot); when set, --watch-autoscaler-taint is ignored.",
+    help:
+      "Label selector of the nodes to watch (e.g. node.kubernetes.io/pool=spot); when set, " +
+      "--watch-autoscaler-taint is ignored.",
     helm: `${HELM}nodeSelector`,
     validate: parses(parseLabelSelector),
   }),
@@ -94,7 +98,9 @@ export const lifecycleFlagTable = [
     name: "not-ready-timeout",
     type: "duration",
     default: "5m",
-    help: "How long a node must have been NotReady (from its Ready condition's lastTransitionTime) before it is probed and may be deleted.",
+    help:
+      "How long a node must have been NotReady (from its Ready condition's lastTransitionTime) before it " +
+      "is probed and may be deleted.",
     helm: `${HELM}notReadyTimeout`,
   }),
   flag({
@@ -117,7 +123,9 @@ export const lifecycleFlagTable = [
     name: "probes",
     type: "list",
     default: "icmp,tcp",
-    help: "Probes that can prove a node alive, any answer from any address counting: icmp (echo), tcp (connect to --kubelet-port).",
+    help:
+      "Probes that can prove a node alive, any answer from any address counting: icmp (echo), " +
+      "tcp (connect to --kubelet-port).",
     helm: `${HELM}probes`,
     validate: all<string[]>(
       (items) => (items.length === 0 ? `name at least one of: ${PROBES.join(", ")}` : undefined),
@@ -153,7 +161,9 @@ export const lifecycleFlagTable = [
     name: "unhealthy-threshold",
     type: "float",
     default: "0.55",
-    help: "Pause deletions while more than 2 non-control-plane nodes exist and at least this fraction of them is NotReady (0 < x <= 1).",
+    help:
+      "Pause deletions while more than 2 non-control-plane nodes exist and at least this fraction of them " +
+      "is NotReady (0 < x <= 1).",
     helm: `${HELM}unhealthyThreshold`,
     validate: (value) => (value > 0 && value <= 1 ? undefined : "must be greater than 0 and at most 1"),
   }),
@@ -201,7 +211,9 @@ export const lifecycleFlagTable = [
     type: "string",
     default: "kube-system",
     env: "POD_NAMESPACE",
-    help: "Namespace of the Lease. Unset: the pod's namespace (POD_NAMESPACE, else the service account's), else kube-system.",
+    help:
+      "Namespace of the Lease. Unset: the pod's namespace (POD_NAMESPACE, else the service account's), " +
+      "else kube-system.",
     helm: `${HELM}leaderElection.resourceNamespace`,
     validate: dnsLabel,
   }),
