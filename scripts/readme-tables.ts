@@ -3,12 +3,12 @@
 // (between <!-- metrics:PROGRAM --> and <!-- /metrics -->). test/docs checks they agree.
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { createAgentMetrics } from "../src/agent/metrics.ts";
+import { createMetrics as createAgentMetrics } from "../src/agent/metrics.ts";
 import { agentFlagTable } from "../src/agent/flags.ts";
 import { flagsMarkdown } from "../src/cli/flags.ts";
 import { metricsMarkdown } from "../src/cli/metrics.ts";
 import { lifecycleFlagTable } from "../src/lifecycle/flags.ts";
-import { createLifecycleMetrics } from "../src/lifecycle/metrics.ts";
+import { createMetrics as createLifecycleMetrics } from "../src/lifecycle/metrics.ts";
 
 export const README = path.resolve(import.meta.dirname, "../README.md");
 

@@ -17,7 +17,7 @@ const root = path.resolve(import.meta.dirname, "..");
 export const CHART_DIR = path.join(root, "charts/local-ccm");
 export const DEPLOY_DIR = path.join(root, "deploy");
 export const FLAGS_FILE = path.join(CHART_DIR, "flags.yaml");
-/** The namespace of the static manifests, like the original tool's. */
+/** The namespace of the static manifests, as cozystack/local-ccm's. */
 export const NAMESPACE = "kube-system";
 
 /** Each program's flag table, by the name the chart knows it by. */

@@ -3,12 +3,16 @@
 // nothing.
 import { isIPv4, isIPv6 } from "node:net";
 import type { NodeAddress } from "kubernetes-types/core/v1.js";
+import { uniqueIPs } from "../net/ip.ts";
 
 const INTERNAL_IP = "InternalIP";
 const EXTERNAL_IP = "ExternalIP";
 
 export interface DetectedAddresses {
-  /** ExternalIPs found this round, in flag order. undefined = detection not configured or failed this round: keep the current ExternalIPs exactly as they are. An array (even empty) replaces them. */
+  /**
+   * ExternalIPs found this round, in flag order. undefined = detection not configured or failed this
+   * round: keep the current ExternalIPs exactly as they are. An array (even empty) replaces them.
+   */
   external?: string[];
   /** Same for InternalIPs. undefined = unmanaged: kubelet's InternalIPs are kept as they are. */
   internal?: string[];
@@ -16,7 +20,10 @@ export interface DetectedAddresses {
 
 export interface AddressPlan {
   addresses: NodeAddress[];
-  /** Disagreements to report as warnings/events, never forced (e.g. detected internal IP differs from provided-node-ip). Deterministic text. */
+  /**
+   * Disagreements to report as warnings/events, never forced (e.g. detected internal IP differs from
+   * provided-node-ip). Deterministic text.
+   */
   notes: string[];
 }
 
@@ -40,11 +47,14 @@ export function canonicalIP(text: string): string | undefined {
   return [high >> 8, high & 0xff, low >> 8, low & 0xff].join(".");
 }
 
-/** kubelet's alpha.kubernetes.io/provided-node-ip annotation (comma list, may be absent/empty/spaced) → IPs in canonical form. */
+/**
+ * kubelet's alpha.kubernetes.io/provided-node-ip annotation (comma list, may be absent/empty/spaced)
+ * → IPs in canonical form.
+ */
 export function parseProvidedNodeIPs(annotation: string | undefined): string[] {
   // Unspecified addresses (kubelet --node-ip=0.0.0.0 / ::) name a family preference, not a node IP.
   const ips = (annotation ?? "").split(",").map((part) => canonicalIP(part.trim()));
-  return unique(ips.filter((ip): ip is string => ip !== undefined && ip !== "0.0.0.0" && ip !== "::"));
+  return uniqueIPs(ips.filter((ip): ip is string => ip !== undefined && ip !== "0.0.0.0" && ip !== "::"));
 }
 
 /** The node counts as initialised (taint may go) once it has at least one InternalIP. */
@@ -73,7 +83,7 @@ export function desiredAddresses(
   const provided = canonicalIPs(context.providedNodeIPs);
   const detectedInternal = detected.internal && canonicalIPs(detected.internal);
   // Kubernetes takes the first InternalIP of each family as the node IP: kubelet's choice stays first.
-  const internal = detectedInternal && unique([...provided, ...detectedInternal]);
+  const internal = detectedInternal && uniqueIPs([...provided, ...detectedInternal]);
   const internalOfResult = new Set(
     internal ?? current.filter((entry) => entry.type === INTERNAL_IP).map((entry) => ipKey(entry.address)),
   );
@@ -130,7 +140,8 @@ function disagreements(provided: string[], detected: string[]): string[] {
     const sameFamily = detected.filter((candidate) => family(candidate) === family(ip));
     if (sameFamily.length === 0 || sameFamily.includes(ip)) return [];
     return [
-      `detected InternalIP ${sameFamily.join(", ")} differs from provided-node-ip ${ip}; ${ip} stays the first IPv${family(ip)} InternalIP`,
+      `detected InternalIP ${sameFamily.join(", ")} differs from provided-node-ip ${ip}; ` +
+        `${ip} stays the first IPv${family(ip)} InternalIP`,
     ];
   });
 }
@@ -141,11 +152,7 @@ function ipKey(text: string): string {
 }
 
 function canonicalIPs(ips: string[]): string[] {
-  return unique(ips.map(ipKey));
-}
-
-function unique(values: string[]): string[] {
-  return [...new Set(values)];
+  return uniqueIPs(ips.map(ipKey));
 }
 
 function family(canonical: string): 4 | 6 {

@@ -6,7 +6,7 @@ import type { Node, NodeAddress, Taint } from "kubernetes-types/core/v1.js";
 import type { Logger } from "../cli/log.ts";
 import { backoffDelay, sleep } from "../kube/backoff.ts";
 import { isApiError } from "../kube/errors.ts";
-import type { EventRecorder } from "../kube/events.ts";
+import { type EventRecorder, nodeReference } from "../kube/events.ts";
 import type { Resource } from "../kube/resource.ts";
 import type { Netlink } from "../net/netlink.ts";
 import { desiredAddresses, hasInternalIP, parseProvidedNodeIPs, sameAddresses } from "./addresses.ts";
@@ -180,7 +180,7 @@ export class Agent {
       written = await this.deps.nodes.update({ ...node, status: { ...node.status, addresses: plan.addresses } }, { subresource: "status" });
       this.deps.metrics.writes.with({ what: "addresses" }).inc();
       this.deps.log.info("node addresses updated", { node: this.options.nodeName, addresses: describe(plan.addresses), previous: describe(current) });
-      this.deps.events.record(objectRef(node), "Normal", "AddressesUpdated", `Node addresses set to ${describe(plan.addresses)}`);
+      this.deps.events.record(nodeReference(node), "Normal", "AddressesUpdated", `Node addresses set to ${describe(plan.addresses)}`);
     }
     const metadata = this.planMetadata(written, plan.addresses, lookup);
     findings.push(...metadata.findings);
@@ -251,7 +251,7 @@ export class Agent {
       this.deps.log.info("node initialised: taint removed", { node: this.options.nodeName, taint: UNINITIALIZED_TAINT });
       const what = this.options.metadata ? "addresses and metadata" : "addresses";
       const message = `Removed ${UNINITIALIZED_TAINT}: the node has its ${what}`;
-      this.deps.events.record(objectRef(node), "Normal", "TaintRemoved", message);
+      this.deps.events.record(nodeReference(node), "Normal", "TaintRemoved", message);
     }
     return { taintRemoved: removeTaint, taintKept, metadataWritten: metadataOps.length > 0 };
   }
@@ -267,7 +267,7 @@ export class Agent {
     this.deps.metrics.writes.with({ what: "metadata" }).inc();
     const text = Object.entries(written).map(([key, value]) => `${key}=${value}`).join(", ");
     this.deps.log.info("node metadata set", { node: this.options.nodeName, metadata: text });
-    this.deps.events.record(objectRef(node), "Normal", "MetadataSet", `Set ${text}`);
+    this.deps.events.record(nodeReference(node), "Normal", "MetadataSet", `Set ${text}`);
   }
 
 
@@ -284,7 +284,7 @@ export class Agent {
       if (finding.reason.startsWith("Metadata") || finding.reason === "ProviderIDMismatch")
         this.deps.metrics.metadataFindings.with({ reason: finding.reason }).inc();
       this.deps.log.warn(finding.message, { node: this.options.nodeName, reason: finding.reason });
-      this.deps.events.record(objectRef(node), "Warning", finding.reason, finding.message);
+      this.deps.events.record(nodeReference(node), "Warning", finding.reason, finding.message);
     }
     this.findings = current;
   }
@@ -293,12 +293,8 @@ export class Agent {
     const reason = isApiError(err) ? err.reason : err instanceof NodeNotFoundError ? "NodeNotFound" : "Error";
     this.deps.metrics.reconciles.with({ result: "error" }).inc();
     this.deps.metrics.errors.with({ reason }).inc();
-    this.deps.log.error("reconcile failed", { node: this.options.nodeName, reason, error: (err as Error).message });
+    this.deps.log.error("reconcile failed", { node: this.options.nodeName, reason, err });
   }
-}
-
-function objectRef(node: Node) {
-  return { apiVersion: "v1", kind: "Node", name: node.metadata?.name, uid: node.metadata?.uid };
 }
 
 function describe(addresses: NodeAddress[]): string {

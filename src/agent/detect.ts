@@ -4,7 +4,7 @@
 // A target's source is the kernel's own choice, taken as is: for IPv6 that is RFC 6724 selection, which
 // may prefer a plain /128 VIP to the /64 address, so IPv6 VIPs belong in deprecated (preferred_lft 0,
 // keepalived's default) — or use the CIDR or interface method, which skip VIPs.
-import { type Cidr, cidrContains, cidrWithin, parseCidr } from "../net/ip.ts";
+import { type Cidr, cidrContains, cidrWithin, parseCidr, uniqueIPs } from "../net/ip.ts";
 import type { HostAddress, Netlink } from "../net/netlink.ts";
 
 export type DetectionMethod =
@@ -26,7 +26,10 @@ export interface DetectionProblem {
 }
 
 export interface Detection {
-  /** Addresses in flag order without duplicates; undefined = not configured, or nothing found (keep the current ones). */
+  /**
+   * Addresses in flag order without duplicates; undefined = not configured, or nothing found (keep the
+   * current ones).
+   */
   external?: string[];
   internal?: string[];
   /** One per target, CIDR or interface that yielded nothing, even when other items of its type did. */
@@ -51,7 +54,10 @@ export async function detectAddresses(netlink: Netlink, config: DetectionConfig)
   };
 }
 
-/** What each item of the method yields: the kernel's route source per target, usable addresses per CIDR or interface. */
+/**
+ * What each item of the method yields: the kernel's route source per target, usable addresses per CIDR
+ * or interface.
+ */
 async function lookup(netlink: Netlink, method: DetectionMethod, host: HostAddress[]): Promise<string[][]> {
   switch (method.kind) {
     case "target":
@@ -82,15 +88,18 @@ export function summarize(
     const where = method.kind === "cidr" ? `in ${item}` : `on interface ${item}`;
     return [{ type, reason: "NoAddress", message: `no usable address ${where}` }];
   });
-  const addresses = unique(found.flat());
+  const addresses = uniqueIPs(found.flat());
   return { addresses: addresses.length > 0 ? addresses : undefined, problems };
 }
 
-/** The host's addresses inside `cidr`, in listing order; skipped kinds only when the CIDR asks for them (see `claims`). */
+/**
+ * The host's addresses inside `cidr`, in listing order; skipped kinds only when the CIDR asks for them
+ * (see `claims`).
+ */
 export function selectByCidr(host: HostAddress[], cidr: string): string[] {
   const wanted = parseCidr(cidr);
   if (!wanted) return [];
-  return unique(
+  return uniqueIPs(
     host
       .filter((entry) => cidrContains(wanted, entry.address))
       .filter((entry) =>
@@ -102,7 +111,7 @@ export function selectByCidr(host: HostAddress[], cidr: string): string[] {
 
 /** The interface's usable addresses: IPv4 first, then IPv6, each in the kernel's order (IPv4 primary first). */
 export function selectByInterface(host: HostAddress[], name: string): string[] {
-  return unique(
+  return uniqueIPs(
     host
       .filter((entry) => entry.interfaceName === name && claims(entry, host).length === 0)
       .sort((a, b) => a.family - b.family)
@@ -153,6 +162,3 @@ function cidrOf(text: string): Cidr {
   return cidr;
 }
 
-function unique(values: string[]): string[] {
-  return [...new Set(values)];
-}

@@ -15,7 +15,7 @@ function rejects(argv: string[], message: string, env?: Record<string, string>) 
 }
 
 describe("parseAgentFlags", () => {
-  test("defaults are the original tool's", () => {
+  test("defaults are cozystack/local-ccm's", () => {
     assert.deepEqual(parse([]), {
       nodeName: "node-1",
       internal: undefined,

@@ -1,5 +1,6 @@
-// The local-ccm agent's flags: names and defaults of the original tool, plus dual-stack lists and the
-// CIDR / interface detection methods. This table also feeds --help, the README and the Helm values.
+// The local-ccm agent's name and flags: the names and defaults of cozystack/local-ccm's flags, plus
+// dual-stack lists and the CIDR / interface detection methods. This table also feeds --help, the
+// README and the Helm values.
 import { isIP } from "node:net";
 import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts";
 import { type Env, flag, parseFlags, UsageError } from "../cli/flags.ts";
@@ -9,6 +10,8 @@ import type { DetectionMethod } from "./detect.ts";
 import type { MetadataMode } from "./metadata/client.ts";
 import { PROVIDERS } from "./metadata/providers.ts";
 import { type LabelField, parseRule, type Rule, type RulesConfig, templateProblem } from "./metadata/rules.ts";
+
+export const PROGRAM = "local-ccm";
 
 /** Between the control-plane components' ports (10257-10259) and anything common on a hostNetwork node. */
 export const AGENT_HEALTH_PORT = 10263;

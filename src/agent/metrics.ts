@@ -1,14 +1,29 @@
-// The agent's Prometheus metrics (served on /metrics by the health server).
-import { Registry, registerProcessMetrics } from "../cli/metrics.ts";
+// local-ccm's Prometheus metrics (served on /metrics by the health server).
+import { createProgramMetrics, type Registry } from "../cli/metrics.ts";
+import { PROGRAM } from "./flags.ts";
 
-export function createAgentMetrics(registry = new Registry()) {
-  registerProcessMetrics(registry);
+/** What the agent's reconcile loop counts (agent.ts). */
+export function createAgentMetrics(registry: Registry) {
   return {
-    registry,
-    reconciles: registry.counter({ name: "local_ccm_reconciles_total", help: "Reconciles by result.", labels: ["result"] }),
-    errors: registry.counter({ name: "local_ccm_reconcile_errors_total", help: "Failed reconciles by reason.", labels: ["reason"] }),
-    writes: registry.counter({ name: "local_ccm_node_writes_total", help: "Writes to the Node by what was written.", labels: ["what"] }),
-    conflicts: registry.counter({ name: "local_ccm_write_conflicts_total", help: "Writes refused because the Node changed meanwhile." }),
+    reconciles: registry.counter({
+      name: "local_ccm_reconciles_total",
+      help: "Reconciles by result.",
+      labels: ["result"],
+    }),
+    errors: registry.counter({
+      name: "local_ccm_reconcile_errors_total",
+      help: "Failed reconciles by reason.",
+      labels: ["reason"],
+    }),
+    writes: registry.counter({
+      name: "local_ccm_node_writes_total",
+      help: "Writes to the Node by what was written.",
+      labels: ["what"],
+    }),
+    conflicts: registry.counter({
+      name: "local_ccm_write_conflicts_total",
+      help: "Writes refused because the Node changed meanwhile.",
+    }),
     detectionProblems: registry.counter({
       name: "local_ccm_detection_problems_total",
       help: "Detection items that yielded no address, by address type and reason.",
@@ -34,9 +49,17 @@ export function createAgentMetrics(registry = new Registry()) {
       help: "Metadata not written, by reason: ProviderIDMismatch, MetadataLabelKept, MetadataLabelNotAdded, MetadataRuleUnmatched, MetadataUnavailable, MetadataSkipped.",
       labels: ["reason"],
     }),
-    lastSuccess: registry.gauge({ name: "local_ccm_last_success_timestamp_seconds", help: "When the last reconcile succeeded (Unix time)." }),
-    apiRequests: registry.counter({ name: "local_ccm_api_requests_total", help: "Kubernetes API requests by verb and HTTP code (0: no answer).", labels: ["verb", "code"] }),
+    lastSuccess: registry.gauge({
+      name: "local_ccm_last_success_timestamp_seconds",
+      help: "When the last reconcile succeeded (Unix time).",
+    }),
   };
 }
 
 export type AgentMetrics = ReturnType<typeof createAgentMetrics>;
+
+/** Everything local-ccm serves: the program's part, then the agent's (run.ts and the README use this). */
+export function createMetrics() {
+  const program = createProgramMetrics(PROGRAM);
+  return { ...program, agent: createAgentMetrics(program.registry) };
+}

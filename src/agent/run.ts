@@ -10,9 +10,9 @@ import { Informer } from "../kube/informer.ts";
 import { Resource } from "../kube/resource.ts";
 import { openNetlink } from "../net/netlink.ts";
 import { Agent } from "./agent.ts";
-import { parseAgentFlags } from "./flags.ts";
+import { PROGRAM, parseAgentFlags } from "./flags.ts";
 import { metadataOptions } from "./metadata/options.ts";
-import { createAgentMetrics } from "./metrics.ts";
+import { createMetrics } from "./metrics.ts";
 
 /** Netlink events come in bursts (an address add brings routes with it): one reconcile per burst. */
 const NETLINK_DEBOUNCE_MS = 200;
@@ -24,16 +24,16 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   const log = createLogger({ verbosity: flags.verbosity, format: flags.logFormat });
   const config = await loadClientConfig({ kubeconfig: flags.kubeconfig || undefined, env: ctx.env });
 
-  const metrics = createAgentMetrics();
+  const metrics = createMetrics();
   const client = new KubeClient(config, {
-    component: "local-ccm",
+    component: PROGRAM,
     onResponse: (verb, code) => metrics.apiRequests.with({ verb, code }).inc(),
   });
   const netlink = openNetlink();
   const events = new EventRecorder(client, {
-    component: "local-ccm",
+    component: PROGRAM,
     host: flags.nodeName,
-    onError: (err) => log.v(2)?.("event not recorded", { error: (err as Error).message }),
+    onError: (err) => log.v(2)?.("event not recorded", { err }),
   });
   const nodes = new Resource<Node>(client, { group: "", version: "v1", plural: "nodes" });
   const agent = new Agent(
@@ -41,21 +41,22 @@ export async function runAgent(ctx: MainContext): Promise<void> {
       nodeName: flags.nodeName,
       detection: { external: flags.external, internal: flags.internal },
       removeTaint: flags.removeTaint,
-      metadata: await metadataOptions(flags.metadata, metrics),
+      metadata: await metadataOptions(flags.metadata, metrics.agent),
     },
-    { nodes, netlink, events, log, metrics },
+    { nodes, netlink, events, log, metrics: metrics.agent },
   );
-  const closeAll = async () => {
-    await events.flush();
-    netlink.close();
-    client.close();
-  };
+  ctx.onShutdown(() => client.close());
+  ctx.onShutdown(() => netlink.close());
+  ctx.onShutdown(() => events.flush());
 
   if (flags.runOnce) {
-    ctx.onShutdown(closeAll);
     const result = await agent.reconcile(() => undefined);
     if (result.metadataUnavailable) throw new Error(`node metadata not applied: ${result.metadataUnavailable}`);
-    log.info("reconciled once", { node: flags.nodeName, addressesWritten: result.addressesWritten, taintRemoved: result.taintRemoved });
+    log.info("reconciled once", {
+      node: flags.nodeName,
+      addressesWritten: result.addressesWritten,
+      taintRemoved: result.taintRemoved,
+    });
     return;
   }
 
@@ -64,13 +65,11 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   const informer = new Informer(nodes, {
     fieldSelector: `metadata.name=${flags.nodeName}`,
     watchTimeoutSeconds: { min: 1800, max: 3600 },
-    onError: (err) => log.warn("watching the node failed; retrying", { error: (err as Error).message }),
+    onError: (err) => log.warn("watching the node failed; retrying", { err }),
   });
   const cached = () => informer.get(flags.nodeName);
   const reconcile = () => agent.trigger(cached);
   informer.addHandlers({ onAdd: reconcile, onUpdate: reconcile });
-  const changes = netlink.watchChanges(reconcile, NETLINK_DEBOUNCE_MS);
-  const resync = setInterval(reconcile, flags.reconcileIntervalMs);
   const health = flags.healthBindAddress
     ? await startHealthServer({
         address: flags.healthBindAddress,
@@ -78,28 +77,26 @@ export async function runAgent(ctx: MainContext): Promise<void> {
         ready: () => {
           if (!informer.hasSynced()) return { ok: false, reason: "node watch not synced yet" };
           if (!cached()) return { ok: false, reason: `node "${flags.nodeName}" not found` };
-          if (agent.lastError) return { ok: false, reason: `last reconcile failed: ${(agent.lastError as Error).message}` };
+          if (agent.lastError) {
+            return { ok: false, reason: `last reconcile failed: ${(agent.lastError as Error).message}` };
+          }
           return { ok: true };
         },
       })
     : undefined;
-
-  const stopped = new Promise<void>((resolve) => {
-    ctx.onShutdown(async () => {
-      clearInterval(resync);
-      changes.close();
-      await informer.stop();
-      await agent.idle();
-      await health?.close();
-      await closeAll();
-      resolve();
-    });
-  });
+  if (health) ctx.onShutdown(() => health.close());
+  // Stops run in reverse (see cli/main.ts): the triggers first, then a reconcile in flight is awaited.
+  ctx.onShutdown(() => agent.idle());
   informer.start();
-  log.info("local-ccm started", { node: flags.nodeName, health: health?.address ?? "off" });
-  await informer.waitForSync();
-  if (!cached()) log.warn("node not found yet; waiting for it to be registered", { node: flags.nodeName });
-  await stopped;
+  ctx.onShutdown(() => informer.stop());
+  const changes = netlink.watchChanges(reconcile, NETLINK_DEBOUNCE_MS);
+  ctx.onShutdown(() => changes.close());
+  const resync = setInterval(reconcile, flags.reconcileIntervalMs);
+  ctx.onShutdown(() => clearInterval(resync));
+  log.info(`${PROGRAM} started`, { node: flags.nodeName, health: health?.address ?? "off" });
+  await Promise.race([informer.waitForSync(), ctx.untilStopped()]);
+  if (!ctx.signal.aborted && !cached()) {
+    log.warn("node not found yet; waiting for it to be registered", { node: flags.nodeName });
+  }
+  await ctx.untilStopped();
 }
-
-

@@ -3,7 +3,7 @@
 import { flag } from "./flags.ts";
 import { type BindAddress, parseBindAddress } from "./health.ts";
 import { LOG_FORMATS, type LogFormat } from "./log.ts";
-import { inRange, oneOf } from "./validate.ts";
+import { inRange, oneOf, parses } from "./validate.ts";
 
 export interface CommonFlags {
   /** "" = in-cluster, then $KUBECONFIG, then ~/.kube/config (loadClientConfig's order). */
@@ -43,16 +43,11 @@ export function commonFlagTable(options: { healthPort: number; helmPrefix: strin
       name: "health-bind-address",
       type: "string",
       default: `:${options.healthPort}`,
-      help: "Address serving /healthz, /readyz and /metrics: host:port, [ipv6]:port, :port for all addresses; empty disables it.",
+      help:
+        "Address serving /healthz, /readyz and /metrics: host:port, [ipv6]:port, :port for all addresses; " +
+        "empty disables it.",
       helm: `${options.helmPrefix}healthBindAddress`,
-      validate: (text) => {
-        try {
-          parseBindAddress(text);
-          return undefined;
-        } catch (err) {
-          return (err as Error).message;
-        }
-      },
+      validate: parses(parseBindAddress),
     }),
   ] as const;
 }

@@ -2,6 +2,7 @@
 // check) and /metrics (Prometheus text). Binds exactly the address it is given, IPv4 or IPv6.
 import http from "node:http";
 import { isIP } from "node:net";
+import { hostPort } from "../net/ip.ts";
 import { METRICS_CONTENT_TYPE, type Registry } from "./metrics.ts";
 
 export interface BindAddress {
@@ -63,14 +64,14 @@ export async function startHealthServer(options: HealthServerOptions): Promise<H
   server.requestTimeout = 10_000;
   await new Promise<void>((resolve, reject) => {
     server.once("error", (err: NodeJS.ErrnoException) => {
-      const where = formatAddress(options.address.host ?? "", options.address.port);
+      const where = hostPort(options.address.host ?? "", options.address.port);
       reject(new Error(`cannot listen on ${where}: ${err.code ?? err.message}`));
     });
     server.listen({ host: options.address.host, port: options.address.port }, resolve);
   });
   const bound = server.address() as { address: string; port: number };
   return {
-    address: formatAddress(options.address.host === undefined ? "" : bound.address, bound.port),
+    address: hostPort(options.address.host === undefined ? "" : bound.address, bound.port),
     port: bound.port,
     close: () =>
       new Promise((resolve) => {
@@ -109,8 +110,4 @@ async function respond(req: http.IncomingMessage, options: HealthServerOptions):
     default:
       return { status: 404, body: "not found\n" };
   }
-}
-
-function formatAddress(host: string, port: number): string {
-  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
 }

@@ -45,6 +45,32 @@ describe("text format", () => {
     );
   });
 
+  test("errors: message, else code or name, then aggregated errors and causes, in both formats", () => {
+    const attempts = [new Error("connect ECONNREFUSED ::1:6443"), new Error("connect ECONNREFUSED 127.0.0.1:6443")];
+    const refused = Object.assign(new AggregateError(attempts), { code: "ECONNREFUSED" });
+    const wrapped = new Error("listing nodes failed", { cause: new Error("socket hang up") });
+    const repeated = new Error("bad selector: no key", { cause: new Error("no key") });
+    const cyclic = new Error("loop");
+    cyclic.cause = cyclic;
+    const text = capture(0, "text");
+    const json = capture(0, "json");
+    for (const { log } of [text, json]) log.error("failed", { err: refused, wrapped, repeated, cyclic });
+    const refusedText = "ECONNREFUSED (connect ECONNREFUSED ::1:6443; connect ECONNREFUSED 127.0.0.1:6443)";
+    assert.ok(
+      text.lines[0]?.endsWith(
+        ` failed err=${JSON.stringify(refusedText)} wrapped="listing nodes failed: socket hang up"` +
+          ` repeated="bad selector: no key"` +
+          ` cyclic="loop"`,
+      ),
+      text.lines[0],
+    );
+    const entry = JSON.parse(json.lines[0] ?? "");
+    assert.equal(entry.err, refusedText);
+    assert.equal(entry.wrapped, "listing nodes failed: socket hang up");
+    assert.equal(entry.repeated, "bad selector: no key");
+    assert.equal(entry.cyclic, "loop");
+  });
+
   test("a multi-line message stays on one line", () => {
     const { log, lines } = capture(0, "text");
     log.info("two\nlines");

@@ -64,7 +64,7 @@ function textLine(time: Date, severity: Severity, _level: number, msg: string, f
 
 function textValue(value: unknown): string {
   if (typeof value === "string") return /^[^\s"=\\]+$/.test(value) ? value : JSON.stringify(value);
-  if (value instanceof Error) return JSON.stringify(value.message);
+  if (value instanceof Error) return JSON.stringify(errorText(value));
   if (value === undefined || value === null || typeof value !== "object") return String(value);
   return safeJson(value);
 }
@@ -80,10 +80,23 @@ function jsonLine(time: Date, severity: Severity, level: number, msg: string, fi
   return safeJson(entry);
 }
 
+/**
+ * An Error on one line: its message, else its code or name (a refused dual-stack connect is an
+ * AggregateError with an empty message), then the errors it aggregates and its cause.
+ */
+function errorText(err: Error, depth = 0): string {
+  const text = (value: unknown) => (value instanceof Error ? errorText(value, depth + 1) : String(value));
+  let line = err.message || (err as NodeJS.ErrnoException).code || err.name;
+  if (depth >= 4) return line; // deep enough, and a cause chain may loop
+  if (err instanceof AggregateError && err.errors.length > 0) line += ` (${err.errors.map(text).join("; ")})`;
+  const cause = err.cause === undefined ? "" : text(err.cause);
+  return cause && !line.includes(cause) ? `${line}: ${cause}` : line; // some messages already end with it
+}
+
 function safeJson(value: unknown): string {
   try {
     return JSON.stringify(value, (_key, item: unknown) => {
-      if (item instanceof Error) return item.message;
+      if (item instanceof Error) return errorText(item);
       if (typeof item === "bigint") return item.toString();
       return item;
     });

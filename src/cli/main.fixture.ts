@@ -8,16 +8,26 @@ const fixtureFlags = [
   flag({ name: "v", type: "int", default: "0", help: "Verbosity." }),
 ] as const;
 
+const print = (text: string): void => {
+  process.stdout.write(`${text}\n`);
+};
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
 runMain("fixture", async (ctx) => {
   const { values } = parseFlags(fixtureFlags, ctx.argv, ctx.env);
   ctx.setVerbosity(values.v);
+  // Two hooks that add up; each is async and awaited before the next.
   ctx.onShutdown(async () => {
-    await new Promise((resolve) => setTimeout(resolve, 10)); // an async hook is awaited
-    process.stdout.write("hook ran\n");
+    await pause(10);
+    print("hook 1 ran");
+  });
+  ctx.onShutdown(async () => {
+    await pause(10);
+    print(`hook 2 ran (stopped: ${ctx.signal.aborted})`);
   });
   switch (values.mode) {
     case "ok":
-      process.stdout.write("done\n");
+      print("done");
       return;
     case "config":
       throw new ConfigError("cannot read kubeconfig /nope: ENOENT");
@@ -30,12 +40,25 @@ runMain("fixture", async (ctx) => {
       return new Promise(() => {});
     case "hook-fails":
       ctx.onShutdown(() => {
+        throw new Error("events not flushed"); // runs second: not the one reported
+      });
+      ctx.onShutdown(() => {
         throw new Error("lease release failed");
       });
       return;
     case "wait":
       setInterval(() => {}, 60_000); // runs until a signal
-      process.stdout.write("ready\n");
-      return new Promise(() => {});
+      print("ready");
+      await ctx.untilStopped();
+      ctx.onShutdown(() => print("hook added during shutdown ran"));
+      return;
+    case "stuck":
+      setInterval(() => {}, 60_000);
+      ctx.onShutdown(async () => {
+        print("stopping");
+        await new Promise(() => {}); // never ends: only a second signal leaves
+      });
+      print("ready");
+      return ctx.untilStopped();
   }
 });

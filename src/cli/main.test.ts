@@ -4,7 +4,7 @@ import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { ConfigError } from "../kube/config.ts";
 import { flag, HelpRequested, UsageError, usage } from "./flags.ts";
-import { exitFor } from "./main.ts";
+import { exitFor, runHooks, type ShutdownHook } from "./main.ts";
 
 describe("exitFor", () => {
   const table = [flag({ name: "x", type: "string", default: "", help: "X." })];
@@ -42,6 +42,47 @@ describe("exitFor", () => {
   });
 });
 
+describe("runHooks", () => {
+  test("hooks add up and run last-added first, one at a time, also those added meanwhile", async () => {
+    const ran: string[] = [];
+    const hooks: ShutdownHook[] = [];
+    hooks.push(() => {
+      ran.push("client closed");
+    });
+    hooks.push(async () => {
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      ran.push("events flushed");
+    });
+    hooks.push(async () => {
+      hooks.push(() => {
+        ran.push("added while stopping");
+      });
+      ran.push("loop stopped");
+    });
+    assert.equal(await runHooks(hooks), undefined);
+    assert.deepEqual(ran, ["loop stopped", "added while stopping", "events flushed", "client closed"]);
+    assert.deepEqual(hooks, [], "each hook runs once");
+  });
+
+  test("a failing hook does not stop the others; the first failure is the result", async () => {
+    const ran: string[] = [];
+    const first = new Error("lease release failed");
+    const hooks: ShutdownHook[] = [
+      () => {
+        ran.push("client closed");
+      },
+      async () => {
+        throw new Error("events not flushed");
+      },
+      () => {
+        throw first;
+      },
+    ];
+    assert.deepEqual(await runHooks(hooks), { failed: first });
+    assert.deepEqual(ran, ["client closed"]);
+  });
+});
+
 const FIXTURE = fileURLToPath(new URL("./main.fixture.ts", import.meta.url));
 
 interface Outcome {
@@ -50,16 +91,23 @@ interface Outcome {
   stderr: string;
 }
 
-/** Runs the fixture; `signal` is sent once it prints "ready". Killed after 20 s whatever happens. */
-function runFixture(args: string[], signal?: NodeJS.Signals): Promise<Outcome> {
+/**
+ * Runs the fixture; each signal is sent once stdout holds its line ("ready", "stopping"), in order.
+ * Killed after 20 s whatever happens.
+ */
+function runFixture(args: string[], signals: [line: string, signal: NodeJS.Signals][] = []): Promise<Outcome> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [FIXTURE, ...args], { stdio: ["ignore", "pipe", "pipe"] });
     const guard = setTimeout(() => child.kill("SIGKILL"), 20_000);
+    const pending = [...signals];
     let stdout = "";
     let stderr = "";
     child.stdout.setEncoding("utf8").on("data", (chunk: string) => {
       stdout += chunk;
-      if (signal && stdout.includes("ready\n")) child.kill(signal);
+      for (let next = pending[0]; next && stdout.includes(`${next[0]}\n`); next = pending[0]) {
+        pending.shift();
+        child.kill(next[1]);
+      }
     });
     child.stderr.setEncoding("utf8").on("data", (chunk: string) => {
       stderr += chunk;
@@ -72,9 +120,12 @@ function runFixture(args: string[], signal?: NodeJS.Signals): Promise<Outcome> {
   });
 }
 
+/** What the fixture's two hooks print, in the order they run. */
+const HOOKS = "hook 2 ran (stopped: true)\nhook 1 ran\n";
+
 describe("runMain in a real process", () => {
-  test("success: the hook runs, exit 0", async () => {
-    assert.deepEqual(await runFixture([]), { code: 0, stdout: "done\nhook ran\n", stderr: "" });
+  test("success: the hooks run last-added first, exit 0", async () => {
+    assert.deepEqual(await runFixture([]), { code: 0, stdout: `done\n${HOOKS}`, stderr: "" });
   });
 
   test("--help: usage on stdout, exit 0", async () => {
@@ -101,10 +152,10 @@ describe("runMain in a real process", () => {
     });
   });
 
-  test("ConfigError: one line, exit 2", async () => {
+  test("ConfigError: the hooks run, one line, exit 2", async () => {
     assert.deepEqual(await runFixture(["--mode=config"]), {
       code: 2,
-      stdout: "hook ran\n",
+      stdout: HOOKS,
       stderr: "fixture: cannot read kubeconfig /nope: ENOENT\n",
     });
   });
@@ -112,7 +163,7 @@ describe("runMain in a real process", () => {
   test("other errors: one line, exit 1; stack at --v=4", async () => {
     assert.deepEqual(await runFixture(["--mode=crash"]), {
       code: 1,
-      stdout: "hook ran\n",
+      stdout: HOOKS,
       stderr: "fixture: node n1 not found | second line\n",
     });
     const verbose = await runFixture(["--mode=crash", "--v=4"]);
@@ -121,7 +172,7 @@ describe("runMain in a real process", () => {
     assert.match(verbose.stderr, /\n {4}at .*main\.fixture\.ts/);
   });
 
-  test("an uncaught exception: one line, exit 1", async () => {
+  test("an uncaught exception: one line, exit 1, no hooks", async () => {
     assert.deepEqual(await runFixture(["--mode=uncaught"]), {
       code: 1,
       stdout: "",
@@ -129,21 +180,31 @@ describe("runMain in a real process", () => {
     });
   });
 
-  test("a failing shutdown hook: one line, exit 1", async () => {
+  test("failing shutdown hooks: the others still run; the first failure as one line, exit 1", async () => {
     assert.deepEqual(await runFixture(["--mode=hook-fails"]), {
       code: 1,
-      stdout: "",
+      stdout: HOOKS,
       stderr: "fixture: lease release failed\n",
     });
   });
 
   for (const signal of ["SIGTERM", "SIGINT"] as const) {
-    test(`${signal}: the hook runs, exit 0`, async () => {
-      assert.deepEqual(await runFixture(["--mode=wait"], signal), {
+    test(`${signal}: untilStopped() resolves, every hook runs (also one added then), exit 0`, async () => {
+      assert.deepEqual(await runFixture(["--mode=wait"], [["ready", signal]]), {
         code: 0,
-        stdout: "ready\nhook ran\n",
+        stdout: "ready\nhook 2 ran (stopped: true)\nhook added during shutdown ran\nhook 1 ran\n",
         stderr: "",
       });
     });
   }
+
+  test("a second signal during shutdown: one line, exit 1 at once", async () => {
+    assert.deepEqual(
+      await runFixture(["--mode=stuck"], [
+        ["ready", "SIGTERM"],
+        ["stopping", "SIGINT"],
+      ]),
+      { code: 1, stdout: "ready\nstopping\n", stderr: "fixture: SIGINT during shutdown, exiting at once\n" },
+    );
+  });
 });

@@ -1,14 +1,28 @@
 // The shell around each program's entry point: exit codes, one-line errors, --help, and an orderly stop
 // on SIGTERM/SIGINT (Kubernetes sends SIGTERM, then SIGKILL after the grace period).
+//
+// A program registers how to stop each thing right after it starts it (`ctx.onShutdown`), and the
+// hooks run in reverse order, like Go's defer: what started last (the loop) stops first, what every
+// other part uses (the API client) closes last. So a program's shutdown order is its start order.
 import { ConfigError } from "../kube/config.ts";
 import { HelpRequested, UsageError, usage } from "./flags.ts";
+
+export type ShutdownHook = () => void | Promise<void>;
 
 export interface MainContext {
   /** Command-line arguments after node and the script. */
   argv: string[];
   env: NodeJS.ProcessEnv;
-  /** Called on SIGTERM/SIGINT, and when the program ends or fails, before the process exits. */
-  onShutdown(hook: () => void | Promise<void>): void;
+  /** Aborted on SIGTERM/SIGINT and when the program returns or fails, before any hook runs. */
+  signal: AbortSignal;
+  /** Resolves when `signal` aborts: a long-running program ends with `await ctx.untilStopped()`. */
+  untilStopped(): Promise<void>;
+  /**
+   * Adds a hook run before the process exits (on a signal, or when the program returns or fails):
+   * hooks run one at a time, the last added first. A failing hook does not stop the others; the
+   * first failure is the program's one-line error (exit 1) unless it already failed otherwise.
+   */
+  onShutdown(hook: ShutdownHook): void;
   /** From this verbosity on, unexpected errors print their stack (set it once flags are parsed). */
   setVerbosity(verbosity: number): void;
 }
@@ -36,34 +50,48 @@ function oneLine(text: string): string {
   return text.trim().replace(/\s*\n\s*/g, " | ") || "unknown error";
 }
 
+/** Runs the hooks last-added first, each once, also those added meanwhile; resolves with the first failure. */
+export async function runHooks(hooks: ShutdownHook[]): Promise<{ failed: unknown } | undefined> {
+  let failure: { failed: unknown } | undefined;
+  for (let hook = hooks.pop(); hook; hook = hooks.pop()) {
+    try {
+      await hook();
+    } catch (err) {
+      failure ??= { failed: err };
+    }
+  }
+  return failure;
+}
+
 /**
  * Runs `fn` as the program: resolving means done (exit 0), throwing exits per exitFor. The shutdown
- * hook runs before any exit; a second signal during shutdown exits 1 at once.
+ * hooks run before any exit; a second signal during shutdown exits 1 at once.
  */
 export function runMain(program: string, fn: (ctx: MainContext) => void | Promise<void>): void {
-  let shutdown: (() => void | Promise<void>) | undefined;
+  const hooks: ShutdownHook[] = [];
+  const stop = new AbortController();
+  const stopped = new Promise<void>((resolve) => stop.signal.addEventListener("abort", () => resolve()));
   let verbosity = 0;
-  let exiting = false;
 
   const finish = async (exit: Exit | undefined) => {
-    if (exiting) return;
-    exiting = true;
-    try {
-      await shutdown?.();
-    } catch (err) {
-      exit ??= exitFor(program, err, verbosity);
-    }
+    if (stop.signal.aborted) return;
+    stop.abort();
+    const failure = await runHooks(hooks);
+    if (failure) exit ??= exitFor(program, failure.failed, verbosity);
     if (exit) (exit.stream === "stdout" ? process.stdout : process.stderr).write(exit.text);
     process.exit(exit?.code ?? 0);
   };
 
   for (const signal of ["SIGTERM", "SIGINT"] as const) {
     process.on(signal, () => {
-      if (exiting) process.exit(1);
+      if (stop.signal.aborted) {
+        process.stderr.write(`${program}: ${signal} during shutdown, exiting at once\n`);
+        process.exit(1);
+      }
       void finish(undefined);
     });
   }
-  // State is unknown after an uncaught error: report it on one line and leave without the hook.
+  // State is unknown after an uncaught error: report it on one line and leave without the hooks.
   process.on("uncaughtException", (err) => {
     const exit = exitFor(program, err, verbosity);
     process.stderr.write(exit.text);
@@ -73,8 +101,10 @@ export function runMain(program: string, fn: (ctx: MainContext) => void | Promis
   const ctx: MainContext = {
     argv: process.argv.slice(2),
     env: process.env,
+    signal: stop.signal,
+    untilStopped: () => stopped,
     onShutdown: (hook) => {
-      shutdown = hook;
+      hooks.push(hook);
     },
     setVerbosity: (v) => {
       verbosity = v;

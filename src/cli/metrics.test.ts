@@ -1,6 +1,12 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { formatNumber, metricsMarkdown, Registry, registerProcessMetrics } from "./metrics.ts";
+import {
+  createProgramMetrics,
+  formatNumber,
+  metricsMarkdown,
+  Registry,
+  registerProcessMetrics,
+} from "./metrics.ts";
 
 describe("exposition format 0.0.4", () => {
   test("counter without labels is exposed as 0 before its first increment", () => {
@@ -183,6 +189,28 @@ test("process metrics report this process", () => {
   assert.ok(Math.abs(value("process_start_time_seconds") - Date.now() / 1000) < 3600);
   assert.ok(value("nodejs_heap_size_used_bytes") > 0);
   assert.match(text, /# TYPE process_cpu_seconds_total counter\n/);
+});
+
+test("a program's own metrics: process metrics and API requests named after it, on one registry", () => {
+  const metrics = createProgramMetrics("node-lifecycle-controller");
+  metrics.apiRequests.with({ verb: "list", code: 200 }).inc();
+  // A controller's factory adds to the same registry.
+  metrics.registry.counter({ name: "node_lifecycle_controller_reconciles_total", help: "Passes." });
+  assert.deepEqual(
+    metrics.registry.describe().map((m) => m.name),
+    [
+      "process_resident_memory_bytes",
+      "process_cpu_seconds_total",
+      "process_start_time_seconds",
+      "nodejs_heap_size_used_bytes",
+      "node_lifecycle_controller_api_requests_total",
+      "node_lifecycle_controller_reconciles_total",
+    ],
+  );
+  assert.match(
+    metrics.registry.expose(),
+    /\nnode_lifecycle_controller_api_requests_total\{verb="list",code="200"\} 1\n/,
+  );
 });
 
 test("the README table: one row per metric, in registration order, with its labels", () => {

@@ -166,7 +166,12 @@ export class Registry {
 
   /** Every metric's name, type, help and label names, in registration order. */
   describe(): MetricDescription[] {
-    return [...this.#families.values()].map(({ name, type, help, labelNames }) => ({ name, type, help, labels: labelNames }));
+    return [...this.#families.values()].map(({ name, type, help, labelNames }) => ({
+      name,
+      type,
+      help,
+      labels: labelNames,
+    }));
   }
 
   /** Registers a family; `with` finds or creates a labelled series, `own` is the unlabelled one. */
@@ -254,6 +259,25 @@ export function registerProcessMetrics(registry: Registry): void {
     collect: () => process.memoryUsage().heapUsed,
   });
 }
+
+/**
+ * What every program serves, created once by the program: process metrics and its API requests,
+ * named after the program ("local-ccm" → local_ccm_api_requests_total). Each controller adds its
+ * own with a factory of the same shape, `createXMetrics(registry)`.
+ */
+export function createProgramMetrics(program: string, registry = new Registry()) {
+  registerProcessMetrics(registry);
+  return {
+    registry,
+    apiRequests: registry.counter({
+      name: `${program.replaceAll("-", "_")}_api_requests_total`,
+      help: "Requests to the Kubernetes API, by verb and HTTP status code (0: no answer).",
+      labels: ["verb", "code"],
+    }),
+  };
+}
+
+export type ProgramMetrics = ReturnType<typeof createProgramMetrics>;
 
 /** The README table: metric | type | labels | description. */
 export function metricsMarkdown(registry: Registry): string {

@@ -32,6 +32,21 @@ export const noDuplicates: Check<string[]> = (items) => {
   return duplicate === undefined ? undefined : `"${duplicate}" is given twice`;
 };
 
+/**
+ * A parser that throws a one-line Error, as a check. The flags module then returns what the parser
+ * makes of the checked text, so programs get parsed values and never parse again.
+ */
+export function parses(parse: (text: string) => unknown): Check<string> {
+  return (text) => {
+    try {
+      parse(text);
+      return undefined;
+    } catch (err) {
+      return (err as Error).message;
+    }
+  };
+}
+
 /** Runs checks in order; the first problem wins. */
 export function all<V>(...checks: Check<V>[]): Check<V> {
   return (value) => {

@@ -4,6 +4,7 @@ import { execFile } from "node:child_process";
 import { readFileSync, statSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { hostPort } from "../net/ip.ts";
 
 export interface Credentials {
   token?: string;
@@ -90,24 +91,27 @@ function tokenFileReader(file: string): { read(): string; invalidate(): void } {
   };
 }
 
+/** The namespace of the mounted service account, if there is one. */
+export function serviceAccountNamespace(dir = SERVICE_ACCOUNT_DIR): string | undefined {
+  try {
+    return readFileSync(path.join(dir, "namespace"), "utf8").trim() || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 function loadInCluster(env: NodeJS.ProcessEnv, dir: string): ClientConfig {
   const host = env.KUBERNETES_SERVICE_HOST as string;
   const port = env.KUBERNETES_SERVICE_PORT || "443";
   const token = tokenFileReader(path.join(dir, "token"));
   token.read(); // fail now, with a clear message, if the mount is missing
-  let namespace: string | undefined;
-  try {
-    namespace = readFileSync(path.join(dir, "namespace"), "utf8").trim();
-  } catch {
-    namespace = undefined;
-  }
   return {
-    server: `https://${host.includes(":") ? `[${host}]` : host}:${port}`,
+    server: `https://${hostPort(host, port)}`,
     ca: readText(path.join(dir, "ca.crt"), "service-account CA"),
     insecureSkipTLSVerify: false,
     credentials: async () => ({ token: token.read() }),
     invalidate: token.invalidate,
-    namespace,
+    namespace: serviceAccountNamespace(dir),
     source: "in-cluster service account",
   };
 }
@@ -232,7 +236,8 @@ function userCredentials(
   const unsupported = UNSUPPORTED_USER_FIELDS.find((field) => user[field] !== undefined);
   if (unsupported)
     throw new ConfigError(
-      `${where}: authentication by "${unsupported}" is not supported (use a client certificate, token, tokenFile or exec)`,
+      `${where}: authentication by "${unsupported}" is not supported ` +
+        "(use a client certificate, token, tokenFile or exec)",
     );
   const cert = dataOrFile(user, "client-certificate", dir);
   const key = dataOrFile(user, "client-key", dir);

@@ -2,12 +2,17 @@
 // object bumps `count` and `lastTimestamp` of one Event instead of creating another. Recording
 // never blocks or fails the caller: writes are queued, coalesced and dropped (with onError) when
 // the API refuses them.
-import type { Event, ObjectReference } from "kubernetes-types/core/v1.js";
+import type { Event, Node, ObjectReference } from "kubernetes-types/core/v1.js";
 import type { KubeClient } from "./client.ts";
 import { isApiError } from "./errors.ts";
 import { Resource } from "./resource.ts";
 
 export type EventType = "Normal" | "Warning";
+
+/** What an Event about a Node refers to (cached Nodes may be trimmed of their apiVersion and kind). */
+export function nodeReference(node: Node): ObjectReference {
+  return { apiVersion: "v1", kind: "Node", name: node.metadata?.name, uid: node.metadata?.uid };
+}
 
 export interface EventRecorderOptions {
   /** source.component / reportingComponent, e.g. "local-ccm". */

@@ -6,28 +6,29 @@
 import type { Node } from "kubernetes-types/core/v1.js";
 import type { Logger } from "../cli/log.ts";
 import { isApiError } from "../kube/errors.ts";
-import type { EventRecorder, EventType } from "../kube/events.ts";
+import { type EventRecorder, type EventType, nodeReference } from "../kube/events.ts";
 import type { InformerHandlers } from "../kube/informer.ts";
 import type { Resource } from "../kube/resource.ts";
+import { uniqueIPs } from "../net/ip.ts";
 import type { ProbeResult } from "../net/probe.ts";
-import type { ControllerMetrics } from "./metrics.ts";
+import type { NodeLifecycleMetrics } from "./metrics.ts";
 import {
   type ClusterHealth,
   clusterHealth,
   decide,
   isWatched,
   type LifecycleConfig,
+  recentDeletions,
   type SkipClass,
 } from "./decide.ts";
 
 /** Address types worth probing: the node's own IPs (Hostname and DNS names would probe a resolver). */
 const PROBED_ADDRESS_TYPES = new Set(["InternalIP", "ExternalIP"]);
-const RATE_WINDOW_MS = 60_000;
 
 /** InternalIP and ExternalIP addresses of the node, both families, without repeats. */
 export function probeAddresses(node: Node): string[] {
   const addresses = (node.status?.addresses ?? []).filter((a) => PROBED_ADDRESS_TYPES.has(a.type));
-  return [...new Set(addresses.map((a) => a.address))];
+  return uniqueIPs(addresses.map((a) => a.address));
 }
 
 /**
@@ -90,7 +91,7 @@ export interface ControllerOptions {
   isLeader(): boolean;
   events: Pick<EventRecorder, "record">;
   log: Logger;
-  metrics: ControllerMetrics;
+  metrics: NodeLifecycleMetrics;
   /** Nodes probed at once (default 10); a node never has two probes in flight. */
   maxConcurrentProbes?: number;
   /** After a node change, the pass it triggers waits this long to take in further changes (default 1 s). */
@@ -206,9 +207,9 @@ export class Controller {
     return health;
   }
 
-  /** Deletions within the rate window (and any later ones, should the clock have stepped back). */
+  /** Forgets deletions older than the rate window; returns the others. */
   private recentDeletions(now: Date): Date[] {
-    this.deletionTimes = this.deletionTimes.filter((time) => time.getTime() > now.getTime() - RATE_WINDOW_MS);
+    this.deletionTimes = recentDeletions(this.deletionTimes, now);
     return this.deletionTimes;
   }
 
@@ -315,12 +316,12 @@ export class Controller {
       // Unknown whether it was deleted (e.g. a timeout): the reservation stays, to be safe.
       options.metrics.deletions.with({ result: "error" }).inc();
       log.error("deleting node failed", { err });
-      options.events.record(ref(node), "Warning", "DeletionFailed", (err as Error).message);
+      options.events.record(nodeReference(node), "Warning", "DeletionFailed", (err as Error).message);
       return;
     }
     options.metrics.deletions.with({ result: "deleted" }).inc();
     log.info("deleted node", { reason });
-    options.events.record(ref(node), "Normal", "DeletingNode", `Deleting node: ${reason}`);
+    options.events.record(nodeReference(node), "Normal", "DeletingNode", `Deleting node: ${reason}`);
   }
 
   /** Logs a skip after the probe stage (or by the guard or rate limit), and events it once per stage. */
@@ -337,7 +338,7 @@ export class Controller {
     const uid = node.metadata?.uid ?? "";
     if (this.evented.get(uid) === stage) return false;
     this.evented.set(uid, stage);
-    this.options.events.record(ref(node), type, reason, message);
+    this.options.events.record(nodeReference(node), type, reason, message);
     return true;
   }
 }
@@ -346,10 +347,3 @@ function probeResultLabel(probe: ProbeResult): string {
   if (probe.inconclusive) return "inconclusive";
   return probe.alive ? "alive" : "unreachable";
 }
-
-const ref = (node: Node) => ({
-  apiVersion: "v1",
-  kind: "Node",
-  name: node.metadata?.name,
-  uid: node.metadata?.uid,
-});

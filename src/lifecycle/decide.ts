@@ -142,11 +142,11 @@ export function clusterHealth(nodes: Node[], threshold: number): ClusterHealth {
 }
 
 /**
- * Deletions within the last minute. Entries later than now count too: after the clock steps back
- * they are still recent deletions, and must not reopen the limit.
+ * Deletions within the last minute, for --max-deletions-per-minute. Entries later than now count too:
+ * after the clock steps back they are still recent deletions, and must not reopen the limit.
  */
-function recentDeletions(deletionTimes: Date[], now: Date): number {
-  return deletionTimes.filter((time) => time.getTime() > now.getTime() - RATE_WINDOW_MS).length;
+export function recentDeletions(deletionTimes: Date[], now: Date): Date[] {
+  return deletionTimes.filter((time) => time.getTime() > now.getTime() - RATE_WINDOW_MS);
 }
 
 export function decide(node: Node, now: Date, config: LifecycleConfig, context: DecisionContext): Decision {
@@ -171,7 +171,7 @@ export function decide(node: Node, now: Date, config: LifecycleConfig, context: 
   if (now.getTime() - since.getTime() < config.notReadyTimeoutMs) return skip("not-expired", timing);
 
   if (context.health.paused) return skip("paused", context.health.reason);
-  const recent = recentDeletions(context.deletionTimes, now);
+  const recent = recentDeletions(context.deletionTimes, now).length;
   if (recent >= config.maxDeletionsPerMinute)
     return skip("rate-limited", `rate limit: ${recent} deletions in the last minute`);
 

@@ -1,14 +1,10 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import { describe, test } from "node:test";
 import { HelpRequested, UsageError } from "../cli/flags.ts";
 import {
   LIFECYCLE_HEALTH_PORT,
   lifecycleFlagTable,
   parseLifecycleFlags,
-  serviceAccountNamespace,
 } from "./flags.ts";
 
 const noServiceAccount = () => undefined;
@@ -27,12 +23,12 @@ function rejects(argv: string[], message: string) {
 }
 
 describe("parseLifecycleFlags", () => {
-  test("defaults are the original tool's, plus ours", () => {
+  test("defaults are cozystack/local-ccm's, plus ours", () => {
     assert.deepEqual(parse([]), {
       watchAutoscalerTaint: true,
-      nodeSelector: "",
-      protectedLabels: "",
-      protectedAnnotations: "",
+      nodeSelector: undefined,
+      protectedLabels: [],
+      protectedAnnotations: [],
       notReadyTimeoutMs: 300_000,
       pingTimeoutMs: 5000,
       pingCount: 3,
@@ -85,9 +81,15 @@ describe("parseLifecycleFlags", () => {
     ]);
     assert.deepEqual(flags, {
       watchAutoscalerTaint: false,
-      nodeSelector: "node.kubernetes.io/pool in (spot,batch),!dedicated",
-      protectedLabels: "keep,example.com/tier=critical",
-      protectedAnnotations: "example.com/note=do not delete",
+      nodeSelector: {
+        text: "node.kubernetes.io/pool in (spot,batch),!dedicated",
+        requirements: [
+          { key: "node.kubernetes.io/pool", operator: "in", values: ["spot", "batch"] },
+          { key: "dedicated", operator: "!", values: [] },
+        ],
+      },
+      protectedLabels: [{ key: "keep" }, { key: "example.com/tier", value: "critical" }],
+      protectedAnnotations: [{ key: "example.com/note", value: "do not delete" }],
       notReadyTimeoutMs: 0,
       pingTimeoutMs: 500,
       pingCount: 1,
@@ -125,19 +127,9 @@ describe("parseLifecycleFlags", () => {
     assert.equal(namespace([], {}, noServiceAccount), "kube-system");
     assert.throws(() => parse([], { POD_NAMESPACE: "Bad_NS" }), {
       message:
-        "invalid value \"Bad_NS\" for POD_NAMESPACE (--leader-elect-resource-namespace): must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)",
+        'invalid value "Bad_NS" for POD_NAMESPACE (--leader-elect-resource-namespace): ' +
+        "must be a lowercase RFC 1123 label (a-z, 0-9, '-', at most 63)",
     });
-  });
-
-  test("the service account namespace file", () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), "sa-"));
-    try {
-      assert.equal(serviceAccountNamespace(dir), undefined);
-      writeFileSync(path.join(dir, "namespace"), "ops\n");
-      assert.equal(serviceAccountNamespace(dir), "ops");
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
   });
 
   test("bad input: one-line errors", () => {
@@ -195,7 +187,8 @@ describe("parseLifecycleFlags", () => {
     );
     rejects(
       ["--leader-elect-resource-name=Bad"],
-      `invalid value "Bad" for --leader-elect-resource-name: must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.', at most 253)`,
+      'invalid value "Bad" for --leader-elect-resource-name: ' +
+        "must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.', at most 253)",
     );
     rejects(["--dry-run=maybe"], 'invalid value "maybe" for --dry-run: not a boolean (true or false)');
     rejects(["--node-name=x"], "unknown flag: --node-name");

@@ -1,7 +1,6 @@
-// The node-lifecycle-controller's flags: names and defaults of the original tool, plus probes, safety
-// limits and leader election. This table also feeds --help, the README and the Helm values.
-import { readFileSync } from "node:fs";
-import path from "node:path";
+// The node-lifecycle-controller's name and flags: the names and defaults of cozystack/local-ccm's
+// node-lifecycle-controller, plus probes, safety limits and leader election. This table also feeds
+// --help, the README and the Helm values.
 import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts";
 import { type Env, flag, parseFlags, UsageError } from "../cli/flags.ts";
 import {
@@ -13,10 +12,18 @@ import {
   inRange,
   noDuplicates,
   oneOf,
+  parses,
   positive,
 } from "../cli/validate.ts";
-import { SERVICE_ACCOUNT_DIR } from "../kube/config.ts";
-import { parseKeyValueList, parseLabelSelector } from "../kube/labelselector.ts";
+import { serviceAccountNamespace } from "../kube/config.ts";
+import {
+  type KeyValueMatcher,
+  type LabelSelector,
+  parseKeyValueList,
+  parseLabelSelector,
+} from "../kube/labelselector.ts";
+
+export const PROGRAM = "node-lifecycle-controller";
 
 /** Next to the agent's 10263, so both fit on one host even when run with hostNetwork. */
 export const LIFECYCLE_HEALTH_PORT = 10264;
@@ -26,11 +33,10 @@ export type Probe = (typeof PROBES)[number];
 
 export interface LifecycleFlags extends CommonFlags {
   watchAutoscalerTaint: boolean;
-  /** Label selector text, checked by parseLabelSelector; "" = no selector. */
-  nodeSelector: string;
-  /** Comma list of key / key=value, checked by parseKeyValueList. */
-  protectedLabels: string;
-  protectedAnnotations: string;
+  /** undefined: --node-selector is empty. */
+  nodeSelector: LabelSelector | undefined;
+  protectedLabels: KeyValueMatcher[];
+  protectedAnnotations: KeyValueMatcher[];
   notReadyTimeoutMs: number;
   pingTimeoutMs: number;
   pingCount: number;
@@ -52,31 +58,23 @@ export interface LifecycleFlags extends CommonFlags {
 
 const HELM = "nodeLifecycleController.controller.";
 
-/** A parser that throws a one-line Error, as a FlagSpec check. */
-const parses =
-  (parse: (text: string) => unknown) =>
-  (text: string): string | undefined => {
-    try {
-      parse(text);
-      return undefined;
-    } catch (err) {
-      return (err as Error).message;
-    }
-  };
-
 export const lifecycleFlagTable = [
   flag({
     name: "watch-autoscaler-taint",
     type: "bool",
     default: "true",
-    help: "Without --node-selector: true watches only nodes with the ToBeDeletedByClusterAutoscaler:NoSchedule taint, false all non-control-plane nodes.",
+    help:
+      "Without --node-selector: true watches only nodes with the ToBeDeletedByClusterAutoscaler:NoSchedule " +
+      "taint, false all non-control-plane nodes.",
     helm: `${HELM}watchAutoscalerTaint`,
   }),
   flag({
     name: "node-selector",
     type: "string",
     default: "",
-    help: "Label selector of the nodes to watch (e.g. node.kubernetes.io/pool=spot); when set, --watch-autoscaler-taint is ignored.",
+    help:
+      "Label selector of the nodes to watch (e.g. node.kubernetes.io/pool=spot); when set, " +
+      "--watch-autoscaler-taint is ignored.",
     helm: `${HELM}nodeSelector`,
     validate: parses(parseLabelSelector),
   }),
@@ -100,7 +98,9 @@ export const lifecycleFlagTable = [
     name: "not-ready-timeout",
     type: "duration",
     default: "5m",
-    help: "How long a node must have been NotReady (from its Ready condition's lastTransitionTime) before it is probed and may be deleted.",
+    help:
+      "How long a node must have been NotReady (from its Ready condition's lastTransitionTime) before it " +
+      "is probed and may be deleted.",
     helm: `${HELM}notReadyTimeout`,
   }),
   flag({
@@ -123,7 +123,9 @@ export const lifecycleFlagTable = [
     name: "probes",
     type: "list",
     default: "icmp,tcp",
-    help: "Probes that can prove a node alive, any answer from any address counting: icmp (echo), tcp (connect to --kubelet-port).",
+    help:
+      "Probes that can prove a node alive, any answer from any address counting: icmp (echo), " +
+      "tcp (connect to --kubelet-port).",
     helm: `${HELM}probes`,
     validate: all<string[]>(
       (items) => (items.length === 0 ? `name at least one of: ${PROBES.join(", ")}` : undefined),
@@ -159,7 +161,9 @@ export const lifecycleFlagTable = [
     name: "unhealthy-threshold",
     type: "float",
     default: "0.55",
-    help: "Pause deletions while more than 2 non-control-plane nodes exist and at least this fraction of them is NotReady (0 < x <= 1).",
+    help:
+      "Pause deletions while more than 2 non-control-plane nodes exist and at least this fraction of them " +
+      "is NotReady (0 < x <= 1).",
     helm: `${HELM}unhealthyThreshold`,
     validate: (value) => (value > 0 && value <= 1 ? undefined : "must be greater than 0 and at most 1"),
   }),
@@ -207,7 +211,9 @@ export const lifecycleFlagTable = [
     type: "string",
     default: "kube-system",
     env: "POD_NAMESPACE",
-    help: "Namespace of the Lease. Unset: the pod's namespace (POD_NAMESPACE, else the service account's), else kube-system.",
+    help:
+      "Namespace of the Lease. Unset: the pod's namespace (POD_NAMESPACE, else the service account's), " +
+      "else kube-system.",
     helm: `${HELM}leaderElection.resourceNamespace`,
     validate: dnsLabel,
   }),
@@ -220,15 +226,6 @@ export const lifecycleFlagTable = [
   }),
   ...commonFlagTable({ healthPort: LIFECYCLE_HEALTH_PORT, helmPrefix: HELM }),
 ] as const;
-
-/** The namespace of the mounted service account, if there is one. */
-export function serviceAccountNamespace(dir = SERVICE_ACCOUNT_DIR): string | undefined {
-  try {
-    return readFileSync(path.join(dir, "namespace"), "utf8").trim() || undefined;
-  } catch {
-    return undefined;
-  }
-}
 
 export function parseLifecycleFlags(
   argv: readonly string[],
@@ -251,9 +248,10 @@ export function parseLifecycleFlags(
     : (podNamespace() ?? values["leader-elect-resource-namespace"]);
   return {
     watchAutoscalerTaint: values["watch-autoscaler-taint"],
-    nodeSelector: values["node-selector"],
-    protectedLabels: values["protected-labels"],
-    protectedAnnotations: values["protected-annotations"],
+    // Checked by the table's parses(…) above: these parse without error.
+    nodeSelector: values["node-selector"] ? parseLabelSelector(values["node-selector"]) : undefined,
+    protectedLabels: parseKeyValueList(values["protected-labels"], "label"),
+    protectedAnnotations: parseKeyValueList(values["protected-annotations"], "annotation"),
     notReadyTimeoutMs: values["not-ready-timeout"],
     pingTimeoutMs: values["ping-timeout"],
     pingCount: values["ping-count"],

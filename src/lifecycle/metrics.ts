@@ -1,51 +1,50 @@
-// The node-lifecycle-controller's Prometheus metrics (served on /metrics by the health server).
-import { type Counter, type Gauge, Registry, registerProcessMetrics } from "../cli/metrics.ts";
+// node-lifecycle-controller's Prometheus metrics (served on /metrics by the health server).
+import { createProgramMetrics, type Registry } from "../cli/metrics.ts";
+import { PROGRAM } from "./flags.ts";
 
-/** What the reconcile loop counts (controller.ts). */
-export interface ControllerMetrics {
-  reconciles: Counter;
-  skipped: Counter<"class">;
-  probes: Counter<"result">;
-  deletions: Counter<"result">;
-  paused: Gauge;
-}
-
-export function createLifecycleMetrics(registry = new Registry()) {
-  registerProcessMetrics(registry);
-  const prefix = "node_lifecycle_controller";
-  const controller: ControllerMetrics = {
-    reconciles: registry.counter({ name: `${prefix}_reconciles_total`, help: "Passes over the cached nodes." }),
+/** What the node-lifecycle reconcile loop counts (controller.ts). */
+export function createNodeLifecycleMetrics(registry: Registry) {
+  return {
+    reconciles: registry.counter({
+      name: "node_lifecycle_controller_reconciles_total",
+      help: "Passes over the cached nodes.",
+    }),
     skipped: registry.counter({
-      name: `${prefix}_skipped_total`,
+      name: "node_lifecycle_controller_skipped_total",
       help: "Decisions that kept a watched node, by the class of rule that kept it.",
       labels: ["class"],
     }),
     probes: registry.counter({
-      name: `${prefix}_probes_total`,
+      name: "node_lifecycle_controller_probes_total",
       help: "Reachability probes of expired nodes, by result (alive, unreachable, inconclusive).",
       labels: ["result"],
     }),
     deletions: registry.counter({
-      name: `${prefix}_deletions_total`,
+      name: "node_lifecycle_controller_deletions_total",
       help: "Node deletions, by result (deleted, dry-run, changed, gone, error).",
       labels: ["result"],
     }),
     paused: registry.gauge({
-      name: `${prefix}_deletions_paused`,
+      name: "node_lifecycle_controller_deletions_paused",
       help: "1 while the mass-deletion guard pauses deletions (too many nodes NotReady), else 0.",
     }),
   };
+}
+
+export type NodeLifecycleMetrics = ReturnType<typeof createNodeLifecycleMetrics>;
+
+/**
+ * Everything node-lifecycle-controller serves: the program's part, leadership (one lease for all
+ * its controllers), then each controller's (run.ts and the README use this).
+ */
+export function createMetrics() {
+  const program = createProgramMetrics(PROGRAM);
   return {
-    registry,
-    controller,
-    apiRequests: registry.counter({
-      name: `${prefix}_api_requests_total`,
-      help: "Requests to the Kubernetes API, by verb and HTTP status code (0: no connection).",
-      labels: ["verb", "code"],
-    }),
-    leader: registry.gauge({
-      name: `${prefix}_leader`,
+    ...program,
+    leader: program.registry.gauge({
+      name: "node_lifecycle_controller_leader",
       help: "1 while this replica leads (and may probe and delete), else 0.",
     }),
+    nodeLifecycle: createNodeLifecycleMetrics(program.registry),
   };
 }

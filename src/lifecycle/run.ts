@@ -4,7 +4,7 @@
 import { randomBytes } from "node:crypto";
 import os from "node:os";
 import type { Node } from "kubernetes-types/core/v1.js";
-import { type HealthServer, startHealthServer } from "../cli/health.ts";
+import { startHealthServer } from "../cli/health.ts";
 import { createLogger, type Logger } from "../cli/log.ts";
 import type { MainContext } from "../cli/main.ts";
 import { sleep } from "../kube/backoff.ts";
@@ -13,25 +13,23 @@ import { loadClientConfig } from "../kube/config.ts";
 import { isApiError } from "../kube/errors.ts";
 import { EventRecorder } from "../kube/events.ts";
 import { Informer } from "../kube/informer.ts";
-import { parseKeyValueList, parseLabelSelector } from "../kube/labelselector.ts";
 import { LeaderElector } from "../kube/leaderelection.ts";
 import { Resource } from "../kube/resource.ts";
 import { probeNode } from "../net/probe.ts";
 import { Controller, nodeTransform } from "./controller.ts";
 import type { LifecycleConfig } from "./decide.ts";
-import { type LifecycleFlags, parseLifecycleFlags } from "./flags.ts";
-import { createLifecycleMetrics } from "./metrics.ts";
+import { type LifecycleFlags, PROGRAM, parseLifecycleFlags } from "./flags.ts";
+import { createMetrics } from "./metrics.ts";
 
-export const PROGRAM = "node-lifecycle-controller";
 /** How long shutdown waits for queued Events before it closes the client. */
 const EVENT_FLUSH_MS = 5_000;
 
 function lifecycleConfig(flags: LifecycleFlags): LifecycleConfig {
   return {
-    ...(flags.nodeSelector ? { nodeSelector: parseLabelSelector(flags.nodeSelector) } : {}),
+    ...(flags.nodeSelector ? { nodeSelector: flags.nodeSelector } : {}),
     watchAutoscalerTaint: flags.watchAutoscalerTaint,
-    protectedLabels: parseKeyValueList(flags.protectedLabels, "label"),
-    protectedAnnotations: parseKeyValueList(flags.protectedAnnotations, "annotation"),
+    protectedLabels: flags.protectedLabels,
+    protectedAnnotations: flags.protectedAnnotations,
     notReadyTimeoutMs: flags.notReadyTimeoutMs,
     maxDeletionsPerMinute: flags.maxDeletionsPerMinute,
     unhealthyThreshold: flags.unhealthyThreshold,
@@ -56,22 +54,39 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
   const config = lifecycleConfig(flags);
   const clientConfig = await loadClientConfig({ kubeconfig: flags.kubeconfig || undefined, env: ctx.env });
   const identity = leaderIdentity(ctx.env);
+  ctx.signal.addEventListener("abort", () => log.info("shutting down"));
 
-  const metrics = createLifecycleMetrics();
+  // Each part registers its stop right after it starts: they run in reverse (see cli/main.ts), so the
+  // loop stops first (no DELETE after that), then the lease is released, the watch stopped, Events
+  // flushed, health closed, and the client closed last.
+  const metrics = createMetrics();
   const client = new KubeClient(clientConfig, {
     component: PROGRAM,
     onResponse: (verb, code) => metrics.apiRequests.with({ verb, code }).inc(),
   });
+  ctx.onShutdown(() => client.close());
   const nodes = new Resource<Node>(client, { group: "", version: "v1", plural: "nodes" });
   const informer = new Informer(nodes, {
     transform: nodeTransform(config),
     onError: (err) => log.error("watching nodes failed", { err }),
   });
+  if (flags.healthBindAddress) {
+    const health = await startHealthServer({
+      address: flags.healthBindAddress,
+      metrics: metrics.registry,
+      ready: () =>
+        informer.hasSynced() ? { ok: true } : { ok: false, reason: "node cache not synced yet" },
+    });
+    ctx.onShutdown(() => health.close());
+    log.info("serving /healthz, /readyz and /metrics", { address: health.address });
+  }
   const events = new EventRecorder(client, {
     component: PROGRAM,
     host: identity,
     onError: (err) => log.error("recording an event failed", { err }),
   });
+  ctx.onShutdown(() => Promise.race([events.flush(), sleep(EVENT_FLUSH_MS)]));
+
   const { leaderElection } = flags;
   let elector: LeaderElector | undefined;
   const controller = new Controller({
@@ -92,7 +107,7 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
     isLeader: () => elector?.isLeader() ?? true,
     events,
     log,
-    metrics: metrics.controller,
+    metrics: metrics.nodeLifecycle,
   });
   informer.addHandlers(controller.handlers);
   if (leaderElection.enabled) {
@@ -118,42 +133,30 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
     metrics.leader.set(1);
   }
 
-  const stop = new AbortController();
-  let health: HealthServer | undefined;
-  let electing: Promise<void> | undefined;
-  ctx.onShutdown(async () => {
-    log.info("shutting down");
-    stop.abort();
-    await controller.stop(); // first: no probe or DELETE starts after this
-    await electing; // releases the lease, so a successor need not wait for it to expire
-    await informer.stop();
-    await Promise.race([events.flush(), sleep(EVENT_FLUSH_MS)]);
-    await health?.close();
-    client.close();
-  });
-
-  if (flags.healthBindAddress) {
-    health = await startHealthServer({
-      address: flags.healthBindAddress,
-      metrics: metrics.registry,
-      ready: () =>
-        informer.hasSynced() ? { ok: true } : { ok: false, reason: "node cache not synced yet" },
-    });
-    log.info("serving /healthz, /readyz and /metrics", { address: health.address });
-  }
   log.info("starting", {
     server: clientConfig.server,
     identity,
     leaderElect: leaderElection.enabled,
     dryRun: flags.dryRun,
   });
-  const stopped = new Promise<void>((resolve) => stop.signal.addEventListener("abort", () => resolve()));
   informer.start();
-  await Promise.race([informer.waitForSync(), stopped]);
-  if (stop.signal.aborted) return;
+  ctx.onShutdown(() => informer.stop());
+  await Promise.race([informer.waitForSync(), ctx.untilStopped()]);
+  if (ctx.signal.aborted) return;
   log.info("node cache synced", { nodes: informer.list().length });
-  controller.start();
   // Candidates campaign only with a full cache, so that a new leader decides from all nodes at once.
-  if (elector) electing = elector.run(stop.signal);
-  await stopped;
+  if (elector) ctx.onShutdown(campaign(elector));
+  controller.start();
+  ctx.onShutdown(() => controller.stop()); // waits for checks in flight: a DELETE already sent completes
+  await ctx.untilStopped();
+}
+
+/** Runs the elector until the returned hook, which releases the lease so a successor need not wait. */
+function campaign(elector: LeaderElector): () => Promise<void> {
+  const resign = new AbortController();
+  const running = elector.run(resign.signal);
+  return () => {
+    resign.abort();
+    return running;
+  };
 }

@@ -1,7 +1,17 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
-import { canonicalIp, cidrContains, cidrWithin, ipFamily, ipFromBytes, ipToBytes, parseCidr } from "./ip.ts";
+import {
+  canonicalIp,
+  cidrContains,
+  cidrWithin,
+  hostPort,
+  ipFamily,
+  ipFromBytes,
+  ipToBytes,
+  parseCidr,
+  uniqueIPs,
+} from "./ip.ts";
 
 const cidr = (text: string) => {
   const parsed = parseCidr(text);
@@ -94,4 +104,28 @@ test("canonical IPs print as Go prints them: IPv4-mapped as IPv4, sloppy IPv4 as
     [Uint8Array.from([198, 18, 0]), undefined],
   ];
   for (const [ip, canonical] of cases) assert.equal(canonicalIp(ip), canonical, String(ip));
+});
+
+test("host:port brackets IPv6 literals only; an empty host stays empty (Go's :port)", () => {
+  assert.equal(hostPort("198.18.0.1", 10250), "198.18.0.1:10250");
+  assert.equal(hostPort("fd00:198:18::1", 10250), "[fd00:198:18::1]:10250");
+  assert.equal(hostPort("api.example", "6443"), "api.example:6443");
+  assert.equal(hostPort("", 10264), ":10264");
+  // The bracketed form is what URL parsing takes back apart.
+  fc.assert(
+    fc.property(fc.oneof(fc.ipV4(), fc.ipV6()), fc.integer({ min: 1, max: 65535 }), (ip, port) => {
+      const url = new URL(`https://${hostPort(ip, port)}/`);
+      const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
+      return url.port === (port === 443 ? "" : String(port)) && ipToBytes(host).equals(ipToBytes(ip));
+    }),
+  );
+});
+
+test("unique IPs keep the first of each, in order", () => {
+  assert.deepEqual(uniqueIPs(["198.18.0.2", "fd00::1", "198.18.0.2", "198.18.0.1", "fd00::1"]), [
+    "198.18.0.2",
+    "fd00::1",
+    "198.18.0.1",
+  ]);
+  assert.deepEqual(uniqueIPs([]), []);
 });

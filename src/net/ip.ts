@@ -11,6 +11,16 @@ export interface Cidr {
   family: Family;
 }
 
+/** "host:port", or "[host]:port" when host is an IPv6 literal (URLs, dial and listen addresses). */
+export function hostPort(host: string, port: number | string): string {
+  return host.includes(":") ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+/** The IPs without repeats, each where it first appears (text compared as is: pass canonical text). */
+export function uniqueIPs(ips: Iterable<string>): string[] {
+  return [...new Set(ips)];
+}
+
 export function ipFamily(ip: string): Family | undefined {
   if (isIPv4(ip)) return 4;
   if (isIPv6(ip)) return 6;

@@ -4,6 +4,7 @@
 // answered; a probe that could not run (no permission, no addon, IPv6 disabled) proves nothing.
 import { connect, isIP } from "node:net";
 import { type EchoOutcome, echo } from "./icmp.ts";
+import { hostPort, uniqueIPs } from "./ip.ts";
 
 export interface ProbeResult {
   /** False only when every address was probed and no probe got an answer. */
@@ -39,9 +40,6 @@ const HOST_ANSWERED: Record<string, string> = {
 /** Errors that mean no answer reached us: the host is silent or there is no path to it. */
 const NO_ANSWER = new Set(["ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "EHOSTDOWN", "ENETDOWN"]);
 
-const endpoint = (address: string, port: number) =>
-  address.includes(":") ? `[${address}]:${port}` : `${address}:${port}`;
-
 function tcpConnect(
   address: string,
   port: number,
@@ -65,14 +63,14 @@ function tcpConnect(
       const code = err.code ?? "";
       if (HOST_ANSWERED[code]) finish({ kind: "answered", how: HOST_ANSWERED[code] });
       else if (NO_ANSWER.has(code)) finish({ kind: "silent" });
-      else finish({ kind: "failed", reason: `tcp ${endpoint(address, port)}: ${err.message}` });
+      else finish({ kind: "failed", reason: `tcp ${hostPort(address, port)}: ${err.message}` });
     });
   });
 }
 
 export async function probeNode(addresses: string[], options: ProbeOptions): Promise<ProbeResult> {
   // Never a name: resolving one would probe the resolver, not the node.
-  const targets = [...new Set(addresses)].filter((address) => isIP(address) !== 0);
+  const targets = uniqueIPs(addresses).filter((address) => isIP(address) !== 0);
   const notIPs = addresses.filter((address) => isIP(address) === 0);
   const { outcomes, winner } = await runProbes(targets, options);
   const flags = outcomes.some((outcome) => outcome.kind === "unavailable") ? { icmpUnavailable: true } : {};
@@ -144,5 +142,5 @@ async function runProbes(targets: string[], options: ProbeOptions) {
 function describeAnswer(outcome: Outcome, port: number): string {
   return outcome.probe === "icmp"
     ? `icmp ${outcome.address} answered`
-    : `tcp ${endpoint(outcome.address, port)} ${outcome.how ?? "answered"}`;
+    : `tcp ${hostPort(outcome.address, port)} ${outcome.how ?? "answered"}`;
 }

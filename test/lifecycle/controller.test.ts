@@ -18,7 +18,7 @@ import {
   probeAddresses,
 } from "../../src/lifecycle/controller.ts";
 import { decide, type LifecycleConfig } from "../../src/lifecycle/decide.ts";
-import { createLifecycleMetrics } from "../../src/lifecycle/metrics.ts";
+import { createNodeLifecycleMetrics } from "../../src/lifecycle/metrics.ts";
 import { waitFor } from "../wait.ts";
 
 const NOW = new Date("2026-01-01T12:00:00Z");
@@ -172,7 +172,7 @@ function harness(
       record: (object, type, reason, message) => h.events.push({ name: object.name, type, reason, message }),
     },
     log: createLogger({ verbosity: 2, format: "text", write: (line) => h.logs.push(line) }),
-    metrics: createLifecycleMetrics(registry).controller,
+    metrics: createNodeLifecycleMetrics(registry),
     now: () => NOW,
     ...options,
   });
