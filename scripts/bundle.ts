@@ -20,6 +20,9 @@ export async function bundle(entry: string, outfile: string): Promise<void> {
     external: EXTERNAL,
     legalComments: "none",
     logLevel: "warning",
+    // The bundle's file comments name paths relative to this: its bytes (and the image digest) must not depend
+    // on the caller's working directory.
+    absWorkingDir: path.resolve(import.meta.dirname, ".."),
     // CommonJS has no import.meta: give modules that resolve files next to themselves
     // (createRequire(import.meta.url), e.g. the ICMP addon) the bundle's own URL.
     define: { "import.meta.url": "__import_meta_url" },

@@ -5,11 +5,14 @@
 // bundles must start there — no dev dependency, no source, nothing from the repository.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import {
   cpSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
+  lstatSync,
+  readdirSync,
   readFileSync,
   rmSync,
   statSync,
@@ -19,8 +22,12 @@ import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { bundle } from "../../scripts/bundle.ts";
+import { buildImage, NODE_DIR, type BuiltImage } from "../../scripts/image.ts";
+import { readImageTarball, type ImageContents, type LayerEntry } from "../../scripts/oci-image.ts";
 import { onExit } from "../../localcluster/cleanup.ts";
+import { containerdMissing, startContainerd } from "../../localcluster/containerd.ts";
 import { run } from "../../localcluster/exec.ts";
+import { DEPLOY_DIR } from "../../scripts/render-manifests.ts";
 import { shippedCommand } from "./shipped.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
@@ -29,6 +36,9 @@ const PROGRAMS = Object.entries(
 );
 /** What `npm ci` makes in the build stage; here, this machine's own `npm ci` made them. */
 const NPM_CI_OUTPUTS = ["node_modules", "native/icmp/build"];
+const PINNED_NODE = (JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")) as {
+  devDependencies: { node: string };
+}).devDependencies.node;
 
 interface Stage {
   from: string;
@@ -101,6 +111,29 @@ function start(dir: string, file: string, args: string[], nodeArgs: string[] = [
   return { code: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 
+/** A folder's entries as image paths under `imagePath`, in the shape of a layer's listing. */
+function listFolder(folder: string, imagePath: string): LayerEntry[] {
+  return readdirSync(folder, { recursive: true, encoding: "utf8" }).map((relative) => {
+    const stats = lstatSync(path.join(folder, relative));
+    const type = stats.isDirectory() ? "directory" : stats.isSymbolicLink() ? "symlink" : "file";
+    const size = type === "file" ? stats.size : 0;
+    return { path: path.posix.join(imagePath, relative), type, mode: stats.mode & 0o7777, uid: 0, gid: 0, size };
+  });
+}
+
+/** The runtime stage's ENV, USER, WORKDIR, ENTRYPOINT and CMD, as an image config. */
+function dockerfileConfig(stage: Stage): ImageContents["config"]["config"] {
+  const args = (instruction: string) =>
+    stage.lines.filter((line) => line.startsWith(`${instruction} `)).map((line) => line.slice(instruction.length + 1));
+  return {
+    User: args("USER").at(-1),
+    Env: args("ENV").flatMap((line) => line.trim().split(/\s+/)),
+    WorkingDir: stage.workdir,
+    Entrypoint: JSON.parse(args("ENTRYPOINT").at(-1) ?? "null") as string[],
+    Cmd: JSON.parse(args("CMD").at(-1) ?? "null") as string[],
+  };
+}
+
 describe("container image contents", () => {
   const dockerfile = readFileSync(path.join(ROOT, "Dockerfile"), "utf8");
   const [build, runtime] = parseStages(dockerfile) as [Stage, Stage];
@@ -111,6 +144,8 @@ describe("container image contents", () => {
   const inImage = (imagePath: string) => path.join(image, imagePath);
   /** A bundle that loads both native addons and uses them once, placed in the image's dist/. */
   let addonsCheck: string;
+  /** The runtime folder's /app before the test adds anything to it. */
+  let replayed: LayerEntry[];
 
   before(async () => {
     temp = mkdtempSync(path.join(os.tmpdir(), "local-ccm-image-"));
@@ -130,6 +165,7 @@ describe("container image contents", () => {
       assert.equal(stage, "build", `the runtime stage copies only from the build stage: ${sources} ${to}`);
       for (const source of sources) copy(path.join(buildRoot, source), inImage(to));
     }
+    replayed = listFolder(inImage("/app"), "/app");
     addonsCheck = inImage("/app/dist/addons-check.cjs");
     await bundle(path.join(import.meta.dirname, "addons-fixture.ts"), addonsCheck);
   });
@@ -189,4 +225,152 @@ describe("container image contents", () => {
       }
     });
   }
+
+  describe("the image `npm run image` writes, without Docker", () => {
+    let built: BuiltImage;
+    let again: BuiltImage;
+    let contents: ImageContents;
+    let rootfs: string;
+    const inLayer = (entries: LayerEntry[], app: boolean) =>
+      entries.filter((entry) => (entry.path === "/app" || entry.path.startsWith("/app/")) === app);
+
+    /** `Entrypoint args…` in the extracted layer, chrooted, with the image's Env, as `user` (default: its User). */
+    function inImageRoot(args: string[], user = contents.config.config.User as string) {
+      const { Env = [], Entrypoint = [] } = contents.config.config;
+      const env = Object.fromEntries(Env.map((pair) => pair.split(/=(.*)/s).slice(0, 2)));
+      const result = spawnSync("/usr/sbin/chroot", [`--userspec=${user}`, rootfs, ...Entrypoint, ...args], {
+        env,
+        encoding: "utf8",
+        timeout: 30_000,
+      });
+      return { code: result.status, stdout: result.stdout, stderr: result.stderr };
+    }
+
+    before(async () => {
+      built = await buildImage(path.join(temp, "image.tar"));
+      again = await buildImage(path.join(temp, "again.tar"));
+      const read = path.join(temp, "read");
+      rootfs = path.join(temp, "rootfs");
+      mkdirSync(read);
+      mkdirSync(rootfs);
+      contents = await readImageTarball(built.tarball, read);
+      await run("tar", ["-xf", contents.layer, "-C", rootfs]);
+      await bundle(path.join(import.meta.dirname, "addons-fixture.ts"), path.join(rootfs, "app/dist/addons-check.cjs"));
+    });
+
+    test("same inputs, same image: two builds give the same digest and the same bytes", () => {
+      assert.match(built.digest, /^sha256:[0-9a-f]{64}$/);
+      assert.equal(again.digest, built.digest);
+      assert.equal(contents.digest, built.digest);
+      const hash = (file: string) => createHash("sha256").update(readFileSync(file)).digest("hex");
+      assert.equal(hash(again.tarball), hash(built.tarball));
+    });
+
+    test("named as the chart and deploy/ name the image, for containerd and for Docker", () => {
+      const deployImages = new Set(
+        readdirSync(DEPLOY_DIR)
+          .filter((file) => file.endsWith(".yaml"))
+          .map((file) => readFileSync(path.join(DEPLOY_DIR, file), "utf8"))
+          .flatMap((manifest) => [...manifest.matchAll(/^\s+image: "?([^"\s]+)"?$/gm)])
+          .map((match) => match[1]),
+      );
+      assert.deepEqual([...deployImages], [built.reference]);
+      assert.deepEqual(contents.names, {
+        containerd: built.reference,
+        ociRefName: built.reference.split(":").at(-1),
+        docker: [built.reference],
+      });
+    });
+
+    test("its config is the Dockerfile runtime stage's: user, Env (node's folder on PATH), workdir, command", () => {
+      assert.deepEqual(contents.config.config, dockerfileConfig(runtime));
+      const searchPath = contents.config.config.Env?.find((pair) => pair.startsWith("PATH="));
+      assert.equal(searchPath?.split(/[=:]/)[1], NODE_DIR);
+      assert.equal(contents.config.architecture, "amd64");
+    });
+
+    test("/app holds exactly what the runtime stage COPYs, with the same modes", () => {
+      // The replayed bundles name node_modules through the replay's symlink in their file comments: sizes differ.
+      const shape = ({ path: file, type, mode, size }: LayerEntry) =>
+        ({ path: file, type, mode, size: file.startsWith("/app/dist/") ? "bundle" : size });
+      const byPath = (a: LayerEntry, b: LayerEntry) => (a.path < b.path ? -1 : 1);
+      const replayedApp = [{ path: "/app", type: "directory", mode: 0o755, uid: 0, gid: 0, size: 0 }, ...replayed];
+      assert.deepEqual(
+        inLayer(contents.entries, true).sort(byPath).map(shape),
+        (replayedApp as LayerEntry[]).sort(byPath).map(shape),
+      );
+      assert.ok(inLayer(contents.entries, true).every((entry) => entry.uid === 0 && entry.gid === 0));
+    });
+
+    test("outside /app, only what the distroless base gives: node, the libraries it loads, the users", () => {
+      const outside = inLayer(contents.entries, false);
+      const files = outside.filter((entry) => entry.type === "file").map((entry) => entry.path);
+      const libraries = files.filter((file) => /^\/(usr\/)?lib(64|32)?\/([\w-]+\/)?[^/]+\.so(\.\d+)*$/.test(file));
+      assert.deepEqual(files.filter((file) => !libraries.includes(file)).sort(), [
+        "/etc/group",
+        "/etc/passwd",
+        `${NODE_DIR}/node`,
+      ]);
+      assert.ok(libraries.some((file) => /\/ld-linux[\w.-]*\.so\.\d$/.test(file)), `no dynamic loader: ${libraries}`);
+      assert.ok(libraries.some((file) => file.endsWith("/libstdc++.so.6")), `no libstdc++: ${libraries}`);
+      const folders = outside.filter((entry) => entry.type === "directory");
+      const special = folders.filter((entry) => entry.mode !== 0o755 || entry.uid !== 0);
+      assert.deepEqual(special, [
+        { path: "/home/nonroot", type: "directory", mode: 0o700, uid: 65532, gid: 65532, size: 0 },
+        { path: "/tmp", type: "directory", mode: 0o1777, uid: 0, gid: 0, size: 0 },
+      ]);
+      assert.equal(outside.filter((entry) => entry.type === "symlink").length, 0);
+      const passwd = readFileSync(path.join(rootfs, "etc/passwd"), "utf8");
+      assert.match(passwd, /^nonroot:x:65532:65532:nonroot:\/home\/nonroot:/m);
+      assert.match(readFileSync(path.join(rootfs, "etc/group"), "utf8"), /^nonroot:x:65532:$/m);
+    });
+
+    test("node is the pinned official binary and runs from the image's own libraries as nonroot (65532)", () => {
+      const { code, stdout, stderr } = inImageRoot([
+        "-p",
+        "[process.version, process.getuid(), process.getgid(), require('node:os').userInfo().username].join(' ')",
+      ]);
+      assert.equal(code, 0, stderr);
+      assert.equal(stdout, `v${PINNED_NODE} 65532 65532 nonroot\n`);
+    });
+
+    for (const [program, bin] of PROGRAMS) {
+      test(`${program}: the shipped command starts in the image; --help exits 0, a bad flag exits 2`, () => {
+        const { nodeArgs, script } = shippedCommand(program);
+        const help = inImageRoot([...nodeArgs, path.posix.join("/app", bin), "--help"]);
+        assert.equal(help.code, 0, help.stderr);
+        assert.match(help.stdout, new RegExp(`^Usage: ${program} \\[flags\\]\\n`));
+        assert.equal(script, path.posix.join("/app", bin));
+        const bad = inImageRoot([...nodeArgs, script, "--no-such-flag"]);
+        assert.deepEqual(bad, { code: 2, stdout: "", stderr: `${program}: unknown flag: --no-such-flag\n` });
+      });
+    }
+
+    test("both native addons load in the image: netlink answers; ICMP answers with CAP_NET_RAW (root)", () => {
+      const asRoot = inImageRoot(["/app/dist/addons-check.cjs"], "0:0");
+      assert.equal(asRoot.code, 0, asRoot.stderr);
+      assert.deepEqual(JSON.parse(asRoot.stdout), { icmp: { kind: "answered" }, routeSource: "127.0.0.1" });
+      // Without capabilities the addon still loads; whether the kernel grants a ping socket is its own business.
+      const asNonroot = inImageRoot(["--jitless", "/app/dist/addons-check.cjs"]);
+      assert.equal(asNonroot.code, 0, asNonroot.stderr);
+      const { icmp, routeSource } = JSON.parse(asNonroot.stdout) as { icmp: { reason?: string }; routeSource: string };
+      assert.equal(routeSource, "127.0.0.1");
+      assert.doesNotMatch(icmp.reason ?? "", /addon not built/);
+    });
+
+    test("containerd imports and unpacks it under the chart's reference, with the same digest", async () => {
+      const missing = containerdMissing();
+      assert.equal(missing, undefined, missing);
+      const containerd = await startContainerd({ dir: path.join(temp, "containerd") });
+      try {
+        await containerd.ctr(["-n", "k8s.io", "images", "import", built.tarball]);
+        const images = await containerd.ctr(["-n", "k8s.io", "images", "check"]);
+        const line = images.split("\n").find((row) => row.startsWith(`${built.reference} `));
+        assert.ok(line, images);
+        assert.match(line, new RegExp(` ${built.digest} +complete \\(2/2\\) .* true *$`));
+      } finally {
+        await containerd.stop();
+      }
+    });
+  });
 });
