@@ -7,21 +7,20 @@
 // Everything it starts dies with the process that started it: children run under
 // `setpriv --pdeathsig KILL`, so even a SIGKILLed test leaves no etcd or apiserver behind, and the
 // temp folder is removed on exit. The `up` CLI is the exception (detached: it outlives its caller).
-import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { readFile, writeFile } from "node:fs/promises";
 import https from "node:https";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
-import { sleep } from "../src/kube/backoff.ts";
 import { KubeClient } from "../src/kube/client.ts";
 import { loadClientConfig } from "../src/kube/config.ts";
 import { isApiError } from "../src/kube/errors.ts";
 import { onExit } from "./cleanup.ts";
 import { run } from "./exec.ts";
 import { type Binaries, ensureBinaries } from "./build.ts";
-import { createPki, issueClientCertificate, type KeyPair, type Pki } from "./pki.ts";
+import { type Service, startService, stopService, waitUntil } from "./service.ts";
+import { type CertificateAuthority, createPki, issueClientCertificate, type KeyPair, type Pki } from "./pki.ts";
 
 export interface ControlPlaneOptions {
   /** Extra IPs for the serving certificate; the apiserver then listens on all addresses, so a
@@ -76,6 +75,8 @@ export interface ControlPlane {
   serverAt(ip: string): string;
   kubeconfigPath: string;
   caPath: string;
+  /** The cluster CA with its key, to issue more client certificates (e.g. kubelets'). */
+  certificateAuthority: CertificateAuthority;
   binaries: Binaries;
   admin: KubeClient;
   auditLogPath: string | undefined;
@@ -96,7 +97,6 @@ export interface ControlPlanePids {
 }
 
 const SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local";
-const READY_TIMEOUT_MS = 120_000;
 
 export function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -108,57 +108,6 @@ export function freePort(): Promise<number> {
       server.close(() => resolve(port));
     });
   });
-}
-
-interface Service {
-  name: string;
-  child: ChildProcess;
-  exited: Promise<void>;
-  logPath: string;
-}
-
-function startService(name: string, binary: string, args: string[], dir: string, detached: boolean): Service {
-  const logPath = path.join(dir, `${name}.log`);
-  const log = openSync(logPath, "a");
-  const [command, argv] = detached
-    ? [binary, args]
-    : ["setpriv", ["--pdeathsig", "KILL", "--", binary, ...args]];
-  const child = spawn(command, argv, { stdio: ["ignore", log, log], detached });
-  if (detached) child.unref();
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  return { name, child, exited, logPath };
-}
-
-async function stopService(service: Service): Promise<void> {
-  if (service.child.exitCode !== null || service.child.signalCode !== null) return;
-  service.child.kill("SIGTERM");
-  const stopped = await Promise.race([service.exited.then(() => true), sleep(20_000).then(() => false)]);
-  if (!stopped) {
-    service.child.kill("SIGKILL");
-    await service.exited;
-  }
-}
-
-async function logTail(service: Service): Promise<string> {
-  const text = await readFile(service.logPath, "utf8").catch(() => "");
-  return text.trim().split("\n").slice(-8).join("\n");
-}
-
-/** Polls `check` until it returns true; fails early if the service exits meanwhile. */
-async function waitUntil(service: Service, what: string, check: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + READY_TIMEOUT_MS;
-  let exited = false;
-  service.exited.then(() => {
-    exited = true;
-  });
-  while (Date.now() < deadline) {
-    if (exited) throw new Error(`${service.name} exited before ${what}:\n${await logTail(service)}`);
-    if (await check().catch(() => false)) return;
-    await sleep(250);
-  }
-  throw new Error(
-    `${service.name} not ${what} after ${READY_TIMEOUT_MS / 1000}s:\n${await logTail(service)}`,
-  );
 }
 
 /** A kubeconfig user that authenticates with a client certificate (embedded: the file stands alone). */
@@ -344,8 +293,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
         "--unsafe-no-fsync",
         "--log-level=warn",
       ],
-      dir,
-      detached,
+      { dir, detached },
     );
     services.push(etcd);
     await waitUntil(etcd, "healthy", async () => {
@@ -378,7 +326,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     const args = apiserverArgs(pki, etcdPort, listen, options, dir, auditLogPath);
     if (options.kubelets) args.push(...(await kubeletClientArgs(pki)));
     const startApiserver = async (): Promise<Service> => {
-      const apiserver = startService("kube-apiserver", binaries.kubeApiserver, args, dir, detached);
+      const apiserver = startService("kube-apiserver", binaries.kubeApiserver, args, { dir, detached });
       await waitUntil(
         apiserver,
         "ready",
@@ -393,7 +341,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
       const kubeconfig = path.join(dir, `${name}.kubeconfig`);
       await writeFile(kubeconfig, kubeconfigJson(server, caPem, clientCertificateUser(cert)));
       const port = await freePort();
-      const service = startService(name, binary, [...componentArgs(kubeconfig, port), ...args], dir, detached);
+      const service = startService(name, binary, [...componentArgs(kubeconfig, port), ...args], { dir, detached });
       services.push(service);
       await waitUntil(service, "healthy", () => healthz(port));
       return service;
@@ -415,6 +363,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
       server,
       kubeconfigPath,
       caPath: pki.caCert,
+      certificateAuthority: { dir: pki.dir, caCert: pki.caCert, caKey: pki.caKey },
       binaries,
       admin,
       auditLogPath,
