@@ -103,6 +103,8 @@ export interface ClusterNode {
 }
 
 export interface Cluster {
+  /** Which of the MAX_SLOTS address ranges and name prefixes it has (clusterLayout()). */
+  slot: number;
   dir: string;
   /** Admin kubeconfig (system:masters). */
   kubeconfigPath: string;
@@ -613,6 +615,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       return found;
     };
     return {
+      slot: record.slot,
       dir,
       kubeconfigPath,
       server: plane.server,
