@@ -46,7 +46,8 @@ async function up(args: string[]): Promise<void> {
     return;
   }
   rmSync(DIR, { recursive: true, force: true });
-  const cluster = await startCluster({ nodes, dir: DIR, detached: true, log: (line) => console.error(`cluster: ${line}`) });
+  const log = (line: string) => console.error(`cluster: ${line}`);
+  const cluster = await startCluster({ nodes, dir: DIR, detached: true, log });
   cluster.admin.close();
   console.log(await cluster.kubectl(["get", "nodes", "-o", "wide"]));
   console.log(`logs in ${DIR}; kill a node with: npm run cluster -- kill-node ${cluster.nodes[0]?.name}`);

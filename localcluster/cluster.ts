@@ -541,7 +541,9 @@ async function waitForReadyNodes(plane: ControlPlane, nodes: RunningNode[]): Pro
     if (nodes.every((node) => ready.has(node.layout.name))) return;
     if (Date.now() > deadline) {
       const late = nodes.filter((node) => !ready.has(node.layout.name));
-      const tails = await Promise.all(late.map(async (n) => `${n.layout.name}: ${await logTail(n.kubelet as Service)}`));
+      const tails = await Promise.all(
+        late.map(async (n) => `${n.layout.name}: ${await logTail(n.kubelet as Service)}`),
+      );
       throw new Error(`nodes not Ready after ${NODE_READY_TIMEOUT_MS / 1000}s:\n${tails.join("\n")}`);
     }
     await sleep(250);
@@ -603,12 +605,15 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     writeRecord(record);
     log(`starting ${specs.length} nodes`);
     const nodes = await Promise.all(
-      record.nodes.map((node, index) => startNode(record, plane, node, specs[index] as Required<NodeOptions>, images, detached)),
+      record.nodes.map((node, index) =>
+        startNode(record, plane, node, specs[index] as Required<NodeOptions>, images, detached),
+      ),
     );
     await waitForReadyNodes(plane, nodes);
     log(`${nodes.length} nodes Ready after ${((Date.now() - started) / 1000).toFixed(1)}s`);
 
     const handles = nodes.map((node) => clusterNode(record, node));
+    let stopped = false;
     const byName = (name: string) => {
       const found = handles.find((node) => node.name === name);
       if (!found) throw new Error(`no node ${name} (nodes: ${handles.map((n) => n.name).join(", ")})`);
@@ -631,6 +636,9 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
         powerOff(dir, record.nodes.find((node) => node.name === name) as NodeLayout);
       },
       async stop() {
+        // Once only: a second removal could take the slot's record from a cluster started since.
+        if (stopped) return;
+        stopped = true;
         plane.admin.close();
         removeCluster(record);
         forget();

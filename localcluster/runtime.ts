@@ -17,7 +17,10 @@ export const CNI_BIN_DIR = "/usr/lib/cni";
 const PACKAGES: RuntimePackage[] = [
   { name: "containerd", files: ["/usr/bin/containerd", "/usr/bin/ctr", "/usr/bin/containerd-shim-runc-v2"] },
   { name: "runc", files: ["/usr/sbin/runc"] },
-  { name: "containernetworking-plugins", files: ["bridge", "host-local", "loopback"].map((p) => `${CNI_BIN_DIR}/${p}`) },
+  {
+    name: "containernetworking-plugins",
+    files: ["bridge", "host-local", "loopback"].map((plugin) => `${CNI_BIN_DIR}/${plugin}`),
+  },
   // The pause image is compiled here from upstream's pause.c, statically.
   { name: "gcc", files: ["/usr/bin/gcc"] },
   { name: "libc6-dev", files: ["/usr/include/stdio.h"] },
@@ -32,7 +35,8 @@ export function missingRuntimePackages(exists: (file: string) => boolean = exist
 export function runtimeMissing(): string | undefined {
   const missing = missingRuntimePackages();
   if (missing.length === 0) return undefined;
-  return `the local cluster needs ${missing.join(", ")}: run as root on Debian/Ubuntu, or apt-get install -y ${missing.join(" ")}`;
+  const packages = missing.join(" ");
+  return `the local cluster needs ${packages}: run as root on Debian/Ubuntu, or apt-get install -y ${packages}`;
 }
 
 function canInstall(): boolean {
@@ -49,5 +53,6 @@ export async function ensureRuntime(): Promise<void> {
   await run("apt-get", ["update", "-qq"], { env });
   await run("apt-get", ["install", "-y", "-qq", "--no-install-recommends", ...missing], { env });
   const still = missingRuntimePackages();
-  if (still.length > 0) throw new Error(`apt-get installed ${missing.join(", ")} but ${still.join(", ")} still missing`);
+  if (still.length > 0)
+    throw new Error(`apt-get installed ${missing.join(", ")} but ${still.join(", ")} is still missing`);
 }
