@@ -235,3 +235,17 @@ test("the next start removes what a killed run left behind", async (t) => {
     assert.deepEqual(leftoversOf(slot, dir), []);
   }
 });
+
+test("a node with serverTLSBootstrap asks for its serving certificate with a kubelet-serving CSR", async (t) => {
+  const nodes = [{ name: "bootstrapped", serverTLSBootstrap: true }];
+  const cluster = await startCluster({ nodes, projectImage: false });
+  t.after(() => cluster.stop());
+  const csr = await waitFor("the kubelet's CSR", async () => {
+    const list = JSON.parse(await cluster.kubectl(["get", "csr", "-o", "json"])) as {
+      items: { spec: { signerName: string; username: string }; status: { certificate?: string } }[];
+    };
+    return list.items.find((item) => item.spec.signerName === "kubernetes.io/kubelet-serving");
+  });
+  assert.equal(csr.spec.username, "system:node:bootstrapped");
+  assert.equal(csr.status.certificate, undefined, "nobody approved it: no certificate yet");
+});
