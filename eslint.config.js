@@ -4,7 +4,7 @@ import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
 export default tseslint.config(
-  { ignores: ["node_modules/", "dist/", ".cache/", ".controlplane/", "native/icmp/build/"] },
+  { ignores: ["node_modules/", "dist/", ".cache/", ".controlplane/", ".cluster/", "native/icmp/build/"] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

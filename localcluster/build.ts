@@ -1,5 +1,6 @@
-// Builds the pinned upstream binaries (kube-apiserver, kubectl, etcd, helm) from their Go modules
-// into a git-ignored cache keyed by version; a binary that is already there is not rebuilt.
+// Builds the pinned upstream binaries (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+// kubectl, etcd, helm) from their Go modules into a git-ignored cache keyed by version; a binary that
+// is already there is not rebuilt.
 //
 // Each component gets a small wrapper module whose go.mod requires the upstream module and lists
 // the commands as `tool` directives: `go install pkg@version` cannot build k8s.io/kubernetes,

@@ -1,21 +1,26 @@
 // A containerd of its own: root, state, socket and log under one folder, so several run side by side (one per
 // node: a shared one shows each kubelet the other's pods) and none touches the machine's own containerd.
-// It dies with the process that started it (`setpriv --pdeathsig KILL`), also when that one is killed.
-import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
+// It dies with the process that started it (`setpriv --pdeathsig KILL`), also when that one is killed,
+// unless detached; a cluster node's runs in the node's network namespace (CNI sets pods up there).
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { sleep } from "../src/kube/backoff.ts";
 import { run } from "./exec.ts";
+import { logTail, running, type Service, startService, stopService } from "./service.ts";
 
 export interface ContainerdOptions {
   /** Holds config.toml, root/, state/, containerd.sock and containerd.log. */
   dir: string;
   /** TOML appended to the config, e.g. the CRI plugin's settings for a kubelet; without it CRI is off. */
   config?: string;
+  /** Network namespace to run in (a path such as /run/netns/x). */
+  netns?: string;
+  detached?: boolean;
 }
 
 export interface Containerd {
   socket: string;
+  service: Service;
   /** Runs `ctr --address <socket> args…` and resolves with its output. */
   ctr(args: string[]): Promise<string>;
   /** Stops containerd and unmounts what it left mounted under its folder (the caller removes the folder). */
@@ -45,40 +50,37 @@ export async function startContainerd(options: ContainerdOptions): Promise<Conta
     options.config ?? "",
   ];
   writeFileSync(path.join(dir, "config.toml"), `${config.filter(Boolean).join("\n")}\n`);
-  const logPath = path.join(dir, "containerd.log");
-  const log = openSync(logPath, "a");
-  const child = spawn("setpriv", ["--pdeathsig", "KILL", "--", "containerd", "--config", "config.toml"], {
-    cwd: dir,
-    stdio: ["ignore", log, log],
+  const service = startService("containerd", "containerd", ["--config", "config.toml"], {
+    dir,
+    netns: options.netns,
+    detached: options.detached,
   });
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   const ctr = (args: string[]) => run("ctr", ["--address", socket, ...args]);
   const stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      child.kill("SIGTERM");
-      if (!(await Promise.race([exited.then(() => true), sleep(10_000).then(() => false)]))) child.kill("SIGKILL");
-      await exited;
-    }
+    await stopService(service, 10_000);
     await unmountUnder(dir);
   };
   const deadline = Date.now() + READY_TIMEOUT_MS;
   for (;;) {
-    if (await ctr(["version"]).then(() => true, () => false)) return { socket, ctr, stop };
-    const tail = () => readFileSync(logPath, "utf8").trim().split("\n").slice(-5).join("\n");
-    if (child.exitCode !== null || child.signalCode !== null || Date.now() > deadline) {
+    if (await ctr(["version"]).then(() => true, () => false)) return { socket, service, ctr, stop };
+    if (!running(service) || Date.now() > deadline) {
       await stop();
-      throw new Error(`containerd in ${dir} did not start:\n${tail()}`);
+      throw new Error(`containerd in ${dir} did not start:\n${await logTail(service)}`);
     }
     await sleep(100);
   }
 }
 
-/** Unmounts every mount under `dir`, deepest first (snapshots and shims a killed containerd left). */
-export async function unmountUnder(dir: string): Promise<void> {
-  const mounts = readFileSync("/proc/self/mountinfo", "utf8")
+/** Mount points at or under `dir`, deepest first. */
+export function mountPointsUnder(dir: string): string[] {
+  return readFileSync("/proc/self/mountinfo", "utf8")
     .split("\n")
     .map((line) => line.split(" ")[4]?.replace(/\\040/g, " "))
     .filter((point): point is string => point !== undefined && (point === dir || point.startsWith(`${dir}/`)))
     .sort((a, b) => b.length - a.length);
-  for (const point of mounts) await run("umount", ["--lazy", point]);
+}
+
+/** Unmounts every mount under `dir`, deepest first (snapshots and shims a killed containerd left). */
+export async function unmountUnder(dir: string): Promise<void> {
+  for (const point of mountPointsUnder(dir)) await run("umount", ["--lazy", point]);
 }

@@ -1,7 +1,7 @@
 // The one place where the upstream test binaries are pinned. Changing a version here rebuilds
 // that component (the cache is keyed by it).
 
-/** Newest patch of the newest Kubernetes minor on the Go module proxy; kube-apiserver and kubectl. */
+/** Newest patch of the newest Kubernetes minor on the Go module proxy; every Kubernetes binary and the pause image. */
 export const KUBERNETES_VERSION = "v1.36.3";
 /** etcd server, built in its own wrapper module so its dependencies cannot raise the apiserver's. */
 export const ETCD_VERSION = "v3.6.16";

@@ -1,0 +1,58 @@
+// The container runtime the cluster's nodes run on: Debian's containerd, runc and CNI plugins.
+// `ensureRuntime()` installs what is missing when it can (root on Debian/Ubuntu: apt-get, printing
+// what it installs) and otherwise fails with one line naming what is needed; `npm test`'s pretest
+// and `npm start` call it, so both work on a fresh machine.
+import { existsSync } from "node:fs";
+import { run } from "./exec.ts";
+
+/** A Debian package and the files of it the cluster uses (its presence means the package is there). */
+interface RuntimePackage {
+  name: string;
+  files: string[];
+}
+
+/** Where Debian's containernetworking-plugins puts the CNI plugins. */
+export const CNI_BIN_DIR = "/usr/lib/cni";
+
+const PACKAGES: RuntimePackage[] = [
+  { name: "containerd", files: ["/usr/bin/containerd", "/usr/bin/ctr", "/usr/bin/containerd-shim-runc-v2"] },
+  { name: "runc", files: ["/usr/sbin/runc"] },
+  {
+    name: "containernetworking-plugins",
+    files: ["bridge", "host-local", "loopback"].map((plugin) => `${CNI_BIN_DIR}/${plugin}`),
+  },
+  // The pause image is compiled here from upstream's pause.c, statically.
+  { name: "gcc", files: ["/usr/bin/gcc"] },
+  { name: "libc6-dev", files: ["/usr/include/stdio.h"] },
+];
+
+/** The packages of which a file is missing. */
+export function missingRuntimePackages(exists: (file: string) => boolean = existsSync): string[] {
+  return PACKAGES.filter((pkg) => !pkg.files.every(exists)).map((pkg) => pkg.name);
+}
+
+/** The one line that says what to install, or undefined when nothing is missing. */
+export function runtimeMissing(): string | undefined {
+  const missing = missingRuntimePackages();
+  if (missing.length === 0) return undefined;
+  const packages = missing.join(" ");
+  return `the local cluster needs ${packages}: run as root on Debian/Ubuntu, or apt-get install -y ${packages}`;
+}
+
+function canInstall(): boolean {
+  return process.getuid?.() === 0 && existsSync("/usr/bin/apt-get") && existsSync("/usr/bin/dpkg");
+}
+
+/** Installs the missing packages with apt-get where it can; else throws the one line of runtimeMissing(). */
+export async function ensureRuntime(): Promise<void> {
+  const missing = missingRuntimePackages();
+  if (missing.length === 0) return;
+  if (!canInstall()) throw new Error(runtimeMissing());
+  console.error(`localcluster: installing ${missing.join(", ")} (apt-get)`);
+  const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
+  await run("apt-get", ["update", "-qq"], { env });
+  await run("apt-get", ["install", "-y", "-qq", "--no-install-recommends", ...missing], { env });
+  const still = missingRuntimePackages();
+  if (still.length > 0)
+    throw new Error(`apt-get installed ${missing.join(", ")} but ${still.join(", ")} is still missing`);
+}
