@@ -2,7 +2,7 @@
 // node: a shared one shows each kubelet the other's pods) and none touches the machine's own containerd.
 // It dies with the process that started it (`setpriv --pdeathsig KILL`), also when that one is killed,
 // unless detached; a cluster node's runs in the node's network namespace (CNI sets pods up there).
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { sleep } from "../src/kube/backoff.ts";
 import { run } from "./exec.ts";
@@ -28,14 +28,6 @@ export interface Containerd {
 }
 
 const READY_TIMEOUT_MS = 20_000;
-
-/** One line naming what is missing, or undefined when containerd and ctr are installed. */
-export function containerdMissing(): string | undefined {
-  const missing = ["containerd", "ctr"].filter(
-    (tool) => !["/usr/bin", "/usr/local/bin", "/usr/sbin"].some((dir) => existsSync(path.join(dir, tool))),
-  );
-  return missing.length === 0 ? undefined : `needs ${missing.join(" and ")}: apt-get install containerd runc`;
-}
 
 export async function startContainerd(options: ContainerdOptions): Promise<Containerd> {
   const dir = path.resolve(options.dir);

@@ -25,7 +25,8 @@ import { bundle } from "../../scripts/bundle.ts";
 import { buildImage, NODE_DIR, type BuiltImage } from "../../scripts/image.ts";
 import { readImageTarball, type ImageContents, type LayerEntry } from "../../scripts/oci-image.ts";
 import { onExit } from "../../localcluster/cleanup.ts";
-import { containerdMissing, startContainerd } from "../../localcluster/containerd.ts";
+import { startContainerd } from "../../localcluster/containerd.ts";
+import { runtimeMissing } from "../../localcluster/runtime.ts";
 import { run } from "../../localcluster/exec.ts";
 import { DEPLOY_DIR } from "../../scripts/render-manifests.ts";
 import { shippedCommand } from "./shipped.ts";
@@ -359,7 +360,7 @@ describe("container image contents", () => {
     });
 
     test("containerd imports and unpacks it under the chart's reference, with the same digest", async () => {
-      const missing = containerdMissing();
+      const missing = runtimeMissing();
       assert.equal(missing, undefined, missing);
       const containerd = await startContainerd({ dir: path.join(temp, "containerd") });
       try {
