@@ -25,7 +25,7 @@
 //                 certificate, so a missing Node means the informer cache lags or the Node is being
 //                 re-registered, and waiting issues nothing.
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
-import { formatDuration } from "../lifecycle/decide.ts";
+import { formatDuration } from "../cli/duration.ts";
 import { canonicalIp, type Cidr, cidrContains } from "../net/ip.ts";
 import {
   type DnsNamePattern,
