@@ -61,13 +61,10 @@ export async function startCsrWorld(options: { audit?: boolean } = {}): Promise<
     const kubeconfig = await plane.serviceAccountKubeconfig(SERVICE_ACCOUNT);
     const clients = new Map<string, KubeClient>();
     const nodes = new Resource<Node>(plane.admin, { group: "", version: "v1", plural: "nodes" });
-    const nodeClient = async (name: string) => {
+    const clientOf = async (name: string) => {
       let client = clients.get(name);
       if (!client) {
-        client = new KubeClient(await loadClientConfig({ kubeconfig: await nodeKubeconfig(plane, name) }), {
-          component: `node ${name}`,
-          maxRetries: 0,
-        });
+        client = await nodeClient(plane, name);
         clients.set(name, client);
       }
       return client;
@@ -92,22 +89,9 @@ export async function startCsrWorld(options: { audit?: boolean } = {}): Promise<
         };
         await nodes.update({ ...node, status }, { subresource: "status" });
       },
-      nodeClient,
+      nodeClient: clientOf,
       async requestCertificate(as, request) {
-        const client = as === "admin" ? plane.admin : await nodeClient(as);
-        const subject = request.subject ?? `/O=system:nodes/CN=system:node:${as}`;
-        const pem = opensslCsr({ subject, sans: request.sans });
-        const name = `csr-${as}-${++created}`;
-        await new Resource<CertificateSigningRequest>(client, CSR_RESOURCE).create({
-          metadata: { name },
-          spec: {
-            request: Buffer.from(pem).toString("base64"),
-            signerName: request.signerName ?? KUBELET_SERVING_SIGNER,
-            usages: request.usages ?? ["digital signature", "server auth"],
-            expirationSeconds: request.expirationSeconds,
-          },
-        });
-        return name;
+        return requestCertificate(as === "admin" ? plane.admin : await clientOf(as), as, request);
       },
       async stop() {
         for (const client of clients.values()) client.close();
@@ -120,7 +104,29 @@ export async function startCsrWorld(options: { audit?: boolean } = {}): Promise<
   }
 }
 
-/** A kubeconfig with a client certificate for system:node:<name> in system:nodes, as a kubelet's. */
+/** Creates a CSR with `client` (whose user is `as`) and returns its name. */
+export async function requestCertificate(client: KubeClient, as: string, request: CertificateRequest): Promise<string> {
+  const subject = request.subject ?? `/O=system:nodes/CN=system:node:${as}`;
+  const pem = opensslCsr({ subject, sans: request.sans });
+  const name = `csr-${as}-${++created}`;
+  await new Resource<CertificateSigningRequest>(client, CSR_RESOURCE).create({
+    metadata: { name },
+    spec: {
+      request: Buffer.from(pem).toString("base64"),
+      signerName: request.signerName ?? KUBELET_SERVING_SIGNER,
+      usages: request.usages ?? ["digital signature", "server auth"],
+      expirationSeconds: request.expirationSeconds,
+    },
+  });
+  return name;
+}
+
+/** A client that is the node `name`: a client certificate for system:node:<name> in system:nodes, as a kubelet's. */
+export async function nodeClient(plane: ControlPlane, name: string): Promise<KubeClient> {
+  const config = await loadClientConfig({ kubeconfig: await nodeKubeconfig(plane, name) });
+  return new KubeClient(config, { component: `node ${name}`, maxRetries: 0 });
+}
+
 async function nodeKubeconfig(plane: ControlPlane, name: string): Promise<string> {
   const base = path.join(plane.dir, `node-${name}`);
   await run("openssl", [
