@@ -1,12 +1,16 @@
 // Starts a real control plane (etcd + kube-apiserver with TLS, RBAC and service-account tokens)
-// on free loopback ports, for tests, benchmarks and the demo.
+// on free loopback ports, for tests, benchmarks and the demo. Opt-in, for tests that need them and
+// for the cluster (localcluster/cluster.ts): kube-controller-manager (CSR signing with the cluster
+// CA, service-account tokens, node lifecycle, workload controllers), kube-scheduler, and an
+// apiserver that serves real kubelets and their pods. Tests that ask for none of them pay nothing.
 //
 // Everything it starts dies with the process that started it: children run under
 // `setpriv --pdeathsig KILL`, so even a SIGKILLed test leaves no etcd or apiserver behind, and the
 // temp folder is removed on exit. The `up` CLI is the exception (detached: it outlives its caller).
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, openSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import { readFile, writeFile } from "node:fs/promises";
+import https from "node:https";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -17,7 +21,7 @@ import { isApiError } from "../src/kube/errors.ts";
 import { onExit } from "./cleanup.ts";
 import { run } from "./exec.ts";
 import { type Binaries, ensureBinaries } from "./build.ts";
-import { createPki, type Pki } from "./pki.ts";
+import { createPki, issueClientCertificate, type KeyPair, type Pki } from "./pki.ts";
 
 export interface ControlPlaneOptions {
   /** Extra IPs for the serving certificate; the apiserver then listens on all addresses, so a
@@ -29,6 +33,28 @@ export interface ControlPlaneOptions {
   dir?: string;
   /** Leave the processes running when this process exits (the `up` command). */
   detached?: boolean;
+  /** Run kube-controller-manager (see controllerManagerArgs for what it runs). */
+  controllerManager?: boolean | ControllerManagerOptions;
+  /** Run kube-scheduler, so pods without a nodeName get one. */
+  scheduler?: boolean;
+  /** Serve real kubelets and their pods; needs `controllerManager` (pods need their ServiceAccounts). */
+  kubelets?: KubeletsOptions;
+}
+
+export interface ControllerManagerOptions {
+  /** How long a Node may go without a status update before it is marked NotReady (kcm: 50s). */
+  nodeMonitorGracePeriodSeconds?: number;
+}
+
+export interface KubeletsOptions {
+  /**
+   * A /24 for Services, e.g. "198.19.3.0/24". The caller puts its first address on an interface the
+   * nodes reach; the apiserver listens there on port 443 only, so that address is both the
+   * `kubernetes` Service's cluster IP and a real endpoint: pods reach the apiserver through their
+   * in-cluster config without kube-proxy. ServiceAccount admission is on (pods get projected tokens),
+   * and the apiserver reaches kubelets at their InternalIP with a client certificate (`kubectl logs`).
+   */
+  serviceNetwork: string;
 }
 
 export interface ServiceAccountKubeconfigOptions {
@@ -53,13 +79,20 @@ export interface ControlPlane {
   binaries: Binaries;
   admin: KubeClient;
   auditLogPath: string | undefined;
-  pids(): { etcd: number; apiserver: number };
+  pids(): ControlPlanePids;
   kubectl(args: string[], input?: string): Promise<string>;
   serviceAccountKubeconfig(options: ServiceAccountKubeconfigOptions): Promise<string>;
   restartApiserver(): Promise<void>;
   /** Compacts etcd up to its current revision; watches older than that then answer 410 Gone. */
   compactEtcd(): Promise<number>;
   stop(): Promise<void>;
+}
+
+export interface ControlPlanePids {
+  etcd: number;
+  apiserver: number;
+  controllerManager?: number;
+  scheduler?: number;
 }
 
 const SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local";
@@ -128,7 +161,15 @@ async function waitUntil(service: Service, what: string, check: () => Promise<bo
   );
 }
 
-function kubeconfigJson(server: string, caPem: string, user: Record<string, string>): string {
+/** A kubeconfig user that authenticates with a client certificate (embedded: the file stands alone). */
+export function clientCertificateUser(pair: KeyPair): Record<string, string> {
+  return {
+    "client-certificate-data": readFileSync(pair.cert).toString("base64"),
+    "client-key-data": readFileSync(pair.key).toString("base64"),
+  };
+}
+
+export function kubeconfigJson(server: string, caPem: string, user: Record<string, string>): string {
   // JSON is YAML: kubectl and our loader read it, and it needs no serializer.
   return `${JSON.stringify(
     {
@@ -149,19 +190,42 @@ function kubeconfigJson(server: string, caPem: string, user: Record<string, stri
   )}\n`;
 }
 
+/** Where the apiserver listens, and the address it advertises as the `kubernetes` Service's endpoint. */
+interface Listen {
+  bind: string;
+  port: number;
+  advertise: string;
+}
+
+/** The first address of a /24 such as "198.19.3.0/24": the `kubernetes` Service's cluster IP. */
+export function serviceIP(serviceNetwork: string): string {
+  const match = /^(\d+\.\d+\.\d+)\.0\/24$/.exec(serviceNetwork);
+  if (!match) throw new Error(`service network ${serviceNetwork}: expected an IPv4 /24 such as 198.19.3.0/24`);
+  return `${match[1]}.1`;
+}
+
+async function listenAt(options: ControlPlaneOptions): Promise<Listen> {
+  if (options.kubelets) {
+    const ip = serviceIP(options.kubelets.serviceNetwork);
+    return { bind: ip, port: 443, advertise: ip };
+  }
+  const bind = options.extraIPs?.length ? "0.0.0.0" : "127.0.0.1";
+  return { bind, port: await freePort(), advertise: "127.0.0.1" };
+}
+
 function apiserverArgs(
   pki: Pki,
   etcdPort: number,
-  securePort: number,
+  listen: Listen,
   options: ControlPlaneOptions,
   dir: string,
   auditLogPath?: string,
 ): string[] {
   const args = [
     `--etcd-servers=http://127.0.0.1:${etcdPort}`,
-    `--bind-address=${options.extraIPs?.length ? "0.0.0.0" : "127.0.0.1"}`,
-    `--secure-port=${securePort}`,
-    "--advertise-address=127.0.0.1",
+    `--bind-address=${listen.bind}`,
+    `--secure-port=${listen.port}`,
+    `--advertise-address=${listen.advertise}`,
     `--cert-dir=${path.join(dir, "apiserver-certs")}`,
     `--tls-cert-file=${pki.servingCert}`,
     `--tls-private-key-file=${pki.servingKey}`,
@@ -171,10 +235,12 @@ function apiserverArgs(
     `--api-audiences=${SERVICE_ACCOUNT_ISSUER}`,
     `--service-account-key-file=${pki.serviceAccountPub}`,
     `--service-account-signing-key-file=${pki.serviceAccountKey}`,
-    "--service-cluster-ip-range=10.96.0.0/24",
-    "--disable-admission-plugins=ServiceAccount",
+    `--service-cluster-ip-range=${options.kubelets?.serviceNetwork ?? "10.96.0.0/24"}`,
     "--allow-privileged=true",
   ];
+  // Without kubelets no pod ever runs, and without kube-controller-manager no ServiceAccount exists for
+  // the admission plugin to find: tests that write Pods as plain objects get them admitted as written.
+  if (!options.kubelets) args.push("--disable-admission-plugins=ServiceAccount");
   if (auditLogPath) {
     args.push(
       `--audit-policy-file=${path.join(dir, "audit-policy.json")}`,
@@ -185,7 +251,68 @@ function apiserverArgs(
   return args;
 }
 
+/** The apiserver's client certificate towards kubelets (logs, exec), and how it finds them. */
+async function kubeletClientArgs(pki: Pki): Promise<string[]> {
+  const subject = "/O=system:masters/CN=kube-apiserver";
+  const client = await issueClientCertificate(pki, "apiserver-kubelet-client", subject);
+  return [
+    `--kubelet-client-certificate=${client.cert}`,
+    `--kubelet-client-key=${client.key}`,
+    // Nodes here have no DNS names; their InternalIP (kubelet's --node-ip) is where kubelet listens.
+    "--kubelet-preferred-address-types=InternalIP,Hostname",
+  ];
+}
+
+/**
+ * kube-controller-manager as a cluster needs it. Every default controller runs (Deployments,
+ * DaemonSets, garbage collection, node lifecycle, ServiceAccounts and their tokens, the
+ * kube-root-ca.crt ConfigMap) except the CSR approver: every approval here is explicit (the admin's,
+ * or a controller's under test), while signing approved CSRs with the cluster CA is on.
+ */
+function controllerManagerArgs(pki: Pki, options: ControllerManagerOptions): string[] {
+  const args = [
+    "--controllers=*,-certificatesigningrequest-approving-controller",
+    `--cluster-signing-cert-file=${pki.caCert}`,
+    `--cluster-signing-key-file=${pki.caKey}`,
+    `--root-ca-file=${pki.caCert}`,
+    `--service-account-private-key-file=${pki.serviceAccountKey}`,
+    "--use-service-account-credentials=true",
+  ];
+  if (options.nodeMonitorGracePeriodSeconds !== undefined)
+    args.push(`--node-monitor-grace-period=${options.nodeMonitorGracePeriodSeconds}s`);
+  return args;
+}
+
+function controllerManagerOptions(options: ControlPlaneOptions): ControllerManagerOptions {
+  return typeof options.controllerManager === "object" ? options.controllerManager : {};
+}
+
+/** What kube-controller-manager and kube-scheduler share: one identity, health on a loopback port. */
+function componentArgs(kubeconfig: string, port: number): string[] {
+  return [
+    `--kubeconfig=${kubeconfig}`,
+    `--authentication-kubeconfig=${kubeconfig}`,
+    `--authorization-kubeconfig=${kubeconfig}`,
+    "--bind-address=127.0.0.1",
+    `--secure-port=${port}`,
+    "--leader-elect=false",
+  ];
+}
+
+/** GET https://127.0.0.1:<port>/healthz of a component serving a self-signed certificate. */
+function healthz(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = https.get({ host: "127.0.0.1", port, path: "/healthz", rejectUnauthorized: false }, (res) => {
+      res.resume();
+      resolve(res.statusCode === 200);
+    });
+    req.on("error", () => resolve(false));
+  });
+}
+
 export async function startControlPlane(options: ControlPlaneOptions = {}): Promise<ControlPlane> {
+  if (options.kubelets && !options.controllerManager)
+    throw new Error("a control plane for kubelets needs the controller manager (pods need ServiceAccounts)");
   const binaries = await ensureBinaries();
   const dir = options.dir ?? mkdtempSync(path.join(os.tmpdir(), "local-ccm-controlplane-"));
   mkdirSync(dir, { recursive: true });
@@ -199,8 +326,9 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
       });
 
   try {
-    const pki = await createPki(dir, options.extraIPs ?? []);
-    const [etcdPort, etcdPeerPort, securePort] = [await freePort(), await freePort(), await freePort()];
+    const listen = await listenAt(options);
+    const pki = await createPki(dir, [...(options.extraIPs ?? []), ...(options.kubelets ? [listen.bind] : [])]);
+    const [etcdPort, etcdPeerPort] = [await freePort(), await freePort()];
     const etcdUrl = `http://127.0.0.1:${etcdPort}`;
     const etcd = startService(
       "etcd",
@@ -235,22 +363,20 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
       };
       await writeFile(path.join(dir, "audit-policy.json"), JSON.stringify(policy));
     }
-    const server = `https://127.0.0.1:${securePort}`;
+    const server = `https://${listen.bind === "0.0.0.0" ? "127.0.0.1" : listen.bind}:${listen.port}`;
     const caPem = await readFile(pki.caCert, "utf8");
     const kubeconfigPath = path.join(dir, "kubeconfig");
     await writeFile(
       kubeconfigPath,
-      kubeconfigJson(server, caPem, {
-        "client-certificate-data": Buffer.from(await readFile(pki.adminCert)).toString("base64"),
-        "client-key-data": Buffer.from(await readFile(pki.adminKey)).toString("base64"),
-      }),
+      kubeconfigJson(server, caPem, clientCertificateUser({ cert: pki.adminCert, key: pki.adminKey })),
     );
     const admin = new KubeClient(await loadClientConfig({ kubeconfig: kubeconfigPath }), {
       component: "test-admin",
       maxRetries: 0,
     });
 
-    const args = apiserverArgs(pki, etcdPort, securePort, options, dir, auditLogPath);
+    const args = apiserverArgs(pki, etcdPort, listen, options, dir, auditLogPath);
+    if (options.kubelets) args.push(...(await kubeletClientArgs(pki)));
     const startApiserver = async (): Promise<Service> => {
       const apiserver = startService("kube-apiserver", binaries.kubeApiserver, args, dir, detached);
       await waitUntil(
@@ -262,6 +388,27 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     };
     let apiserver = await startApiserver();
     services.push(apiserver);
+    const component = async (name: string, binary: string, subject: string, args: string[]) => {
+      const cert = await issueClientCertificate(pki, name, subject);
+      const kubeconfig = path.join(dir, `${name}.kubeconfig`);
+      await writeFile(kubeconfig, kubeconfigJson(server, caPem, clientCertificateUser(cert)));
+      const port = await freePort();
+      const service = startService(name, binary, [...componentArgs(kubeconfig, port), ...args], dir, detached);
+      services.push(service);
+      await waitUntil(service, "healthy", () => healthz(port));
+      return service;
+    };
+    const controllerManager = options.controllerManager
+      ? await component(
+          "kube-controller-manager",
+          binaries.kubeControllerManager,
+          "/CN=system:kube-controller-manager",
+          controllerManagerArgs(pki, controllerManagerOptions(options)),
+        )
+      : undefined;
+    const scheduler = options.scheduler
+      ? await component("kube-scheduler", binaries.kubeScheduler, "/CN=system:kube-scheduler", [])
+      : undefined;
 
     const plane: ControlPlane = {
       dir,
@@ -271,10 +418,15 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
       binaries,
       admin,
       auditLogPath,
-      pids: () => ({ etcd: etcd.child.pid as number, apiserver: apiserver.child.pid as number }),
+      pids: () => ({
+        etcd: etcd.child.pid as number,
+        apiserver: apiserver.child.pid as number,
+        ...(controllerManager && { controllerManager: controllerManager.child.pid as number }),
+        ...(scheduler && { scheduler: scheduler.child.pid as number }),
+      }),
       kubectl: (kubectlArgs, input) =>
         run(binaries.kubectl, [`--kubeconfig=${kubeconfigPath}`, ...kubectlArgs], { input }),
-      serverAt: (ip) => `https://${ip.includes(":") ? `[${ip}]` : ip}:${securePort}`,
+      serverAt: (ip) => `https://${ip.includes(":") ? `[${ip}]` : ip}:${listen.port}`,
       serviceAccountKubeconfig: (saOptions) => serviceAccountKubeconfig(admin, dir, server, caPem, saOptions),
       async restartApiserver() {
         admin.close();

@@ -1,18 +1,31 @@
-// Certificates for the test control plane, made with the openssl CLI: a CA, the apiserver's
-// serving certificate, the admin client certificate and the service-account signing key pair.
+// Certificates for the test control plane, made with the openssl CLI: a CA (its key stays beside
+// it: kube-controller-manager signs CSRs with it, and the cluster issues kubelet certificates), the
+// apiserver's serving certificate, the admin client certificate and the service-account signing key
+// pair; client certificates for other components on demand (issueClientCertificate).
 // EC P-256 keys throughout: generated in milliseconds, accepted everywhere we need them.
 import { writeFile } from "node:fs/promises";
 import path from "node:path";
 import { run } from "./exec.ts";
 
-export interface Pki {
+/** The CA's certificate and key, and the folder where certificates it issues are written. */
+export interface CertificateAuthority {
+  dir: string;
   caCert: string;
+  caKey: string;
+}
+
+export interface Pki extends CertificateAuthority {
   servingCert: string;
   servingKey: string;
   adminCert: string;
   adminKey: string;
   serviceAccountKey: string;
   serviceAccountPub: string;
+}
+
+export interface KeyPair {
+  cert: string;
+  key: string;
 }
 
 // An empty config, so that `req -x509` adds only the extensions we ask for (the default config
@@ -45,6 +58,20 @@ async function certificate(
   return { cert, key };
 }
 
+const leaf = (usage: string) => [
+  "basicConstraints=critical,CA:FALSE",
+  "keyUsage=critical,digitalSignature",
+  `extendedKeyUsage=${usage}`,
+];
+
+/**
+ * A client certificate from the CA, as `<name>.crt`/`<name>.key` beside it. Kubernetes reads
+ * the user from the CN and the groups from the O entries (e.g. "/O=system:nodes/CN=system:node:a").
+ */
+export function issueClientCertificate(ca: CertificateAuthority, name: string, subject: string): Promise<KeyPair> {
+  return certificate(ca.dir, name, subject, leaf("clientAuth"), { cert: ca.caCert, key: ca.caKey });
+}
+
 /** Writes a fresh PKI into `dir`. `sans` are added to the serving certificate (e.g. veth addresses). */
 export async function createPki(dir: string, sans: string[]): Promise<Pki> {
   await writeFile(path.join(dir, "openssl.cnf"), MINIMAL_CONFIG);
@@ -61,11 +88,6 @@ export async function createPki(dir: string, sans: string[]): Promise<Pki> {
     "IP:::1",
   ];
   for (const ip of sans) names.push(`IP:${ip}`);
-  const leaf = (usage: string) => [
-    "basicConstraints=critical,CA:FALSE",
-    "keyUsage=critical,digitalSignature",
-    `extendedKeyUsage=${usage}`,
-  ];
   const serving = await certificate(
     dir,
     "apiserver",
@@ -73,7 +95,6 @@ export async function createPki(dir: string, sans: string[]): Promise<Pki> {
     [...leaf("serverAuth"), `subjectAltName=${names.join(",")}`],
     ca,
   );
-  const admin = await certificate(dir, "admin", "/O=system:masters/CN=admin", leaf("clientAuth"), ca);
   const serviceAccountKey = path.join(dir, "sa.key");
   const serviceAccountPub = path.join(dir, "sa.pub");
   await run("openssl", [
@@ -86,8 +107,10 @@ export async function createPki(dir: string, sans: string[]): Promise<Pki> {
     serviceAccountKey,
   ]);
   await run("openssl", ["pkey", "-in", serviceAccountKey, "-pubout", "-out", serviceAccountPub]);
+  const authority = { dir, caCert: ca.cert, caKey: ca.key };
+  const admin = await issueClientCertificate(authority, "admin", "/O=system:masters/CN=admin");
   return {
-    caCert: ca.cert,
+    ...authority,
     servingCert: serving.cert,
     servingKey: serving.key,
     adminCert: admin.cert,

@@ -1,5 +1,6 @@
 // The test control plane, tested against itself: versions, TLS + admin, RBAC, bound tokens with
-// the node-name claim, restart, compaction, and that nothing outlives stop() or `down`.
+// the node-name claim, restart, compaction, and that nothing outlives stop() or `down`; with the
+// opt-in kube-controller-manager and kube-scheduler: approved CSRs are signed, pods are scheduled.
 import assert from "node:assert/strict";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -10,6 +11,7 @@ import { alive, run } from "../../localcluster/exec.ts";
 import { ensureBinaries } from "../../localcluster/build.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { KUBERNETES_VERSION } from "../../localcluster/versions.ts";
+import { waitFor } from "../wait.ts";
 
 describe("test control plane", () => {
   let plane: ControlPlane;
@@ -127,6 +129,91 @@ describe("test control plane", () => {
       }),
       (err) => isApiError(err) && err.code === 410,
     );
+  });
+});
+
+describe("control plane with kube-controller-manager and kube-scheduler", () => {
+  let plane: ControlPlane;
+  let dir: string;
+  before(async () => {
+    plane = await startControlPlane({ controllerManager: true, scheduler: true });
+    dir = mkdtempSync(path.join(os.tmpdir(), "local-ccm-csr-"));
+  });
+  after(async () => {
+    await plane?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const signers = [
+    { signer: "kubernetes.io/kube-apiserver-client-kubelet", usages: ["digital signature", "client auth"], sans: [] },
+    {
+      signer: "kubernetes.io/kubelet-serving",
+      usages: ["digital signature", "server auth"],
+      sans: ["-addext", "subjectAltName=IP:198.18.0.10"],
+    },
+  ];
+  for (const { signer, usages, sans } of signers) {
+    test(`a CSR for ${signer}, approved by the admin, gets a certificate from the cluster CA`, async () => {
+      const name = signer.split("/")[1] as string;
+      const [key, request] = [path.join(dir, `${name}.key`), path.join(dir, `${name}.csr`)];
+      await run("openssl", [
+        "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", key, "-out", request, "-subj", "/O=system:nodes/CN=system:node:csr-node", ...sans,
+      ]);
+      const csr = {
+        apiVersion: "certificates.k8s.io/v1",
+        kind: "CertificateSigningRequest",
+        metadata: { name },
+        spec: { request: readFileSync(request).toString("base64"), signerName: signer, usages },
+      };
+      await plane.kubectl(["create", "-f", "-"], JSON.stringify(csr));
+      await plane.kubectl(["certificate", "approve", name]);
+      const issued = await waitFor("the signed certificate", async () => {
+        const got = JSON.parse(await plane.kubectl(["get", "csr", name, "-o", "json"])) as {
+          status: { certificate?: string };
+        };
+        return got.status.certificate;
+      }, 30_000, 250);
+      const cert = path.join(dir, `${name}.crt`);
+      await run("sh", ["-c", `base64 -d > ${cert}`], { input: issued });
+      assert.match(await run("openssl", ["verify", "-CAfile", plane.caPath, cert]), /: OK/);
+      const subject = await run("openssl", ["x509", "-in", cert, "-noout", "-subject"]);
+      assert.match(subject, /O = system:nodes, CN = system:node:csr-node/);
+    });
+  }
+
+  test("kube-scheduler binds a pod to a node", async () => {
+    const resources = { cpu: "2", memory: "2Gi", pods: "10" };
+    const node = {
+      metadata: { name: "schedulable" },
+      status: { capacity: resources, allocatable: resources },
+    };
+    await plane.admin.request({ method: "POST", path: "/api/v1/nodes", body: node });
+    await plane.admin.request({
+      method: "POST",
+      path: "/api/v1/namespaces/default/pods",
+      body: {
+        metadata: { name: "to-schedule" },
+        // The node posts no status: the node lifecycle controller taints it unreachable.
+        spec: { containers: [{ name: "c", image: "x" }], tolerations: [{ operator: "Exists" }] },
+      },
+    });
+    const nodeName = await waitFor("a nodeName", async () => {
+      const pod = await plane.admin.request<{ spec: { nodeName?: string } }>({
+        method: "GET",
+        path: "/api/v1/namespaces/default/pods/to-schedule",
+      });
+      return pod.spec.nodeName;
+    }, 30_000, 250);
+    assert.equal(nodeName, "schedulable");
+  });
+
+  test("stop() ends kube-controller-manager and kube-scheduler too", async () => {
+    const other = await startControlPlane({ controllerManager: true, scheduler: true });
+    const pids = Object.values(other.pids());
+    assert.equal(pids.length, 4);
+    await other.stop();
+    for (const pid of pids) assert.ok(!alive(pid), `pid ${pid} still running after stop()`);
   });
 });
 
