@@ -299,14 +299,14 @@ try {
   const requests = (counts: Map<string, number>) =>
     [...counts].map(([request, count]) => `${request} ×${count}`).join(", ") || "none";
   const row = (label: string, value: (f: Figures) => string, note = "") =>
-    console.log(`  ${label.padEnd(34)}${runs.map(([, f]) => value(f).padEnd(32)).join("")}${note}`);
+    console.log(`  ${label.padEnd(34)}${runs.map(([, f]) => value(f).padEnd(36)).join("")}${note}`);
   console.log(`node-lifecycle-controller (bundled), Node ${process.version}`);
   console.log(`  ${NODES} kubelet-like Nodes of ${nodeKiB.toFixed(1)} KiB JSON each, created in ${s(createdS)}`);
   console.log(
     `  every node watched (--watch-autoscaler-taint=false), --reconcile-interval=${RECONCILE_INTERVAL_S}s,` +
       ` --not-ready-timeout=${NOT_READY_TIMEOUT_S}s, probe ${PING.count} × ${PING.timeoutS} s, leader election on`,
   );
-  console.log(`  ${"".padEnd(34)}${runs.map(([label]) => label.padEnd(32)).join("")}`);
+  console.log(`  ${"".padEnd(34)}${runs.map(([label]) => label.padEnd(36)).join("")}`);
   row("start to synced cache", (f) => s(f.syncS));
   row("RSS / RssAnon after idle", (f) => `${mib(f.idle.rss)} / ${mib(f.idle.anon)}`, "budget: RSS ≤ 150 MiB");
   row("peak RSS (VmHWM)", (f) => mib(f.idle.peak));

@@ -2,11 +2,15 @@
 // identities (client certificates) with openssl-made requests. A valid request is approved; each rule's
 // failure is denied with a condition and a Warning Event naming the rule and the value; a CSR waits for its
 // uninitialized Node and is approved once the Node has its address, or denied when it waited too long; other
-// signers' CSRs are untouched; dry run writes nothing; of two replicas only the leader decides.
+// signers' CSRs are untouched; dry run writes nothing; of two replicas only the leader decides. The control
+// plane's kube-controller-manager signs what is approved: the issued certificate holds the SANs requested.
 import assert from "node:assert/strict";
+import { X509Certificate } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { after, before, describe, test } from "node:test";
 import type { CertificateSigningRequestCondition } from "kubernetes-types/certificates/v1.js";
+import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
+import { canonicalIp } from "../../src/net/ip.ts";
 import { ControllerProcess } from "../lifecycle/world.ts";
 import { waitFor } from "../wait.ts";
 import { type CsrWorld, startCsrWorld } from "./world.ts";
@@ -15,7 +19,7 @@ let world: CsrWorld;
 const processes: ControllerProcess[] = [];
 
 before(async () => {
-  world = await startCsrWorld({ audit: true });
+  world = await startCsrWorld({ audit: true, controllerManager: true });
 });
 after(async () => {
   for (const process of processes) process.child.kill("SIGKILL");
@@ -96,7 +100,7 @@ describe("two replicas, leader election", () => {
     for (const replica of replicas) await replica.waitForLog("CSR cache synced");
   });
 
-  test("a node's valid request is approved, with a Normal event", async () => {
+  test("a node's valid request is approved, with a Normal event, and gets a certificate with its SANs", async () => {
     await world.addNode("good", ["198.18.21.1", "fd00:198:18::21", "good"]);
     const csr = await world.requestCertificate("good", { sans: "DNS:good,IP:198.18.21.1,IP:fd00:198:18:0::21" });
     const condition = await decision(csr);
@@ -105,6 +109,14 @@ describe("two replicas, leader election", () => {
     const message = 'rules 1–8 hold for node "good": DNS good; IP 198.18.21.1, fd00:198:18::21';
     assert.equal(condition.message, message);
     await waitFor("the Approved event", async () => (await eventsAbout(csr)).includes(`Normal Approved: ${message}`));
+    const pem = await waitFor("the certificate issued", async () => (await world.csrs.get(csr)).status?.certificate);
+    const certificate = new X509Certificate(Buffer.from(pem, "base64"));
+    const sans = (certificate.subjectAltName ?? "").split(", ").map((san) => {
+      const [kind, value = ""] = san.split(/:(.*)/);
+      return kind === "IP Address" ? `IP:${canonicalIp(value)}` : `${kind}:${value}`;
+    });
+    assert.deepEqual(sans, ["DNS:good", "IP:198.18.21.1", "IP:fd00:198:18::21"]);
+    assert.equal(certificate.subject, "O=system:nodes\nCN=system:node:good");
   });
 
   const denials: [string, { node?: string; addresses?: string[]; as?: string; request: Parameters<CsrWorld["requestCertificate"]>[1] }, string][] = [
@@ -167,10 +179,10 @@ describe("two replicas, leader election", () => {
     await waitFor("the WaitingForNode event", async () => (await eventsAbout(csr)).includes(`Normal WaitingForNode: ${waiting}`));
     assert.deepEqual((await world.csrs.get(csr)).status?.conditions ?? [], [], "still pending");
     // The agent's work: the address, then the taint off.
-    const node = await world.nodes.get("late");
     const status = { addresses: [{ type: "InternalIP", address: "198.18.50.1" }, { type: "Hostname", address: "late" }] };
-    const updated = await world.nodes.update({ ...node, status }, { subresource: "status" });
-    await world.nodes.update({ ...updated, spec: { taints: [] } });
+    await world.nodes.patch("late", "merge", { status }, { subresource: "status" });
+    const taints = (await world.nodes.get("late")).spec?.taints?.filter((taint) => taint.key !== UNINITIALIZED_TAINT);
+    await world.nodes.patch("late", "merge", { spec: { taints } });
     const condition = await decision(csr);
     assert.equal(condition.type, "Approved", condition.message);
   });

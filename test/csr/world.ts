@@ -14,8 +14,13 @@ import { Resource } from "../../src/kube/resource.ts";
 import { KUBELET_SERVING_SIGNER } from "../../src/csr/decide.ts";
 import { opensslCsr } from "../../src/csr/csr.fixture.ts";
 import { CSR_RESOURCE } from "../../src/csr/controller.ts";
-import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
-import { run } from "../../localcluster/exec.ts";
+import {
+  type ControlPlane,
+  clientCertificateUser,
+  kubeconfigJson,
+  startControlPlane,
+} from "../../localcluster/controlplane.ts";
+import { issueClientCertificate } from "../../localcluster/pki.ts";
 import { SERVICE_ACCOUNT } from "../lifecycle/world.ts";
 
 /** deploy/nlc-rbac.yaml as the chart renders it with the approver on. */
@@ -53,8 +58,9 @@ export interface CsrWorld {
 
 let created = 0;
 
-export async function startCsrWorld(options: { audit?: boolean } = {}): Promise<CsrWorld> {
-  const plane = await startControlPlane({ audit: options.audit });
+/** `controllerManager`: kube-controller-manager signs approved CSRs with the cluster CA. */
+export async function startCsrWorld(options: { audit?: boolean; controllerManager?: boolean } = {}): Promise<CsrWorld> {
+  const plane = await startControlPlane(options);
   try {
     const rbac = await approverRbac(plane.binaries.helm);
     await plane.kubectl(["apply", "-f", "-"], rbac);
@@ -87,7 +93,8 @@ export async function startCsrWorld(options: { audit?: boolean } = {}): Promise<
             address,
           })),
         };
-        await nodes.update({ ...node, status }, { subresource: "status" });
+        // A patch: kube-controller-manager, when it runs, changes new Nodes meanwhile.
+        await nodes.patch(node.metadata?.name as string, "merge", { status }, { subresource: "status" });
       },
       nodeClient: clientOf,
       async requestCertificate(as, request) {
@@ -127,39 +134,11 @@ export async function nodeClient(plane: ControlPlane, name: string): Promise<Kub
   return new KubeClient(config, { component: `node ${name}`, maxRetries: 0 });
 }
 
+/** The node's client certificate from the cluster CA (the control plane's folder holds it). */
 async function nodeKubeconfig(plane: ControlPlane, name: string): Promise<string> {
-  const base = path.join(plane.dir, `node-${name}`);
-  await run("openssl", [
-    "req",
-    "-x509",
-    "-config",
-    path.join(plane.dir, "openssl.cnf"),
-    "-newkey",
-    "ec",
-    "-pkeyopt",
-    "ec_paramgen_curve:prime256v1",
-    "-nodes",
-    "-keyout",
-    `${base}.key`,
-    "-out",
-    `${base}.crt`,
-    "-days",
-    "1",
-    "-subj",
-    `/O=system:nodes/CN=system:node:${name}`,
-    "-CA",
-    path.join(plane.dir, "ca.crt"),
-    "-CAkey",
-    path.join(plane.dir, "ca.key"),
-    "-addext",
-    "extendedKeyUsage=clientAuth",
-  ]);
-  // The admin's kubeconfig (server and CA) with the node's certificate in place of the admin's.
-  const config = JSON.parse(await readFile(plane.kubeconfigPath, "utf8")) as { users: { user: object }[] };
-  (config.users[0] as { user: object }).user = {
-    "client-certificate-data": (await readFile(`${base}.crt`)).toString("base64"),
-    "client-key-data": (await readFile(`${base}.key`)).toString("base64"),
-  };
-  await writeFile(`${base}.kubeconfig`, JSON.stringify(config));
-  return `${base}.kubeconfig`;
+  const ca = { dir: plane.dir, caCert: plane.caPath, caKey: path.join(plane.dir, "ca.key") };
+  const pair = await issueClientCertificate(ca, `node-${name}`, `/O=system:nodes/CN=system:node:${name}`);
+  const file = path.join(plane.dir, `node-${name}.kubeconfig`);
+  await writeFile(file, kubeconfigJson(plane.server, await readFile(plane.caPath, "utf8"), clientCertificateUser(pair)));
+  return file;
 }
