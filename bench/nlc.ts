@@ -5,10 +5,14 @@
 // Deployment's) it prints memory (RSS, RssAnon, peak), CPU over an idle minute and over a minute of
 // kubelet status reports, the API requests in the idle minute (audit log, by user agent), and the
 // time from a node's NotReady expiry to its deletion. Budget (issue 5): RSS ≤ 150 MiB, idle CPU
-// ≈ 0, an expired node handled within one --reconcile-interval.
+// ≈ 0, an expired node handled within one --reconcile-interval. The last run has the kubelet-serving CSR
+// approver on as well (--controllers=*,kubelet-serving-csr, under the chart's RBAC for it): side by side with
+// the run before it, what the approver costs, and the time from a CSR's creation (by a node, with a real
+// request) to its approval as a watcher sees it, for BENCH_CSRS CSRs made 10 at a time. Budget: p99 ≤ 1 s.
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
+import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
 import type { Node } from "kubernetes-types/core/v1.js";
 import { bundleProgram } from "../scripts/bundle.ts";
 import { run } from "../localcluster/exec.ts";
@@ -20,10 +24,15 @@ import {
   startWorld,
   type World,
 } from "../test/lifecycle/world.ts";
+import { CSR_RESOURCE } from "../src/csr/controller.ts";
+import { Informer } from "../src/kube/informer.ts";
+import { Resource } from "../src/kube/resource.ts";
+import { approverRbac, nodeClient, requestCertificate } from "../test/csr/world.ts";
 import { type ProcessMemory, processMemory } from "./proc.ts";
 import { shippedCommand } from "../test/deploy/shipped.ts";
 
 const NODES = Number(process.env.BENCH_NODES ?? 5000);
+const CSRS = Number(process.env.BENCH_CSRS ?? 200);
 const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 60);
 /** Kubelets at rest report their status every 5 min (nodeStatusReportFrequency): NODES / 300 a second. */
 const HEARTBEATS_PER_S = Math.ceil(NODES / 300);
@@ -156,10 +165,52 @@ interface Figures {
   probingS: number;
   deletedS: number;
   icmpUnavailable: boolean;
+  /** Creation → approval seen, in seconds, sorted; empty without the approver. */
+  csrLatencies: number[];
+}
+
+/** CSRS nodes each ask for a serving certificate, 10 at a time; the seconds from each creation to its approval. */
+async function csrLatencies(world: World): Promise<number[]> {
+  const clients = await Promise.all(Array.from({ length: CSRS }, (_, i) => nodeClient(world.plane, nodeName(i))));
+  const approved = new Map<string, number>();
+  const informer = new Informer(new Resource<CertificateSigningRequest>(world.plane.admin, CSR_RESOURCE));
+  const seen = (csr: CertificateSigningRequest) => {
+    if (csr.status?.conditions?.some((c) => c.type === "Approved")) approved.set(csr.metadata?.name ?? "", performance.now());
+  };
+  informer.addHandlers({ onAdd: seen, onUpdate: (_, csr) => seen(csr) });
+  informer.start();
+  await informer.waitForSync();
+  const createdAt = new Map<string, number>();
+  try {
+    for (let i = 0; i < CSRS; i += 10) {
+      await Promise.all(
+        clients.slice(i, i + 10).map(async (client, n) => {
+          const node = nodeName(i + n);
+          const address = `198.18.${100 + ((i + n) >> 8)}.${(i + n) & 255}`;
+          const sent = performance.now();
+          const name = await requestCertificate(client, node, { sans: `DNS:${node},IP:${address}` });
+          createdAt.set(name, sent);
+        }),
+      );
+    }
+    await waitUntil(() => [...createdAt.keys()].every((name) => approved.has(name)), 60_000);
+    return [...createdAt].map(([name, sent]) => ((approved.get(name) as number) - sent) / 1000).sort((a, b) => a - b);
+  } finally {
+    await informer.stop();
+    for (const client of clients) client.close();
+  }
+}
+
+async function waitUntil(check: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error("timed out waiting for the CSRs' approvals");
+    await delay(50);
+  }
 }
 
 /** One run of the controller: start, an idle minute, then one node expires and is deleted. */
-async function measure(world: World, nodeArgs: string[], run: number): Promise<Figures> {
+async function measure(world: World, nodeArgs: string[], run: number, approver: boolean): Promise<Figures> {
   const started = Date.now();
   const nlc = new ControllerProcess(
     world,
@@ -173,6 +224,7 @@ async function measure(world: World, nodeArgs: string[], run: number): Promise<F
       "--leader-elect-resource-namespace=kube-system",
       "--v=2",
       `--health-bind-address=${world.proberIP}:0`,
+      ...(approver ? ["--controllers=*,kubelet-serving-csr"] : []),
     ],
     { entry, nodeArgs },
   );
@@ -203,7 +255,9 @@ async function measure(world: World, nodeArgs: string[], run: number): Promise<F
       (Date.parse((await nlc.waitForLog(msg, { node: name }, timeout)).ts ?? "") - expiry) / 1000;
     const probingS = await sinceExpiry("probing");
     const deletedS = await sinceExpiry("deleted node");
+    const latencies = approver ? await csrLatencies(world) : [];
     return {
+      csrLatencies: latencies,
       syncS: (Date.parse(synced.ts ?? "") - started) / 1000,
       idle,
       after: processMemory(nlc.pid),
@@ -235,21 +289,24 @@ try {
   const nodeKiB = JSON.stringify(await world.nodes.get("node-00000")).length / 1024;
   const runs: [string, Figures][] = [];
   for (const [i, nodeArgs] of NODE_ARGS.entries())
-    runs.push([`node ${nodeArgs.join(" ") || "(no flags)"}`, await measure(world, nodeArgs, i)]);
+    runs.push([`node ${nodeArgs.join(" ") || "(no flags)"}`, await measure(world, nodeArgs, i, false)]);
+  const lastArgs = NODE_ARGS.at(-1) ?? [];
+  await world.plane.kubectl(["apply", "-f", "-"], await approverRbac(world.plane.binaries.helm));
+  runs.push([`the same + CSR approver`, await measure(world, lastArgs, NODE_ARGS.length, true)]);
 
   const mib = (bytes: number) => `${(bytes / MiB).toFixed(1)} MiB`;
   const s = (seconds: number) => `${seconds.toFixed(1)} s`;
   const requests = (counts: Map<string, number>) =>
     [...counts].map(([request, count]) => `${request} ×${count}`).join(", ") || "none";
   const row = (label: string, value: (f: Figures) => string, note = "") =>
-    console.log(`  ${label.padEnd(34)}${runs.map(([, f]) => value(f).padEnd(32)).join("")}${note}`);
+    console.log(`  ${label.padEnd(34)}${runs.map(([, f]) => value(f).padEnd(36)).join("")}${note}`);
   console.log(`node-lifecycle-controller (bundled), Node ${process.version}`);
   console.log(`  ${NODES} kubelet-like Nodes of ${nodeKiB.toFixed(1)} KiB JSON each, created in ${s(createdS)}`);
   console.log(
     `  every node watched (--watch-autoscaler-taint=false), --reconcile-interval=${RECONCILE_INTERVAL_S}s,` +
       ` --not-ready-timeout=${NOT_READY_TIMEOUT_S}s, probe ${PING.count} × ${PING.timeoutS} s, leader election on`,
   );
-  console.log(`  ${"".padEnd(34)}${runs.map(([label]) => label.padEnd(32)).join("")}`);
+  console.log(`  ${"".padEnd(34)}${runs.map(([label]) => label.padEnd(36)).join("")}`);
   row("start to synced cache", (f) => s(f.syncS));
   row("RSS / RssAnon after idle", (f) => `${mib(f.idle.rss)} / ${mib(f.idle.anon)}`, "budget: RSS ≤ 150 MiB");
   row("peak RSS (VmHWM)", (f) => mib(f.idle.peak));
@@ -262,6 +319,15 @@ try {
   row("expiry → probe started", (f) => s(f.probingS), `budget: ≤ one interval (${RECONCILE_INTERVAL_S} s)`);
   row("expiry → deleted", (f) => s(f.deletedS), `a silent host: ${PING.count} × ${PING.timeoutS} s of ICMP`);
   row("ICMP probes", (f) => (f.icmpUnavailable ? "UNAVAILABLE (TCP only)" : "available"));
+  const quantile = (sorted: number[], q: number) => sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)];
+  row(
+    `CSR created → approved (${CSRS})`,
+    (f) =>
+      f.csrLatencies.length
+        ? `p50 ${(quantile(f.csrLatencies, 0.5) as number).toFixed(3)} s, p99 ${(quantile(f.csrLatencies, 0.99) as number).toFixed(3)} s`
+        : "-",
+    "budget: p99 ≤ 1 s",
+  );
   for (const [label, f] of runs)
     console.log(`  API requests in the idle ${IDLE_SECONDS} s, ${label}: ${requests(f.idleRequests)}`);
   console.log(`  API requests over the whole bench: ${requests(await auditedRequests(world))}`);

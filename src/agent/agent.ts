@@ -7,6 +7,7 @@ import type { Logger } from "../cli/log.ts";
 import { backoffDelay, sleep } from "../kube/backoff.ts";
 import { isApiError } from "../kube/errors.ts";
 import { type EventRecorder, nodeReference } from "../kube/events.ts";
+import { isUninitialized, UNINITIALIZED_TAINT } from "../kube/nodes.ts";
 import type { Resource } from "../kube/resource.ts";
 import type { Netlink } from "../net/netlink.ts";
 import { desiredAddresses, hasInternalIP, parseProvidedNodeIPs, sameAddresses } from "./addresses.ts";
@@ -16,7 +17,6 @@ import { desiredMetadata, METADATA_LABELS, type MetadataPlan, metadataPatch } fr
 import { LABEL_FIELDS, type Resolved, type RulesConfig, resolveMetadata } from "./metadata/rules.ts";
 import type { AgentMetrics } from "./metrics.ts";
 
-export const UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized";
 export const PROVIDED_NODE_IP_ANNOTATION = "alpha.kubernetes.io/provided-node-ip";
 const MAX_CONFLICT_RETRIES = 5;
 
@@ -208,7 +208,7 @@ export class Agent {
     };
     const resolved = resolveMetadata(lookup.status === "found" ? lookup.metadata : {}, facts, options.rules);
     findings.push(...resolved.notes.map((message): Finding => ({ reason: "MetadataRuleUnmatched", message })));
-    const initialising = (node.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
+    const initialising = isUninitialized(node);
     const plan = desiredMetadata(node, resolved.metadata, { initialising, updateLabels: options.updateLabels });
     findings.push(...plan.notes);
     return { plan, resolved, findings };

@@ -1,10 +1,9 @@
 // The local-ccm agent's name and flags: the names and defaults of cozystack/local-ccm's flags, plus
 // dual-stack lists and the CIDR / interface detection methods. This table also feeds --help, the
 // README and the Helm values.
-import { isIP } from "node:net";
 import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts";
 import { type Env, flag, parseFlags, UsageError } from "../cli/flags.ts";
-import { dnsSubdomain, eachItem, oneOf, positive } from "../cli/validate.ts";
+import { cidr, dnsSubdomain, eachItem, oneOf, positive } from "../cli/validate.ts";
 import { canonicalIP } from "./addresses.ts";
 import type { DetectionMethod } from "./detect.ts";
 import type { MetadataMode } from "./metadata/client.ts";
@@ -39,14 +38,6 @@ const targetProblem = (text: string) => {
   const ip = canonicalIP(text);
   if (ip === undefined) return `"${text}" is not an IP address`;
   return ip === "0.0.0.0" || ip === "::" ? `"${text}" is the unspecified address, not a target` : undefined;
-};
-
-const cidrProblem = (text: string) => {
-  const match = /^([^/%]+)\/(\d{1,3})$/.exec(text);
-  const family = match ? isIP(match[1] as string) : 0;
-  if (!match || family === 0) return `"${text}" is not a CIDR (e.g. 198.18.0.0/15 or fd00::/8)`;
-  const max = family === 4 ? 32 : 128;
-  return Number(match[2]) > max ? `"${text}" has a prefix length above ${max}` : undefined;
 };
 
 // Linux interface names: 1-15 bytes, no '/' and no whitespace (dev_valid_name).
@@ -149,7 +140,7 @@ const detectionFlags = <T extends AddressType>(type: T, label: string, defaultTa
       default: "",
       help: `Comma-separated CIDRs; the host's addresses inside each become ${label}s. Excludes --${type}-ip-target and --${type}-ip-interface.`,
       helm: `ipDetection.${type}IPCIDR`,
-      validate: eachItem(cidrProblem),
+      validate: eachItem(cidr),
     }),
     flag({
       name: `${type}-ip-interface`,

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { flag, flagsMarkdown, HelpRequested, parseDuration, parseFlags, UsageError, usage } from "./flags.ts";
+import { flag, flagsMarkdown, HelpRequested, parseFlags, UsageError, usage } from "./flags.ts";
 import { inRange } from "./validate.ts";
 
 const table = [
@@ -149,34 +149,6 @@ describe("parseFlags", () => {
     usageError(["--name=n", "--count=0"], 'invalid value "0" for --count: must be between 1 and 9');
     assert.equal(parse(["--name=n", "--count=0", "--count=2"]).values.count, 2);
   });
-});
-
-describe("parseDuration", () => {
-  const cases: [string, number][] = [
-    ["0", 0],
-    ["+0", 0],
-    ["10s", 10_000],
-    ["1m30s", 90_000],
-    ["1h", 3_600_000],
-    ["500ms", 500],
-    ["1.5s", 1500],
-    [".5s", 500],
-    ["1.s", 1000],
-    ["2h45m", 9_900_000],
-    ["1h2m3s4ms", 3_723_004],
-    ["1500us", 1.5],
-    ["1500µs", 1.5],
-    ["1500μs", 1.5],
-    ["2000000ns", 2],
-    ["0.1s", 100],
-    ["-2s", -2000],
-    ["+2s", 2000],
-  ];
-  for (const [text, ms] of cases) test(`${text} → ${ms} ms`, () => assert.equal(parseDuration(text), ms));
-
-  for (const text of ["", "10", "s", "1x", "abc", "1 s", "1s ", "-", ".s", "1.2.3s", "1S", "1d", "--1s"]) {
-    test(`"${text}" is not a duration`, () => assert.equal(parseDuration(text), undefined));
-  }
 });
 
 describe("usage", () => {

@@ -1,5 +1,6 @@
 // Command-line flags in Go/pflag syntax. One table per program is the single source for parsing,
 // --help, the README flag tables and the Helm values names, so they cannot drift apart.
+import { parseDuration } from "./duration.ts";
 import { markdownTable } from "./markdown.ts";
 
 export type FlagType = "string" | "bool" | "int" | "float" | "duration" | "list";
@@ -27,6 +28,11 @@ export interface FlagSpec<N extends string = string, T extends FlagType = FlagTy
   readonly helm?: string;
   /** An empty value (after flag, env and default) is an error. */
   readonly required?: boolean;
+  /**
+   * Durations: the longest accepted, in ms. Default: Node's longest timer (about 596h), for durations that are
+   * waited on; a duration that is only compared or passed on may allow more.
+   */
+  readonly maxMs?: number;
   /** Checks the parsed value; returns what is wrong, or undefined. */
   validate?(value: FlagValueTypes[T]): string | undefined;
 }
@@ -175,7 +181,8 @@ function convert(spec: FlagSpec, raw: string, source: string): unknown {
       const ms = parseDuration(raw);
       if (ms === undefined) throw fail("not a duration (e.g. 10s, 1m30s, 500ms)");
       if (ms < 0) throw fail("must not be negative");
-      if (ms > MAX_TIMER_MS) throw fail("too long (at most 596h)");
+      const maxMs = spec.maxMs ?? MAX_TIMER_MS;
+      if (ms > maxMs) throw fail(`too long (at most ${Math.floor(maxMs / 3_600_000)}h)`);
       return ms;
     }
   }
@@ -197,30 +204,6 @@ function parseBool(raw: string): boolean | undefined {
   if (TRUE.has(raw)) return true;
   if (FALSE.has(raw)) return false;
   return undefined;
-}
-
-const UNIT_MS: Record<string, number> = {
-  ns: 1e-6,
-  us: 1e-3,
-  µs: 1e-3, // U+00B5 micro sign
-  μs: 1e-3, // U+03BC Greek mu
-  ms: 1,
-  s: 1000,
-  m: 60_000,
-  h: 3_600_000,
-};
-const DURATION = /^[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+$/;
-const DURATION_PART = /(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)/g;
-
-/** Go's time.ParseDuration ("1m30s", "1.5h", "-2s", "0") in milliseconds; undefined when malformed. */
-export function parseDuration(text: string): number | undefined {
-  if (/^[-+]?0$/.test(text)) return 0;
-  if (!DURATION.test(text)) return undefined;
-  let ms = 0;
-  for (const [, amount, unit] of text.matchAll(DURATION_PART))
-    ms += Number(amount) * (UNIT_MS[unit ?? ""] ?? 0);
-  ms = Math.round(ms * 1e6) / 1e6; // whole nanoseconds, as Go keeps them
-  return text.startsWith("-") ? -ms : ms;
 }
 
 const TYPE_IN_USAGE: Record<FlagType, string> = {

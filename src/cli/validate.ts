@@ -1,4 +1,5 @@
 // Small checks for FlagSpec.validate: each returns what is wrong with a value, or undefined.
+import { isIP } from "node:net";
 
 export type Check<V> = (value: V) => string | undefined;
 
@@ -36,10 +37,10 @@ export const noDuplicates: Check<string[]> = (items) => {
  * A parser that throws a one-line Error, as a check. The flags module then returns what the parser
  * makes of the checked text, so programs get parsed values and never parse again.
  */
-export function parses(parse: (text: string) => unknown): Check<string> {
-  return (text) => {
+export function parses<V = string>(parse: (value: V) => unknown): Check<V> {
+  return (value) => {
     try {
-      parse(text);
+      parse(value);
       return undefined;
     } catch (err) {
       return (err as Error).message;
@@ -69,3 +70,12 @@ export const dnsSubdomain: Check<string> = (value) =>
   value.length <= 253 && value.split(".").every((label) => DNS_LABEL.test(label))
     ? undefined
     : "must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.', at most 253)";
+
+/** An IPv4 or IPv6 CIDR with its prefix length: 198.18.0.0/15, fd00::/8. */
+export const cidr: Check<string> = (text) => {
+  const match = /^([^/%]+)\/(\d{1,3})$/.exec(text);
+  const family = match ? isIP(match[1] as string) : 0;
+  if (!match || family === 0) return `"${text}" is not a CIDR (e.g. 198.18.0.0/15 or fd00::/8)`;
+  const max = family === 4 ? 32 : 128;
+  return Number(match[2]) > max ? `"${text}" has a prefix length above ${max}` : undefined;
+};

@@ -4,11 +4,12 @@ import { test } from "node:test";
 import fc from "fast-check";
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
 import type { Node } from "kubernetes-types/core/v1.js";
+import { UNINITIALIZED_TAINT } from "../kube/nodes.ts";
 import { canonicalIp, ipToBytes, parseCidr } from "../net/ip.ts";
 import { csrObject, type OpensslRequest, opensslCsr } from "./csr.fixture.ts";
 import { type CsrConfig, type CsrDecision, type CsrFacts, csrFacts, decideCSR } from "./decide.ts";
 import { parseDnsNamePattern } from "./dnsnames.ts";
-import { indexNode, indexNodes, type NodeFacts, nodeFacts, UNINITIALIZED_TAINT } from "./nodes.ts";
+import { indexNode, indexNodes, type NodeFacts, nodeFacts } from "./nodes.ts";
 
 const CREATED = "2026-01-01T12:00:00Z";
 const NOW = new Date("2026-01-01T12:05:00Z");

@@ -25,7 +25,7 @@
 //                 certificate, so a missing Node means the informer cache lags or the Node is being
 //                 re-registered, and waiting issues nothing.
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
-import { formatDuration } from "../lifecycle/decide.ts";
+import { formatDuration } from "../cli/duration.ts";
 import { canonicalIp, type Cidr, cidrContains } from "../net/ip.ts";
 import {
   type DnsNamePattern,
@@ -73,11 +73,17 @@ export interface CsrFacts {
 const DECIDED_CONDITIONS = ["Approved", "Denied", "Failed"];
 const NOT_PARSED: CsrRequest = { ok: false, error: "not parsed (another signer)" };
 
-/** The facts of a CertificateSigningRequest: pure; the request is parsed for the kubelet-serving signer only. */
-export function csrFacts({ metadata, spec, status }: CertificateSigningRequest): CsrFacts {
-  const created = metadata?.creationTimestamp === undefined ? undefined : new Date(metadata.creationTimestamp);
+/** Who decided already: the condition type (Approved, Denied, Failed) or "issued" (status.certificate). */
+export function decidedState({ status }: CertificateSigningRequest): string | undefined {
   // Any condition of these types counts, whatever its status: never touching a decided CSR is the safe side.
   const condition = status?.conditions?.find((candidate) => DECIDED_CONDITIONS.includes(candidate.type));
+  return condition?.type ?? (status?.certificate ? "issued" : undefined);
+}
+
+/** The facts of a CertificateSigningRequest: pure; the request is parsed for the kubelet-serving signer only. */
+export function csrFacts(csr: CertificateSigningRequest): CsrFacts {
+  const { metadata, spec } = csr;
+  const created = metadata?.creationTimestamp === undefined ? undefined : new Date(metadata.creationTimestamp);
   return {
     name: metadata?.name ?? "",
     signerName: spec.signerName,
@@ -86,7 +92,7 @@ export function csrFacts({ metadata, spec, status }: CertificateSigningRequest):
     usages: spec.usages ?? [],
     expirationSeconds: spec.expirationSeconds,
     created: created && !Number.isNaN(created.getTime()) ? created : undefined,
-    decided: condition?.type ?? (status?.certificate ? "issued" : undefined),
+    decided: decidedState(csr),
     // spec.request is base64 of the PEM text; latin1 keeps every byte, so stray bytes fail the PEM match.
     request:
       spec.signerName === KUBELET_SERVING_SIGNER

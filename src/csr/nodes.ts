@@ -6,10 +6,8 @@
 // is the cost), and indexNodes() over the indexed nodes when a CSR is to be decided after the node set changed
 // (a few ms at 5,000 nodes), never per CSR.
 import type { Node } from "kubernetes-types/core/v1.js";
+import { isUninitialized } from "../kube/nodes.ts";
 import { canonicalIp } from "../net/ip.ts";
-
-/** The taint local-ccm removes once a Node's addresses are final (the agent's UNINITIALIZED_TAINT). */
-export const UNINITIALIZED_TAINT = "node.cloudprovider.kubernetes.io/uninitialized";
 
 /** The address types a kubelet puts into its serving certificate's DNS SANs. */
 const DNS_ADDRESS_TYPES = new Set(["Hostname", "InternalDNS", "ExternalDNS"]);
@@ -47,7 +45,7 @@ export function nodeFacts(node: Node): NodeFacts {
   return {
     name: node.metadata?.name ?? "",
     addresses: (node.status?.addresses ?? []).map(({ type, address }) => ({ type, address })),
-    uninitialized: (node.spec?.taints ?? []).some((taint) => taint.key === UNINITIALIZED_TAINT),
+    uninitialized: isUninitialized(node),
   };
 }
 

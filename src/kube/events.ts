@@ -2,6 +2,7 @@
 // object bumps `count` and `lastTimestamp` of one Event instead of creating another. Recording
 // never blocks or fails the caller: writes are queued, coalesced and dropped (with onError) when
 // the API refuses them.
+import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
 import type { Event, Node, ObjectReference } from "kubernetes-types/core/v1.js";
 import type { KubeClient } from "./client.ts";
 import { isApiError } from "./errors.ts";
@@ -12,6 +13,12 @@ export type EventType = "Normal" | "Warning";
 /** What an Event about a Node refers to (cached Nodes may be trimmed of their apiVersion and kind). */
 export function nodeReference(node: Node): ObjectReference {
   return { apiVersion: "v1", kind: "Node", name: node.metadata?.name, uid: node.metadata?.uid };
+}
+
+/** What an Event about a CertificateSigningRequest refers to (cluster-scoped too: its Events live in "default"). */
+export function csrReference(csr: CertificateSigningRequest): ObjectReference {
+  const { name, uid } = csr.metadata ?? {};
+  return { apiVersion: "certificates.k8s.io/v1", kind: "CertificateSigningRequest", name, uid };
 }
 
 export interface EventRecorderOptions {

@@ -32,8 +32,9 @@ export function probeAddresses(node: Node): string[] {
 }
 
 /**
- * The informer's transform: only what decisions read, so 5,000 cached nodes stay small. Labels are
- * kept whole (selectors may name any), annotations only where --protected-annotations names them,
+ * The informer's transform: only what decisions read (this controller's and the CSR approver's, which shares
+ * the program's one node cache), so 5,000 cached nodes stay small. Labels are kept whole (selectors may name
+ * any), annotations only where --protected-annotations names them, taints by key and effect, every address,
  * the Ready condition without its heartbeat (which changes every few minutes and decides nothing).
  */
 export function nodeTransform(config: LifecycleConfig): (node: Node) => Node {
@@ -62,7 +63,8 @@ export function nodeTransform(config: LifecycleConfig): (node: Node) => Node {
         conditions: ready
           ? [{ type: "Ready", status: ready.status, lastTransitionTime: ready.lastTransitionTime }]
           : [],
-        addresses: node.status?.addresses?.filter((a) => PROBED_ADDRESS_TYPES.has(a.type)),
+        // All of them: the CSR approver, which shares this cache, checks DNS SANs against the DNS addresses.
+        addresses: node.status?.addresses?.map(({ type, address }) => ({ type, address })),
       },
     };
   };

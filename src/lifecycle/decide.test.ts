@@ -14,7 +14,6 @@ import {
   clusterHealth,
   type Decision,
   decide,
-  formatDuration,
   isControlPlane,
   isWatched,
   type LifecycleConfig,
@@ -386,20 +385,6 @@ test("decide: every rule, with its reason", () => {
     );
     assert.deepEqual(decision, expected, name);
   }
-});
-
-test("durations print as Go prints them", () => {
-  const cases: [number, string][] = [
-    [0, "0s"],
-    [500, "500ms"],
-    [1500, "1.5s"],
-    [130_000, "2m10s"],
-    [300_000, "5m0s"],
-    [3_600_000, "1h0m0s"],
-    [3_661_250, "1h1m1.25s"],
-    [-2000, "-2s"],
-  ];
-  for (const [ms, text] of cases) assert.equal(formatDuration(ms), text);
 });
 
 // ---- properties over random clusters ----

@@ -6,6 +6,7 @@
 // reachability says delete (probing is the expensive part). With the probe result it answers
 // "delete" only for a node that every rule allows and that no probe reached.
 import type { Node } from "kubernetes-types/core/v1.js";
+import { formatDuration } from "../cli/duration.ts";
 import {
   formatKeyValue,
   type KeyValueMatcher,
@@ -183,15 +184,5 @@ export function decide(node: Node, now: Date, config: LifecycleConfig, context: 
   return { action: "delete", reason: `${timing}; ${probe.detail}` };
 }
 
-/** Go's time.Duration format at millisecond precision: 500ms, 1.5s, 2m10s, 5m0s, 1h0m0s. */
-export function formatDuration(ms: number): string {
-  if (ms < 0) return `-${formatDuration(-ms)}`;
-  if (ms < 1000) return ms === 0 ? "0s" : `${Number(ms.toFixed(3))}ms`;
-  const hours = Math.floor(ms / 3_600_000);
-  const minutes = Math.floor((ms % 3_600_000) / 60_000);
-  const seconds = `${Number(((ms % 60_000) / 1000).toFixed(3))}s`;
-  if (hours) return `${hours}h${minutes}m${seconds}`;
-  return minutes ? `${minutes}m${seconds}` : seconds;
-}
 
 const formatPercent = (fraction: number) => `${Number((fraction * 100).toFixed(1))}%`;

@@ -46,6 +46,8 @@ describe("parseLifecycleFlags", () => {
         resourceNamespace: "kube-system",
       },
       dryRun: false,
+      controllers: new Set(["node-lifecycle"]),
+      csr: { apiServerNames: [], ipAllowlist: [], maxExpirationSeconds: 365 * 24 * 3600, pendingTimeoutMs: 600_000 },
       kubeconfig: "",
       verbosity: 0,
       logFormat: "text",
@@ -74,6 +76,12 @@ describe("parseLifecycleFlags", () => {
       "--leader-elect-resource-name=nlc.example",
       "--leader-elect-resource-namespace=ops",
       "--dry-run",
+      "--controllers=-node-lifecycle,kubelet-serving-csr",
+      "--csr-ip-allowlist=198.18.0.0/15,fd00:198:18::/48",
+      "--csr-dns-pattern={node}\\.lan",
+      "--csr-api-server-names=api.example.com",
+      "--csr-max-expiration=24h",
+      "--csr-pending-timeout=1m",
       "--kubeconfig=/k",
       "--v=2",
       "--log-format=json",
@@ -107,6 +115,17 @@ describe("parseLifecycleFlags", () => {
         resourceNamespace: "ops",
       },
       dryRun: true,
+      controllers: new Set(["kubelet-serving-csr"]),
+      csr: {
+        apiServerNames: ["api.example.com"],
+        extraDnsNames: { text: "{node}\\.lan" },
+        ipAllowlist: [
+          { address: "198.18.0.0", prefixLength: 15, family: 4 },
+          { address: "fd00:198:18::", prefixLength: 48, family: 6 },
+        ],
+        maxExpirationSeconds: 86_400,
+        pendingTimeoutMs: 60_000,
+      },
       kubeconfig: "/k",
       verbosity: 2,
       logFormat: "json",
@@ -199,8 +218,34 @@ describe("parseLifecycleFlags", () => {
   });
 });
 
+describe("--controllers, as kube-controller-manager's", () => {
+  const cases: [string, string[]][] = [
+    ["*", ["node-lifecycle"]],
+    ["*,kubelet-serving-csr", ["node-lifecycle", "kubelet-serving-csr"]],
+    ["kubelet-serving-csr", ["kubelet-serving-csr"]],
+    ["*,-node-lifecycle,kubelet-serving-csr", ["kubelet-serving-csr"]],
+    ["node-lifecycle", ["node-lifecycle"]],
+  ];
+  for (const [text, enabled] of cases)
+    test(`${text} runs ${enabled.join(", ")}`, () => assert.deepEqual(parse([`--controllers=${text}`]).controllers, new Set(enabled)));
+
+  test("unknown names and an empty choice are usage errors", () => {
+    rejects(
+      ["--controllers=*,csr"],
+      'invalid value "*,csr" for --controllers: unknown controller "csr" (known: node-lifecycle, kubelet-serving-csr)',
+    );
+    rejects(["--controllers=-node-lifecycle"], 'invalid value "-node-lifecycle" for --controllers: no controller enabled');
+  });
+
+  test("the approver's flags are checked", () => {
+    rejects(["--csr-dns-pattern=.*\\.lan"], String.raw`invalid value ".*\.lan" for --csr-dns-pattern: DNS name pattern .*\.lan: must contain {node} (a name without it could be any node's)`);
+    rejects(["--csr-max-expiration=5m"], `invalid value "5m" for --csr-max-expiration: must be at least 10m (the API's minimum)`);
+    assert.equal(parse(["--csr-max-expiration=87600h"]).csr.maxExpirationSeconds, 10 * 365 * 24 * 3600);
+  });
+});
+
 describe("the controller's flag table", () => {
-  test("Helm values names sit under nodeLifecycleController.controller", () => {
+  test("Helm values names sit under nodeLifecycleController.controller, the approver's under csrApproval.rules", () => {
     const helm = Object.fromEntries(
       lifecycleFlagTable.map((spec) => [spec.name, "helm" in spec ? spec.helm : undefined]),
     );
@@ -225,6 +270,12 @@ describe("the controller's flag table", () => {
       "leader-elect-resource-name": `${prefix}leaderElection.resourceName`,
       "leader-elect-resource-namespace": `${prefix}leaderElection.resourceNamespace`,
       "dry-run": `${prefix}dryRun`,
+      controllers: undefined,
+      "csr-ip-allowlist": "csrApproval.rules.ipAllowlist",
+      "csr-dns-pattern": "csrApproval.rules.dnsPattern",
+      "csr-api-server-names": "csrApproval.rules.apiServerNames",
+      "csr-max-expiration": "csrApproval.rules.maxExpiration",
+      "csr-pending-timeout": "csrApproval.rules.pendingTimeout",
       kubeconfig: undefined,
       v: `${prefix}verbosity`,
       "log-format": `${prefix}logFormat`,

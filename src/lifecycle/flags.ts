@@ -1,11 +1,13 @@
 // The node-lifecycle-controller's name and flags: the names and defaults of cozystack/local-ccm's
-// node-lifecycle-controller, plus probes, safety limits and leader election. This table also feeds
-// --help, the README and the Helm values.
+// node-lifecycle-controller, plus probes, safety limits and leader election, the choice of controllers
+// (kube-controller-manager's --controllers) and the kubelet-serving CSR approver's rules. This table also
+// feeds --help, the README and the Helm values.
 import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts";
 import { type Env, flag, parseFlags, UsageError } from "../cli/flags.ts";
 import {
   all,
   atLeast,
+  cidr,
   dnsLabel,
   dnsSubdomain,
   eachItem,
@@ -15,6 +17,8 @@ import {
   parses,
   positive,
 } from "../cli/validate.ts";
+import type { CsrConfig } from "../csr/decide.ts";
+import { parseDnsNamePattern } from "../csr/dnsnames.ts";
 import { serviceAccountNamespace } from "../kube/config.ts";
 import {
   type KeyValueMatcher,
@@ -22,11 +26,47 @@ import {
   parseKeyValueList,
   parseLabelSelector,
 } from "../kube/labelselector.ts";
+import { type Cidr, parseCidr } from "../net/ip.ts";
 
 export const PROGRAM = "node-lifecycle-controller";
 
 /** Next to the agent's 10263, so both fit on one host even when run with hostNetwork. */
 export const LIFECYCLE_HEALTH_PORT = 10264;
+
+/**
+ * The controllers this program hosts, and whether `*` runs each. The CSR approver is off unless named:
+ * approving certificates is a security decision the operator opts into (Helm: csrApproval.enabled), and a
+ * cluster without serverTLSBootstrap kubelets has nothing for it to do.
+ */
+export const CONTROLLERS = { "node-lifecycle": true, "kubelet-serving-csr": false } as const;
+export type ControllerName = keyof typeof CONTROLLERS;
+
+const isControllerName = (name: string): name is ControllerName => Object.hasOwn(CONTROLLERS, name);
+
+/**
+ * kube-controller-manager's rule: `-name` turns a controller off, `name` on, and `*` turns on those on by
+ * default; what no item names is off. Throws a one-line Error for an unknown name or an empty choice.
+ */
+export function parseControllers(items: readonly string[]): Set<ControllerName> {
+  const named = new Map<string, boolean>();
+  for (const item of items) {
+    if (item === "*") continue;
+    const name = item.replace(/^-/, "");
+    if (!isControllerName(name))
+      throw new Error(`unknown controller "${name}" (known: ${Object.keys(CONTROLLERS).join(", ")})`);
+    named.set(name, !item.startsWith("-"));
+  }
+  const all = items.includes("*");
+  const enabled = (Object.keys(CONTROLLERS) as ControllerName[]).filter(
+    (name) => named.get(name) ?? (all && CONTROLLERS[name]),
+  );
+  if (enabled.length === 0) throw new Error("no controller enabled");
+  return new Set(enabled);
+}
+
+/** The API's limits of spec.expirationSeconds: at least 10 minutes, at most an int32 of seconds. */
+const MIN_EXPIRATION_MS = 600_000;
+const MAX_EXPIRATION_MS = (2 ** 31 - 1) * 1000;
 
 export const PROBES = ["icmp", "tcp"] as const;
 export type Probe = (typeof PROBES)[number];
@@ -54,9 +94,12 @@ export interface LifecycleFlags extends CommonFlags {
     resourceNamespace: string;
   };
   dryRun: boolean;
+  controllers: Set<ControllerName>;
+  csr: CsrConfig;
 }
 
 const HELM = "nodeLifecycleController.controller.";
+const CSR_HELM = "csrApproval.rules.";
 
 export const lifecycleFlagTable = [
   flag({
@@ -171,7 +214,7 @@ export const lifecycleFlagTable = [
     name: "leader-elect",
     type: "bool",
     default: "true",
-    help: "Elect a leader on a Lease so that, of several replicas, only one probes and deletes.",
+    help: "Elect a leader on a Lease so that, of several replicas, only one probes, deletes and approves.",
     helm: `${HELM}leaderElection.enabled`,
   }),
   flag({
@@ -221,8 +264,70 @@ export const lifecycleFlagTable = [
     name: "dry-run",
     type: "bool",
     default: "false",
-    help: 'Log and event "would delete" instead of deleting.',
+    help: 'Log and event what would be done ("would delete", "would approve", "would deny") and write nothing.',
     helm: `${HELM}dryRun`,
+  }),
+  flag({
+    name: "controllers",
+    type: "list",
+    default: "*",
+    help:
+      "Controllers to run, as kube-controller-manager's: * runs those on by default, name turns one on, " +
+      "-name turns one off. node-lifecycle (on by default) deletes dead Nodes; kubelet-serving-csr (off by " +
+      "default; Helm csrApproval.enabled) approves kubelet serving certificates.",
+    validate: parses(parseControllers),
+  }),
+  flag({
+    name: "csr-ip-allowlist",
+    type: "list",
+    default: "",
+    help:
+      "CSR approver: comma list of CIDRs; every IP SAN must also lie in one of them (on top of being the " +
+      "node's own address). Empty: no allowlist.",
+    helm: `${CSR_HELM}ipAllowlist`,
+    validate: eachItem(cidr),
+  }),
+  flag({
+    name: "csr-dns-pattern",
+    type: "string",
+    default: "",
+    help:
+      "CSR approver: extra DNS SANs a node may hold besides its name and DNS addresses, as a regular " +
+      "expression over the whole lower-case name in which {node} is the node's name (e.g. " +
+      "{node}\\.nodes\\.example\\.com). Empty: none.",
+    helm: `${CSR_HELM}dnsPattern`,
+    validate: parses((text) => text && parseDnsNamePattern(text)),
+  }),
+  flag({
+    name: "csr-api-server-names",
+    type: "list",
+    default: "",
+    help:
+      "CSR approver: DNS names of the API server that no serving certificate may carry, besides kubernetes, " +
+      "kubernetes.default and kubernetes.default.svc[.<domain>] (e.g. the control plane endpoint's name).",
+    helm: `${CSR_HELM}apiServerNames`,
+    validate: eachItem(dnsSubdomain),
+  }),
+  flag({
+    name: "csr-max-expiration",
+    type: "duration",
+    default: "8760h",
+    maxMs: MAX_EXPIRATION_MS,
+    help:
+      "CSR approver: the longest spec.expirationSeconds approved (kubelets ask for none; the signer " +
+      "caps every certificate at kube-controller-manager's --cluster-signing-duration, 8760h by default).",
+    helm: `${CSR_HELM}maxExpiration`,
+    validate: (ms) => (ms >= MIN_EXPIRATION_MS ? undefined : "must be at least 10m (the API's minimum)"),
+  }),
+  flag({
+    name: "csr-pending-timeout",
+    type: "duration",
+    default: "10m",
+    help:
+      "CSR approver: how long after its creation a CSR may wait for its uninitialized Node's addresses " +
+      "before an address rule denies it.",
+    helm: `${CSR_HELM}pendingTimeout`,
+    validate: positive,
   }),
   ...commonFlagTable({ healthPort: LIFECYCLE_HEALTH_PORT, helmPrefix: HELM }),
 ] as const;
@@ -269,6 +374,15 @@ export function parseLifecycleFlags(
       resourceNamespace,
     },
     dryRun: values["dry-run"],
+    // Checked by the table's parses(…) and eachItem(…) above: these parse without error.
+    controllers: parseControllers(values.controllers),
+    csr: {
+      apiServerNames: values["csr-api-server-names"],
+      ...(values["csr-dns-pattern"] ? { extraDnsNames: parseDnsNamePattern(values["csr-dns-pattern"]) } : {}),
+      ipAllowlist: values["csr-ip-allowlist"].map((text) => parseCidr(text) as Cidr),
+      maxExpirationSeconds: Math.floor(values["csr-max-expiration"] / 1000),
+      pendingTimeoutMs: values["csr-pending-timeout"],
+    },
     ...commonFlags(values),
   };
 }

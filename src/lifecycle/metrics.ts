@@ -1,5 +1,6 @@
 // node-lifecycle-controller's Prometheus metrics (served on /metrics by the health server).
 import { createProgramMetrics, type Registry } from "../cli/metrics.ts";
+import { createCsrApproverMetrics } from "../csr/metrics.ts";
 import { PROGRAM } from "./flags.ts";
 
 /** What the node-lifecycle reconcile loop counts (controller.ts). */
@@ -43,8 +44,9 @@ export function createMetrics() {
     ...program,
     leader: program.registry.gauge({
       name: "node_lifecycle_controller_leader",
-      help: "1 while this replica leads (and may probe and delete), else 0.",
+      help: "1 while this replica leads (and may probe, delete and approve), else 0.",
     }),
     nodeLifecycle: createNodeLifecycleMetrics(program.registry),
+    csrApprover: createCsrApproverMetrics(program.registry),
   };
 }

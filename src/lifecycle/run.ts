@@ -1,12 +1,15 @@
-// The node-lifecycle-controller program: flags → API client → one informer on all nodes → leader
-// election → reconcile loop, with health and metrics served beside it. SIGTERM stops the loop
-// first (no DELETE after that), then releases the lease, stops the watch and closes the client.
+// The node-lifecycle-controller program: flags → API client → one informer on all nodes (and one on
+// kubelet-serving CSRs when the approver runs) → leader election → the controllers --controllers names,
+// with health and metrics served beside them. SIGTERM stops the controllers first (no DELETE or approval
+// after that), then releases the lease, stops the watches and closes the client.
 import { randomBytes } from "node:crypto";
 import os from "node:os";
+import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
 import type { Node } from "kubernetes-types/core/v1.js";
 import { startHealthServer } from "../cli/health.ts";
 import { createLogger, type Logger } from "../cli/log.ts";
 import type { MainContext } from "../cli/main.ts";
+import { CSR_RESOURCE, CsrController, csrTransform, KUBELET_SERVING_SELECTOR } from "../csr/controller.ts";
 import { sleep } from "../kube/backoff.ts";
 import { KubeClient } from "../kube/client.ts";
 import { loadClientConfig } from "../kube/config.ts";
@@ -57,8 +60,8 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
   ctx.signal.addEventListener("abort", () => log.info("shutting down"));
 
   // Each part registers its stop right after it starts: they run in reverse (see cli/main.ts), so the
-  // loop stops first (no DELETE after that), then the lease is released, the watch stopped, Events
-  // flushed, health closed, and the client closed last.
+  // loops stop first (no DELETE or approval after that), then the lease is released, the watches stopped,
+  // Events flushed, health closed, and the client closed last.
   const metrics = createMetrics();
   const client = new KubeClient(clientConfig, {
     component: PROGRAM,
@@ -66,16 +69,26 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
   });
   ctx.onShutdown(() => client.close());
   const nodes = new Resource<Node>(client, { group: "", version: "v1", plural: "nodes" });
+  // One watch on Nodes for every controller: its transform keeps what each of them reads.
   const informer = new Informer(nodes, {
     transform: nodeTransform(config),
     onError: (err) => log.error("watching nodes failed", { err }),
   });
+  // No watch on CSRs unless the approver runs.
+  const csrInformer = flags.controllers.has("kubelet-serving-csr")
+    ? new Informer(new Resource<CertificateSigningRequest>(client, CSR_RESOURCE), {
+        fieldSelector: KUBELET_SERVING_SELECTOR,
+        transform: csrTransform,
+        onError: (err) => log.error("watching CSRs failed", { err }),
+      })
+    : undefined;
+  const informers = [informer, ...(csrInformer ? [csrInformer] : [])];
   if (flags.healthBindAddress) {
     const health = await startHealthServer({
       address: flags.healthBindAddress,
       metrics: metrics.registry,
       ready: () =>
-        informer.hasSynced() ? { ok: true } : { ok: false, reason: "node cache not synced yet" },
+        informers.every((each) => each.hasSynced()) ? { ok: true } : { ok: false, reason: "caches not synced yet" },
     });
     ctx.onShutdown(() => health.close());
     log.info("serving /healthz, /readyz and /metrics", { address: health.address });
@@ -89,27 +102,46 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
 
   const { leaderElection } = flags;
   let elector: LeaderElector | undefined;
-  const controller = new Controller({
-    config,
-    reconcileIntervalMs: flags.reconcileIntervalMs,
-    dryRun: flags.dryRun,
-    cache: informer,
-    nodes,
-    probe: (addresses, signal) =>
-      probeNode(addresses, {
-        icmp: flags.probes.includes("icmp"),
-        tcp: flags.probes.includes("tcp"),
-        pingCount: flags.pingCount,
-        pingTimeoutMs: flags.pingTimeoutMs,
-        kubeletPort: flags.kubeletPort,
-        signal,
-      }),
-    isLeader: () => elector?.isLeader() ?? true,
-    events,
-    log,
-    metrics: metrics.nodeLifecycle,
-  });
-  informer.addHandlers(controller.handlers);
+  const isLeader = () => elector?.isLeader() ?? true;
+  const lifecycle = flags.controllers.has("node-lifecycle")
+    ? new Controller({
+        config,
+        reconcileIntervalMs: flags.reconcileIntervalMs,
+        dryRun: flags.dryRun,
+        cache: informer,
+        nodes,
+        probe: (addresses, signal) =>
+          probeNode(addresses, {
+            icmp: flags.probes.includes("icmp"),
+            tcp: flags.probes.includes("tcp"),
+            pingCount: flags.pingCount,
+            pingTimeoutMs: flags.pingTimeoutMs,
+            kubeletPort: flags.kubeletPort,
+            signal,
+          }),
+        isLeader,
+        events,
+        log: log.with({ controller: "node-lifecycle" }),
+        metrics: metrics.nodeLifecycle,
+      })
+    : undefined;
+  if (lifecycle) informer.addHandlers(lifecycle.handlers);
+  const approver = csrInformer
+    ? new CsrController({
+        config: flags.csr,
+        dryRun: flags.dryRun,
+        cache: csrInformer,
+        csrs: new Resource<CertificateSigningRequest>(client, CSR_RESOURCE),
+        isLeader,
+        events,
+        log: log.with({ controller: "kubelet-serving-csr" }),
+        metrics: metrics.csrApprover,
+      })
+    : undefined;
+  if (approver && csrInformer) {
+    informer.addHandlers(approver.nodeHandlers);
+    csrInformer.addHandlers(approver.csrHandlers);
+  }
   if (leaderElection.enabled) {
     elector = new LeaderElector(client, {
       lease: { name: leaderElection.resourceName, namespace: leaderElection.resourceNamespace },
@@ -120,7 +152,8 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
       onStartedLeading: () => {
         metrics.leader.set(1);
         log.info("started leading", { identity });
-        controller.trigger();
+        lifecycle?.trigger();
+        approver?.resync();
       },
       onStoppedLeading: () => {
         metrics.leader.set(0);
@@ -136,18 +169,29 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
   log.info("starting", {
     server: clientConfig.server,
     identity,
+    controllers: [...flags.controllers].join(","),
     leaderElect: leaderElection.enabled,
     dryRun: flags.dryRun,
   });
-  informer.start();
-  ctx.onShutdown(() => informer.stop());
-  await Promise.race([informer.waitForSync(), ctx.untilStopped()]);
+  for (const each of informers) {
+    each.start();
+    ctx.onShutdown(() => each.stop());
+  }
+  await Promise.race([Promise.all(informers.map((each) => each.waitForSync())), ctx.untilStopped()]);
   if (ctx.signal.aborted) return;
   log.info("node cache synced", { nodes: informer.list().length });
-  // Candidates campaign only with a full cache, so that a new leader decides from all nodes at once.
+  if (csrInformer) log.info("CSR cache synced", { csrs: csrInformer.list().length });
+  // Candidates campaign only with full caches, so that a new leader decides from all objects at once.
   if (elector) ctx.onShutdown(campaign(elector));
-  controller.start();
-  ctx.onShutdown(() => controller.stop()); // waits for checks in flight: a DELETE already sent completes
+  // Each stop waits for what is in flight: a DELETE or an approval already sent completes.
+  if (lifecycle) {
+    lifecycle.start();
+    ctx.onShutdown(() => lifecycle.stop());
+  }
+  if (approver) {
+    approver.start();
+    ctx.onShutdown(() => approver.stop());
+  }
   await ctx.untilStopped();
 }
 

@@ -95,7 +95,7 @@ const CANDIDATES: Record<FlagSpec["type"], (spec: FlagSpec) => string[]> = {
   bool: (spec) => [String(spec.default !== "true")],
   int: (spec) => [String(Number(spec.default) + 1)],
   float: () => ["0.75"],
-  duration: () => ["1m7s", "12s", "3s"],
+  duration: () => ["1m7s", "12s", "3s", "2h30m"],
   string: () => [
     "json",
     "auto",
@@ -104,6 +104,7 @@ const CANDIDATES: Record<FlagSpec["type"], (spec: FlagSpec) => string[]> = {
     "custom-lease",
     "node.kubernetes.io/pool in (spot, batch)",
     "example.com/keep=yes,example.com/pin",
+    String.raw`{node}\.nodes\.example\.com`,
   ],
   list: () => [
     "198.18.0.1, fd00:198:18::1",
@@ -405,6 +406,33 @@ describe("Helm chart", () => {
       );
     });
   }
+
+  test("csrApproval.enabled runs the approver beside node-lifecycle, with its grants; off, nothing about CSRs", async () => {
+    const defaults = await render();
+    const certificates = (objects: KubeObject[]) =>
+      objects.filter((obj) => JSON.stringify(obj).includes("certificates.k8s.io")).map((obj) => obj.metadata.name);
+    assert.deepEqual(certificates(defaults), []);
+    const objects = await render(setJson({ "csrApproval.enabled": true, "csrApproval.rules.pendingTimeout": "1m" }));
+    assert.deepEqual(container(objects, "node-lifecycle-controller").args, [
+      "--csr-pending-timeout=1m",
+      "--controllers=*,kubelet-serving-csr",
+    ]);
+    const name = "node-lifecycle-controller-csr-approver";
+    assert.deepEqual(find(objects, "ClusterRole", name).rules, [
+      { apiGroups: ["certificates.k8s.io"], resources: ["certificatesigningrequests"], verbs: ["list", "watch"] },
+      { apiGroups: ["certificates.k8s.io"], resources: ["certificatesigningrequests/approval"], verbs: ["update"] },
+      {
+        apiGroups: ["certificates.k8s.io"],
+        resources: ["signers"],
+        resourceNames: ["kubernetes.io/kubelet-serving"],
+        verbs: ["approve"],
+      },
+    ]);
+    assert.deepEqual(find(objects, "ClusterRoleBinding", name).subjects, [
+      { kind: "ServiceAccount", name: "node-lifecycle-controller", namespace: "kube-system" },
+    ]);
+    assert.deepEqual(certificates(objects), [name]);
+  });
 
   test("non-default values: namespace, image, security, scheduling, controller off", async () => {
     const objects = await render([

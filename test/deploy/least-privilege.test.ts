@@ -3,7 +3,7 @@
 // shipped Roles and ClusterRoles grant it: no grant left unused, no request outside the grants.
 // The programs run as the image runs them: their bundles, with the manifests' Node flags.
 import assert from "node:assert/strict";
-import { readFile } from "node:fs/promises";
+import { readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Event } from "kubernetes-types/core/v1.js";
@@ -29,6 +29,7 @@ import {
   startWorld as startLifecycleWorld,
   type World as LifecycleWorld,
 } from "../lifecycle/world.ts";
+import { approverRbac, nodeClient, requestCertificate } from "../csr/world.ts";
 import { waitFor } from "../wait.ts";
 import { shippedCommand } from "./shipped.ts";
 
@@ -70,6 +71,19 @@ interface AuditEntry {
   objectRef?: { apiGroup?: string; resource?: string; subresource?: string; namespace?: string };
 }
 
+/**
+ * Permissions the apiserver checks on a request's behalf, which the audit log does not list: its CertificateApproval
+ * admission authorizes "approve" on the CSR's signer for every write of the approval subresource (RBAC names it
+ * signers/<signerName>; the chart grants kubernetes.io/kubelet-serving only, which the chart test checks).
+ */
+const IMPLIED: Record<string, Permission> = {
+  "update certificates.k8s.io/certificatesigningrequests/approval cluster-wide": {
+    verb: "approve",
+    resource: "certificates.k8s.io/signers",
+    namespace: "",
+  },
+};
+
 /** Every permission a user exercised in an audit log, denied requests included (they were needed). */
 function usedPermissions(auditLog: string, username: string): Permission[] {
   const entries = auditLog
@@ -77,17 +91,17 @@ function usedPermissions(auditLog: string, username: string): Permission[] {
     .filter(Boolean)
     .map((line) => JSON.parse(line) as AuditEntry)
     .filter((entry) => entry.user.username === username);
-  return permissionSet(
-    entries.map(({ verb, requestURI, objectRef: ref }) =>
-      ref?.resource
-        ? {
-            verb,
-            resource: qualified(ref.apiGroup ?? "", ref.subresource ? `${ref.resource}/${ref.subresource}` : ref.resource),
-            namespace: ref.namespace ?? "",
-          }
-        : { verb, resource: `url ${requestURI.split("?")[0]}`, namespace: "" },
-    ),
+  const requested = entries.map(({ verb, requestURI, objectRef: ref }): Permission =>
+    ref?.resource
+      ? {
+          verb,
+          resource: qualified(ref.apiGroup ?? "", ref.subresource ? `${ref.resource}/${ref.subresource}` : ref.resource),
+          namespace: ref.namespace ?? "",
+        }
+      : { verb, resource: `url ${requestURI.split("?")[0]}`, namespace: "" },
   );
+  const implied = requested.flatMap((use) => IMPLIED[describePermission(use)] ?? []);
+  return permissionSet([...requested, ...implied]);
 }
 
 interface RbacObject {
@@ -288,5 +302,38 @@ describe("the node-lifecycle-controller under deploy/nlc-rbac.yaml", () => {
 
     assert.equal(await nlc.stop(), 0); // releases the Lease (an update)
     await assertLeastPrivilege(world.plane.auditLogPath, NLC_RBAC_FILE, NLC_ACCOUNT);
+    const rbac = await readFile(NLC_RBAC_FILE, "utf8");
+    assert.doesNotMatch(rbac, /certificates/, "without the approver, no grant about CSRs or signers");
+  });
+
+  // After the run above, in the same audit log: both runs together must use exactly what the chart grants with
+  // csrApproval.enabled (the run above alone exactly what it grants without).
+  test("with the approver on (csrApproval.enabled), a run that also approves and denies CSRs uses exactly its grants", async () => {
+    const rbacFile = path.join(world.plane.dir, "nlc-rbac-approver.yaml");
+    await writeFile(rbacFile, await approverRbac(world.plane.binaries.helm));
+    await world.plane.kubectl(["apply", "-f", rbacFile]);
+    await world.nodes.create(nodeObject("dead-node-2", { address: await world.deadAddress(), since: apiTimeAgo(60_000) }));
+    nlc = new ControllerProcess(
+      world,
+      controllerFlags(world, { notReadyTimeout: "3s", reconcileInterval: "1s" }, "--controllers=*,kubelet-serving-csr"),
+      await asShipped("node-lifecycle-controller"),
+    );
+    await nlc.waitForLog("started leading");
+    await nlc.waitForLog("deleted node", { node: "dead-node-2" });
+    // healthy-a's own name is its own; 198.18.200.1 is also healthy-b's and healthy-c's.
+    const node = await nodeClient(world.plane, "healthy-a");
+    try {
+      const approved = await requestCertificate(node, "healthy-a", { sans: "DNS:healthy-a" });
+      const denied = await requestCertificate(node, "healthy-a", { sans: "DNS:healthy-a,IP:198.18.200.1" });
+      await nlc.waitForLog("approved CSR", { csr: approved });
+      await nlc.waitForLog("denied CSR", { csr: denied });
+      await waitFor("the Denied event written", async () =>
+        (await world.events.list({ fieldSelector: `involvedObject.name=${denied}` })).items.length > 0,
+      );
+    } finally {
+      node.close();
+    }
+    assert.equal(await nlc.stop(), 0);
+    await assertLeastPrivilege(world.plane.auditLogPath, rbacFile, NLC_ACCOUNT);
   });
 });

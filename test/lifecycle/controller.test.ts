@@ -7,8 +7,10 @@ import type { Node } from "kubernetes-types/core/v1.js";
 import type { Preconditions } from "kubernetes-types/meta/v1.js";
 import { createLogger } from "../../src/cli/log.ts";
 import { Registry } from "../../src/cli/metrics.ts";
+import { nodeFacts } from "../../src/csr/nodes.ts";
 import { ApiError } from "../../src/kube/errors.ts";
 import { parseKeyValueList, parseLabelSelector } from "../../src/kube/labelselector.ts";
+import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
 import type { ProbeResult } from "../../src/net/probe.ts";
 import {
   Controller,
@@ -221,9 +223,17 @@ test("the cache keeps only what decisions read, and decides exactly as the full 
     spec: { taints: [AUTOSCALER] },
     status: {
       conditions: [{ type: "Ready", status: "Unknown", lastTransitionTime: ago(10 * MINUTE) }],
-      addresses: [{ type: "InternalIP", address: "198.18.5.9" }],
+      addresses: [
+        { type: "InternalIP", address: "198.18.5.9" },
+        { type: "Hostname", address: "n1" },
+      ],
     },
   });
+  // The CSR approver, which shares this cache, sees each Node as in full (names, IPs, the uninitialized taint).
+  const uninitialized = kubeletNode("n3");
+  uninitialized.spec?.taints?.push({ key: UNINITIALIZED_TAINT, effect: "NoSchedule", value: "true" });
+  for (const node of [full, uninitialized]) assert.deepEqual(nodeFacts(trim(node)), nodeFacts(node));
+  assert.equal(nodeFacts(trim(uninitialized)).uninitialized, true);
   // A protected annotation is kept; others are not.
   const held = kubeletNode("n2");
   (held.metadata as { annotations: Record<string, string> }).annotations["example.com/hold"] = "yes";

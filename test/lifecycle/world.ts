@@ -199,13 +199,17 @@ export class ControllerProcess {
   readonly exited: Promise<number | null>;
   private readonly forget: () => void;
 
-  /** `entry`: the program file (default the .ts entry point); `nodeArgs`: flags for node itself. */
+  /**
+   * `world.prober`: the namespace to run in (none: this one); `entry`: the program file (default the .ts entry
+   * point); `nodeArgs`: flags for node itself.
+   */
   constructor(
-    world: World,
+    world: { prober?: Pick<Host, "wrap"> },
     args: string[],
     options: { env?: NodeJS.ProcessEnv; entry?: string; nodeArgs?: string[] } = {},
   ) {
-    const [command, argv] = world.prober.wrap("setpriv", [
+    const wrap = world.prober?.wrap ?? ((command: string, rest: string[]): [string, string[]] => [command, rest]);
+    const [command, argv] = wrap("setpriv", [
       "--pdeathsig",
       "KILL",
       "--",

@@ -1,0 +1,307 @@
+// The kubelet-serving CSR approver's loop. It works from two caches: an informer on the CSRs of the
+// kubelet-serving signer only (a field selector: other signers' CSRs never reach this process), and the program's
+// one node informer, which feeds an index of every Node's names and IPs (nodes.ts). A CSR is decided when it
+// appears or changes, and a CSR that waits for its Node (rule 9) again whenever the index changes and at its
+// deadline at the latest. Only the leader decides and writes: the approval subresource, with the condition
+// and the resourceVersion it decided on, and one Event per decision.
+import type { CertificateSigningRequest, CertificateSigningRequestCondition } from "kubernetes-types/certificates/v1.js";
+import type { Node } from "kubernetes-types/core/v1.js";
+import type { Logger } from "../cli/log.ts";
+import { isApiError } from "../kube/errors.ts";
+import { csrReference, type EventRecorder } from "../kube/events.ts";
+import type { InformerHandlers } from "../kube/informer.ts";
+import type { Resource, ResourceRef } from "../kube/resource.ts";
+import {
+  type CsrConfig,
+  type CsrDecision,
+  csrFacts,
+  decidedState,
+  decideCSR,
+  KUBELET_SERVING_SIGNER,
+} from "./decide.ts";
+import type { CsrApproverMetrics } from "./metrics.ts";
+import { type IndexedNode, indexNode, indexNodes, type NodeIndex, nodeFacts } from "./nodes.ts";
+
+type Csr = CertificateSigningRequest;
+
+export const CSR_RESOURCE: ResourceRef = {
+  group: "certificates.k8s.io",
+  version: "v1",
+  plural: "certificatesigningrequests",
+};
+
+/** The apiserver selects CSRs by signer: the informer lists and watches ours only. */
+export const KUBELET_SERVING_SELECTOR = `spec.signerName=${KUBELET_SERVING_SIGNER}`;
+
+/** The conditions' reasons, as kube-controller-manager's approver names its own. */
+const APPROVED_REASON = "AutoApproved";
+const DENIED_REASON = "AutoDenied";
+
+/**
+ * The informer's transform: a decided CSR shrinks to what says so (an issued certificate and the request are
+ * kilobytes each, and decide nothing more); an undecided one is kept whole but its managedFields, since the
+ * approval is written back on it.
+ */
+export function csrTransform(csr: Csr): Csr {
+  const { metadata = {}, spec, status } = csr;
+  const decided = decidedState(csr);
+  // "issued" without a condition cannot happen through the API (the signer needs an approval): kept whole.
+  if (decided === undefined || decided === "issued") return { ...csr, metadata: { ...metadata, managedFields: undefined } };
+  const { name, uid, resourceVersion, creationTimestamp } = metadata;
+  return {
+    metadata: { name, uid, resourceVersion, creationTimestamp },
+    spec: { signerName: spec.signerName, request: "" },
+    status: { conditions: status?.conditions?.map(({ type, status }) => ({ type, status })) },
+  };
+}
+
+/** The CSR informer satisfies this. */
+export interface CsrCache {
+  get(name: string): Csr | undefined;
+  list(): Csr[];
+}
+
+export interface CsrControllerOptions {
+  config: CsrConfig;
+  dryRun: boolean;
+  cache: CsrCache;
+  /** The approval subresource's PUT. */
+  csrs: Pick<Resource<Csr>, "update">;
+  /** True while this replica may decide and write (always, without leader election). */
+  isLeader(): boolean;
+  events: Pick<EventRecorder, "record">;
+  log: Logger;
+  metrics: CsrApproverMetrics;
+  /** Approvals and denials in flight at once (default 10). */
+  maxConcurrentWrites?: number;
+  /** After a failed write, the CSR is decided again this much later (default 5 s). */
+  retryDelayMs?: number;
+  now?: () => Date;
+}
+
+type Verdict = Extract<CsrDecision, { action: "approve" | "deny" }>;
+type Waiting = Extract<CsrDecision, { action: "wait" }>;
+
+export class CsrController {
+  private readonly options: Required<Omit<CsrControllerOptions, "now">> & { now: () => Date };
+  private readonly nodes = new Map<string, IndexedNode>();
+  /** Built from `nodes` when a decision needs it; undefined once a Node changed in a way it shows. */
+  private index: NodeIndex | undefined;
+  private readonly queue = new Set<string>();
+  private readonly writing = new Map<string, Promise<void>>();
+  /** CSRs that wait for their Node: the timer of their deadline, and the reason last logged. */
+  private readonly waiting = new Map<string, { timer: NodeJS.Timeout; reason: string }>();
+  /** The resourceVersion each CSR was approved or denied at (or logged at, in dry run): never twice. */
+  private readonly acted = new Map<string, string | undefined>();
+  private started = false;
+  private stopped = false;
+  private scheduled = false;
+
+  constructor(options: CsrControllerOptions) {
+    this.options = { maxConcurrentWrites: 10, retryDelayMs: 5000, now: () => new Date(), ...options };
+  }
+
+  readonly csrHandlers: InformerHandlers<Csr> = {
+    onAdd: (csr) => this.enqueue(nameOf(csr)),
+    onUpdate: (_, csr) => this.enqueue(nameOf(csr)),
+    onDelete: (csr) => this.forget(nameOf(csr)),
+  };
+
+  /** For the program's node informer: keeps the index, and wakes waiting CSRs when it changes. */
+  readonly nodeHandlers: InformerHandlers<Node> = {
+    onAdd: (node) => this.nodeChanged(node),
+    onUpdate: (_, node) => this.nodeChanged(node),
+    onDelete: (node) => {
+      if (this.nodes.delete(nameOf(node))) this.nodesChanged();
+    },
+  };
+
+  /** Decides every cached CSR (call once both caches have synced). */
+  start(): void {
+    this.started = true;
+    this.resync();
+  }
+
+  /** Decides every cached CSR again: at start, and when this replica starts leading. */
+  resync(): void {
+    for (const csr of this.options.cache.list()) this.enqueue(nameOf(csr));
+  }
+
+  /** Stops deciding, and waits for writes in flight (an approval already sent completes). */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.queue.clear();
+    for (const { timer } of this.waiting.values()) clearTimeout(timer);
+    this.waiting.clear();
+    while (this.writing.size > 0) await Promise.all(this.writing.values());
+  }
+
+  private nodeChanged(node: Node): void {
+    const indexed = indexNode(nodeFacts(node));
+    const before = this.nodes.get(indexed.name);
+    this.nodes.set(indexed.name, indexed);
+    if (!before || !sameIndexedNode(before, indexed)) this.nodesChanged();
+  }
+
+  /** Any Node's names or IPs can decide a waiting CSR (another Node may have held its address): all wake. */
+  private nodesChanged(): void {
+    this.index = undefined;
+    for (const name of this.waiting.keys()) this.enqueue(name);
+  }
+
+  private enqueue(name: string): void {
+    if (this.stopped) return;
+    this.queue.add(name);
+    if (!this.started || this.scheduled) return;
+    // One pass per turn of the event loop: a burst of events (a relist, a node update) shares one index build.
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      this.pump();
+    });
+  }
+
+  private forget(name: string): void {
+    this.stopWaiting(name);
+    this.acted.delete(name);
+    this.queue.delete(name);
+    this.updateGauges();
+  }
+
+  /** Decides queued CSRs while fewer than maxConcurrentWrites writes run. */
+  private pump(): void {
+    this.updateGauges();
+    if (this.stopped) return;
+    // Followers keep both caches current, for a quick takeover (resync); nothing more.
+    if (!this.options.isLeader()) {
+      this.queue.clear();
+      return;
+    }
+    for (const name of this.queue) {
+      if (this.writing.size >= this.options.maxConcurrentWrites) return;
+      if (this.writing.has(name)) continue; // decided again once its write is done
+      this.queue.delete(name);
+      this.decide(name);
+    }
+  }
+
+  private decide(name: string): void {
+    const { options } = this;
+    const csr = options.cache.get(name);
+    if (!csr) return this.forget(name);
+    this.index ??= indexNodes(this.nodes.values());
+    const now = options.now();
+    const decision = decideCSR(csrFacts(csr), this.index, options.config, now);
+    if (decision.action !== "wait") this.stopWaiting(name);
+    if (decision.action === "ignore") {
+      options.log.v(4)?.("CSR left alone", { csr: name, reason: decision.reason });
+      return;
+    }
+    if (decision.action === "wait") return this.wait(csr, decision, now);
+    const resourceVersion = csr.metadata?.resourceVersion;
+    // Our own write reaches the cache a moment later: until then the cached copy must not be decided twice.
+    if (this.acted.has(name) && this.acted.get(name) === resourceVersion) return;
+    this.acted.set(name, resourceVersion);
+    const write = this.act(csr, decision, now)
+      .catch((err: unknown) => options.log.error("deciding CSR failed", { csr: name, err }))
+      .finally(() => {
+        this.writing.delete(name);
+        this.pump();
+      });
+    this.writing.set(name, write);
+  }
+
+  /** Rule 9: decided again when a Node changes (nodesChanged) or at the deadline. */
+  private wait(csr: Csr, decision: Waiting, now: Date): void {
+    const name = nameOf(csr);
+    const previous = this.waiting.get(name);
+    clearTimeout(previous?.timer);
+    // A millisecond past the deadline, so that the decision then sees it passed.
+    const timer = setTimeout(() => this.enqueue(name), decision.until.getTime() - now.getTime() + 1);
+    timer.unref();
+    this.waiting.set(name, { timer, reason: decision.reason });
+    if (previous?.reason === decision.reason) return;
+    this.options.log.info("CSR waits for its node", { csr: name, rule: decision.rule, reason: decision.reason });
+    this.options.events.record(csrReference(csr), "Normal", "WaitingForNode", decision.reason);
+    this.updateGauges();
+  }
+
+  private stopWaiting(name: string): void {
+    clearTimeout(this.waiting.get(name)?.timer);
+    this.waiting.delete(name);
+  }
+
+  private async act(csr: Csr, decision: Verdict, now: Date): Promise<void> {
+    const { options } = this;
+    const name = nameOf(csr);
+    const approve = decision.action === "approve";
+    const log = options.log.with({ csr: name, user: csr.spec.username });
+    if (options.dryRun) {
+      this.decided(csr, decision, approve ? "would-approve" : "would-deny", now);
+      log.info(`would ${approve ? "approve" : "deny"} CSR (dry run)`, { rule: decision.rule, reason: decision.reason });
+      const [type, reason] = approve ? (["Normal", "WouldApprove"] as const) : (["Warning", "WouldDeny"] as const);
+      options.events.record(csrReference(csr), type, reason, `would ${decision.action} (dry run): ${decision.reason}`);
+      return;
+    }
+    // Leadership can lapse between the decision and the write: the last check is right before the call.
+    if (!options.isLeader()) {
+      this.acted.delete(name);
+      return;
+    }
+    try {
+      await options.csrs.update(withCondition(csr, decision, now), { subresource: "approval" });
+    } catch (err) {
+      this.acted.delete(name);
+      if (isApiError(err, "NotFound")) return;
+      if (isApiError(err, "Conflict")) {
+        // The CSR changed since it was read: the informer brings the new version, which is decided afresh.
+        options.metrics.decisions.with({ result: "conflict", rule: decision.rule }).inc();
+        log.v(2)?.("CSR changed meanwhile; deciding it again");
+        return;
+      }
+      options.metrics.decisions.with({ result: "error", rule: decision.rule }).inc();
+      log.error(`${approve ? "approving" : "denying"} CSR failed`, { err });
+      setTimeout(() => this.enqueue(name), options.retryDelayMs).unref();
+      return;
+    }
+    this.decided(csr, decision, approve ? "approved" : "denied", now);
+    log.info(approve ? "approved CSR" : "denied CSR", { rule: decision.rule, reason: decision.reason });
+    const [type, reason] = approve ? (["Normal", "Approved"] as const) : (["Warning", "Denied"] as const);
+    options.events.record(csrReference(csr), type, reason, decision.reason);
+  }
+
+  private decided(csr: Csr, decision: Verdict, result: string, now: Date): void {
+    const { metrics } = this.options;
+    metrics.decisions.with({ result, rule: decision.rule }).inc();
+    const created = Date.parse(csr.metadata?.creationTimestamp ?? "");
+    if (!Number.isNaN(created)) metrics.decisionSeconds.observe(Math.max(0, now.getTime() - created) / 1000);
+  }
+
+  private updateGauges(): void {
+    const { metrics, cache } = this.options;
+    metrics.pending.set(cache.list().filter((csr) => decidedState(csr) === undefined).length);
+    metrics.waiting.set(this.waiting.size);
+  }
+}
+
+/** The CSR as read, with the Approved or Denied condition added (the approval subresource writes only these). */
+function withCondition(csr: Csr, decision: Verdict, now: Date): Csr {
+  const approve = decision.action === "approve";
+  const condition: CertificateSigningRequestCondition = {
+    type: approve ? "Approved" : "Denied",
+    status: "True",
+    reason: approve ? APPROVED_REASON : DENIED_REASON,
+    message: decision.reason,
+    lastUpdateTime: now.toISOString(),
+  };
+  const conditions = [...(csr.status?.conditions ?? []), condition];
+  return { apiVersion: "certificates.k8s.io/v1", kind: "CertificateSigningRequest", ...csr, status: { conditions } };
+}
+
+function sameIndexedNode(a: IndexedNode, b: IndexedNode): boolean {
+  return a.uninitialized === b.uninitialized && sameSet(a.ips, b.ips) && sameSet(a.dnsNames, b.dnsNames);
+}
+
+const sameSet = (a: Set<string>, b: Set<string>) => a.size === b.size && [...a].every((item) => b.has(item));
+
+const nameOf = (obj: { metadata?: { name?: string } }) => obj.metadata?.name ?? "";
