@@ -670,8 +670,23 @@ export function recordFor(dir: string): ClusterRecord | undefined {
   return undefined;
 }
 
-/** Used by tests to prove nothing is left: what of slot `slot` still exists on this machine. */
+/**
+ * Used by tests to prove nothing is left: what of the cluster that ran in slot `slot` from `dir` still
+ * exists on this machine. Once another cluster holds the slot (a parallel test started one), the
+ * slot's names are its own: only what lives under `dir` is checked then.
+ */
 export function leftoversOf(slot: number, dir: string): string[] {
+  const found: string[] = [];
+  const successor = readRecord(slot);
+  if (!successor || path.resolve(successor.dir) === path.resolve(dir)) found.push(...slotLeftovers(slot));
+  for (const pid of processesUnder(dir)) found.push(`process ${pid}`);
+  for (const point of mountPointsUnder(dir)) found.push(`mount ${point}`);
+  if (existsSync(dir) && statSync(dir).isDirectory()) found.push(`folder ${dir}`);
+  return found;
+}
+
+/** What carries slot `slot` in its name: bridge, namespaces, cgroups, rule, record. */
+function slotLeftovers(slot: number): string[] {
   const layout = clusterLayout(slot);
   const found: string[] = [];
   if (existsSync(`/sys/class/net/${layout.bridge}`)) found.push(`bridge ${layout.bridge}`);
@@ -681,9 +696,6 @@ export function leftoversOf(slot: number, dir: string): string[] {
     for (const name of readdirSync(hierarchy))
       if (name.startsWith(layout.prefix)) found.push(`cgroup ${hierarchy}/${name}`);
   if (sh("ip", ["rule", "list"]).includes(`lookup ${layout.table}`)) found.push(`rule lookup ${layout.table}`);
-  for (const pid of processesUnder(dir)) found.push(`process ${pid}`);
-  for (const point of mountPointsUnder(dir)) found.push(`mount ${point}`);
-  if (existsSync(dir) && statSync(dir).isDirectory()) found.push(`folder ${dir}`);
   if (existsSync(recordPath(slot))) found.push(`record ${recordPath(slot)}`);
   return found;
 }
