@@ -36,7 +36,8 @@ test("the demo initialises the nodes with pods, deletes the killed one, shows Ev
   const registered = section(out, "real kubelets registered");
   for (const name of NODE_NAMES) {
     const wide = row(registered, name);
-    assert.match(wide, new RegExp(`Ready .* ${KUBERNETES_VERSION.replace(/\./g, "\\.")} +198\\.19\\.\\d+\\.\\d+ +<none> `));
+    const version = KUBERNETES_VERSION.replace(/\./g, "\\.");
+    assert.match(wide, new RegExp(`Ready .* ${version} +198\\.19\\.\\d+\\.\\d+ +<none> `), "no ExternalIP yet");
     assert.match(wide, /containerd:\/\/\S+$/);
     assert.match(registered, new RegExp(`\n${name} +node\\.cloudprovider\\.kubernetes\\.io/uninitialized`));
   }
@@ -58,8 +59,12 @@ test("the demo initialises the nodes with pods, deletes the killed one, shows Ev
   assert.equal(NODE_NAMES.filter((name) => row(afterDeletion, name) !== "").length, 2, "the others are untouched");
 
   const events = section(out, "Events");
-  for (const name of NODE_NAMES) assert.match(events, new RegExp(`\ndefault +${name} +local-ccm +Normal +TaintRemoved `));
-  assert.match(events, new RegExp(`\ndefault +${victim} +node-lifecycle-controller +Normal +DeletingNode +.*unreachable`));
+  for (const name of NODE_NAMES)
+    assert.match(events, new RegExp(`\ndefault +${name} +local-ccm +Normal +TaintRemoved `));
+  assert.match(
+    events,
+    new RegExp(`\ndefault +${victim} +node-lifecycle-controller +Normal +DeletingNode +.*unreachable`),
+  );
 
   const [, slot, dir = ""] = /cluster slot (\d+), state and logs in (\S+)/.exec(out) ?? [];
   assert.ok(dir.startsWith(tmp), `the cluster's folder is in the test's TMPDIR: ${dir}`);
