@@ -84,7 +84,8 @@ export interface ClusterOptions {
   /** kube-controller-manager's --node-monitor-grace-period: how long after its kubelet stops posting
    * status a Node becomes NotReady. 20s here (kcm's default is 50s) so power-loss tests are quick. */
   nodeMonitorGracePeriodSeconds?: number;
-  /** Write the apiserver's audit log (controlPlane.auditLogPath): who made which request, for benchmarks. */
+  /** The apiserver writes a Metadata-level audit log (controlPlane.auditLogPath): who made each request,
+   * with a pod-bound token's pod and node. */
   audit?: boolean;
   /** Progress lines (default: none). */
   log?: (line: string) => void;
