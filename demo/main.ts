@@ -1,91 +1,180 @@
-// `npm start`: the demo. With no cluster given it starts a local control plane, builds a small node
-// network in namespaces, registers Nodes the way kubelet --cloud-provider=external does, runs the
-// agent and the node-lifecycle-controller, shows the nodes before and after and the events, watches an
-// unreachable autoscaler-tainted node being deleted, and stops everything it started.
-// With `-- --kubeconfig=FILE --node-name=NAME` it runs the agent once against that cluster instead.
+// `npm start`: the demo, on a real cluster on this machine (localcluster/cluster.ts): real kubelets
+// register their Nodes with the uninitialized taint, the Helm chart is installed as a user installs it,
+// the agent pods initialise their nodes, an autoscaler-tainted node loses power and the
+// node-lifecycle-controller deletes it, the Events are shown, and everything is removed at the end
+// (also on Ctrl-C; what a killed demo left, the next start removes).
+// With `-- --kubeconfig=FILE --node-name=NAME` it instead runs the agent once against that cluster,
+// for this machine's Node, and exits with the agent's code (no root, no build).
 import { spawn } from "node:child_process";
 import path from "node:path";
-import { setTimeout as delay } from "node:timers/promises";
-import { registerNode, startAgent, startWorld, type World } from "../test/agent/harness.ts";
-import { KUBERNETES_VERSION } from "../localcluster/versions.ts";
+import type { Node } from "kubernetes-types/core/v1.js";
+import { type Cluster, type ClusterNode, startCluster } from "../localcluster/cluster.ts";
+import {
+  CONTROLLER_APP,
+  helmInstallArgs,
+  initialised,
+  listNodes,
+  listPods,
+  NAMESPACE,
+  nodeReady,
+  podReady,
+  AGENT_APP,
+} from "../localcluster/project.ts";
+import { waitFor } from "../localcluster/wait.ts";
+import { AUTOSCALER_TAINT } from "../src/lifecycle/decide.ts";
 
-const root = path.resolve(import.meta.dirname, "..");
+const ROOT = path.resolve(import.meta.dirname, "..");
+const NODES = 3;
+// Short enough to watch (the defaults are 5m, 30s, 3 × 5s): a NotReady node is probed 20 s after it
+// turned NotReady, with one ICMP echo and one TCP connect per address, each given a second.
+const CHART_VALUES = {
+  "nodeLifecycleController.controller.notReadyTimeout": "20s",
+  "nodeLifecycleController.controller.reconcileInterval": "2s",
+  "nodeLifecycleController.controller.pingCount": 1,
+  "nodeLifecycleController.controller.pingTimeout": "1s",
+};
+/** Events worth showing: the project's, and kube-controller-manager's node controller for the NotReady. */
+const EVENT_SOURCES = new Set(["local-ccm", "node-lifecycle-controller", "node-controller"]);
+
+const bold = (text: string) => (process.stdout.isTTY ? `\x1b[1m${text}\x1b[0m` : text);
+const step = (text: string) => console.log(`\n${bold(`== ${text}`)}`);
+const note = (text: string) => console.log(`   ${text}`);
+const seconds = (since: number) => `${((Date.now() - since) / 1000).toFixed(1)}s`;
+
 const args = process.argv.slice(2);
-
-if (args.some((a) => a.startsWith("--kubeconfig"))) {
-  // Against a real cluster: one reconcile of this machine's Node, then exit with the agent's code.
-  const child = spawn(process.execPath, [path.join(root, "src/bin/local-ccm.ts"), "--run-once", ...args], { stdio: "inherit" });
+if (args.some((arg) => arg.startsWith("--kubeconfig"))) {
+  const agent = path.join(ROOT, "src/bin/local-ccm.ts");
+  const child = spawn(process.execPath, [agent, "--run-once", ...args], { stdio: "inherit" });
   child.on("exit", (code) => process.exit(code ?? 1));
 } else if (process.getuid?.() !== 0) {
-  console.error("npm start builds its node network from network namespaces and needs root; run it as root,\nor pass -- --kubeconfig=FILE --node-name=NAME to run the agent once against your cluster.");
+  console.error(
+    "npm start runs a cluster in network namespaces and needs root " +
+      "(npm start -- --kubeconfig=FILE --node-name=NAME runs the agent once against your cluster instead)",
+  );
   process.exit(2);
 } else {
-  await demo();
+  // Ctrl-C or SIGTERM: exiting runs the cluster's exit hook (localcluster/cleanup.ts), which removes it.
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    process.once(signal, () => {
+      console.error(`\n${signal}: removing the cluster and everything it made`);
+      process.exit(signal === "SIGINT" ? 130 : 143);
+    });
+  }
+  try {
+    await demo();
+  } catch (err) {
+    console.error(`demo: ${(err as Error).message}`);
+    process.exitCode = 1;
+  }
 }
 
 async function demo(): Promise<void> {
-  const step = (text: string) => console.log(`\n\x1b[1m== ${text}\x1b[0m`);
-  const world: World = await startWorld();
-  const processes: { stop(): Promise<unknown> }[] = [];
+  step("preparing: container runtime, Kubernetes binaries (built with Go on first use), pause and project images");
+  const started = Date.now();
+  const cluster = await startCluster({
+    nodes: NODES,
+    log: note,
+  });
   try {
-    const { plane } = world;
-    const kubectl = async (...a: string[]) => console.log((await plane.kubectl(a)).trimEnd());
-    step(`control plane: kube-apiserver ${KUBERNETES_VERSION} at ${plane.server}`);
-
-    step("kubelets register two nodes (--cloud-provider=external: uninitialized taint, InternalIP, provided-node-ip)");
-    const hosts = [await world.nodeHost(0), await world.nodeHost(1)];
-    await registerNode(world.nodes, "worker-1", "198.18.100.11");
-    await registerNode(world.nodes, "worker-2", "198.18.100.12");
-    // A node cluster-autoscaler scaled down: its VM is gone, its Node object is not.
-    const gone = await world.nodes.create({
-      metadata: { name: "worker-gone" },
-      spec: { taints: [{ key: "ToBeDeletedByClusterAutoscaler", value: "1700000000", effect: "NoSchedule" }] },
-    });
-    const longAgo = new Date(Date.now() - 10 * 60_000).toISOString();
-    await world.nodes.update(
-      { ...gone, status: { addresses: [{ type: "InternalIP", address: "198.18.250.99" }], conditions: [{ type: "Ready", status: "Unknown", reason: "NodeStatusUnknown", lastTransitionTime: longAgo, lastHeartbeatTime: longAgo }] } },
-      { subresource: "status" },
-    );
-    await kubectl("get", "nodes", "-o", "wide");
-    await kubectl("get", "nodes", "-o", "custom-columns=NAME:.metadata.name,TAINTS:.spec.taints[*].key");
-
-    step("local-ccm starts on each node (in its network namespace) and initialises it");
-    hosts.forEach((host, i) => processes.push(startAgent(host, [`--node-name=worker-${i + 1}`])));
-    for (let i = 0; i < 100; i++) {
-      const nodes = await Promise.all(["worker-1", "worker-2"].map((n) => world.nodes.get(n)));
-      if (nodes.every((n) => !(n.spec?.taints ?? []).some((t) => t.key.startsWith("node.cloudprovider")))) break;
-      await delay(100);
-    }
-    await kubectl("get", "nodes", "-o", "wide");
-    await kubectl("get", "nodes", "-o", "custom-columns=NAME:.metadata.name,TAINTS:.spec.taints[*].key");
-
-    step("node-lifecycle-controller: deletes NotReady, unreachable, autoscaler-tainted nodes (probes from a namespace with no route out)");
-    const controllerHost = await world.nodeHost(7, { airGapped: true });
-    await plane.kubectl(["apply", "-f", path.join(root, "deploy/nlc-rbac.yaml")]);
-    const kubeconfig = await plane.serviceAccountKubeconfig({ namespace: "kube-system", name: "node-lifecycle-controller", server: controllerHost.server });
-    const [command, argv] = controllerHost.host.wrap(process.execPath, [
-      path.join(root, "src/bin/node-lifecycle-controller.ts"),
-      `--kubeconfig=${kubeconfig}`,
-      "--not-ready-timeout=1m",
-      "--reconcile-interval=2s",
-      "--ping-count=1",
-      "--ping-timeout=1s",
-      "--health-bind-address=",
-    ]);
-    const controller = spawn(command, argv, { stdio: ["ignore", "inherit", "inherit"] });
-    const exited = new Promise((resolve) => controller.once("exit", resolve));
-    processes.push({ stop: () => (controller.kill("SIGTERM"), exited) });
-    for (let i = 0; i < 300; i++) {
-      if (!(await world.nodes.list()).items.some((n) => n.metadata?.name === "worker-gone")) break;
-      await delay(100);
-    }
-    await kubectl("get", "nodes", "-o", "wide");
-
-    step("events");
-    await kubectl("get", "events", "-A", "-o", "custom-columns=OBJECT:.involvedObject.name,TYPE:.type,REASON:.reason,MESSAGE:.message");
+    note(`cluster slot ${cluster.slot}, state and logs in ${cluster.dir}`);
+    await story(cluster, started);
   } finally {
-    for (const p of processes) await p.stop();
-    await world.stop();
-    step("stopped: control plane, agents, controller and namespaces are gone");
+    step("removing the cluster");
+    const stopping = Date.now();
+    await cluster.stop();
+    note(`processes, mounts, namespaces, cgroups, routes, bridge and ${cluster.dir} removed in ${seconds(stopping)}`);
   }
+}
+
+async function story(cluster: Cluster, started: number): Promise<void> {
+  const show = async (...kubectlArgs: string[]) => {
+    console.log(`$ kubectl ${kubectlArgs.join(" ")}`);
+    console.log((await cluster.kubectl(kubectlArgs)).trimEnd());
+  };
+  const showNodes = async () => {
+    await show("get", "nodes", "-o", "wide");
+    await show("get", "nodes", "-o", "custom-columns=NAME:.metadata.name,TAINTS:.spec.taints[*].key");
+  };
+
+  step(`${NODES} real kubelets registered (--cloud-provider=external): each Node waits, tainted uninitialized`);
+  await showNodes();
+
+  step("each node gets a public address for its default route, as bare-metal nodes have");
+  for (const node of cluster.nodes) await givePublicAddress(node);
+  note("kubelet's --node-ip (InternalIP) stays on the cluster network; nothing is routed off this machine");
+
+  step("helm install: the project image is already on every node (no registry)");
+  const install = helmInstallArgs(CHART_VALUES);
+  console.log(`$ helm ${install.join(" ")}`);
+  const installed = Date.now();
+  console.log((await cluster.helm(install)).trimEnd());
+  await waitFor("every node initialised", async () => (await listNodes(cluster)).every(initialised), 120_000, 250);
+  note(`every node initialised ${seconds(installed)} after helm install (${seconds(started)} from nothing)`);
+  await waitFor("the agent pods Ready", async () => (await listPods(cluster, AGENT_APP)).every(podReady), 60_000, 500);
+  await show("get", "pods", "-n", NAMESPACE, "-o", "wide");
+  await showNodes();
+
+  const replicas = await waitFor(
+    "both controller replicas Ready",
+    async () => {
+      const pods = await listPods(cluster, CONTROLLER_APP);
+      return pods.length === 2 && pods.every(podReady) && pods;
+    },
+    120_000,
+    500,
+  );
+  const hosts = new Set(replicas.map((pod) => pod.spec?.nodeName));
+  const victim = [...cluster.nodes].reverse().find((node) => !hosts.has(node.name));
+  if (!victim) throw new Error(`the controller's replicas run on every node: ${[...hosts].join(", ")}`);
+  note(`node-lifecycle-controller replicas run on ${[...hosts].join(" and ")}; ${victim.name} hosts none`);
+
+  step(`cluster-autoscaler marks ${victim.name} for deletion, then the machine loses power`);
+  await show("taint", "node", victim.name, `${AUTOSCALER_TAINT.key}=${Math.floor(Date.now() / 1000)}:NoSchedule`);
+  const killed = Date.now();
+  await cluster.killNode(victim.name);
+  note(`${victim.name}: kubelet, containerd and its pods killed, its link down`);
+  const byName = async () => (await listNodes(cluster)).find((node: Node) => node.metadata?.name === victim.name);
+  await waitFor(`${victim.name} NotReady`, async () => {
+    const node = await byName();
+    return node && !nodeReady(node);
+  }, 120_000, 500);
+  note(`kube-controller-manager marked it NotReady after ${seconds(killed)}`);
+  await show("get", "nodes");
+  await waitFor(`${victim.name} deleted`, async () => !(await byName()), 180_000, 500);
+  note(`node-lifecycle-controller deleted it ${seconds(killed)} after the power loss`);
+  await show("get", "nodes", "-o", "wide");
+
+  step("Events (kubectl get events -A, those of local-ccm, node-lifecycle-controller and the node controller)");
+  await showEvents(cluster);
+}
+
+/**
+ * A bare-metal node typically has a public address, which its default route uses, and a private one
+ * that kubelet's --node-ip names. Here each node's eth0 gets 198.18.x.y beside its 198.19.x.y and the
+ * default route takes it as source, so the agent's route-source detection finds an ExternalIP that is
+ * not the InternalIP; the apiserver's network keeps the node IP as source, so kubelet is not disturbed.
+ */
+async function givePublicAddress(node: ClusterNode): Promise<void> {
+  const publicIP = node.ip.replace(/^198\.19\./, "198.18.");
+  const gateway = (await node.exec("ip", ["-4", "route", "show", "default"])).split(" ")[2] as string;
+  await node.exec("ip", ["address", "add", `${publicIP}/24`, "dev", "eth0"]);
+  await node.exec("ip", ["route", "add", "198.19.0.0/16", "via", gateway, "src", node.ip]);
+  await node.exec("ip", ["route", "replace", "default", "via", gateway, "src", publicIP]);
+  note(`${node.name}: ${publicIP} (default route) · ${node.ip} (--node-ip)`);
+}
+
+async function showEvents(cluster: Cluster): Promise<void> {
+  const columns = [
+    "NAMESPACE:.metadata.namespace",
+    "OBJECT:.involvedObject.name",
+    "SOURCE:.source.component",
+    "TYPE:.type",
+    "REASON:.reason",
+    "MESSAGE:.message",
+  ].join(",");
+  const kubectlArgs = ["get", "events", "-A", "--sort-by=.lastTimestamp", "-o", `custom-columns=${columns}`];
+  console.log(`$ kubectl ${kubectlArgs.join(" ")}`);
+  const [header, ...rows] = (await cluster.kubectl(kubectlArgs)).trimEnd().split("\n");
+  console.log(header);
+  for (const row of rows) if (EVENT_SOURCES.has(row.split(/\s+/)[2] ?? "")) console.log(row);
 }

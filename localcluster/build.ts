@@ -8,6 +8,7 @@
 import { existsSync } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
+import { formatDuration } from "../src/lifecycle/decide.ts";
 import { run } from "./exec.ts";
 import { ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION } from "./versions.ts";
 
@@ -104,14 +105,49 @@ function binaryPath(component: Component, binary: string): string {
   return path.join(componentDir(component), "bin", binary);
 }
 
-async function buildComponent(component: Component): Promise<void> {
+function missingBinaries(component: Component): string[] {
+  return Object.keys(component.commands).filter((binary) => !existsSync(binaryPath(component, binary)));
+}
+
+/** Progress lines on stderr: a cold build is minutes of silence from Go, so say what and how far. */
+class BuildProgress {
+  private readonly started = Date.now();
+  private done = 0;
+  private readonly total: number;
+
+  constructor(total: number) {
+    this.total = total;
+  }
+
+  elapsed(): string {
+    return formatDuration(Math.round((Date.now() - this.started) / 1000) * 1000);
+  }
+
+  say(line: string): void {
+    console.error(`localcluster: ${line} [${this.elapsed()}]`);
+  }
+
+  /** Runs `work` as the next binary, repeating its line every HEARTBEAT_MS while it runs. */
+  async binary(name: string, work: () => Promise<unknown>): Promise<void> {
+    const line = () => `building ${name} (${this.done + 1}/${this.total})…`;
+    this.say(line());
+    const heartbeat = setInterval(() => this.say(line()), HEARTBEAT_MS);
+    try {
+      await work();
+    } finally {
+      clearInterval(heartbeat);
+    }
+    this.done++;
+  }
+}
+
+/** How often a running build says it is still at it. */
+const HEARTBEAT_MS = 30_000;
+
+async function buildComponent(component: Component, progress: BuildProgress): Promise<void> {
   const dir = componentDir(component);
-  const missing = Object.keys(component.commands).filter(
-    (binary) => !existsSync(binaryPath(component, binary)),
-  );
+  const missing = missingBinaries(component);
   if (missing.length === 0) return;
-  const started = Date.now();
-  console.error(`controlplane: building ${component.name} ${component.version} (cold builds take minutes)`);
   await mkdir(path.join(dir, "bin"), { recursive: true });
   const goMod = [
     `module localccm.test/${component.name}`,
@@ -128,6 +164,7 @@ async function buildComponent(component: Component): Promise<void> {
   ].join("\n");
   await writeFile(path.join(dir, "go.mod"), goMod);
   const env = { ...process.env, CGO_ENABLED: "0", GOFLAGS: "-buildvcs=false" };
+  progress.say(`downloading the Go modules of ${component.name} ${component.version}`);
   await run("go", ["mod", "tidy"], { cwd: dir, env });
   const ldflags = ["-s", "-w", ...component.ldflags].join(" ");
   for (const binary of missing) {
@@ -140,14 +177,19 @@ async function buildComponent(component: Component): Promise<void> {
       binaryPath(component, binary),
       component.commands[binary] as string,
     ];
-    await run("go", args, { cwd: dir, env, inherit: true });
+    await progress.binary(`${binary} ${component.version}`, () => run("go", args, { cwd: dir, env, inherit: true }));
   }
-  console.error(`controlplane: built ${component.name} in ${Math.round((Date.now() - started) / 1000)}s`);
 }
 
 /** Builds whatever is missing (sequentially: two cores are better spent on one link at a time). */
 export async function ensureBinaries(): Promise<Binaries> {
-  for (const component of COMPONENTS) await buildComponent(component);
+  const total = COMPONENTS.reduce((sum, component) => sum + missingBinaries(component).length, 0);
+  if (total > 0) {
+    const progress = new BuildProgress(total);
+    progress.say(`building ${total} pinned binaries with Go into ${CACHE_DIR} (cold: about 10 minutes on 2 cores)`);
+    for (const component of COMPONENTS) await buildComponent(component, progress);
+    progress.say(`built ${total} binaries`);
+  }
   const [kubernetes, etcd, helm] = COMPONENTS as [Component, Component, Component];
   return {
     kubeApiserver: binaryPath(kubernetes, "kube-apiserver"),

@@ -1,7 +1,8 @@
 // `npm run cluster -- up [--nodes N] | kill-node NAME | down | build`: the local cluster
 // (localcluster/cluster.ts) for people, kept in .cluster/ and left running until `down`.
 // `build` prepares everything a cluster needs (binaries, container runtime, pause image): npm's
-// pretest and prestart run it, so `npm test` and `npm start` work on a fresh machine.
+// pretest runs it, so `npm test` works on a fresh machine (`npm start` prepares the same through
+// startCluster(), after checking it runs as root).
 import { rmSync } from "node:fs";
 import path from "node:path";
 import { ensureBinaries } from "./build.ts";

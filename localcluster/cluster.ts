@@ -84,6 +84,9 @@ export interface ClusterOptions {
   /** kube-controller-manager's --node-monitor-grace-period: how long after its kubelet stops posting
    * status a Node becomes NotReady. 20s here (kcm's default is 50s) so power-loss tests are quick. */
   nodeMonitorGracePeriodSeconds?: number;
+  /** The apiserver writes a Metadata-level audit log (controlPlane.auditLogPath): who made each request,
+   * with a pod-bound token's pod and node. */
+  audit?: boolean;
   /** Progress lines (default: none). */
   log?: (line: string) => void;
 }
@@ -594,6 +597,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     const plane = await startControlPlane({
       dir: path.join(dir, "controlplane"),
       detached,
+      audit: options.audit,
       controllerManager: { nodeMonitorGracePeriodSeconds: options.nodeMonitorGracePeriodSeconds ?? 20 },
       scheduler: true,
       kubelets: { serviceNetwork: layout.serviceNetwork },
@@ -667,8 +671,23 @@ export function recordFor(dir: string): ClusterRecord | undefined {
   return undefined;
 }
 
-/** Used by tests to prove nothing is left: what of slot `slot` still exists on this machine. */
+/**
+ * Used by tests to prove nothing is left: what of the cluster that ran in slot `slot` from `dir` still
+ * exists on this machine. Once another cluster holds the slot (a parallel test started one), the
+ * slot's names are its own: only what lives under `dir` is checked then.
+ */
 export function leftoversOf(slot: number, dir: string): string[] {
+  const found: string[] = [];
+  const successor = readRecord(slot);
+  if (!successor || path.resolve(successor.dir) === path.resolve(dir)) found.push(...slotLeftovers(slot));
+  for (const pid of processesUnder(dir)) found.push(`process ${pid}`);
+  for (const point of mountPointsUnder(dir)) found.push(`mount ${point}`);
+  if (existsSync(dir) && statSync(dir).isDirectory()) found.push(`folder ${dir}`);
+  return found;
+}
+
+/** What carries slot `slot` in its name: bridge, namespaces, cgroups, rule, record. */
+function slotLeftovers(slot: number): string[] {
   const layout = clusterLayout(slot);
   const found: string[] = [];
   if (existsSync(`/sys/class/net/${layout.bridge}`)) found.push(`bridge ${layout.bridge}`);
@@ -678,9 +697,6 @@ export function leftoversOf(slot: number, dir: string): string[] {
     for (const name of readdirSync(hierarchy))
       if (name.startsWith(layout.prefix)) found.push(`cgroup ${hierarchy}/${name}`);
   if (sh("ip", ["rule", "list"]).includes(`lookup ${layout.table}`)) found.push(`rule lookup ${layout.table}`);
-  for (const pid of processesUnder(dir)) found.push(`process ${pid}`);
-  for (const point of mountPointsUnder(dir)) found.push(`mount ${point}`);
-  if (existsSync(dir) && statSync(dir).isDirectory()) found.push(`folder ${dir}`);
   if (existsSync(recordPath(slot))) found.push(`record ${recordPath(slot)}`);
   return found;
 }

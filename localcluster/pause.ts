@@ -17,6 +17,7 @@ export async function ensurePauseImage(): Promise<string> {
   const tarball = path.join(dir, "pause.tar");
   if (existsSync(tarball)) return tarball;
   await mkdir(dir, { recursive: true });
+  console.error(`localcluster: building the pause image from k8s.io/kubernetes ${KUBERNETES_VERSION}'s pause.c`);
   const module = JSON.parse(
     await run("go", ["mod", "download", "-json", `k8s.io/kubernetes@${KUBERNETES_VERSION}`]),
   ) as { Dir: string };

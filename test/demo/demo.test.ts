@@ -1,33 +1,73 @@
-// `npm start` (demo/main.ts) does what the README promises: initialises the kubelet-like nodes,
-// deletes the unreachable autoscaler-tainted one, shows the events, and leaves nothing running.
+// `npm start` (demo/main.ts) tells the story the README promises, on the real cluster: kubelets
+// register tainted on containerd, the chart's agent pods initialise their nodes, the killed
+// autoscaler-tainted node is deleted, the Events are shown, and nothing is left on the machine.
 import assert from "node:assert/strict";
-import { execFileSync, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
+import { leftoversOf } from "../../localcluster/cluster.ts";
+import { KUBERNETES_VERSION } from "../../localcluster/versions.ts";
 
-test("the demo initialises the nodes, deletes the dead one, and stops everything", () => {
-  // Its own TMPDIR: whatever the demo leaves (processes, folders) is told apart from other tests'.
+const NODE_NAMES = ["node-0", "node-1", "node-2"];
+
+/** The demo's output cut at its `== step` headings, each found by a word of its title. */
+function section(out: string, title: string): string {
+  const found = out.split("\n== ").find((part) => part.startsWith(title) || part.split("\n")[0]?.includes(title));
+  assert.ok(found, `a step titled "${title}" in:\n${out}`);
+  return found;
+}
+
+const row = (text: string, name: string) => text.split("\n").find((line) => line.startsWith(`${name} `)) ?? "";
+
+test("the demo initialises the nodes with pods, deletes the killed one, shows Events, leaves nothing", (t) => {
+  // Its own TMPDIR: the cluster's folder is found there, apart from other tests' clusters.
   const tmp = mkdtempSync(path.join(os.tmpdir(), "local-ccm-demo-test-"));
+  t.after(() => rmSync(tmp, { recursive: true, force: true }));
   const demo = spawnSync(process.execPath, [path.join(import.meta.dirname, "../../demo/main.ts")], {
     encoding: "utf8",
-    timeout: 300_000,
+    timeout: 600_000,
     env: { ...process.env, TMPDIR: tmp },
   });
-  assert.equal(demo.status, 0, demo.stderr);
   const out = demo.stdout;
-  const [before, afterAgents, afterController] = out.split(/== (?:local-ccm starts|node-lifecycle-controller:)/);
-  assert.match(before ?? "", /worker-1\s.*node\.cloudprovider\.kubernetes\.io\/uninitialized/);
-  assert.match(afterAgents ?? "", /worker-1\s+Ready\s+\S+\s+\S+\s+198\.18\.100\.11\s+198\.18\.10\.10/);
-  assert.match(afterAgents ?? "", /worker-2\s+Ready\s+\S+\s+\S+\s+198\.18\.100\.12\s+198\.18\.11\.10/);
-  assert.doesNotMatch((afterAgents ?? "").split("TAINTS")[1] ?? "", /uninitialized/);
-  assert.doesNotMatch((afterController ?? "").split("== events")[0] ?? "", /worker-gone/, "the dead node is gone");
-  assert.match(out, /worker-gone\s+Normal\s+DeletingNode\s+Deleting node: NotReady for .*unreachable/);
-  assert.match(out, /worker-1\s+Normal\s+TaintRemoved/);
-  assert.equal(execFileSync("ip", ["netns", "list"], { encoding: "utf8" }).match(new RegExp(`lccm${demo.pid}-`)), null);
-  const leftovers = spawnSync("pgrep", ["-af", tmp], { encoding: "utf8" }).stdout.trim();
-  assert.equal(leftovers, "", "no control plane or agent left running");
-  assert.deepEqual(readdirSync(tmp), [], "no temp folder left");
-  rmSync(tmp, { recursive: true, force: true });
+  assert.equal(demo.status, 0, `${out}\n${demo.stderr}`);
+
+  const registered = section(out, "real kubelets registered");
+  for (const name of NODE_NAMES) {
+    const wide = row(registered, name);
+    const version = KUBERNETES_VERSION.replace(/\./g, "\\.");
+    assert.match(wide, new RegExp(`Ready .* ${version} +198\\.19\\.\\d+\\.\\d+ +<none> `), "no ExternalIP yet");
+    assert.match(wide, /containerd:\/\/\S+$/);
+    assert.match(registered, new RegExp(`\n${name} +node\\.cloudprovider\\.kubernetes\\.io/uninitialized`));
+  }
+
+  const installed = section(out, "helm install");
+  assert.match(installed, /STATUS: deployed/);
+  for (const name of NODE_NAMES) {
+    assert.match(installed, new RegExp(`\nlocal-ccm-\\w+ +1/1 +Running .* ${name} `), `an agent pod Ready on ${name}`);
+    assert.match(installed, new RegExp(`\n${name} +Ready .* 198\\.19\\.\\d+\\.\\d+ +198\\.1[89]\\.\\d+\\.\\d+ `));
+    assert.match(installed, new RegExp(`\n${name} +<none>`), `${name} has no taint left`);
+  }
+
+  const victim = /marks (\S+) for deletion/.exec(out)?.[1] as string;
+  assert.ok(NODE_NAMES.includes(victim), `a node was killed: ${victim}`);
+  const killed = section(out, "cluster-autoscaler marks");
+  assert.match(row(killed, victim), /NotReady/);
+  const [, afterDeletion = ""] = killed.split("node-lifecycle-controller deleted it");
+  assert.equal(row(afterDeletion, victim), "", `${victim} is gone from kubectl get nodes`);
+  assert.equal(NODE_NAMES.filter((name) => row(afterDeletion, name) !== "").length, 2, "the others are untouched");
+
+  const events = section(out, "Events");
+  for (const name of NODE_NAMES)
+    assert.match(events, new RegExp(`\ndefault +${name} +local-ccm +Normal +TaintRemoved `));
+  assert.match(
+    events,
+    new RegExp(`\ndefault +${victim} +node-lifecycle-controller +Normal +DeletingNode +.*unreachable`),
+  );
+
+  const [, slot, dir = ""] = /cluster slot (\d+), state and logs in (\S+)/.exec(out) ?? [];
+  assert.ok(dir.startsWith(tmp), `the cluster's folder is in the test's TMPDIR: ${dir}`);
+  assert.deepEqual(leftoversOf(Number(slot), dir), [], "no process, mount, netns, cgroup, rule, bridge or folder");
+  assert.deepEqual(readdirSync(tmp), []);
 });

@@ -5,10 +5,10 @@
 //   root 198.19.<s>.1/30 ── 198.19.<s>.2/30 prober 198.18.<n>.1/24 ── 198.18.<n>.2/24 host n
 // (<s>: the subnet given.) An address like 198.18.<n>.9 is on a link but no host has it: it never answers.
 import { type ChildProcess, spawn } from "node:child_process";
-import { readFile } from "node:fs/promises";
 import path from "node:path";
 import type { Event, Node } from "kubernetes-types/core/v1.js";
 import { Resource } from "../../src/kube/resource.ts";
+import { auditedRequests as requestsInAuditLog } from "../../localcluster/audit.ts";
 import { onExit } from "../../localcluster/cleanup.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { createNetwork, type Host, type Network } from "../netns/netns.ts";
@@ -282,27 +282,8 @@ export class ControllerProcess {
 }
 
 /** The controller's requests in the audit log (received in [since, until)), as "verb resource" → count. */
-export async function auditedRequests(world: World, since?: Date, until?: Date): Promise<Map<string, number>> {
-  const log = await readFile(world.plane.auditLogPath as string, "utf8");
-  const seen = new Set<string>();
-  const counts = new Map<string, number>();
-  for (const line of log.split("\n")) {
-    if (!line.includes(USER_AGENT_COMPONENT)) continue;
-    const entry = JSON.parse(line) as {
-      auditID: string;
-      verb: string;
-      userAgent: string;
-      requestReceivedTimestamp: string;
-      objectRef?: { resource?: string };
-    };
-    if (!entry.userAgent.endsWith(USER_AGENT_COMPONENT) || seen.has(entry.auditID)) continue;
-    const received = new Date(entry.requestReceivedTimestamp);
-    if ((since && received < since) || (until && received >= until)) continue;
-    seen.add(entry.auditID); // a watch has two entries (ResponseStarted, ResponseComplete)
-    const key = `${entry.verb} ${entry.objectRef?.resource ?? "?"}`;
-    counts.set(key, (counts.get(key) ?? 0) + 1);
-  }
-  return counts;
+export function auditedRequests(world: World, since?: Date, until?: Date): Promise<Map<string, number>> {
+  return requestsInAuditLog(world.plane.auditLogPath as string, { userAgentSuffix: USER_AGENT_COMPONENT, since, until });
 }
 
 /** Events about a node, as "reason: message". */

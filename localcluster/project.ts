@@ -1,0 +1,43 @@
+// The project on the local cluster, for the demo and the benchmarks: the Helm chart installed as a
+// user installs it (the image is already on every node), and the states worth waiting for.
+import path from "node:path";
+import type { Node, Pod } from "kubernetes-types/core/v1.js";
+import { UNINITIALIZED_TAINT } from "../src/agent/agent.ts";
+import type { Cluster } from "./cluster.ts";
+
+export const CHART_DIR = path.resolve(import.meta.dirname, "../charts/local-ccm");
+export const RELEASE = "local-ccm";
+export const NAMESPACE = "kube-system";
+/** The chart's app.kubernetes.io/name of each program's pods. */
+export const AGENT_APP = "local-ccm";
+export const CONTROLLER_APP = "node-lifecycle-controller";
+/** The chart's ServiceAccounts, as the audit log names their users. */
+export const AGENT_USER = `system:serviceaccount:${NAMESPACE}:local-ccm`;
+export const CONTROLLER_USER = `system:serviceaccount:${NAMESPACE}:node-lifecycle-controller`;
+
+/** `helm install` of the chart into kube-system with `values` as --set pairs. */
+export function helmInstallArgs(values: Record<string, string | number> = {}): string[] {
+  const sets = Object.entries(values).flatMap(([key, value]) => ["--set", `${key}=${value}`]);
+  return ["install", RELEASE, path.relative(process.cwd(), CHART_DIR) || ".", "--namespace", NAMESPACE, ...sets];
+}
+
+export async function listNodes(cluster: Cluster): Promise<Node[]> {
+  return (await cluster.admin.request<{ items: Node[] }>({ method: "GET", path: "/api/v1/nodes" })).items;
+}
+
+/** The pods of one of the chart's programs. */
+export async function listPods(cluster: Cluster, app: string): Promise<Pod[]> {
+  const selector = encodeURIComponent(`app.kubernetes.io/name=${app}`);
+  const list = await cluster.admin.request<{ items: Pod[] }>({
+    method: "GET",
+    path: `/api/v1/namespaces/${NAMESPACE}/pods?labelSelector=${selector}`,
+  });
+  return list.items;
+}
+
+const conditionTrue = (conditions: { type: string; status: string }[] | undefined, type: string) =>
+  conditions?.some((c) => c.type === type && c.status === "True") ?? false;
+
+export const podReady = (pod: Pod) => conditionTrue(pod.status?.conditions, "Ready");
+export const nodeReady = (node: Node) => conditionTrue(node.status?.conditions, "Ready");
+export const initialised = (node: Node) => !(node.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
