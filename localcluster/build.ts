@@ -8,7 +8,7 @@
 import { existsSync } from "node:fs";
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { formatDuration } from "../src/lifecycle/decide.ts";
+import { formatDuration } from "../src/cli/duration.ts";
 import { run } from "./exec.ts";
 import { ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION } from "./versions.ts";
 

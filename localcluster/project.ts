@@ -2,7 +2,7 @@
 // user installs it (the image is already on every node), and the states worth waiting for.
 import path from "node:path";
 import type { Node, Pod } from "kubernetes-types/core/v1.js";
-import { UNINITIALIZED_TAINT } from "../src/agent/agent.ts";
+import { isUninitialized } from "../src/kube/nodes.ts";
 import type { Cluster } from "./cluster.ts";
 
 export const CHART_DIR = path.resolve(import.meta.dirname, "../charts/local-ccm");
@@ -40,4 +40,4 @@ const conditionTrue = (conditions: { type: string; status: string }[] | undefine
 
 export const podReady = (pod: Pod) => conditionTrue(pod.status?.conditions, "Ready");
 export const nodeReady = (node: Node) => conditionTrue(node.status?.conditions, "Ready");
-export const initialised = (node: Node) => !(node.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED_TAINT);
+export const initialised = (node: Node) => !isUninitialized(node);
