@@ -8,7 +8,7 @@
 import { spawn } from "node:child_process";
 import path from "node:path";
 import type { Node } from "kubernetes-types/core/v1.js";
-import { type Cluster, type ClusterNode, startCluster } from "../localcluster/cluster.ts";
+import { type Cluster, startCluster } from "../localcluster/cluster.ts";
 import {
   CONTROLLER_APP,
   helmInstallArgs,
@@ -99,10 +99,6 @@ async function story(cluster: Cluster, started: number): Promise<void> {
   step(`${NODES} real kubelets registered (--cloud-provider=external): each Node waits, tainted uninitialized`);
   await showNodes();
 
-  step("each node gets a public address for its default route, as bare-metal nodes have");
-  for (const node of cluster.nodes) await givePublicAddress(node);
-  note("kubelet's --node-ip (InternalIP) stays on the cluster network; nothing is routed off this machine");
-
   step("helm install: the project image is already on every node (no registry)");
   const install = helmInstallArgs(CHART_VALUES);
   console.log(`$ helm ${install.join(" ")}`);
@@ -146,21 +142,6 @@ async function story(cluster: Cluster, started: number): Promise<void> {
 
   step("Events (kubectl get events -A, those of local-ccm, node-lifecycle-controller and the node controller)");
   await showEvents(cluster);
-}
-
-/**
- * A bare-metal node typically has a public address, which its default route uses, and a private one
- * that kubelet's --node-ip names. Here each node's eth0 gets 198.18.x.y beside its 198.19.x.y and the
- * default route takes it as source, so the agent's route-source detection finds an ExternalIP that is
- * not the InternalIP; the apiserver's network keeps the node IP as source, so kubelet is not disturbed.
- */
-async function givePublicAddress(node: ClusterNode): Promise<void> {
-  const publicIP = node.ip.replace(/^198\.19\./, "198.18.");
-  const gateway = (await node.exec("ip", ["-4", "route", "show", "default"])).split(" ")[2] as string;
-  await node.exec("ip", ["address", "add", `${publicIP}/24`, "dev", "eth0"]);
-  await node.exec("ip", ["route", "add", "198.19.0.0/16", "via", gateway, "src", node.ip]);
-  await node.exec("ip", ["route", "replace", "default", "via", gateway, "src", publicIP]);
-  note(`${node.name}: ${publicIP} (default route) · ${node.ip} (--node-ip)`);
 }
 
 async function showEvents(cluster: Cluster): Promise<void> {

@@ -16,12 +16,15 @@
 // IfNotPresent or Never: there is no registry).
 //
 // Network (cluster slot k, 0–3, so four clusters can run side by side; see clusterLayout()):
-//   root namespace: bridge lccm<k>br with 198.19.(128+k).1/24 (the nodes' gateway) and
-//     198.19.(144+k).1/32, the `kubernetes` Service's cluster IP, where the apiserver listens on 443:
-//     pods reach it through their in-cluster config without kube-proxy; a route per pod CIDR via its node.
-//   node i: namespace lccm-c<k>-<name>, eth0 = 198.19.(128+k).(10+i)/24, default route via the bridge
-//     (so route-source detection, e.g. towards 8.8.8.8, finds the node's address), CNI bridge cni0 with
-//     pod CIDR 198.19.(160+8k+i).0/24. The node namespace forwards between its pods and eth0.
+//   root namespace: bridge lccm<k>br with 198.19.(128+k).1/24 (the nodes' internal network),
+//     198.19.(136+k).1/24 (their "public" network and default gateway) and 198.19.(144+k).1/32, the
+//     `kubernetes` Service's cluster IP, where the apiserver listens on 443: pods reach it through
+//     their in-cluster config without kube-proxy; a route per pod CIDR via its node.
+//   node i: namespace lccm-c<k>-<name>, eth0 = 198.19.(128+k).(10+i)/24 (kubelet's --node-ip, the
+//     InternalIP) and 198.19.(136+k).(10+i)/24 (its public address), default route via 198.19.(136+k).1,
+//     so route-source detection towards 8.8.8.8 finds the public address, as on a server with a private
+//     and a public network; CNI bridge cni0 with pod CIDR 198.19.(160+8k+i).0/24. The node namespace
+//     forwards between its pods and eth0.
 // Packets stay on this machine by design, not by the machine's sysctls: the root namespace never
 // forwards for the cluster. A policy rule sends every packet that arrives from the bridge and is not
 // addressed to the root namespace itself (the local table answers first) to a table whose only route is
@@ -95,6 +98,8 @@ export interface ClusterNode {
   name: string;
   /** Its InternalIP (kubelet's --node-ip), on eth0 in its namespace. */
   ip: string;
+  /** Its public address, on eth0 too: the source of its default route (what the agent makes its ExternalIP). */
+  publicIP: string;
   /** Path of its network namespace, for `nsenter --net=<netns>`. */
   netns: string;
   podCIDR: string;
@@ -137,6 +142,8 @@ export function clusterLayout(slot: number) {
     slot,
     bridge: `lccm${slot}br`,
     gateway: `198.19.${128 + slot}.1`,
+    /** The nodes' default gateway, on their public network. */
+    publicGateway: `198.19.${136 + slot}.1`,
     serviceNetwork: `198.19.${144 + slot}.0/24`,
     apiserverIP: `198.19.${144 + slot}.1`,
     /** Routing table of the rule that blackholes what arrives from the bridge for elsewhere. */
@@ -153,6 +160,7 @@ export function nodeLayout(slot: number, index: number, name: string) {
     index,
     netnsName: `${prefix}${name}`,
     ip: `198.19.${128 + slot}.${10 + index}`,
+    publicIP: `198.19.${136 + slot}.${10 + index}`,
     podCIDR: `198.19.${160 + 8 * slot + index}.0/24`,
     podGateway: `198.19.${160 + 8 * slot + index}.1`,
     rootVeth: `lccm${slot}v${index}`,
@@ -349,6 +357,7 @@ async function createBridge(slot: number): Promise<void> {
   const layout = clusterLayout(slot);
   await run("ip", ["link", "add", layout.bridge, "type", "bridge"]);
   await run("ip", ["address", "add", `${layout.gateway}/24`, "dev", layout.bridge]);
+  await run("ip", ["address", "add", `${layout.publicGateway}/24`, "dev", layout.bridge]);
   await run("ip", ["address", "add", `${layout.apiserverIP}/32`, "dev", layout.bridge]);
   await run("ip", ["link", "set", layout.bridge, "up"]);
   await run("ip", ["route", "add", "blackhole", "default", "table", String(layout.table)]);
@@ -366,9 +375,10 @@ async function createNodeNetwork(slot: number, node: NodeLayout): Promise<string
   await run("ip", ["link", "set", node.rootVeth, "master", layout.bridge, "up"]);
   await inNode("link", "set", peer, "name", "eth0");
   await inNode("address", "add", `${node.ip}/24`, "dev", "eth0");
+  await inNode("address", "add", `${node.publicIP}/24`, "dev", "eth0");
   await inNode("link", "set", "eth0", "up");
   await inNode("link", "set", "lo", "up");
-  await inNode("route", "add", "default", "via", layout.gateway);
+  await inNode("route", "add", "default", "via", layout.publicGateway);
   // Between the node's pods and eth0; the root namespace still forwards nothing.
   await run("nsenter", [`--net=${netns}`, "sysctl", "-qw", "net.ipv4.ip_forward=1"]);
   await run("ip", ["route", "add", node.podCIDR, "via", node.ip, "dev", layout.bridge]);
@@ -559,6 +569,7 @@ function clusterNode(record: ClusterRecord, running: RunningNode): ClusterNode {
   return {
     name: layout.name,
     ip: layout.ip,
+    publicIP: layout.publicIP,
     netns,
     podCIDR: layout.podCIDR,
     exec: (command, args, options) => run("nsenter", [`--net=${netns}`, "--", command, ...args], options),

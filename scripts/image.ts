@@ -10,6 +10,7 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, readdirSync, readFileSync, realpathSync, rmSync } from "node:fs";
 import path from "node:path";
 import { parse } from "yaml";
+import { alive } from "../localcluster/exec.ts";
 import { bundleProgram } from "./bundle.ts";
 import { type ImageConfig, type ImageFile, writeImageTarball } from "./oci-image.ts";
 import { CHART_DIR } from "./render-manifests.ts";
@@ -77,9 +78,11 @@ export async function buildImage(out?: string): Promise<BuiltImage> {
   const reference = chartImageReference();
   const tarball = out ?? path.join(ROOT, ".cache/image", `local-ccm-${reference.split(":").at(-1)}.tar`);
   mkdirSync(path.dirname(tarball), { recursive: true });
-  // Beside the tarball, and emptied first: a killed build leaves nothing that outlives the next one.
-  const staging = `${tarball}.staging`;
-  rmSync(staging, { recursive: true, force: true });
+  // Beside the tarball and named after this process: test files that each start a cluster build at the
+  // same time (npm test runs two files at once); the last rename wins, with the same bytes (reproducible).
+  // What killed builds left never outlives the next build.
+  removeDeadBuilds(tarball);
+  const staging = `${tarball}.${process.pid}.staging`;
   try {
     for (const program of Object.keys(PACKAGE.bin)) await bundleProgram(program, path.join(staging, "dist"));
     const files = [...baseFiles(), ...appFiles((from) => (from === "dist/" ? path.join(staging, from) : from))];
@@ -87,6 +90,16 @@ export async function buildImage(out?: string): Promise<BuiltImage> {
     return { tarball, reference, digest };
   } finally {
     rmSync(staging, { recursive: true, force: true });
+  }
+}
+
+/** Removes `<tarball>.<pid>.*` (staging folders, partial files) of builds whose process is gone. */
+function removeDeadBuilds(tarball: string): void {
+  const prefix = `${path.basename(tarball)}.`;
+  for (const name of readdirSync(path.dirname(tarball))) {
+    const pid = name.startsWith(prefix) ? Number(name.slice(prefix.length).split(".")[0]) : NaN;
+    if (Number.isInteger(pid) && !alive(pid))
+      rmSync(path.join(path.dirname(tarball), name), { recursive: true, force: true });
   }
 }
 

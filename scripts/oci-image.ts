@@ -65,8 +65,9 @@ interface Descriptor {
 /** Writes the image tarball to `out` (atomically) and returns its manifest digest (sha256:…). */
 export async function writeImageTarball(spec: ImageSpec, out: string): Promise<{ digest: string }> {
   const tag = referenceTag(spec.reference);
-  const layerFile = `${out}.layer.tmp`;
-  const partial = `${out}.tmp`;
+  // Per process: concurrent builds of the same tarball each write their own (scripts/image.ts).
+  const layerFile = `${out}.${process.pid}.layer.tmp`;
+  const partial = `${out}.${process.pid}.tmp`;
   try {
     const layer = await writeTar(layerFile, await layerEntries(spec.files));
     const config = jsonBlob(MEDIA_TYPES.config, {

@@ -317,8 +317,8 @@ describe("Helm chart", () => {
         capabilities: { drop: ["ALL"] },
       });
       assert.deepEqual(agent.resources, {
-        requests: { cpu: "10m", memory: "32Mi" },
-        limits: { memory: "64Mi" },
+        requests: { cpu: "10m", memory: "48Mi" },
+        limits: { memory: "96Mi" },
       });
       assert.deepEqual(agent.ports, [{ name: "health", containerPort: 10263, protocol: "TCP" }]);
       assert.deepEqual(agent.livenessProbe, { httpGet: { path: "/healthz", port: "health" } });
@@ -326,8 +326,28 @@ describe("Helm chart", () => {
     });
 
     test("the controller Deployment: 2 replicas, only NET_RAW added, pod identity, disruption budget", () => {
-      assert.equal(find(objects, "Deployment", "node-lifecycle-controller").spec?.replicas, 2);
+      const deployment = find(objects, "Deployment", "node-lifecycle-controller");
+      assert.equal(deployment.spec?.replicas, 2);
+      assert.deepEqual(deployment.spec?.strategy, {
+        type: "RollingUpdate",
+        rollingUpdate: { maxSurge: 0, maxUnavailable: 1 },
+      });
       const pod = podSpec(objects, "node-lifecycle-controller");
+      // One replica per node, also while the other nodes still wait for their agent (test/e2e proves it).
+      assert.deepEqual(pod.affinity?.podAntiAffinity, {
+        requiredDuringSchedulingIgnoredDuringExecution: [
+          {
+            topologyKey: "kubernetes.io/hostname",
+            labelSelector: { matchLabels: { "app.kubernetes.io/name": "node-lifecycle-controller" } },
+          },
+        ],
+      });
+      assert.ok(
+        pod.tolerations?.some(
+          (toleration) =>
+            toleration.key === "node.cloudprovider.kubernetes.io/uninitialized" && toleration.effect === "NoSchedule",
+        ),
+      );
       assert.equal(pod.serviceAccountName, "node-lifecycle-controller");
       assert.equal(pod.hostNetwork, undefined);
       assert.equal(pod.securityContext?.runAsNonRoot, true);

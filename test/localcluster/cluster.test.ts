@@ -62,9 +62,9 @@ describe("local cluster", () => {
     }
   });
 
-  test("a node's default route points at the bridge, so route-source detection finds its address", async () => {
+  test("a node's default route points at the bridge, so route-source detection finds its public address", async () => {
     const node = cluster.node("node-0");
-    assert.match(await node.exec("ip", ["route", "get", "8.8.8.8"]), new RegExp(`dev eth0 src ${node.ip} `));
+    assert.match(await node.exec("ip", ["route", "get", "8.8.8.8"]), new RegExp(`dev eth0 src ${node.publicIP} `));
   });
 
   test("with the taint removed, a pod of the project image runs, logs, and uses its projected token", async () => {
