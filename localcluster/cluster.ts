@@ -84,6 +84,9 @@ export interface ClusterOptions {
   /** kube-controller-manager's --node-monitor-grace-period: how long after its kubelet stops posting
    * status a Node becomes NotReady. 20s here (kcm's default is 50s) so power-loss tests are quick. */
   nodeMonitorGracePeriodSeconds?: number;
+  /** The apiserver writes a Metadata-level audit log (controlPlane.auditLogPath): who made each request,
+   * with a pod-bound token's pod and node. */
+  audit?: boolean;
   /** Progress lines (default: none). */
   log?: (line: string) => void;
 }
@@ -594,6 +597,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     const plane = await startControlPlane({
       dir: path.join(dir, "controlplane"),
       detached,
+      audit: options.audit,
       controllerManager: { nodeMonitorGracePeriodSeconds: options.nodeMonitorGracePeriodSeconds ?? 20 },
       scheduler: true,
       kubelets: { serviceNetwork: layout.serviceNetwork },
