@@ -56,7 +56,8 @@ interface AuditEvent {
   responseStatus?: { code: number };
 }
 
-/** The certificate kubelet presents on its port; `verify`: checked against the cluster CA and the node's IP. */
+/** The certificate kubelet presents on its port; with `ca`, the handshake also checks the chain up to it and that
+ * the certificate names the node's IP (as the apiserver does with --kubelet-certificate-authority). */
 function presented(node: ClusterNode, ca: string | undefined): Promise<X509Certificate> {
   return new Promise((resolve, reject) => {
     const socket = tls.connect({ host: node.ip, port: KUBELET_PORT, ca, rejectUnauthorized: ca !== undefined });
@@ -89,6 +90,7 @@ const issuedCertificate = (csr: Csr) =>
   csr.status?.certificate ? new X509Certificate(Buffer.from(csr.status.certificate, "base64")) : undefined;
 const conditionOf = (csr: Csr, type: string) => csr.status?.conditions?.find((c) => c.type === type);
 const at = (event: AuditEvent) => Date.parse(event.stageTimestamp);
+const created = (csr: Csr) => Date.parse(csr.metadata?.creationTimestamp ?? "");
 
 describe("kubelet serving certificates on real kubelets", () => {
   let cluster: Cluster;
@@ -117,7 +119,7 @@ describe("kubelet serving certificates on real kubelets", () => {
   const servingCsrs = async (name: string) =>
     (await csrs.list()).items
       .filter((csr) => csr.spec.signerName === KUBELET_SERVING_SIGNER && csr.spec.username === `system:node:${name}`)
-      .sort((a, b) => Date.parse(a.metadata?.creationTimestamp ?? "") - Date.parse(b.metadata?.creationTimestamp ?? ""));
+      .sort((a, b) => created(a) - created(b));
   const getNode = (name: string) => cluster.admin.request<Node>({ method: "GET", path: `/api/v1/nodes/${name}` });
   const eventsAbout = async (csr: string) => {
     const selector = encodeURIComponent(`involvedObject.name=${csr}`);
@@ -150,7 +152,7 @@ describe("kubelet serving certificates on real kubelets", () => {
     return cluster.kubectl(["logs", "-n", NAMESPACE, pod]);
   };
 
-  test("before any approval: boot asks with a kubelet-serving CSR and serves nothing; plain serves its own", async () => {
+  test("before any approval: boot asks with a CSR and serves nothing; plain serves its own", async () => {
     const csr = await waitFor("boot's kubelet-serving CSR", async () => (await servingCsrs(BOOT))[0], 60_000, 250);
     firstCsr = csr.metadata?.name as string;
     assert.deepEqual(csr.status?.conditions ?? [], []);
@@ -163,7 +165,7 @@ describe("kubelet serving certificates on real kubelets", () => {
     assert.deepEqual(await servingCsrs(PLAIN), []);
   });
 
-  test("boot's CSR waits while its uninitialised Node lacks the IP, and the approver pod approves it once the agent wrote it", async (t) => {
+  test("boot's CSR waits for its Node, and the approver pod approves it once the agent wrote the IP", async (t) => {
     const boot = cluster.node(BOOT);
     await cluster.kubectl([
       "patch", "node", BOOT, "--subresource=status", "--type=merge",
@@ -201,7 +203,8 @@ describe("kubelet serving certificates on real kubelets", () => {
       250,
     );
     assert.equal(waiting.source?.component, "node-lifecycle-controller");
-    assert.match(waiting.message ?? "", new RegExp(`^waiting for node "${BOOT}" to be initialized: rule 5 .*${boot.ip}`));
+    const ip = boot.ip.replaceAll(".", "\\.");
+    assert.match(waiting.message ?? "", new RegExp(`^waiting for node "${BOOT}" to be initialized: rule 5 .*${ip}`));
     assert.deepEqual((await csrs.get(firstCsr)).status?.conditions ?? [], [], "pending while it waits");
 
     await cluster.kubectl(["label", "node", BOOT, `${AGENT_LABEL}=true`]);
@@ -252,7 +255,7 @@ describe("kubelet serving certificates on real kubelets", () => {
     assert.deepEqual(sansOf(certificate), { dns: [BOOT], ips: [boot.ip] });
   });
 
-  test("boot serves a certificate of the cluster CA for its Node's addresses; the verifying apiserver reads its logs", async (t) => {
+  test("boot serves the cluster CA's certificate for its addresses; the verifying apiserver gets logs", async (t) => {
     const boot = cluster.node(BOOT);
     // kubelet asks again whenever its Node's addresses no longer match its certificate (an ExternalIP the agent
     // adds, say): it serves the certificate of its latest request, which must match the Node's addresses.
@@ -281,7 +284,7 @@ describe("kubelet serving certificates on real kubelets", () => {
     await assert.rejects(logsOf(PLAIN), /tls: failed to verify certificate: x509: /);
   });
 
-  test("after a kubelet restart, boot serves the same certificate without asking again, and logs still work", async () => {
+  test("after a kubelet restart, boot serves the same certificate without asking again; logs work", async () => {
     const boot = cluster.node(BOOT);
     const before = await presented(boot, caPem);
     const requests = (await servingCsrs(BOOT)).length;
