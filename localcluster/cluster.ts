@@ -65,7 +65,7 @@ import { alive, run, type RunOptions } from "./exec.ts";
 import { ensurePauseImage, PAUSE_IMAGE } from "./pause.ts";
 import { issueClientCertificate } from "./pki.ts";
 import { CNI_BIN_DIR, ensureRuntime } from "./runtime.ts";
-import { logTail, running, type Service, startService } from "./service.ts";
+import { logTail, running, type Service, startService, stopService } from "./service.ts";
 
 export interface NodeOptions {
   /** Default node-<index>. */
@@ -90,6 +90,10 @@ export interface ClusterOptions {
   /** The apiserver writes a Metadata-level audit log (controlPlane.auditLogPath): who made each request,
    * with a pod-bound token's pod and node. */
   audit?: boolean;
+  /** The apiserver verifies kubelets' serving certificates against the cluster CA (controlplane.ts,
+   * verifyServingCertificates): `kubectl logs` then works only on serverTLSBootstrap nodes whose
+   * certificate was approved; on the others, whose kubelets sign their own certificates, it fails verification. */
+  verifyKubeletServingCertificates?: boolean;
   /** Progress lines (default: none). */
   log?: (line: string) => void;
 }
@@ -128,6 +132,9 @@ export interface Cluster {
   node(name: string): ClusterNode;
   /** Power loss: kubelet, containerd, shims and pods killed, the node's link down. */
   killNode(name: string): Promise<void>;
+  /** Stops the node's kubelet (SIGTERM, as systemd does) and starts it again with the same flags and
+   * folders; containerd and the pods keep running. */
+  restartKubelet(name: string): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -479,6 +486,7 @@ interface RunningNode {
   netns: string;
   containerd?: Service;
   kubelet?: Service;
+  startKubelet: () => Service;
 }
 
 async function startNode(
@@ -512,7 +520,7 @@ async function startNode(
   await writeFile(kubeconfig, kubeconfigJson(plane.server, caPem, clientCertificateUser(cert)));
   const config = path.join(nodeDir, "kubelet.json");
   await writeFile(config, kubeletConfig(nodeDir, node, plane.caPath, spec.serverTLSBootstrap));
-  const kubelet = startService(
+  const startKubelet = () => startService(
     "kubelet",
     plane.binaries.kubelet,
     [
@@ -526,7 +534,7 @@ async function startNode(
     ],
     { dir: nodeDir, netns, detached },
   );
-  return { layout: node, netns, containerd: containerd.service, kubelet };
+  return { layout: node, netns, containerd: containerd.service, kubelet: startKubelet(), startKubelet };
 }
 
 interface NodeStatus {
@@ -611,7 +619,10 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       audit: options.audit,
       controllerManager: { nodeMonitorGracePeriodSeconds: options.nodeMonitorGracePeriodSeconds ?? 20 },
       scheduler: true,
-      kubelets: { serviceNetwork: layout.serviceNetwork },
+      kubelets: {
+        serviceNetwork: layout.serviceNetwork,
+        verifyServingCertificates: options.verifyKubeletServingCertificates,
+      },
     });
     const kubeconfigPath = path.join(dir, "kubeconfig");
     await copyFile(plane.kubeconfigPath, kubeconfigPath);
@@ -649,6 +660,12 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       async killNode(name) {
         byName(name);
         powerOff(dir, record.nodes.find((node) => node.name === name) as NodeLayout);
+      },
+      async restartKubelet(name) {
+        byName(name);
+        const node = nodes.find((n) => n.layout.name === name) as RunningNode;
+        if (node.kubelet) await stopService(node.kubelet);
+        node.kubelet = node.startKubelet();
       },
       async stop() {
         // Once only: a second removal could take the slot's record from a cluster started since.

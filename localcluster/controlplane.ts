@@ -54,6 +54,11 @@ export interface KubeletsOptions {
    * and the apiserver reaches kubelets at their InternalIP with a client certificate (`kubectl logs`).
    */
   serviceNetwork: string;
+  /** The apiserver verifies kubelets' serving certificates against the cluster CA
+   * (--kubelet-certificate-authority): `kubectl logs` then works only on nodes whose certificate the
+   * cluster CA signed (serverTLSBootstrap, approved), and fails on self-signed ones. Off by default,
+   * as in kubeadm: kubelets sign their own serving certificates unless told otherwise. */
+  verifyServingCertificates?: boolean;
 }
 
 export interface ServiceAccountKubeconfigOptions {
@@ -201,15 +206,17 @@ function apiserverArgs(
 }
 
 /** The apiserver's client certificate towards kubelets (logs, exec), and how it finds them. */
-async function kubeletClientArgs(pki: Pki): Promise<string[]> {
+async function kubeletClientArgs(pki: Pki, options: KubeletsOptions): Promise<string[]> {
   const subject = "/O=system:masters/CN=kube-apiserver";
   const client = await issueClientCertificate(pki, "apiserver-kubelet-client", subject);
-  return [
+  const args = [
     `--kubelet-client-certificate=${client.cert}`,
     `--kubelet-client-key=${client.key}`,
     // Nodes here have no DNS names; their InternalIP (kubelet's --node-ip) is where kubelet listens.
     "--kubelet-preferred-address-types=InternalIP,Hostname",
   ];
+  if (options.verifyServingCertificates) args.push(`--kubelet-certificate-authority=${pki.caCert}`);
+  return args;
 }
 
 /**
@@ -324,7 +331,7 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
     });
 
     const args = apiserverArgs(pki, etcdPort, listen, options, dir, auditLogPath);
-    if (options.kubelets) args.push(...(await kubeletClientArgs(pki)));
+    if (options.kubelets) args.push(...(await kubeletClientArgs(pki, options.kubelets)));
     const startApiserver = async (): Promise<Service> => {
       const apiserver = startService("kube-apiserver", binaries.kubeApiserver, args, { dir, detached });
       await waitUntil(
