@@ -3,7 +3,6 @@
 // and IP-change latency (p50/p99 over BENCH_TRIALS trials), RSS, and start-to-first-reconcile time.
 // The agent runs with Node's flags from the DaemonSet (BENCH_NODE_ARGS overrides them).
 // Budgets (issue 4): 0 writes and ≤ 4 requests per hour at rest; both latencies ≤ 1 s p99.
-import { readFileSync } from "node:fs";
 import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import type { Node } from "kubernetes-types/core/v1.js";
@@ -11,6 +10,7 @@ import { isApiError } from "../src/kube/errors.ts";
 import { Informer } from "../src/kube/informer.ts";
 import { bundleProgram } from "../scripts/bundle.ts";
 import { addressesOf, registerNode, startAgent, startWorld } from "../test/agent/harness.ts";
+import { auditEvents } from "../localcluster/audit.ts";
 import { processMemory } from "./proc.ts";
 import { shippedCommand } from "../test/deploy/shipped.ts";
 
@@ -79,12 +79,12 @@ try {
   const restFrom = Date.now();
   await delay(REST_SECONDS * 1000);
   const restTo = Date.now();
-  const requests = new Map<string, string>();
-  for (const line of readFileSync(world.plane.auditLogPath as string, "utf8").split("\n").filter(Boolean)) {
-    const e = JSON.parse(line) as { auditID: string; userAgent?: string; verb: string; requestReceivedTimestamp: string };
-    const at = Date.parse(e.requestReceivedTimestamp);
-    if (e.userAgent?.endsWith("(local-ccm)") && at >= restFrom && at < restTo) requests.set(e.auditID, e.verb);
-  }
+  const atRest = await auditEvents(world.plane.auditLogPath as string, {
+    userAgentSuffix: "(local-ccm)",
+    since: new Date(restFrom),
+    until: new Date(restTo),
+  });
+  const requests = new Map(atRest.map((event) => [event.auditID, event.verb]));
   const writes = [...requests.values()].filter((verb) => !["get", "list", "watch"].includes(verb)).length;
   const memory = processMemory(agent.child.pid as number);
   await agent.stop();

@@ -6,9 +6,9 @@
 // plane's kube-controller-manager signs what is approved: the issued certificate holds the SANs requested.
 import assert from "node:assert/strict";
 import { X509Certificate } from "node:crypto";
-import { readFile } from "node:fs/promises";
 import { after, before, describe, test } from "node:test";
 import type { CertificateSigningRequestCondition } from "kubernetes-types/certificates/v1.js";
+import { auditEvents } from "../../localcluster/audit.ts";
 import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
 import { canonicalIp } from "../../src/net/ip.ts";
 import { ControllerProcess } from "../lifecycle/world.ts";
@@ -58,14 +58,11 @@ async function eventsAbout(csr: string): Promise<string[]> {
 
 /** Approval writes by the controller's service account, from the audit log. */
 async function approvalWrites(): Promise<number> {
-  const log = await readFile(world.plane.auditLogPath as string, "utf8");
-  const ids = new Set<string>();
-  for (const line of log.split("\n").filter(Boolean)) {
-    const entry = JSON.parse(line) as { auditID: string; user: { username: string }; objectRef?: { subresource?: string } };
-    if (entry.user.username.endsWith(":node-lifecycle-controller") && entry.objectRef?.subresource === "approval")
-      ids.add(entry.auditID);
-  }
-  return ids.size;
+  const events = await auditEvents(world.plane.auditLogPath as string);
+  return events.filter(
+    (event) =>
+      event.user.username.endsWith(":node-lifecycle-controller") && event.objectRef?.subresource === "approval",
+  ).length;
 }
 
 describe("dry run", () => {

@@ -18,7 +18,7 @@ import { run } from "../../localcluster/exec.ts";
 import { waitFor } from "../wait.ts";
 import {
   addressesOf,
-  auditEvents,
+  clusterAuditEvents,
   CHART,
   DEPLOY,
   formatMemory,
@@ -30,9 +30,9 @@ import {
   podReady,
   podsOf,
   taintUninitialized,
-  tokenPod,
-  UNINITIALIZED,
 } from "./cluster-objects.ts";
+import { tokenPod } from "../../localcluster/audit.ts";
+import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
 
 const AGENT = "local-ccm";
 const AGENT_USER = `system:serviceaccount:${NAMESPACE}:${AGENT}`;
@@ -86,13 +86,13 @@ describe("the agent on real kubelets", () => {
     for (const node of cluster.nodes) {
       const got = await waitFor("the taint removed", async () => {
         const n = await getNode(cluster, node.name);
-        return !hasTaint(n, UNINITIALIZED) && addressesOf(n, "ExternalIP").length > 0 && n;
+        return !hasTaint(n, UNINITIALIZED_TAINT) && addressesOf(n, "ExternalIP").length > 0 && n;
       });
       const pod = agents.get(node.name) as Pod;
       // Proof of who did it: every write to this Node by the agent's ServiceAccount carried a token
       // bound to the agent pod on this very node, and the taint removal (a PATCH of the Node itself,
       // not its status) is among them.
-      const writes = nodeWrites(await auditEvents(cluster, since)).filter(
+      const writes = nodeWrites(await clusterAuditEvents(cluster, since)).filter(
         (event) => event.user.username === AGENT_USER && event.objectRef?.name === node.name,
       );
       assert.ok(writes.some((event) => event.verb === "patch" && event.objectRef?.subresource === undefined));
@@ -202,7 +202,7 @@ describe("the agent on real kubelets", () => {
       "every node initialised",
       async () => {
         for (const node of cluster.nodes) {
-          if (!took.has(node.name) && !hasTaint(await getNode(cluster, node.name), UNINITIALIZED))
+          if (!took.has(node.name) && !hasTaint(await getNode(cluster, node.name), UNINITIALIZED_TAINT))
             took.set(node.name, Date.now() - started);
         }
         return took.size === cluster.nodes.length;

@@ -3,10 +3,11 @@
 import { readFile } from "node:fs/promises";
 import path from "node:path";
 import type { Node, Pod } from "kubernetes-types/core/v1.js";
+import { type AuditEvent, auditEvents } from "../../localcluster/audit.ts";
 import type { Cluster } from "../../localcluster/cluster.ts";
 import { isApiError } from "../../src/kube/errors.ts";
+import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
 
-export const UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized";
 export const NAMESPACE = "kube-system";
 export const DEPLOY = path.resolve(import.meta.dirname, "../../deploy");
 export const CHART = path.resolve(import.meta.dirname, "../../charts/local-ccm");
@@ -47,33 +48,15 @@ export const podReady = (pod: Pod) =>
 
 /** `kubectl taint` with the uninitialized taint again, as kubelet registered it. */
 export async function taintUninitialized(cluster: Cluster, name: string): Promise<void> {
-  await cluster.kubectl(["taint", "node", name, `${UNINITIALIZED}=true:NoSchedule`, "--overwrite"]);
+  await cluster.kubectl(["taint", "node", name, `${UNINITIALIZED_TAINT}=true:NoSchedule`, "--overwrite"]);
 }
 
-/** One line of the apiserver's audit log (Metadata level). */
-export interface AuditEvent {
-  verb: string;
-  stageTimestamp: string;
-  user: { username: string; extra?: Record<string, string[]> };
-  objectRef?: { resource?: string; subresource?: string; name?: string; namespace?: string };
-  responseStatus?: { code: number };
-}
-
-export async function auditEvents(cluster: Cluster, since: Date): Promise<AuditEvent[]> {
+/** The cluster's audit log since `since` (the cluster must be started with audit: true). */
+export async function clusterAuditEvents(cluster: Cluster, since: Date): Promise<AuditEvent[]> {
   const file = cluster.controlPlane.auditLogPath;
   if (!file) throw new Error("the cluster was started without audit: true");
-  return (await readFile(file, "utf8"))
-    .split("\n")
-    .filter(Boolean)
-    .map((line) => JSON.parse(line) as AuditEvent)
-    .filter((event) => new Date(event.stageTimestamp) >= since);
+  return auditEvents(file, { since });
 }
-
-/** The Pod and Node a Pod-bound token names, as the apiserver saw them. */
-export const tokenPod = (event: AuditEvent) => ({
-  pod: event.user.extra?.["authentication.kubernetes.io/pod-name"]?.[0],
-  node: event.user.extra?.["authentication.kubernetes.io/node-name"]?.[0],
-});
 
 /** Successful writes to Nodes (DELETE included) in the audit log. */
 export const nodeWrites = (events: AuditEvent[]) =>

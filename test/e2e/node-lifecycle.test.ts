@@ -9,7 +9,7 @@ import { after, before, describe, test } from "node:test";
 import { type Cluster, startCluster } from "../../localcluster/cluster.ts";
 import { waitFor } from "../wait.ts";
 import {
-  auditEvents,
+  clusterAuditEvents,
   CHART,
   findNode,
   formatMemory,
@@ -21,9 +21,9 @@ import {
   podReady,
   podsOf,
   readyStatus,
-  tokenPod,
-  UNINITIALIZED,
 } from "./cluster-objects.ts";
+import { tokenPod } from "../../localcluster/audit.ts";
+import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
 
 const CONTROLLER = "node-lifecycle-controller";
 const CONTROLLER_USER = `system:serviceaccount:${NAMESPACE}:${CONTROLLER}`;
@@ -86,12 +86,12 @@ describe("the node-lifecycle-controller on real kubelets", () => {
 
   /** Who deleted Nodes since the install, by pod of the token. */
   const deletions = async () =>
-    nodeWrites(await auditEvents(cluster, installed))
+    nodeWrites(await clusterAuditEvents(cluster, installed))
       .filter((event) => event.verb === "delete")
       .map((event) => ({ node: event.objectRef?.name, user: event.user.username, pod: tokenPod(event).pod }));
 
   test("its two replicas run on different nodes, also when applied while only one node is initialised", async (t) => {
-    await cluster.kubectl(["taint", "node", "node-0", `${UNINITIALIZED}-`]);
+    await cluster.kubectl(["taint", "node", "node-0", `${UNINITIALIZED_TAINT}-`]);
     installed = new Date(Date.now() - 1000);
     const sets = Object.entries(VALUES).flatMap(([key, value]) => ["--set", `${key}=${value}`]);
     await cluster.helm(["install", "local-ccm", CHART, `--namespace=${NAMESPACE}`, ...sets]);
@@ -107,7 +107,7 @@ describe("the node-lifecycle-controller on real kubelets", () => {
     replicas = new Map(pods.map((pod) => [pod.metadata?.name ?? "", pod.spec?.nodeName ?? ""]));
     assert.equal(new Set(replicas.values()).size, 2, `replicas on ${[...replicas.values()].join(", ")}`);
     for (const name of ["node-1", "node-2"])
-      assert.ok(hasTaint(await getNode(cluster, name), UNINITIALIZED), `${name} is still uninitialised`);
+      assert.ok(hasTaint(await getNode(cluster, name), UNINITIALIZED_TAINT), `${name} is still uninitialised`);
     for (const pod of pods)
       t.diagnostic(`${pod.spec?.nodeName}: controller ${formatMemory(await podMemory(cluster, pod))}`);
   });
