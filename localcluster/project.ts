@@ -38,6 +38,8 @@ export async function listPods(cluster: Cluster, app: string): Promise<Pod[]> {
 const conditionTrue = (conditions: { type: string; status: string }[] | undefined, type: string) =>
   conditions?.some((c) => c.type === type && c.status === "True") ?? false;
 
-export const podReady = (pod: Pod) => conditionTrue(pod.status?.conditions, "Ready");
+/** Ready and not on its way out (a deleted pod stays Ready until its containers stop). */
+export const podReady = (pod: Pod) =>
+  pod.metadata?.deletionTimestamp === undefined && conditionTrue(pod.status?.conditions, "Ready");
 export const nodeReady = (node: Node) => conditionTrue(node.status?.conditions, "Ready");
 export const initialised = (node: Node) => !isUninitialized(node);

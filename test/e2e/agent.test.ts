@@ -24,15 +24,13 @@ import {
   formatMemory,
   getNode,
   hasTaint,
-  NAMESPACE,
   nodeWrites,
   podMemory,
-  podReady,
-  podsOf,
   taintUninitialized,
 } from "./cluster-objects.ts";
 import { tokenPod } from "../../localcluster/audit.ts";
 import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
+import { listPods, NAMESPACE, podReady } from "../../localcluster/project.ts";
 
 const AGENT = "local-ccm";
 const AGENT_USER = `system:serviceaccount:${NAMESPACE}:${AGENT}`;
@@ -52,7 +50,7 @@ describe("the agent on real kubelets", () => {
     waitFor(
       "a Ready agent pod on every node",
       async () => {
-        const pods = (await podsOf(cluster, AGENT)).filter(podReady);
+        const pods = (await listPods(cluster, AGENT)).filter(podReady);
         const byNode = new Map(pods.map((pod) => [pod.spec?.nodeName ?? "", pod]));
         return cluster.nodes.every((node) => byNode.has(node.name)) && byNode;
       },
@@ -118,7 +116,7 @@ describe("the agent on real kubelets", () => {
     await cluster.helm(["install", "local-ccm", CHART, `--namespace=${NAMESPACE}`]);
     await assertEveryNodeInitialisedByItsOwnPod(t, since);
     t.diagnostic(`helm install to every node initialised and checked: ${Date.now() - started} ms`);
-    for (const pod of await podsOf(cluster, "node-lifecycle-controller")) {
+    for (const pod of await listPods(cluster, "node-lifecycle-controller")) {
       if (podReady(pod)) t.diagnostic(`controller on ${pod.spec?.nodeName}: ${formatMemory(await podMemory(cluster, pod))}`);
     }
   });
@@ -171,7 +169,7 @@ describe("the agent on real kubelets", () => {
 
   test("kubectl apply -f deploy/: the same, from the static manifests", async (t) => {
     await cluster.helm(["uninstall", "local-ccm", `--namespace=${NAMESPACE}`, "--wait"]);
-    await waitFor("the agent pods gone", async () => (await podsOf(cluster, AGENT)).length === 0, 60_000, 250);
+    await waitFor("the agent pods gone", async () => (await listPods(cluster, AGENT)).length === 0, 60_000, 250);
     await resetNodes();
     const since = new Date(Date.now() - 1000);
     const started = Date.now();
@@ -191,7 +189,7 @@ describe("the agent on real kubelets", () => {
     await cluster.kubectl(["delete", "-n", NAMESPACE, "daemonset/local-ccm", "deployment/node-lifecycle-controller",
       "--wait"]);
     await waitFor("the pods gone", async () =>
-      (await podsOf(cluster, AGENT)).length + (await podsOf(cluster, "node-lifecycle-controller")).length === 0,
+      (await listPods(cluster, AGENT)).length + (await listPods(cluster, "node-lifecycle-controller")).length === 0,
     60_000, 250);
     for (const node of cluster.nodes) await taintUninitialized(cluster, node.name);
     await run("sh", ["-c", "sync && echo 3 > /proc/sys/vm/drop_caches"]);

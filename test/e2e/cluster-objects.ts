@@ -8,7 +8,6 @@ import type { Cluster } from "../../localcluster/cluster.ts";
 import { isApiError } from "../../src/kube/errors.ts";
 import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
 
-export const NAMESPACE = "kube-system";
 export const DEPLOY = path.resolve(import.meta.dirname, "../../deploy");
 export const CHART = path.resolve(import.meta.dirname, "../../charts/local-ccm");
 
@@ -32,19 +31,6 @@ export const readyStatus = (node: Node) => node.status?.conditions?.find((c) => 
 export const addressesOf = (node: Node, type: string) =>
   (node.status?.addresses ?? []).filter((a) => a.type === type).map((a) => a.address);
 
-/** The pods of one of the project's workloads (label app.kubernetes.io/name). */
-export async function podsOf(cluster: Cluster, name: string): Promise<Pod[]> {
-  const selector = encodeURIComponent(`app.kubernetes.io/name=${name}`);
-  const list = await cluster.admin.request<{ items: Pod[] }>({
-    method: "GET",
-    path: `/api/v1/namespaces/${NAMESPACE}/pods?labelSelector=${selector}`,
-  });
-  return list.items;
-}
-
-export const podReady = (pod: Pod) =>
-  pod.metadata?.deletionTimestamp === undefined &&
-  (pod.status?.conditions ?? []).some((c) => c.type === "Ready" && c.status === "True");
 
 /** `kubectl taint` with the uninitialized taint again, as kubelet registered it. */
 export async function taintUninitialized(cluster: Cluster, name: string): Promise<void> {

@@ -33,12 +33,12 @@ import { Resource } from "../../src/kube/resource.ts";
 import { nodeClient } from "../csr/world.ts";
 import { waitFor } from "../wait.ts";
 import { clusterAuditEvents } from "./cluster-objects.ts";
+import { AGENT_APP, listPods, NAMESPACE } from "../../localcluster/project.ts";
 
 type Csr = CertificateSigningRequest;
 
 const BOOT = "boot";
 const PLAIN = "plain";
-const NAMESPACE = "kube-system";
 const CHART = path.resolve(import.meta.dirname, "../../charts/local-ccm");
 const APPROVER = `system:serviceaccount:${NAMESPACE}:node-lifecycle-controller`;
 const AGENT = `system:serviceaccount:${NAMESPACE}:local-ccm`;
@@ -130,9 +130,7 @@ describe("kubelet serving certificates on real kubelets", () => {
         (e.responseStatus?.code ?? 0) < 300,
     );
   const agentPod = async (node: string) => {
-    const selector = encodeURIComponent("app.kubernetes.io/name=local-ccm");
-    const path = `/api/v1/namespaces/${NAMESPACE}/pods?labelSelector=${selector}`;
-    const pods = (await cluster.admin.request<{ items: Pod[] }>({ method: "GET", path })).items;
+    const pods = await listPods(cluster, AGENT_APP);
     return pods.find((pod) => pod.spec?.nodeName === node && pod.status?.phase === "Running")?.metadata?.name;
   };
   const logsOf = async (node: string) => {

@@ -15,15 +15,13 @@ import {
   formatMemory,
   getNode,
   hasTaint,
-  NAMESPACE,
   nodeWrites,
   podMemory,
-  podReady,
-  podsOf,
   readyStatus,
 } from "./cluster-objects.ts";
 import { tokenPod } from "../../localcluster/audit.ts";
 import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
+import { listPods, NAMESPACE, podReady } from "../../localcluster/project.ts";
 
 const CONTROLLER = "node-lifecycle-controller";
 const CONTROLLER_USER = `system:serviceaccount:${NAMESPACE}:${CONTROLLER}`;
@@ -98,7 +96,7 @@ describe("the node-lifecycle-controller on real kubelets", () => {
     const pods = await waitFor(
       "two Ready replicas",
       async () => {
-        const ready = (await podsOf(cluster, CONTROLLER)).filter(podReady);
+        const ready = (await listPods(cluster, CONTROLLER)).filter(podReady);
         return ready.length === 2 && ready;
       },
       90_000,
