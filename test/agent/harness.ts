@@ -196,13 +196,14 @@ export async function startMetadataServer(
     requests: () => lines().map((line) => line.slice(line.indexOf(" ") + 1)),
     arrivals: () => lines().map((line) => Number(line.slice(0, line.indexOf(" ")))),
     recover: () =>
-      new Promise<void>((resolve) => {
+      new Promise<void>((resolve, reject) => {
         const recovered = () => {
           if (!output.includes("\nrecovered\n")) return;
           child.stdout?.off("data", recovered);
           resolve();
         };
         child.stdout?.on("data", recovered);
+        exited.then(() => reject(new Error("metadata server exited before it recovered")), reject);
         child.kill("SIGUSR1");
       }),
     async stop() {
