@@ -16,6 +16,7 @@ import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1
 import type { Node } from "kubernetes-types/core/v1.js";
 import { bundleProgram } from "../scripts/bundle.ts";
 import { run } from "../localcluster/exec.ts";
+import { scrapeMetrics } from "../localcluster/metrics.ts";
 import {
   apiTimeAgo,
   auditedRequests,
@@ -143,14 +144,7 @@ async function heartbeats(world: World): Promise<void> {
 /** The controller's /metrics, as series → value (its address comes from its log). */
 async function scrape(nlc: ControllerProcess): Promise<Map<string, number>> {
   const serving = await nlc.waitForLog("serving /healthz, /readyz and /metrics");
-  const text = await (await fetch(`http://${serving.address}/metrics`)).text();
-  const values = text.split("\n").filter((line) => line && !line.startsWith("#"));
-  return new Map(
-    values.map((line) => {
-      const space = line.lastIndexOf(" ");
-      return [line.slice(0, space), Number(line.slice(space + 1))];
-    }),
-  );
+  return scrapeMetrics(String(serving.address));
 }
 
 interface Figures {

@@ -8,7 +8,7 @@ import type { Node, NodeAddress, NodeSystemInfo } from "kubernetes-types/core/v1
 import { Resource } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { createNetwork, type Host, type Network } from "../netns/netns.ts";
-import { METADATA_IP, type Personality } from "./metadata-server.ts";
+import { type Fault, METADATA_IP, type Personality } from "./metadata-server.ts";
 
 const AGENT = path.resolve(import.meta.dirname, "../../src/bin/local-ccm.ts");
 const METADATA_SERVER = path.resolve(import.meta.dirname, "metadata-server.ts");
@@ -19,7 +19,7 @@ export interface World {
   plane: ControlPlane;
   net: Network;
   nodes: Resource<Node>;
-  /** A node namespace for scenario `slot` (0–23), with the agent's kubeconfig for it. */
+  /** A node namespace for scenario `slot` (0–27), with the agent's kubeconfig for it. */
   nodeHost(slot: number, options?: { airGapped?: boolean; lan?: boolean }): Promise<NodeHost>;
   /** agentPodKubeconfig() for the agent in `node`'s namespace. */
   podBoundKubeconfig(node: NodeHost, nodeName: string): Promise<string>;
@@ -34,12 +34,14 @@ export interface NodeHost {
   lan: { v4: string; gateway: string } | undefined;
   /** The apiserver's URL as this node reaches it (over its root link). */
   server: string;
+  /** The node's address on its root link: where a test reaches what the node serves (the agent's /metrics). */
+  reachableAt: string;
   kubeconfig: string;
 }
 
 // Slots are shared by every test file that uses this harness (they run concurrently): agent.test.ts
-// uses 0–7, least-privilege.test.ts 9, metadata.test.ts 10–23. Benchmarks and the demo run alone.
-const SLOTS = 24;
+// uses 0–7, least-privilege.test.ts 9, metadata.test.ts 10–27. Benchmarks and the demo run alone.
+const SLOTS = 28;
 const rootIP = (slot: number) => `198.18.${200 + slot}.1`;
 
 export async function startWorld(): Promise<World> {
@@ -57,7 +59,8 @@ export async function startWorld(): Promise<World> {
     nodes,
     async nodeHost(slot, options = {}) {
       const host = await net.host();
-      await net.link("root", host, { addressesA: [`${rootIP(slot)}/24`], addressesB: [`198.18.${200 + slot}.2/24`] });
+      const reachableAt = `198.18.${200 + slot}.2`;
+      await net.link("root", host, { addressesA: [`${rootIP(slot)}/24`], addressesB: [`${reachableAt}/24`] });
       const gateway = await net.host();
       const external = { v4: `198.18.${10 + slot}.10`, v6: `fd00:198:18:${10 + slot}::10` };
       await net.link(host, gateway, {
@@ -76,7 +79,7 @@ export async function startWorld(): Promise<World> {
       }
       const server = plane.serverAt(rootIP(slot));
       const kubeconfig = await plane.serviceAccountKubeconfig({ namespace: "kube-system", name: "local-ccm", server });
-      return { host, external, lan, server, kubeconfig };
+      return { host, external, lan, server, reachableAt, kubeconfig };
     },
     podBoundKubeconfig: (node, nodeName) => agentPodKubeconfig(plane, nodeName, node.server),
     async stop() {
@@ -154,19 +157,29 @@ const KUBELET_NODE_INFO: NodeSystemInfo = {
 };
 
 export interface MetadataServer {
-  /** The requests answered so far, as "<method> <path> <status>". */
+  /** The requests received so far, as "<method> <path> <status or fault>". */
   requests(): string[];
+  /** When each of requests() arrived, in ms since the server started. */
+  arrivals(): number[];
+  /** Ends the fault the server was started with: from now on it answers. */
+  recover(): Promise<void>;
   stop(): Promise<void>;
 }
 
 /**
  * Instance metadata services (metadata-server.ts) inside the node's namespace at 169.254.169.254,
- * an address of the namespace's own loopback: nothing about it is routed anywhere.
+ * an address of the namespace's own loopback: nothing about it is routed anywhere. With a fault,
+ * they fail every request until recover().
  */
-export async function startMetadataServer(node: NodeHost, personalities: Personality[]): Promise<MetadataServer> {
+export async function startMetadataServer(
+  node: NodeHost,
+  personalities: Personality[],
+  fault?: Fault,
+): Promise<MetadataServer> {
   const addresses = await node.host.ip("-o", "address", "show", "dev", "lo");
   if (!addresses.includes(`${METADATA_IP}/32`)) await node.host.ip("address", "add", `${METADATA_IP}/32`, "dev", "lo");
-  const [command, argv] = node.host.wrap(process.execPath, [METADATA_SERVER, personalities.join(",")]);
+  const serverArgs = [METADATA_SERVER, personalities.join(","), ...(fault ? [fault] : [])];
+  const [command, argv] = node.host.wrap(process.execPath, serverArgs);
   const child = spawn(command, argv, { stdio: ["ignore", "pipe", "inherit"] });
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   let output = "";
@@ -177,8 +190,22 @@ export async function startMetadataServer(node: NodeHost, personalities: Persona
     });
     child.once("exit", (code) => reject(new Error(`metadata server exited with ${code}`)));
   });
+  // "<ms> <method> <path> <outcome>" after "ready", without the "recovered" mark.
+  const lines = () => output.split("\n").slice(1, -1).filter((line) => line !== "recovered");
   return {
-    requests: () => output.split("\n").slice(1, -1),
+    requests: () => lines().map((line) => line.slice(line.indexOf(" ") + 1)),
+    arrivals: () => lines().map((line) => Number(line.slice(0, line.indexOf(" ")))),
+    recover: () =>
+      new Promise<void>((resolve, reject) => {
+        const recovered = () => {
+          if (!output.includes("\nrecovered\n")) return;
+          child.stdout?.off("data", recovered);
+          resolve();
+        };
+        child.stdout?.on("data", recovered);
+        exited.then(() => reject(new Error("metadata server exited before it recovered")), reject);
+        child.kill("SIGUSR1");
+      }),
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
       await exited;

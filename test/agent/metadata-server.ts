@@ -4,8 +4,12 @@
 // with "Metadata-Flavor: Google" (and saying so in its answers); unknown paths are 404. An "imposter"
 // answers Hetzner's paths with a web page, as a captive portal would.
 //
-// Run: node metadata-server.ts <personality>[,<personality>…]
-// Prints "ready" once listening, then "<method> <path> <status>" for each request it answers.
+// A fault makes the service fail every request until SIGUSR1 ends it ("recovered"): "silent" accepts
+// the connection and never answers, "dribble" sends its headers and then one byte every half second
+// (no socket ever goes idle), "503" answers Service Unavailable at once.
+//
+// Run: node metadata-server.ts <personality>[,<personality>…] [fault]
+// Prints "ready" once listening, then "<ms since start> <method> <path> <status or fault>" for each request.
 import http from "node:http";
 
 export const METADATA_IP = "169.254.169.254";
@@ -108,15 +112,44 @@ const HANDLERS: Record<Personality, Handler> = {
     url.pathname.startsWith("/hetzner/") ? text("<html><body>Welcome to the hotel network</body></html>") : undefined,
 };
 
-function serve(personalities: Personality[]): http.Server {
+export const FAULTS = ["silent", "dribble", "503"] as const;
+export type Fault = (typeof FAULTS)[number];
+
+const DRIBBLE_INTERVAL_MS = 500;
+
+const FAILURES: Record<Fault, (res: http.ServerResponse) => void> = {
+  silent: () => {},
+  dribble: (res) => {
+    res.writeHead(200, { "Content-Type": "text/plain" });
+    const timer = setInterval(() => res.write("."), DRIBBLE_INTERVAL_MS);
+    res.once("close", () => clearInterval(timer));
+  },
+  503: (res) => {
+    res.writeHead(503, { "Content-Type": "text/plain" });
+    res.end("Service Unavailable");
+  },
+};
+
+function serve(personalities: Personality[], fault: Fault | undefined): http.Server {
+  const started = performance.now();
+  const record = (req: http.IncomingMessage, outcome: number | Fault) =>
+    process.stdout.write(`${Math.round(performance.now() - started)} ${req.method} ${req.url} ${outcome}\n`);
+  process.on("SIGUSR1", () => {
+    fault = undefined;
+    process.stdout.write("recovered\n");
+  });
   return http.createServer((req, res) => {
+    if (fault) {
+      FAILURES[fault](res);
+      return record(req, fault);
+    }
     const url = new URL(req.url ?? "/", `http://${METADATA_IP}`);
     let answer: Answer | undefined;
     for (const personality of personalities) answer ??= HANDLERS[personality](req, url);
     answer ??= refuse(404, "Not Found");
     res.writeHead(answer.status, { "Content-Type": "text/plain", ...answer.headers });
     res.end(answer.body);
-    process.stdout.write(`${req.method} ${req.url} ${answer.status}\n`);
+    record(req, answer.status);
   });
 }
 
@@ -124,5 +157,7 @@ if (import.meta.main) {
   const personalities = (process.argv[2] ?? "").split(",") as Personality[];
   const unknown = personalities.find((p) => !(p in HANDLERS));
   if (unknown) throw new Error(`unknown personality ${unknown}`);
-  serve(personalities).listen(80, METADATA_IP, () => process.stdout.write("ready\n"));
+  const fault = process.argv[3] as Fault | undefined;
+  if (fault !== undefined && !FAULTS.includes(fault)) throw new Error(`unknown fault ${fault}`);
+  serve(personalities, fault).listen(80, METADATA_IP, () => process.stdout.write("ready\n"));
 }

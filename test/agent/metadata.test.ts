@@ -4,11 +4,15 @@
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
+import { setTimeout as delay } from "node:timers/promises";
 import type { Event, Node } from "kubernetes-types/core/v1.js";
+import { scrapeMetrics } from "../../localcluster/metrics.ts";
 import { Resource } from "../../src/kube/resource.ts";
 import { waitFor } from "../wait.ts";
 import {
+  type AgentProcess,
   hasUninitializedTaint,
+  type MetadataServer,
   metadataStatus,
   type NodeHost,
   type Registration,
@@ -18,11 +22,14 @@ import {
   startWorld,
   type World,
 } from "./harness.ts";
-import { INSTANCES } from "./metadata-server.ts";
+import { type Fault, INSTANCES } from "./metadata-server.ts";
 
 /** No ExternalIP to look for: the node has no route but to the apiserver and its own metadata service. */
 const AIR_GAPPED = ["--external-ip-target="];
 const POLICY = path.resolve(import.meta.dirname, "../../deploy/node-scope-policy.yaml");
+/** An agent that hangs is stopped after this, so that the test fails instead of stalling. */
+const RUN_ONCE_LIMIT_MS = 30_000;
+const HEALTH_PORT = 10263;
 const LABEL_KEYS = {
   region: "topology.kubernetes.io/region",
   zone: "topology.kubernetes.io/zone",
@@ -63,9 +70,83 @@ describe("node metadata from instance metadata services and rules", () => {
     await registerNode(world.nodes, name, kubeletIP ?? `198.18.100.${slot}`, registration);
     // The agent runs with a Pod-bound token, so the node-scope policy applies to it.
     const kubeconfig = await world.podBoundKubeconfig(node, name);
+    const started = performance.now();
     const agent = startAgent(node, [`--node-name=${name}`, "--run-once", ...AIR_GAPPED, ...args], { kubeconfig });
+    const hung = setTimeout(() => void agent.stop(), RUN_ONCE_LIMIT_MS);
     const code = await agent.exited;
-    return { code, output: agent.output(), node: await world.nodes.get(name) };
+    clearTimeout(hung);
+    const elapsedMs = performance.now() - started;
+    return { code, elapsedMs, output: agent.output(), node: await world.nodes.get(name) };
+  }
+
+  /** The agent `name` running on `node`, with its health server (and /metrics) at node.reachableAt. */
+  async function startLongRunning(node: NodeHost, name: string, args: string[]): Promise<AgentProcess> {
+    const flags = [
+      `--node-name=${name}`,
+      ...AIR_GAPPED,
+      `--health-bind-address=${node.reachableAt}:${HEALTH_PORT}`,
+      "--reconcile-interval=500ms",
+      ...args,
+    ];
+    return startAgent(node, flags, { kubeconfig: await world.podBoundKubeconfig(node, name) });
+  }
+
+  /**
+   * Registers `name`, starts `provider`'s service on `node` failing with `fault`, and the agent asking it
+   * with a 3 s bound; runs `body`, then stops both.
+   */
+  async function withFailingService(
+    node: NodeHost,
+    name: string,
+    provider: keyof typeof INSTANCES,
+    fault: Fault,
+    body: (server: MetadataServer) => Promise<void>,
+  ): Promise<void> {
+    await registerNode(world.nodes, name, `198.18.100.${slot}`);
+    const server = await startMetadataServer(node, [provider], fault);
+    try {
+      const agent = await startLongRunning(node, name, [`--instance-metadata=${provider}`, "--metadata-timeout=3s"]);
+      try {
+        await body(server);
+      } finally {
+        await agent.stop();
+      }
+    } finally {
+      await server.stop();
+    }
+  }
+
+  /** One series of the agent's /metrics on `node` (0 until it has been counted). */
+  async function metricOf(node: NodeHost, series: string): Promise<number> {
+    return (await scrapeMetrics(`${node.reachableAt}:${HEALTH_PORT}`)).get(series) ?? 0;
+  }
+
+  /**
+   * Every state the Node `name` passes through from `resourceVersion` until it loses the taint; the
+   * watch sees each write, so a half-initialised Node would show up here.
+   */
+  async function statesUntilInitialised(name: string, resourceVersion: string | undefined): Promise<Node[]> {
+    const states: Node[] = [];
+    const stream = world.nodes.watch({ fieldSelector: `metadata.name=${name}`, resourceVersion, timeoutSeconds: 30 });
+    for await (const event of stream) {
+      if (event.type !== "MODIFIED") continue;
+      states.push(event.object);
+      if (!hasUninitializedTaint(event.object)) return states;
+    }
+    throw new Error(`node ${name} still has the uninitialized taint after 30 s`);
+  }
+
+  /** The Node's states until initialised: before, the taint and no metadata; then the metadata without it. */
+  async function assertInitialisedInOneWrite(name: string, before: Node, provider: keyof typeof INSTANCES) {
+    const states = await statesUntilInitialised(name, before.metadata?.resourceVersion);
+    const { providerID, labels } = INSTANCES[provider];
+    for (const state of states.slice(0, -1)) {
+      assert.equal(hasUninitializedTaint(state), true);
+      assert.deepEqual(metadataOf(state), { labels: {} }, "no metadata written before the taint goes");
+    }
+    const initialised = states.at(-1) as Node;
+    assert.deepEqual(metadataOf(initialised), { providerID, labels });
+    assert.equal(hasUninitializedTaint(initialised), false);
   }
 
   for (const provider of ["hetzner", "aws", "azure", "gce", "openstack"] as const) {
@@ -184,8 +265,7 @@ describe("node metadata from instance metadata services and rules", () => {
     assert.equal(hasUninitializedTaint(once.node), true);
     assert.ok((await eventsFor(name)).some((e) => e.startsWith("MetadataUnavailable: azure instance metadata")));
 
-    const args = [`--node-name=${name}`, ...AIR_GAPPED, "--instance-metadata=azure", "--metadata-timeout=1s", "--reconcile-interval=500ms"];
-    const agent = startAgent(node, args, { kubeconfig: await world.podBoundKubeconfig(node, name) });
+    const agent = await startLongRunning(node, name, ["--instance-metadata=azure", "--metadata-timeout=1s"]);
     try {
       await new Promise((resolve) => setTimeout(resolve, 2000));
       assert.equal(hasUninitializedTaint(await world.nodes.get(name)), true, "no taint removal without metadata");
@@ -207,6 +287,78 @@ describe("node metadata from instance metadata services and rules", () => {
     } finally {
       await agent.stop();
     }
+  });
+
+  test("a service that takes connections and never answers: --run-once exits 1 within the bound", async (t) => {
+    const node = await nodeHost();
+    // "dribble" sends a byte every half second: no socket goes idle, only a bound on the whole exchange ends it.
+    for (const fault of ["silent", "dribble"] as const) {
+      const server = await startMetadataServer(node, ["aws"], fault);
+      try {
+        const name = `meta-${fault}`;
+        const once = await runOnce(node, name, ["--instance-metadata=aws", "--metadata-timeout=3s"]);
+        assert.equal(once.code, 1, once.output);
+        t.diagnostic(`${fault}: --run-once exited after ${Math.round(once.elapsedMs)} ms`);
+        assert.ok(once.elapsedMs >= 3000 && once.elapsedMs < 9000, `${fault}: exited after ${once.elapsedMs} ms`);
+        const reason =
+          "^local-ccm: node metadata not applied: aws instance metadata did not answer within 3000 ms " +
+          "\\(aws: PUT /latest/api/token: no complete answer [^\\n]+\\)$";
+        assert.match(once.output, new RegExp(reason, "m"), "one line naming the provider, the bound and the request");
+        assert.doesNotMatch(once.output, /^\s+at /m, "no stack trace");
+        assert.equal(hasUninitializedTaint(once.node), true);
+        assert.deepEqual(metadataOf(once.node), { labels: {} });
+        assert.ok((await eventsFor(name)).some((e) => e.startsWith("MetadataUnavailable: aws instance metadata")));
+        assert.ok(server.requests().every((request) => request.endsWith(` ${fault}`)), server.requests().join("\n"));
+      } finally {
+        await server.stop();
+      }
+    }
+  });
+
+  test("a service that never answers: the agent keeps the taint, says why once, retries; answering, initialised", async () => {
+    const node = await nodeHost();
+    const name = "meta-hung";
+    await withFailingService(node, name, "aws", "silent", async (server) => {
+      const unavailable = 'local_ccm_metadata_lookups_total{provider="aws",result="unavailable"}';
+      await waitFor("two lookups given up", async () => (await metricOf(node, unavailable)) >= 2, 20_000, 250);
+      const tainted = await world.nodes.get(name);
+      assert.equal(hasUninitializedTaint(tainted), true);
+      assert.deepEqual(metadataOf(tainted), { labels: {} });
+      const reported = (await eventsFor(name)).filter((e) => e.startsWith("MetadataUnavailable: "));
+      const why = /aws instance metadata did not answer within 3000 ms \(aws: PUT \/latest\/api\/token: /;
+      assert.match(reported.join("\n"), why);
+      // Each failed lookup is counted; the same reason is reported once, not with every retry.
+      assert.equal(reported.length, 1, reported.join("\n"));
+      const findings = await metricOf(node, 'local_ccm_metadata_findings_total{reason="MetadataUnavailable"}');
+      assert.equal(findings, 1);
+
+      await server.recover();
+      await assertInitialisedInOneWrite(name, tainted, "aws");
+      assert.equal(await metricOf(node, 'local_ccm_metadata_lookups_total{provider="aws",result="found"}'), 1);
+    });
+  });
+
+  test("a service answering 503 for a while: asked again with growing pauses; answering, initialised", async (t) => {
+    const node = await nodeHost();
+    await withFailingService(node, "meta-503", "gce", "503", async (server) => {
+      const windowMs = 8000;
+      await delay(windowMs);
+      const arrivals = server.arrivals();
+      assert.ok(server.requests().every((request) => request.endsWith(" 503")));
+      // Without backoff a local 503 costs about a millisecond: thousands of requests in the window.
+      assert.ok(arrivals.length >= 3 && arrivals.length <= 25, `${arrivals.length} requests in ${windowMs} ms`);
+      assert.ok(arrivals.some((at) => at > (arrivals[0] as number) + 3000), "asked again after a lookup gave up");
+      const pauses = arrivals.slice(1).map((at, i) => at - (arrivals[i] as number));
+      const [shortest, longest] = [Math.min(...pauses), Math.max(...pauses)];
+      t.diagnostic(`${arrivals.length} requests in ${windowMs} ms, pauses ${pauses.join(", ")} ms`);
+      // A fixed interval, even jittered by half, keeps the longest pause under twice the shortest.
+      assert.ok(shortest >= 80 && longest >= 3 * shortest, `pauses ${pauses.join(", ")} ms`);
+      const tainted = await world.nodes.get("meta-503");
+      assert.equal(hasUninitializedTaint(tainted), true);
+
+      await server.recover();
+      await assertInitialisedInOneWrite("meta-503", tainted, "gce");
+    });
   });
 
   test("bare metal: CIDR → zone, name regex → region, template providerID; a node matching no rule gets a reason", async () => {

@@ -10,6 +10,7 @@ import { after, before, describe, test } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import type { Node } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
+import { scrapeMetrics } from "../../localcluster/metrics.ts";
 import { isApiError } from "../../src/kube/errors.ts";
 import { waitFor } from "../wait.ts";
 import {
@@ -34,16 +35,10 @@ const flags = (world: World, ...extra: string[]) =>
 
 const at = (line: { ts?: string }) => Date.parse(line.ts ?? "");
 
-/** Scrapes the controller's /metrics (its address comes from its log). */
-async function metrics(nlc: ControllerProcess): Promise<string> {
+/** Scrapes the controller's /metrics as series → value (its address comes from its log). */
+async function metrics(nlc: ControllerProcess): Promise<Map<string, number>> {
   const serving = await nlc.waitForLog("serving /healthz, /readyz and /metrics");
-  const res = await fetch(`http://${serving.address}/metrics`);
-  return res.text();
-}
-
-function metric(text: string, series: string): number | undefined {
-  const line = text.split("\n").find((l) => l.startsWith(`${series} `));
-  return line === undefined ? undefined : Number(line.split(" ")[1]);
+  return scrapeMetrics(String(serving.address));
 }
 
 describe("node-lifecycle-controller against a real control plane", () => {
@@ -133,13 +128,13 @@ describe("node-lifecycle-controller against a real control plane", () => {
       assert.deepEqual(await eventsAbout(world, "t1-healthy-0"), [], "no event about healthy nodes");
 
       const scraped = await metrics(nlc);
-      assert.equal(metric(scraped, 'node_lifecycle_controller_deletions_total{result="deleted"}'), 1);
+      assert.equal(scraped.get('node_lifecycle_controller_deletions_total{result="deleted"}'), 1);
       const deletes = 'node_lifecycle_controller_api_requests_total{verb="delete",code="200"}';
-      assert.equal(metric(scraped, deletes), 1);
-      assert.ok((metric(scraped, 'node_lifecycle_controller_probes_total{result="alive"}') ?? 0) >= 8);
-      assert.equal(metric(scraped, 'node_lifecycle_controller_probes_total{result="unreachable"}'), 1);
-      assert.equal(metric(scraped, "node_lifecycle_controller_leader"), 1);
-      assert.equal(metric(scraped, "node_lifecycle_controller_deletions_paused"), 0);
+      assert.equal(scraped.get(deletes), 1);
+      assert.ok((scraped.get('node_lifecycle_controller_probes_total{result="alive"}') ?? 0) >= 8);
+      assert.equal(scraped.get('node_lifecycle_controller_probes_total{result="unreachable"}'), 1);
+      assert.equal(scraped.get("node_lifecycle_controller_leader"), 1);
+      assert.equal(scraped.get("node_lifecycle_controller_deletions_paused"), 0);
       const serving = await nlc.waitForLog("serving /healthz, /readyz and /metrics");
       assert.equal((await fetch(`http://${serving.address}/readyz`)).status, 200);
 
@@ -244,7 +239,7 @@ describe("node-lifecycle-controller against a real control plane", () => {
       );
       await waitFor("three dry-run deletions counted", async () => {
         const series = 'node_lifecycle_controller_deletions_total{result="dry-run"}';
-        return (metric(await metrics(nlc), series) ?? 0) >= 3;
+        return ((await metrics(nlc)).get(series) ?? 0) >= 3;
       });
       assert.equal((await auditedRequests(world, testStart)).get("delete nodes"), undefined);
     } finally {
@@ -268,7 +263,7 @@ describe("node-lifecycle-controller against a real control plane", () => {
       await waitFor("the DeletionsPaused event", async () =>
         (await eventsAbout(world, "held-node")).includes(`DeletionsPaused: ${paused.state}`),
       );
-      assert.equal(metric(await metrics(nlc), "node_lifecycle_controller_deletions_paused"), 1);
+      assert.equal((await metrics(nlc)).get("node_lifecycle_controller_deletions_paused"), 1);
       await delay(3 * INTERVAL_MS);
       assert.equal(await exists("held-node"), true);
       assert.deepEqual(nlc.find("probing"), [], "a paused controller does not even probe");
@@ -281,7 +276,7 @@ describe("node-lifecycle-controller against a real control plane", () => {
         "deletions allowed: 2 of 5 nodes NotReady (pause at ≥ 55% of more than 2)",
       );
       assert.ok(at(resumed ?? {}) <= at(deleted));
-      assert.equal(metric(await metrics(nlc), "node_lifecycle_controller_deletions_paused"), 0);
+      assert.equal((await metrics(nlc)).get("node_lifecycle_controller_deletions_paused"), 0);
     } finally {
       await cleanUp();
     }

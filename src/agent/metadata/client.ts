@@ -1,6 +1,6 @@
 // Asks the node's own instance metadata service (169.254.169.254, link-local: the answer is about
 // the machine the agent runs on, and needs no credentials). Plain HTTP as every provider documents
-// it; each request bounded; retried with backoff until --metadata-timeout. The result is kept for
+// it; each request bounded as a whole; retried with backoff until --metadata-timeout. The result is kept for
 // the agent's lifetime: an instance's identity does not change, and a node at rest costs no requests.
 import http from "node:http";
 import { backoffDelay, sleep } from "../../kube/backoff.ts";
@@ -24,12 +24,16 @@ export type Lookup =
   | { status: "unavailable"; reason: string };
 
 /** One try at one provider: found, definitely not this provider, or down for now (worth retrying). */
-type Attempt =
+export type Attempt =
   | { kind: "found"; metadata: InstanceMetadata }
   | { kind: "not-this"; problem: string }
   | { kind: "down"; problem: string };
 
 const REQUEST_TIMEOUT_MS = 2000;
+/** Pauses between the rounds of one lookup: the bound leaves room for a few. */
+export const ROUND_BACKOFF = { baseMs: 200, capMs: 2000 };
+/** Pauses between lookups once one gave up: soon at first, then rarely (a node at rest asks little). */
+export const LOOKUP_BACKOFF = { baseMs: 1000, capMs: 300_000 };
 const MAX_BODY = 64 * 1024;
 /** Errors that say nothing listens at the address (bare metal): no point retrying within one lookup. */
 const NOTHING_THERE = new Set(["ECONNREFUSED", "ENETUNREACH", "EHOSTUNREACH"]);
@@ -37,10 +41,21 @@ const NOTHING_THERE = new Set(["ECONNREFUSED", "ENETUNREACH", "EHOSTUNREACH"]);
 class Down extends Error {}
 class NotThis extends Error {}
 
-function request(method: string, path: string, headers: Record<string, string>, timeoutMs: number) {
+/**
+ * How long one request may take, started at `now` in a lookup ending at `deadline`, and how to say it
+ * did not make it. The words do not carry the remaining time: a lookup that fails the same way again
+ * gives the same reason, reported once rather than with every retry.
+ */
+export function requestBound(now: number, deadline: number): { ms: number; missed: string } {
+  const ms = Math.max(0, Math.min(REQUEST_TIMEOUT_MS, deadline - now));
+  return { ms, missed: ms < REQUEST_TIMEOUT_MS ? "before --metadata-timeout" : `within ${REQUEST_TIMEOUT_MS} ms` };
+}
+
+function request(method: string, path: string, headers: Record<string, string>, deadline: number) {
+  const bound = requestBound(Date.now(), deadline);
   return new Promise<MetadataDocument>((resolve, reject) => {
     const req = http.request(
-      { host: METADATA_ADDRESS, port: 80, method, path, headers, timeout: timeoutMs, agent: false },
+      { host: METADATA_ADDRESS, port: 80, method, path, headers, agent: false },
       (res) => {
         let body = "";
         res.setEncoding("utf8");
@@ -52,7 +67,11 @@ function request(method: string, path: string, headers: Record<string, string>, 
         res.on("error", reject);
       },
     );
-    req.on("timeout", () => req.destroy(new Down(`${method} ${path}: no answer within ${timeoutMs} ms`)));
+    // The whole exchange is bounded, not only silence on the socket: a service that sends its answer
+    // a byte at a time would otherwise hold the lookup far past --metadata-timeout.
+    const late = () => req.destroy(new Down(`${method} ${path}: no complete answer ${bound.missed}`));
+    const timer = setTimeout(late, bound.ms);
+    req.on("close", () => clearTimeout(timer));
     req.on("error", (err: NodeJS.ErrnoException) => {
       if (err instanceof Down || err instanceof NotThis) reject(err);
       else if (err.code && NOTHING_THERE.has(err.code)) reject(new NotThis(`${METADATA_ADDRESS}: ${err.code}`));
@@ -69,23 +88,27 @@ function lowercase(headers: http.IncomingHttpHeaders): Record<string, string | u
 }
 
 /** A 5xx is the service failing (retry); any other non-200 simply is no answer from this provider. */
+export function isServerFailure(status: number): boolean {
+  return status >= 500;
+}
+
 function checkServerError(document: MetadataDocument, what: string): MetadataDocument {
-  if (document.status >= 500) throw new Down(`${what}: HTTP ${document.status}`);
+  if (isServerFailure(document.status)) throw new Down(`${what}: HTTP ${document.status}`);
   return document;
 }
 
-async function tryProvider(spec: ProviderSpec, timeoutMs: number): Promise<Attempt> {
+async function tryProvider(spec: ProviderSpec, deadline: number): Promise<Attempt> {
   try {
     const headers = { ...spec.headers };
     if (spec.session) {
       const { path } = spec.session;
-      const answer = checkServerError(await request("PUT", path, spec.session.headers, timeoutMs), path);
+      const answer = checkServerError(await request("PUT", path, spec.session.headers, deadline), path);
       if (answer.status !== 200 || answer.body === "") throw new NotThis(`PUT ${path}: HTTP ${answer.status}`);
       headers[spec.session.header] = answer.body.trim();
     }
     const documents: Record<string, MetadataDocument> = {};
     for (const [name, path] of Object.entries(spec.documents))
-      documents[name] = checkServerError(await request("GET", path, headers, timeoutMs), path);
+      documents[name] = checkServerError(await request("GET", path, headers, deadline), path);
     const parsed = spec.parse(documents);
     return "problem" in parsed ? { kind: "not-this", problem: parsed.problem } : { kind: "found", metadata: parsed };
   } catch (err) {
@@ -96,9 +119,17 @@ async function tryProvider(spec: ProviderSpec, timeoutMs: number): Promise<Attem
 }
 
 /**
+ * Whether a provider that failed is asked again within the lookup: a configured one always (the node
+ * should have it; a service still starting may refuse connections); under `auto` only one that looked
+ * down (timeouts, 5xx), never one that answered in another format or where nothing listens.
+ */
+export function askAgain(mode: Exclude<MetadataMode, "none">, failure: Exclude<Attempt["kind"], "found">): boolean {
+  return mode !== "auto" || failure === "down";
+}
+
+/**
  * One bounded lookup. A configured provider is retried on any failure until the bound; `auto` tries
- * each provider in AUTO_ORDER and retries only those that looked down (timeouts, 5xx), never one that
- * answered in another format.
+ * each provider in AUTO_ORDER and retries only those that looked down.
  */
 export async function lookupOnce(mode: Exclude<MetadataMode, "none">, boundMs: number): Promise<Lookup> {
   const deadline = Date.now() + boundMs;
@@ -107,15 +138,14 @@ export async function lookupOnce(mode: Exclude<MetadataMode, "none">, boundMs: n
   for (let round = 0; candidates.length > 0; round++) {
     const retry: Provider[] = [];
     for (const provider of candidates) {
-      const remaining = deadline - Date.now();
-      if (remaining <= 0) break;
-      const attempt = await tryProvider(PROVIDER_SPECS[provider], Math.min(REQUEST_TIMEOUT_MS, remaining));
+      if (Date.now() >= deadline) break;
+      const attempt = await tryProvider(PROVIDER_SPECS[provider], deadline);
       if (attempt.kind === "found") return { status: "found", provider, metadata: attempt.metadata };
       problems.set(provider, attempt.problem);
-      if (attempt.kind === "down" || mode !== "auto") retry.push(provider);
+      if (askAgain(mode, attempt.kind)) retry.push(provider);
     }
     candidates = retry;
-    const pause = backoffDelay(round, { baseMs: 200, capMs: 2000 });
+    const pause = backoffDelay(round, ROUND_BACKOFF);
     if (candidates.length === 0 || Date.now() + pause >= deadline) break;
     await sleep(pause);
   }
@@ -125,6 +155,14 @@ export async function lookupOnce(mode: Exclude<MetadataMode, "none">, boundMs: n
   return { status: "unavailable", reason: `${mode} instance metadata did not answer within ${boundMs} ms (${why})` };
 }
 
+export interface SourceHooks {
+  /** Sees each lookup that asked the service (for metrics), not the answers kept. */
+  onLookup?: (lookup: Lookup) => void;
+  /** How a lookup asks the service (tests of the retry schedule give their own). */
+  ask?: typeof lookupOnce;
+  now?: () => number;
+}
+
 /** The agent's view: one answer kept for good once found (or skipped); after a failure, retried with backoff. */
 export class InstanceMetadataSource {
   readonly mode: MetadataMode;
@@ -132,25 +170,24 @@ export class InstanceMetadataSource {
   private settled: Lookup | undefined;
   private failures = 0;
   private lastFailure: { lookup: Lookup; retryAt: number } | undefined;
-  private readonly onLookup: (lookup: Lookup) => void;
+  private readonly hooks: Required<SourceHooks>;
 
-  /** `onLookup` sees each lookup that asked the service (for metrics), not the answers kept. */
-  constructor(mode: MetadataMode, boundMs: number, onLookup: (lookup: Lookup) => void = () => {}) {
+  constructor(mode: MetadataMode, boundMs: number, hooks: SourceHooks = {}) {
     this.mode = mode;
     this.boundMs = boundMs;
-    this.onLookup = onLookup;
+    this.hooks = { onLookup: () => {}, ask: lookupOnce, now: Date.now, ...hooks };
     if (mode === "none") this.settled = { status: "skipped", reason: "--instance-metadata=none" };
   }
 
-  async lookup(now = Date.now()): Promise<Lookup> {
+  async lookup(): Promise<Lookup> {
     if (this.settled) return this.settled;
-    if (this.lastFailure && now < this.lastFailure.retryAt) return this.lastFailure.lookup;
-    const lookup = await lookupOnce(this.mode as Exclude<MetadataMode, "none">, this.boundMs);
-    this.onLookup(lookup);
+    if (this.lastFailure && this.hooks.now() < this.lastFailure.retryAt) return this.lastFailure.lookup;
+    const lookup = await this.hooks.ask(this.mode as Exclude<MetadataMode, "none">, this.boundMs);
+    this.hooks.onLookup(lookup);
     if (lookup.status !== "unavailable") this.settled = lookup;
     else {
-      const retryInMs = backoffDelay(this.failures++, { baseMs: 1000, capMs: 300_000 });
-      this.lastFailure = { lookup, retryAt: Date.now() + retryInMs };
+      const retryInMs = backoffDelay(this.failures++, LOOKUP_BACKOFF);
+      this.lastFailure = { lookup, retryAt: this.hooks.now() + retryInMs };
     }
     return lookup;
   }

@@ -15,9 +15,11 @@ export async function metadataOptions(
   productNamePath = DMI_PRODUCT_NAME,
 ): Promise<MetadataOptions | undefined> {
   if (flags.mode === "none" && flags.rules.providerIDTemplate === "" && flags.rules.rules.length === 0) return undefined;
-  const source = new InstanceMetadataSource(flags.mode, flags.timeoutMs, (lookup) => {
-    const provider = lookup.status === "found" ? lookup.provider : flags.mode;
-    metrics.metadataLookups.with({ provider, result: lookup.status }).inc();
+  const source = new InstanceMetadataSource(flags.mode, flags.timeoutMs, {
+    onLookup: (lookup) => {
+      const provider = lookup.status === "found" ? lookup.provider : flags.mode;
+      metrics.metadataLookups.with({ provider, result: lookup.status }).inc();
+    },
   });
   const productName = await readFile(productNamePath, "utf8").then(
     (text) => text.trim(),
