@@ -9,7 +9,8 @@ import { after, before, describe, test } from "node:test";
 import type { Event } from "kubernetes-types/core/v1.js";
 import { Resource } from "../../src/kube/resource.ts";
 import { waitFor } from "../wait.ts";
-import { addressesOf, hasUninitializedTaint, registerNode, startAgent, startWorld, type World } from "./harness.ts";
+import { addressesOf, registerNode, startAgent, startWorld, type World } from "./harness.ts";
+import { isUninitialized } from "../../src/kube/nodes.ts";
 
 interface AuditEvent {
   userAgent?: string;
@@ -60,7 +61,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
       const expected = ["InternalIP=198.18.100.10", `ExternalIP=${node.external.v4}`, "Hostname=node-0"];
       const ready = await waitFor("addresses and taint", async () => {
         const n = await world.nodes.get("node-0");
-        return !hasUninitializedTaint(n) && addressesOf(n).join() === expected.join() && n;
+        return !isUninitialized(n) && addressesOf(n).join() === expected.join() && n;
       });
       assert.deepEqual(addressesOf(ready), expected);
       await waitFor("events", async () => (await reasonsFor("node-0")).includes("TaintRemoved"));
@@ -95,7 +96,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
       // The taint goes right after the addresses are written: wait for both.
       await waitFor("dual-stack addresses and no taint", async () => {
         const n = await world.nodes.get("node-1");
-        return (addressesOf(n).join() === expected.join() && !hasUninitializedTaint(n)) || undefined;
+        return (addressesOf(n).join() === expected.join() && !isUninitialized(n)) || undefined;
       });
     } finally {
       await agent.stop();
@@ -107,7 +108,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
     await registerNode(world.nodes, "node-2", "198.18.100.12");
     const agent = startAgent(node, ["--node-name=node-2"]);
     try {
-      await waitFor("taint removed", async () => !hasUninitializedTaint(await world.nodes.get("node-2")));
+      await waitFor("taint removed", async () => !isUninitialized(await world.nodes.get("node-2")));
       assert.deepEqual(addressesOf(await world.nodes.get("node-2")), ["InternalIP=198.18.100.12", "Hostname=node-2"]);
       const warning = await waitFor("a DetectionFailed event", async () =>
         (await events.list({ fieldSelector: "involvedObject.name=node-2,reason=DetectionFailed" })).items[0],
@@ -188,7 +189,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
       const expected = ["InternalIP=198.18.100.17", `ExternalIP=${node.external.v4}`, "Hostname=node-7"].join();
       await waitFor("initialised", async () => {
         const n = await world.nodes.get("node-7");
-        return (addressesOf(n).join() === expected && !hasUninitializedTaint(n)) || undefined;
+        return (addressesOf(n).join() === expected && !isUninitialized(n)) || undefined;
       });
       // Netlink change events reach an unprivileged process too (resync is 1 min: only the event can do it).
       const moved = "198.18.17.30";
@@ -209,7 +210,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
     assert.equal(await once.exited, 0, once.output());
     const n = await world.nodes.get("node-5");
     assert.ok(addressesOf(n).includes(`ExternalIP=${node.external.v4}`));
-    assert.ok(!hasUninitializedTaint(n));
+    assert.ok(!isUninitialized(n));
     const missing = startAgent(node, ["--node-name=no-such-node", "--run-once"]);
     assert.equal(await missing.exited, 1);
     assert.match(missing.output(), /local-ccm: node "no-such-node" not found/);

@@ -9,11 +9,12 @@ import { Resource } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { createNetwork, type Host, type Network } from "../netns/netns.ts";
 import { type Fault, METADATA_IP, type Personality } from "./metadata-server.ts";
+import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
 
 const AGENT = path.resolve(import.meta.dirname, "../../src/bin/local-ccm.ts");
 const METADATA_SERVER = path.resolve(import.meta.dirname, "metadata-server.ts");
 const RBAC = path.resolve(import.meta.dirname, "../../deploy/rbac.yaml");
-export const UNINITIALIZED = { key: "node.cloudprovider.kubernetes.io/uninitialized", value: "true", effect: "NoSchedule" };
+export const UNINITIALIZED = { key: UNINITIALIZED_TAINT, value: "true", effect: "NoSchedule" };
 
 export interface World {
   plane: ControlPlane;
@@ -270,4 +271,3 @@ export function startAgent(node: NodeHost, args: string[], options: AgentOptions
 }
 
 export const addressesOf = (node: Node) => (node.status?.addresses ?? []).map((a) => `${a.type}=${a.address}`);
-export const hasUninitializedTaint = (node: Node) => (node.spec?.taints ?? []).some((t) => t.key === UNINITIALIZED.key);

@@ -11,7 +11,6 @@ import { Resource } from "../../src/kube/resource.ts";
 import { waitFor } from "../wait.ts";
 import {
   type AgentProcess,
-  hasUninitializedTaint,
   type MetadataServer,
   metadataStatus,
   type NodeHost,
@@ -23,6 +22,7 @@ import {
   type World,
 } from "./harness.ts";
 import { type Fault, INSTANCES } from "./metadata-server.ts";
+import { isUninitialized } from "../../src/kube/nodes.ts";
 
 /** No ExternalIP to look for: the node has no route but to the apiserver and its own metadata service. */
 const AIR_GAPPED = ["--external-ip-target="];
@@ -131,7 +131,7 @@ describe("node metadata from instance metadata services and rules", () => {
     for await (const event of stream) {
       if (event.type !== "MODIFIED") continue;
       states.push(event.object);
-      if (!hasUninitializedTaint(event.object)) return states;
+      if (!isUninitialized(event.object)) return states;
     }
     throw new Error(`node ${name} still has the uninitialized taint after 30 s`);
   }
@@ -141,12 +141,12 @@ describe("node metadata from instance metadata services and rules", () => {
     const states = await statesUntilInitialised(name, before.metadata?.resourceVersion);
     const { providerID, labels } = INSTANCES[provider];
     for (const state of states.slice(0, -1)) {
-      assert.equal(hasUninitializedTaint(state), true);
+      assert.equal(isUninitialized(state), true);
       assert.deepEqual(metadataOf(state), { labels: {} }, "no metadata written before the taint goes");
     }
     const initialised = states.at(-1) as Node;
     assert.deepEqual(metadataOf(initialised), { providerID, labels });
-    assert.equal(hasUninitializedTaint(initialised), false);
+    assert.equal(isUninitialized(initialised), false);
   }
 
   for (const provider of ["hetzner", "aws", "azure", "gce", "openstack"] as const) {
@@ -159,7 +159,7 @@ describe("node metadata from instance metadata services and rules", () => {
         assert.equal(result.code, 0, result.output);
         const { providerID, labels } = INSTANCES[provider];
         assert.deepEqual(metadataOf(result.node), { providerID, labels });
-        assert.equal(hasUninitializedTaint(result.node), false);
+        assert.equal(isUninitialized(result.node), false);
         assert.ok((await eventsFor(name)).some((e) => e.startsWith("MetadataSet: ")));
       } finally {
         await server.stop();
@@ -219,7 +219,7 @@ describe("node metadata from instance metadata services and rules", () => {
     const result = await runOnce(node, "meta-none", ["--instance-metadata=auto", "--metadata-timeout=1s"]);
     assert.equal(result.code, 0, result.output);
     assert.deepEqual(metadataOf(result.node), { labels: {} });
-    assert.equal(hasUninitializedTaint(result.node), false);
+    assert.equal(isUninitialized(result.node), false);
     const skipped = (await eventsFor("meta-none")).find((e) => e.startsWith("MetadataSkipped: "));
     assert.match(skipped ?? "", /no instance metadata service answered in its provider's format \(hetzner: /);
   });
@@ -262,18 +262,18 @@ describe("node metadata from instance metadata services and rules", () => {
     const once = await runOnce(node, name, ["--instance-metadata=azure", "--metadata-timeout=1s"]);
     assert.equal(once.code, 1);
     assert.match(once.output, /node metadata not applied: azure instance metadata did not answer within 1000 ms/);
-    assert.equal(hasUninitializedTaint(once.node), true);
+    assert.equal(isUninitialized(once.node), true);
     assert.ok((await eventsFor(name)).some((e) => e.startsWith("MetadataUnavailable: azure instance metadata")));
 
     const agent = await startLongRunning(node, name, ["--instance-metadata=azure", "--metadata-timeout=1s"]);
     try {
       await new Promise((resolve) => setTimeout(resolve, 2000));
-      assert.equal(hasUninitializedTaint(await world.nodes.get(name)), true, "no taint removal without metadata");
+      assert.equal(isUninitialized(await world.nodes.get(name)), true, "no taint removal without metadata");
       const server = await startMetadataServer(node, ["azure"]);
       try {
         const initialised = await waitFor("the node initialised", async () => {
           const n = await world.nodes.get(name);
-          return !hasUninitializedTaint(n) && n;
+          return !isUninitialized(n) && n;
         }, 30_000, 200);
         assert.deepEqual(metadataOf(initialised), { providerID: INSTANCES.azure.providerID, labels: INSTANCES.azure.labels });
         // At rest (several resyncs) the answer kept is used: no more requests to the service.
@@ -305,7 +305,7 @@ describe("node metadata from instance metadata services and rules", () => {
           "\\(aws: PUT /latest/api/token: no complete answer [^\\n]+\\)$";
         assert.match(once.output, new RegExp(reason, "m"), "one line naming the provider, the bound and the request");
         assert.doesNotMatch(once.output, /^\s+at /m, "no stack trace");
-        assert.equal(hasUninitializedTaint(once.node), true);
+        assert.equal(isUninitialized(once.node), true);
         assert.deepEqual(metadataOf(once.node), { labels: {} });
         assert.ok((await eventsFor(name)).some((e) => e.startsWith("MetadataUnavailable: aws instance metadata")));
         assert.ok(server.requests().every((request) => request.endsWith(` ${fault}`)), server.requests().join("\n"));
@@ -322,7 +322,7 @@ describe("node metadata from instance metadata services and rules", () => {
       const unavailable = 'local_ccm_metadata_lookups_total{provider="aws",result="unavailable"}';
       await waitFor("two lookups given up", async () => (await metricOf(node, unavailable)) >= 2, 20_000, 250);
       const tainted = await world.nodes.get(name);
-      assert.equal(hasUninitializedTaint(tainted), true);
+      assert.equal(isUninitialized(tainted), true);
       assert.deepEqual(metadataOf(tainted), { labels: {} });
       const reported = (await eventsFor(name)).filter((e) => e.startsWith("MetadataUnavailable: "));
       const why = /aws instance metadata did not answer within 3000 ms \(aws: PUT \/latest\/api\/token: /;
@@ -354,7 +354,7 @@ describe("node metadata from instance metadata services and rules", () => {
       // A fixed interval, even jittered by half, keeps the longest pause under twice the shortest.
       assert.ok(shortest >= 80 && longest >= 3 * shortest, `pauses ${pauses.join(", ")} ms`);
       const tainted = await world.nodes.get("meta-503");
-      assert.equal(hasUninitializedTaint(tainted), true);
+      assert.equal(isUninitialized(tainted), true);
 
       await server.recover();
       await assertInitialisedInOneWrite("meta-503", tainted, "gce");
@@ -377,7 +377,7 @@ describe("node metadata from instance metadata services and rules", () => {
     assert.equal(other.code, 0, other.output);
     const unmatched = other.node;
     assert.deepEqual(metadataOf(unmatched), { providerID: `local://${systemUUID}`, labels: {} });
-    assert.equal(hasUninitializedTaint(unmatched), false);
+    assert.equal(isUninitialized(unmatched), false);
     const reasons = (await eventsFor("17-unmatched")).filter((e) => e.startsWith("MetadataRuleUnmatched: "));
     const facts = 'InternalIPs 198.18.100.200, product name "';
     assert.deepEqual(

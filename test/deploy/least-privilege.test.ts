@@ -12,7 +12,6 @@ import { bundleProgram } from "../../scripts/bundle.ts";
 import { Resource } from "../../src/kube/resource.ts";
 import {
   addressesOf,
-  hasUninitializedTaint,
   registerNode,
   startAgent,
   startWorld as startAgentWorld,
@@ -32,6 +31,7 @@ import {
 import { approverRbac, nodeClient, requestCertificate } from "../csr/world.ts";
 import { waitFor } from "../wait.ts";
 import { shippedCommand } from "./shipped.ts";
+import { isUninitialized } from "../../src/kube/nodes.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
 const AGENT_RBAC_FILE = path.join(ROOT, "deploy/rbac.yaml");
@@ -226,7 +226,7 @@ describe("the agent under deploy/rbac.yaml", () => {
         );
       await waitFor("the node initialised", async () => {
         const n = await world.nodes.get(name);
-        return !hasUninitializedTaint(n) && addressesOf(n).join() === expected.join();
+        return !isUninitialized(n) && addressesOf(n).join() === expected.join();
       });
       await waitFor("the AddressesUpdated event written", async () => (await addressEvent())?.count === 1);
       // Someone drops the ExternalIP: the repair writes the same addresses as before, so the same
