@@ -21,7 +21,7 @@ import {
   startWorld,
   type World,
 } from "./harness.ts";
-import { type Fault, INSTANCES } from "./metadata-server.ts";
+import { type Fault, INSTANCES, METADATA_IP } from "./metadata-server.ts";
 import { isUninitialized } from "../../src/kube/nodes.ts";
 
 /** No ExternalIP to look for: the node has no route but to the apiserver and its own metadata service. */
@@ -101,11 +101,12 @@ describe("node metadata from instance metadata services and rules", () => {
     provider: keyof typeof INSTANCES,
     fault: Fault,
     body: (server: MetadataServer) => Promise<void>,
+    mode: "auto" | keyof typeof INSTANCES = provider,
   ): Promise<void> {
     await registerNode(world.nodes, name, `198.18.100.${slot}`);
     const server = await startMetadataServer(node, [provider], fault);
     try {
-      const agent = await startLongRunning(node, name, [`--instance-metadata=${provider}`, "--metadata-timeout=3s"]);
+      const agent = await startLongRunning(node, name, [`--instance-metadata=${mode}`, "--metadata-timeout=3s"]);
       try {
         await body(server);
       } finally {
@@ -336,6 +337,44 @@ describe("node metadata from instance metadata services and rules", () => {
       await assertInitialisedInOneWrite(name, tainted, "aws");
       assert.equal(await metricOf(node, 'local_ccm_metadata_lookups_total{provider="aws",result="found"}'), 1);
     });
+  });
+
+  test("auto where no connection opens (link-local packets vanish): skipped within the bound, initialised", async () => {
+    const node = await nodeHost();
+    // As on bare metal whose default route swallows link-local packets: the SYN goes nowhere, no error comes back.
+    await node.host.ip("route", "add", `${METADATA_IP}/32`, "dev", "lo");
+    await node.host.exec("iptables", ["-A", "OUTPUT", "-d", `${METADATA_IP}/32`, "-j", "DROP"]);
+    const result = await runOnce(node, "meta-auto-void", ["--instance-metadata=auto", "--metadata-timeout=5s"]);
+    assert.equal(result.code, 0, result.output);
+    assert.ok(result.elapsedMs < 15_000, `took ${result.elapsedMs} ms`);
+    assert.equal(isUninitialized(result.node), false);
+    const skipped = (await eventsFor("meta-auto-void")).filter((e) => e.startsWith("MetadataSkipped: "));
+    assert.match(skipped.join("\n"), /no instance metadata service answered .*no connection within 2000 ms/);
+  });
+
+  test("auto, a service that takes connections and hangs: not skipped for good; the node waits, then gets it", async () => {
+    const node = await nodeHost();
+    const name = "meta-auto-hung";
+    await withFailingService(
+      node,
+      name,
+      "gce",
+      "silent",
+      async (server) => {
+        const unavailable = 'local_ccm_metadata_lookups_total{provider="auto",result="unavailable"}';
+        await waitFor("a lookup given up", async () => (await metricOf(node, unavailable)) >= 1, 20_000, 250);
+        const tainted = await world.nodes.get(name);
+        assert.equal(isUninitialized(tainted), true, "a slow cloud VM is not initialised without its identity");
+        assert.deepEqual(metadataOf(tainted), { labels: {} });
+        const reported = (await eventsFor(name)).filter((e) => e.startsWith("MetadataUnavailable: "));
+        assert.match(reported.join("\n"), /an instance metadata service answered but failed or hung \(.*gce: /);
+        assert.equal(await metricOf(node, 'local_ccm_metadata_lookups_total{provider="auto",result="skipped"}'), 0);
+
+        await server.recover();
+        await assertInitialisedInOneWrite(name, tainted, "gce");
+      },
+      "auto",
+    );
   });
 
   test("a service answering 503 for a while: asked again with growing pauses; answering, initialised", async (t) => {

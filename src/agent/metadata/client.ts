@@ -18,9 +18,10 @@ export type MetadataMode = "none" | "auto" | Provider;
 
 export type Lookup =
   | { status: "found"; provider: Provider; metadata: InstanceMetadata }
-  /** Not configured, or `auto` found no service that answers in its provider's format. */
+  /** Not configured, or `auto` found no service there (nothing listens, or only other formats answer). */
   | { status: "skipped"; reason: string }
-  /** The configured provider did not answer in its format within the bound: the taint stays. */
+  /** The configured provider, or under `auto` a service that took the connection, did not answer in
+   * its format within the bound: the taint stays, and the lookup is retried with backoff. */
   | { status: "unavailable"; reason: string };
 
 /** One try at one provider: found, definitely not this provider, or down for now (worth retrying). */
@@ -68,8 +69,17 @@ function request(method: string, path: string, headers: Record<string, string>, 
       },
     );
     // The whole exchange is bounded, not only silence on the socket: a service that sends its answer
-    // a byte at a time would otherwise hold the lookup far past --metadata-timeout.
-    const late = () => req.destroy(new Down(`${method} ${path}: no complete answer ${bound.missed}`));
+    // a byte at a time would otherwise hold the lookup far past --metadata-timeout. A connection that
+    // never opens is no service (bare metal whose default route swallows link-local packets); one that
+    // opens and then does not answer is a service that is down for now.
+    let connected = false;
+    req.on("socket", (socket) => socket.once("connect", () => (connected = true)));
+    const late = () =>
+      req.destroy(
+        connected
+          ? new Down(`${method} ${path}: no complete answer ${bound.missed}`)
+          : new NotThis(`${METADATA_ADDRESS}: no connection ${bound.missed}`),
+      );
     const timer = setTimeout(late, bound.ms);
     req.on("close", () => clearTimeout(timer));
     req.on("error", (err: NodeJS.ErrnoException) => {
@@ -135,6 +145,7 @@ export async function lookupOnce(mode: Exclude<MetadataMode, "none">, boundMs: n
   const deadline = Date.now() + boundMs;
   let candidates: Provider[] = mode === "auto" ? [...AUTO_ORDER] : [mode];
   const problems = new Map<Provider, string>();
+  const down = new Set<Provider>();
   for (let round = 0; candidates.length > 0; round++) {
     const retry: Provider[] = [];
     for (const provider of candidates) {
@@ -142,6 +153,8 @@ export async function lookupOnce(mode: Exclude<MetadataMode, "none">, boundMs: n
       const attempt = await tryProvider(PROVIDER_SPECS[provider], deadline);
       if (attempt.kind === "found") return { status: "found", provider, metadata: attempt.metadata };
       problems.set(provider, attempt.problem);
+      if (attempt.kind === "down") down.add(provider);
+      else down.delete(provider);
       if (askAgain(mode, attempt.kind)) retry.push(provider);
     }
     candidates = retry;
@@ -150,8 +163,12 @@ export async function lookupOnce(mode: Exclude<MetadataMode, "none">, boundMs: n
     await sleep(pause);
   }
   const why = [...problems].map(([provider, problem]) => `${provider}: ${problem}`).join("; ") || "timed out";
-  if (mode === "auto")
+  // Under auto, a service that took the connection but failed or hung is there and down for now: the
+  // node waits for it (retried with backoff) rather than being initialised for good without its identity.
+  if (mode === "auto" && down.size === 0)
     return { status: "skipped", reason: `no instance metadata service answered in its provider's format (${why})` };
+  if (mode === "auto")
+    return { status: "unavailable", reason: `an instance metadata service answered but failed or hung (${why})` };
   return { status: "unavailable", reason: `${mode} instance metadata did not answer within ${boundMs} ms (${why})` };
 }
 
