@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 import { addressesIn, quietHost, routesIn, watchIn } from "../../test/netns/detect-client.ts";
 import { networkPool, type Host, type Link, type Network } from "../../test/netns/netns.ts";
-import { waitFor } from "../../test/wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 import { coalesce } from "./netlink.ts";
 
 test("coalesce: one call per burst, delayMs after the burst's first trigger; cancel drops a pending call", (t) => {

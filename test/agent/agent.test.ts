@@ -8,7 +8,7 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Event } from "kubernetes-types/core/v1.js";
 import { Resource } from "../../src/kube/resource.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 import { addressesOf, registerNode, startAgent, startWorld, type World } from "./harness.ts";
 import { isUninitialized } from "../../src/kube/nodes.ts";
 

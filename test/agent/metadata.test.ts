@@ -8,7 +8,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import type { Event, Node } from "kubernetes-types/core/v1.js";
 import { scrapeMetrics } from "../../localcluster/metrics.ts";
 import { Resource } from "../../src/kube/resource.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 import {
   type AgentProcess,
   type MetadataServer,

@@ -12,7 +12,7 @@ import { auditEvents } from "../../localcluster/audit.ts";
 import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
 import { canonicalIp } from "../../src/net/ip.ts";
 import { ControllerProcess } from "../lifecycle/world.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 import { type CsrWorld, startCsrWorld } from "./world.ts";
 
 let world: CsrWorld;

@@ -29,7 +29,7 @@ import {
   type World as LifecycleWorld,
 } from "../lifecycle/world.ts";
 import { approverRbac, nodeClient, requestCertificate } from "../csr/world.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 import { shippedCommand } from "./shipped.ts";
 import { isUninitialized } from "../../src/kube/nodes.ts";
 

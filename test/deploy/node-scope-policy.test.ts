@@ -14,7 +14,7 @@ import { isApiError } from "../../src/kube/errors.ts";
 import { Resource } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { agentPodKubeconfig } from "../agent/harness.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 
 const DEPLOY = path.resolve(import.meta.dirname, "../../deploy");
 const NODES = { a: "node-a", b: "node-b" } as const;

@@ -15,7 +15,7 @@ import type { Node, Pod } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
 import { type Cluster, type ClusterNode, startCluster } from "../../localcluster/cluster.ts";
 import { run } from "../../localcluster/exec.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 import {
   addressesOf,
   clusterAuditEvents,

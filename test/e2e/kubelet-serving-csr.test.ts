@@ -31,7 +31,7 @@ import { CSR_RESOURCE } from "../../src/csr/controller.ts";
 import { KUBELET_SERVING_SIGNER } from "../../src/csr/decide.ts";
 import { Resource } from "../../src/kube/resource.ts";
 import { nodeClient } from "../csr/world.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 import { clusterAuditEvents } from "./cluster-objects.ts";
 import { AGENT_APP, listPods, NAMESPACE } from "../../localcluster/project.ts";
 
@@ -46,7 +46,7 @@ const AGENT = `system:serviceaccount:${NAMESPACE}:local-ccm`;
 const AGENT_LABEL = "e2e.local-ccm.io/agent";
 const KUBELET_PORT = 10250;
 const KUBELET_CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet";
-/** The issue's budget is 1 s p99; this bound only catches a broken path on a busy shared machine. */
+/** The approver's budget is 1 s p99 (README, Performance); this bound only catches a broken path on a busy machine. */
 const APPROVAL_BOUND_MS = 5_000;
 
 /** The certificate kubelet presents on its port; with `ca`, the handshake also checks the chain up to it and that

@@ -10,7 +10,7 @@ import { loadClientConfig } from "../../src/kube/config.ts";
 import { Informer } from "../../src/kube/informer.ts";
 import { Resource } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 
 /** Runs `count` creations, `width` at a time. */
 async function createMany(

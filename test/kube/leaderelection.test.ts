@@ -8,7 +8,7 @@ import { after, before, describe, test } from "node:test";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import { Resource } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 
 const LEASE_MS = 4000;
 const RENEW_MS = 3000;

@@ -21,7 +21,7 @@ import {
 } from "../../src/lifecycle/controller.ts";
 import { decide, type LifecycleConfig } from "../../src/lifecycle/decide.ts";
 import { createNodeLifecycleMetrics } from "../../src/lifecycle/metrics.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 
 const NOW = new Date("2026-01-01T12:00:00Z");
 const MINUTE = 60_000;

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import { Resource } from "../../src/kube/resource.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 import { ControllerProcess, controllerFlags, nodeObject, SERVICE_ACCOUNT, startWorld, type World } from "./world.ts";
 
 const LEASE = "node-lifecycle-controller";

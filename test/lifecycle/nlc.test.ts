@@ -12,7 +12,7 @@ import type { Node } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
 import { scrapeMetrics } from "../../localcluster/metrics.ts";
 import { isApiError } from "../../src/kube/errors.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 import {
   apiTimeAgo,
   auditedRequests,

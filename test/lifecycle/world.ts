@@ -13,7 +13,7 @@ import { onExit } from "../../localcluster/cleanup.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { createNetwork, type Host, type Network } from "../netns/netns.ts";
 import { startKubeletListener } from "../netns/listener.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
 export const RBAC_FILE = path.join(ROOT, "deploy/nlc-rbac.yaml");

@@ -11,7 +11,7 @@ import { type Cluster, leftoversOf, readRecord, startCluster } from "../../local
 import { run } from "../../localcluster/exec.ts";
 import { KUBERNETES_VERSION } from "../../localcluster/versions.ts";
 import { createNetwork } from "../netns/netns.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 
 interface Node {
   metadata: { name: string };

@@ -11,7 +11,7 @@ import { alive, run } from "../../localcluster/exec.ts";
 import { ensureBinaries } from "../../localcluster/build.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { KUBERNETES_VERSION } from "../../localcluster/versions.ts";
-import { waitFor } from "../wait.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 
 describe("test control plane", () => {
   let plane: ControlPlane;
