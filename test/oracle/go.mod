@@ -1,0 +1,3 @@
+module localccm.test/oracle
+
+go 1.26
