@@ -1,6 +1,6 @@
 // IP addresses and CIDRs: text ↔ the bytes netlink carries, and CIDR containment.
 // Callers pass valid text (the flag layer validates); zones (fe80::1%eth0) are not supported.
-import { BlockList, isIPv4, isIPv6, SocketAddress } from "node:net";
+import { BlockList, isIPv4, isIPv6 } from "node:net";
 
 export type Family = 4 | 6;
 
@@ -49,13 +49,26 @@ export function ipToBytes(ip: string): Buffer {
   return bytes;
 }
 
-/** Canonical text (lowercase, RFC 5952 compressed IPv6) of 4 or 16 network-order bytes. */
+/**
+ * Canonical text of 4 or 16 network-order bytes, as Go prints an IPv6 address (net.IP.String() and
+ * netip.Addr.String() alike): lower-case hex groups without leading zeros, the first longest run of two or
+ * more zero groups as "::"; a dotted tail only for IPv4-mapped addresses (::ffff:198.18.0.1), as netip prints
+ * them. inet_ntop also prints IPv4-compatible ones dotted (::10.0.0.1), Go prints ::a00:1.
+ */
 export function ipFromBytes(bytes: Uint8Array): string {
   if (bytes.length === 4) return bytes.join(".");
-  const groups: string[] = [];
-  for (let i = 0; i < 16; i += 2) groups.push((((bytes[i] ?? 0) << 8) | (bytes[i + 1] ?? 0)).toString(16));
-  // inet_ntop via SocketAddress compresses the longest zero run, as Go's net.IP.String() does.
-  return new SocketAddress({ address: groups.join(":"), family: "ipv6" }).address;
+  if (isV4Mapped(bytes)) return `::ffff:${bytes.subarray(12).join(".")}`;
+  const groups: number[] = [];
+  for (let i = 0; i < 16; i += 2) groups.push(((bytes[i] ?? 0) << 8) | (bytes[i + 1] ?? 0));
+  let [runStart, runLength] = [-1, 1];
+  for (let i = 0; i < 8; i++) {
+    let end = i;
+    while (end < 8 && groups[end] === 0) end++;
+    if (end - i > runLength) [runStart, runLength] = [i, end - i];
+  }
+  const hex = (part: number[]) => part.map((group) => group.toString(16)).join(":");
+  if (runStart < 0) return hex(groups);
+  return `${hex(groups.slice(0, runStart))}::${hex(groups.slice(runStart + runLength))}`;
 }
 
 /**
@@ -66,12 +79,12 @@ export function ipFromBytes(bytes: Uint8Array): string {
  */
 export function canonicalIp(ip: string | Uint8Array): string | undefined {
   const bytes = typeof ip === "string" ? textToBytes(ip) : ip;
-  if (bytes?.length === 16 && V4_MAPPED_PREFIX.every((byte, i) => bytes[i] === byte))
-    return ipFromBytes(bytes.subarray(12));
+  if (bytes?.length === 16 && isV4Mapped(bytes)) return ipFromBytes(bytes.subarray(12));
   return bytes?.length === 4 || bytes?.length === 16 ? ipFromBytes(bytes) : undefined;
 }
 
 const V4_MAPPED_PREFIX = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
+const isV4Mapped = (bytes: Uint8Array) => V4_MAPPED_PREFIX.every((byte, i) => bytes[i] === byte);
 
 function textToBytes(text: string): Uint8Array | undefined {
   if (/^\d+(\.\d+){3}$/.test(text)) {
