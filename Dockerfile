@@ -17,6 +17,8 @@ COPY native/icmp/ native/icmp/
 RUN npm ci
 COPY scripts/ scripts/
 COPY src/ src/
+# The commit --version and the build_info metric name (no .git in the context): docker build --build-arg.
+ARG LOCAL_CCM_REVISION=unknown
 RUN npm run build
 
 FROM gcr.io/distroless/nodejs24-debian12:nonroot

@@ -4,6 +4,7 @@
 // - an ESM `import` of node:http builds the module namespace, which evaluates its lazy getters
 //   and loads undici (+13 MiB); `require` does not.
 // Native addons stay external: they are loaded from node_modules next to the bundle.
+import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { build } from "esbuild";
 
@@ -25,9 +26,24 @@ export async function bundle(entry: string, outfile: string): Promise<void> {
     absWorkingDir: path.resolve(import.meta.dirname, ".."),
     // CommonJS has no import.meta: give modules that resolve files next to themselves
     // (createRequire(import.meta.url), e.g. the ICMP addon) the bundle's own URL.
-    define: { "import.meta.url": "__import_meta_url" },
+    define: { "import.meta.url": "__import_meta_url", LOCAL_CCM_REVISION: JSON.stringify(revision()) },
     banner: { js: 'var __import_meta_url = require("node:url").pathToFileURL(__filename).href;' },
   });
+}
+
+/**
+ * The commit the bundle is built from (src/cli/version.ts): $LOCAL_CCM_REVISION (the Dockerfile's build
+ * argument, where no .git is copied in), else the checkout's HEAD, else "unknown". Never the time or the host,
+ * so one checkout bundles to the same bytes.
+ */
+function revision(): string {
+  if (process.env.LOCAL_CCM_REVISION) return process.env.LOCAL_CCM_REVISION;
+  try {
+    const root = path.resolve(import.meta.dirname, "..");
+    return execFileSync("git", ["rev-parse", "HEAD"], { cwd: root, encoding: "utf8", stdio: "pipe" }).trim();
+  } catch {
+    return "unknown";
+  }
 }
 
 /** Bundles a program's entry point (src/bin/<program>.ts) into `dir`/<program>.cjs, and returns that path. */

@@ -67,6 +67,14 @@ export class HelpRequested extends Error {
   }
 }
 
+/** --version was given; the CLI prints versionText(program) and exits 0. */
+export class VersionRequested extends Error {
+  override name = "VersionRequested";
+  constructor() {
+    super("version requested");
+  }
+}
+
 /** The environment the parser reads (process.env fits). */
 export type Env = Readonly<Record<string, string | undefined>>;
 
@@ -130,6 +138,7 @@ function scan(table: readonly FlagSpec[], argv: readonly string[]): Map<string, 
     const eq = body.indexOf("=");
     const name = eq < 0 ? body : body.slice(0, eq);
     if (name === "h" || name === "help") throw new HelpRequested(table);
+    if (name === "version") throw new VersionRequested();
     const spec = byName.get(name);
     if (!spec) throw new UsageError(`unknown flag: --${name}`);
     let value: string;
@@ -221,6 +230,7 @@ export function usage(program: string, table: readonly FlagSpec[]): string {
     `  --${spec.name}${TYPE_IN_USAGE[spec.type] ? ` ${TYPE_IN_USAGE[spec.type]}` : ""}`,
     `${spec.help}${spec.env ? ` [env ${spec.env}]` : ""}${defaultInUsage(spec)}`,
   ]);
+  rows.push(["  --version", "Print the version, the commit and the runtime, and exit."]);
   rows.push(["  -h, --help", "Show this help and exit."]);
   const width = Math.max(...rows.map(([left]) => (left as string).length)) + 3;
   const lines = rows.map(([left, right]) => `${(left as string).padEnd(width)}${right}`);

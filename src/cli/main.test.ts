@@ -3,8 +3,9 @@ import { spawn } from "node:child_process";
 import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { ConfigError } from "../kube/config.ts";
-import { flag, HelpRequested, UsageError, usage } from "./flags.ts";
+import { flag, HelpRequested, parseFlags, UsageError, usage } from "./flags.ts";
 import { exitFor, runHooks, type ShutdownHook } from "./main.ts";
+import { BUILD } from "./version.ts";
 
 describe("exitFor", () => {
   const table = [flag({ name: "x", type: "string", default: "", help: "X." })];
@@ -15,6 +16,23 @@ describe("exitFor", () => {
       stream: "stdout",
       text: usage("prog", table),
     });
+  });
+
+  test("--version, before any later flag is looked at: version, commit and runtime on stdout, exit 0", () => {
+    for (const argv of [["--version"], ["-version"], ["--version", "--bogus"]]) {
+      let thrown: unknown;
+      try {
+        parseFlags(table, argv, {});
+      } catch (err) {
+        thrown = err;
+      }
+      assert.deepEqual(exitFor("prog", thrown, 0), {
+        code: 0,
+        stream: "stdout",
+        text: `prog ${BUILD.version} (revision ${BUILD.revision}, node ${process.versions.node})\n`,
+      });
+    }
+    assert.match(usage("prog", table), /\n {2}--version +Print the version/);
   });
 
   test("usage and configuration errors: one line on stderr, exit 2", () => {

@@ -5,7 +5,8 @@
 // hooks run in reverse order, like Go's defer: what started last (the loop) stops first, what every
 // other part uses (the API client) closes last. So a program's shutdown order is its start order.
 import { ConfigError } from "../kube/config.ts";
-import { HelpRequested, UsageError, usage } from "./flags.ts";
+import { HelpRequested, UsageError, usage, VersionRequested } from "./flags.ts";
+import { versionText } from "./version.ts";
 
 export type ShutdownHook = () => void | Promise<void>;
 
@@ -38,6 +39,7 @@ const STACK_VERBOSITY = 4;
 /** What the process prints and returns when `fn` throws `err`. */
 export function exitFor(program: string, err: unknown, verbosity: number): Exit {
   if (err instanceof HelpRequested) return { code: 0, stream: "stdout", text: usage(program, err.table) };
+  if (err instanceof VersionRequested) return { code: 0, stream: "stdout", text: versionText(program) };
   const message = oneLine(err instanceof Error ? err.message : String(err));
   if (err instanceof UsageError || err instanceof ConfigError) {
     return { code: 2, stream: "stderr", text: `${program}: ${message}\n` };

@@ -7,6 +7,7 @@ import {
   Registry,
   registerProcessMetrics,
 } from "./metrics.ts";
+import { BUILD } from "./version.ts";
 
 describe("exposition format 0.0.4", () => {
   test("counter without labels is exposed as 0 before its first increment", () => {
@@ -203,6 +204,7 @@ test("a program's own metrics: process metrics and API requests named after it, 
       "process_cpu_seconds_total",
       "process_start_time_seconds",
       "nodejs_heap_size_used_bytes",
+      "node_lifecycle_controller_build_info",
       "node_lifecycle_controller_api_requests_total",
       "node_lifecycle_controller_reconciles_total",
     ],
@@ -210,6 +212,14 @@ test("a program's own metrics: process metrics and API requests named after it, 
   assert.match(
     metrics.registry.expose(),
     /\nnode_lifecycle_controller_api_requests_total\{verb="list",code="200"\} 1\n/,
+  );
+  const { version, revision, runtime } = BUILD;
+  assert.ok(
+    metrics.registry
+      .expose()
+      .includes(
+        `\nnode_lifecycle_controller_build_info{version="${version}",revision="${revision}",runtime="${runtime}"} 1\n`,
+      ),
   );
 });
 

@@ -4,7 +4,7 @@
 // the build; the runtime folder then holds exactly what the runtime stage copies from it, and the
 // bundles must start there — no dev dependency, no source, nothing from the repository.
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
   cpSync,
@@ -28,6 +28,7 @@ import { onExit } from "../../localcluster/cleanup.ts";
 import { startContainerd } from "../../localcluster/containerd.ts";
 import { runtimeMissing } from "../../localcluster/runtime.ts";
 import { run } from "../../localcluster/exec.ts";
+import { BUILD } from "../../src/cli/version.ts";
 import { DEPLOY_DIR } from "../../scripts/render-manifests.ts";
 import { shippedCommand } from "./shipped.ts";
 
@@ -344,6 +345,14 @@ describe("container image contents", () => {
         assert.equal(script, path.posix.join("/app", bin));
         const bad = inImageRoot([...nodeArgs, script, "--no-such-flag"]);
         assert.deepEqual(bad, { code: 2, stdout: "", stderr: `${program}: unknown flag: --no-such-flag\n` });
+        // The bundle names the commit it was built from, which is this checkout's.
+        const head = execFileSync("git", ["rev-parse", "HEAD"], { encoding: "utf8" }).trim();
+        const version = inImageRoot([...nodeArgs, script, "--version"]);
+        assert.deepEqual(version, {
+          code: 0,
+          stdout: `${program} ${BUILD.version} (revision ${head}, node ${PINNED_NODE})\n`,
+          stderr: "",
+        });
       });
     }
 
