@@ -186,7 +186,7 @@ const labelSet = fc.dictionary(
 );
 const labelSets = fc.array(labelSet, { minLength: 1, maxLength: 6 });
 
-test("selectors from the grammar: Go and ours accept the same, read the same requirements, match the same", async () => {
+test("selectors from the grammar: accepted alike, read as the same requirements, matched alike", async () => {
   Object.assign(seen, { accepted: 0, refused: 0, matched: 0, unmatched: 0 });
   await fc.assert(fc.asyncProperty(grammar, labelSets, agree), { seed, numRuns });
   console.log("grammar cases:", seen);
