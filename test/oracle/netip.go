@@ -43,7 +43,7 @@ type netipAnswer struct {
 	Addr *netipAddr `json:"addr,omitempty"`
 	// net.IP.String() of what ParseIPSloppy reads; absent when it reads nothing.
 	Sloppy *string `json:"sloppy,omitempty"`
-	// kube-apiserver's refusal of the text as an IP (IsValidIPForLegacyField, strict) or CIDR (IsValidCIDR);
+	// kube-apiserver's refusal of the text as an IP or CIDR (IsValidIPForLegacyField, IsValidCIDRForLegacyField, strict);
 	// absent when valid.
 	Invalid *string      `json:"invalid,omitempty"`
 	Prefix  *netipPrefix `json:"prefix,omitempty"`
@@ -102,7 +102,7 @@ func init() {
 					answer.Prefix.Contains = append(answer.Prefix.Contains, contains)
 				}
 			}
-			answer.Invalid = invalid(validation.IsValidCIDR(path, input.Text))
+			answer.Invalid = invalid(validation.IsValidCIDRForLegacyField(path, input.Text, true, nil))
 			return answer
 		case "bytes":
 			bytes := make([]byte, len(input.Bytes))
