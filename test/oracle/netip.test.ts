@@ -94,6 +94,7 @@ test("IPs as text: netip.ParseAddr, ParseIPSloppy and the apiserver's validation
       if (go.addr?.error !== undefined) {
         seen.refused++;
         assert.equal(addr, undefined, context);
+        assert.equal(ipFamily(text), undefined, context);
       } else {
         seen.accepted++;
         if (go.addr?.is4in6) seen.mapped++;
