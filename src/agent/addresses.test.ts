@@ -3,13 +3,13 @@ import { describe, test } from "node:test";
 import fc from "fast-check";
 import type { NodeAddress } from "kubernetes-types/core/v1.js";
 import {
-  canonicalIP,
   type DetectedAddresses,
   desiredAddresses,
   hasInternalIP,
   parseProvidedNodeIPs,
   sameAddresses,
 } from "./addresses.ts";
+import { canonicalIp } from "../net/ip.ts";
 
 const internalIP = (address: string): NodeAddress => ({ type: "InternalIP", address });
 const externalIP = (address: string): NodeAddress => ({ type: "ExternalIP", address });
@@ -282,26 +282,6 @@ describe("desiredAddresses", () => {
   });
 });
 
-describe("canonicalIP", () => {
-  const table: [string, string | undefined][] = [
-    ["198.18.0.1", "198.18.0.1"],
-    ["2001:DB8:0::1", "2001:db8::1"],
-    ["fd00:198:18:0:0:0:0:1", "fd00:198:18::1"],
-    ["2001:db8:0:0:1:0:0:1", "2001:db8::1:0:0:1"], // the first of equally long zero runs is compressed
-    ["1:0:2:3:4:5:6:7", "1:0:2:3:4:5:6:7"], // a single zero group is not
-    ["::FFFF:198.18.0.1", "198.18.0.1"],
-    ["::ffff:c612:1", "198.18.0.1"],
-    ["::", "::"],
-    ["01.2.3.4", undefined],
-    ["fe80::1%eth0", undefined],
-    ["node-1", undefined],
-    ["", undefined],
-  ];
-  for (const [input, expected] of table) {
-    test(`${JSON.stringify(input)} → ${expected}`, () => assert.equal(canonicalIP(input), expected));
-  }
-});
-
 describe("parseProvidedNodeIPs", () => {
   const table: [string | undefined, string[]][] = [
     [undefined, []],
@@ -314,6 +294,8 @@ describe("parseProvidedNodeIPs", () => {
     ["0.0.0.0", []],
     ["::,198.18.0.10", ["198.18.0.10"]],
     ["not-an-ip,198.18.0.10", ["198.18.0.10"]],
+    ["010.000.0.10,198.18.0.10", ["10.0.0.10", "198.18.0.10"]], // kubelet and Kubernetes read --node-ip as decimal
+    ["::ffff:198.18.0.10", ["198.18.0.10"]],
   ];
   for (const [annotation, expected] of table) {
     test(`${JSON.stringify(annotation)} → ${JSON.stringify(expected)}`, () =>
@@ -377,7 +359,7 @@ describe("desiredAddresses properties", () => {
   });
   const run = ({ current, detected, provided }: Input) =>
     desiredAddresses(current, detected, { providedNodeIPs: provided });
-  const canonical = (address: string) => canonicalIP(address) ?? address;
+  const canonical = (address: string) => canonicalIp(address) ?? address;
   const isManaged = (type: string, detected: DetectedAddresses) =>
     (type === "InternalIP" && detected.internal !== undefined) ||
     (type === "ExternalIP" && detected.external !== undefined);

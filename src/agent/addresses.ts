@@ -1,9 +1,8 @@
 // The address rules of the node agent: which status.addresses entries the agent owns, where they go, and
 // which disagreements it reports. Pure and idempotent, so a second reconcile with the same detection writes
 // nothing.
-import { isIPv4, isIPv6 } from "node:net";
 import type { NodeAddress } from "kubernetes-types/core/v1.js";
-import { uniqueIPs } from "../net/ip.ts";
+import { canonicalIp, uniqueIPs } from "../net/ip.ts";
 
 const INTERNAL_IP = "InternalIP";
 const EXTERNAL_IP = "ExternalIP";
@@ -28,32 +27,12 @@ export interface AddressPlan {
 }
 
 /**
- * The IP in the text form Kubernetes (Go's net.IP.String()) writes: IPv6 compressed and lowercase
- * (RFC 5952), IPv4-mapped IPv6 as plain IPv4 (Go counts it as IPv4 when picking a family's node IP).
- * undefined when `text` is not an IP (zoned IPv6 included: a Node address has no zone).
- */
-export function canonicalIP(text: string): string | undefined {
-  if (isIPv4(text)) return text; // isIPv4 refuses leading zeros, so accepted text is already canonical
-  if (!isIPv6(text) || text.includes("%")) return undefined;
-  let compressed: string;
-  try {
-    compressed = new URL(`http://[${text}]/`).hostname.slice(1, -1); // WHATWG serialises RFC 5952 style
-  } catch {
-    return undefined;
-  }
-  const mapped = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(compressed);
-  if (!mapped) return compressed;
-  const [high, low] = [Number.parseInt(mapped[1] ?? "", 16), Number.parseInt(mapped[2] ?? "", 16)];
-  return [high >> 8, high & 0xff, low >> 8, low & 0xff].join(".");
-}
-
-/**
  * kubelet's alpha.kubernetes.io/provided-node-ip annotation (comma list, may be absent/empty/spaced)
- * → IPs in canonical form.
+ * → IPs in canonical form, each read as Kubernetes reads it (canonicalIp: "010.0.0.1" is 10.0.0.1).
  */
 export function parseProvidedNodeIPs(annotation: string | undefined): string[] {
   // Unspecified addresses (kubelet --node-ip=0.0.0.0 / ::) name a family preference, not a node IP.
-  const ips = (annotation ?? "").split(",").map((part) => canonicalIP(part.trim()));
+  const ips = (annotation ?? "").split(",").map((part) => canonicalIp(part.trim()));
   return uniqueIPs(ips.filter((ip): ip is string => ip !== undefined && ip !== "0.0.0.0" && ip !== "::"));
 }
 
@@ -80,15 +59,15 @@ export function desiredAddresses(
   detected: DetectedAddresses,
   context: { providedNodeIPs: string[] },
 ): AddressPlan {
-  const provided = canonicalIPs(context.providedNodeIPs);
-  const detectedInternal = detected.internal && canonicalIPs(detected.internal);
+  const provided = canonicalList(context.providedNodeIPs);
+  const detectedInternal = detected.internal && canonicalList(detected.internal);
   // Kubernetes takes the first InternalIP of each family as the node IP: kubelet's choice stays first.
   const internal = detectedInternal && uniqueIPs([...provided, ...detectedInternal]);
   const internalOfResult = new Set(
     internal ?? current.filter((entry) => entry.type === INTERNAL_IP).map((entry) => ipKey(entry.address)),
   );
   const external =
-    detected.external && canonicalIPs(detected.external).filter((ip) => !internalOfResult.has(ip));
+    detected.external && canonicalList(detected.external).filter((ip) => !internalOfResult.has(ip));
   return {
     addresses: withoutDuplicates(place(current, internal, external)),
     notes: detectedInternal ? disagreements(provided, detectedInternal) : [],
@@ -148,10 +127,10 @@ function disagreements(provided: string[], detected: string[]): string[] {
 
 /** Detection yields IPs; anything else is kept as written rather than silently lost. */
 function ipKey(text: string): string {
-  return canonicalIP(text) ?? text;
+  return canonicalIp(text) ?? text;
 }
 
-function canonicalIPs(ips: string[]): string[] {
+function canonicalList(ips: string[]): string[] {
   return uniqueIPs(ips.map(ipKey));
 }
 

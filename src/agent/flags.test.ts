@@ -100,10 +100,10 @@ describe("parseAgentFlags", () => {
   });
 
   test("targets are kept in order and written as Kubernetes writes IPs", () => {
-    const flags = parse(["--external-ip-target=2001:DB8:0:0::1,198.18.0.9,::ffff:198.18.0.8"]);
+    const flags = parse(["--external-ip-target=2001:DB8:0:0::1,198.18.0.9,fd00::0:8"]);
     assert.deepEqual(flags.external, {
       kind: "target",
-      targets: ["2001:db8::1", "198.18.0.9", "198.18.0.8"],
+      targets: ["2001:db8::1", "198.18.0.9", "fd00::8"],
     });
   });
 
@@ -196,6 +196,17 @@ describe("parseAgentFlags", () => {
     rejects(
       ["--internal-ip-cidr=198.18.0.0"],
       'invalid value "198.18.0.0" for --internal-ip-cidr: "198.18.0.0" is not a CIDR (e.g. 198.18.0.0/15 or fd00::/8)',
+    );
+    // Refused as kube-apiserver refuses such an IP field: text other software reads as another address.
+    rejects(
+      ["--external-ip-target=198.018.0.8"],
+      'invalid value "198.018.0.8" for --external-ip-target: "198.018.0.8" has leading zeros, which some ' +
+        "software reads as octal: write 198.18.0.8",
+    );
+    rejects(
+      ["--external-ip-target=::ffff:198.18.0.8"],
+      'invalid value "::ffff:198.18.0.8" for --external-ip-target: "::ffff:198.18.0.8" is an IPv4-mapped IPv6 ' +
+        "address: write 198.18.0.8",
     );
     rejects(
       ["--external-ip-cidr=198.18.0.0/33"],

@@ -4,7 +4,7 @@
 import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts";
 import { type Env, flag, parseFlags, UsageError } from "../cli/flags.ts";
 import { cidr, dnsSubdomain, eachItem, oneOf, positive } from "../cli/validate.ts";
-import { canonicalIP } from "./addresses.ts";
+import { canonicalIp, ipProblem } from "../net/ip.ts";
 import type { DetectionMethod } from "./detect.ts";
 import type { MetadataMode } from "./metadata/client.ts";
 import { PROVIDERS } from "./metadata/providers.ts";
@@ -34,9 +34,11 @@ export interface MetadataFlags {
   updateLabels: boolean;
 }
 
+// Checked as kube-apiserver checks an IP field (ipProblem), then kept in the form Kubernetes writes (canonicalIp).
 const targetProblem = (text: string) => {
-  const ip = canonicalIP(text);
-  if (ip === undefined) return `"${text}" is not an IP address`;
+  const problem = ipProblem(text);
+  if (problem) return problem;
+  const ip = canonicalIp(text);
   return ip === "0.0.0.0" || ip === "::" ? `"${text}" is the unspecified address, not a target` : undefined;
 };
 
@@ -243,7 +245,7 @@ function detection(
   if (items.length === 0) return undefined;
   switch (method) {
     case "target":
-      return { kind: "target", targets: items.map((ip) => canonicalIP(ip) as string) }; // validated
+      return { kind: "target", targets: items.map((ip) => canonicalIp(ip) as string) }; // validated
     case "cidr":
       return { kind: "cidr", cidrs: items };
     case "interface":

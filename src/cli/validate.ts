@@ -1,5 +1,5 @@
 // Small checks for FlagSpec.validate: each returns what is wrong with a value, or undefined.
-import { isIP } from "node:net";
+import { cidrProblem } from "../net/ip.ts";
 
 export type Check<V> = (value: V) => string | undefined;
 
@@ -71,11 +71,8 @@ export const dnsSubdomain: Check<string> = (value) =>
     ? undefined
     : "must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', '.', at most 253)";
 
-/** An IPv4 or IPv6 CIDR with its prefix length: 198.18.0.0/15, fd00::/8. */
-export const cidr: Check<string> = (text) => {
-  const match = /^([^/%]+)\/(\d{1,3})$/.exec(text);
-  const family = match ? isIP(match[1] as string) : 0;
-  if (!match || family === 0) return `"${text}" is not a CIDR (e.g. 198.18.0.0/15 or fd00::/8)`;
-  const max = family === 4 ? 32 : 128;
-  return Number(match[2]) > max ? `"${text}" has a prefix length above ${max}` : undefined;
-};
+/**
+ * An IPv4 or IPv6 CIDR with its prefix length: 198.18.0.0/15, fd00::/8. Read as netip.ParsePrefix reads it, refused
+ * where kube-apiserver's strict validation refuses it (leading zeros, IPv4-mapped); host bits may be set.
+ */
+export const cidr: Check<string> = cidrProblem;

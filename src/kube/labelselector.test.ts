@@ -169,3 +169,25 @@ test("key/value matchers: key present, or key with exactly that value", () => {
   assert.equal(matchesKeyValue({ key: "constructor" }, {}), false);
   assert.deepEqual([keyOnly, withValue, emptyValue].map(formatKeyValue), ["keep", "pin=yes", "blank="]);
 });
+
+// Each case is a disagreement the Go oracle (test/oracle/labels.test.ts) found: Go's reading wins.
+test("as apimachinery reads them: only space, tab, CR and LF separate tokens; no prototype operators; no NUL", () => {
+  const accepted: [string, unknown][] = [
+    ["a=b\t,\r\nc", [{ key: "a", operator: "=", values: ["b"] }, { key: "c", operator: "exists", values: [] }]],
+    ["\n a \t", [{ key: "a", operator: "exists", values: [] }]],
+  ];
+  for (const [text, requirements] of accepted)
+    assert.deepEqual(parseLabelSelector(text).requirements, requirements, JSON.stringify(text));
+  const refused: [string, RegExp][] = [
+    ["\v", /invalid key "\\u000b"/], // Go: the key "\v", not an empty selector that selects every node
+    ["a=b\f", /invalid value "b\\f"/],
+    ["a\u00a0=b", /invalid key "a\u00a0"/],
+    ["\ufeffa", /invalid key "\ufeffa"/],
+    ["notin constructor", /found 'constructor', expected an operator/],
+    ["a toString b", /found 'toString', expected an operator/],
+    ["\0a=b", /a NUL character at offset 0/], // Go reads the empty selector, which selects every node
+    ["a=b\0,c", /a NUL character at offset 3/],
+  ];
+  for (const [text, message] of refused)
+    assert.throws(() => parseLabelSelector(text), { message }, JSON.stringify(text));
+});

@@ -53,13 +53,15 @@ type Token = { kind: "id"; text: string } | { kind: "op"; text: string } | { kin
 
 const SPECIAL = new Set(["=", "!", "(", ")", ",", ">", "<"]);
 const TWO_CHAR = new Set(["==", "!="]);
+// Only these four separate tokens in Go's lexer: "a=b\v" is the value "b\v" (refused), not "b".
+const WHITESPACE = new Set([" ", "\t", "\r", "\n"]);
 
 function tokenize(text: string): Token[] {
   const tokens: Token[] = [];
   let i = 0;
   while (i < text.length) {
     const char = text[i] as string;
-    if (/\s/.test(char)) {
+    if (WHITESPACE.has(char)) {
       i++;
     } else if (SPECIAL.has(char)) {
       const pair = text.slice(i, i + 2);
@@ -68,7 +70,7 @@ function tokenize(text: string): Token[] {
       i += op.length;
     } else {
       let end = i;
-      while (end < text.length && !SPECIAL.has(text[end] as string) && !/\s/.test(text[end] as string)) end++;
+      while (end < text.length && !SPECIAL.has(text[end] as string) && !WHITESPACE.has(text[end] as string)) end++;
       tokens.push({ kind: "id", text: text.slice(i, end) });
       i = end;
     }
@@ -79,15 +81,16 @@ function tokenize(text: string): Token[] {
 
 // ---- parser ----
 
-const OPERATORS: Record<string, Operator> = {
-  "=": "=",
-  "==": "=",
-  "!=": "!=",
-  in: "in",
-  notin: "notin",
-  ">": ">",
-  "<": "<",
-};
+// A Map, not an object literal: "a constructor b" must not find Object.prototype.constructor.
+const OPERATORS = new Map<string, Operator>([
+  ["=", "="],
+  ["==", "="],
+  ["!=", "!="],
+  ["in", "in"],
+  ["notin", "notin"],
+  [">", ">"],
+  ["<", "<"],
+]);
 const INT64 = /^[+-]?\d+$/;
 const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
@@ -98,13 +101,17 @@ function toInt64(text: string): bigint | undefined {
   return value < INT64_MIN || value > INT64_MAX ? undefined : value;
 }
 
-const describe = (token: Token) => (token.kind === "end" ? "end of input" : `'${token.text}'`);
+// Escaped like JSON, so a message stays one line whatever control characters the text holds.
+const describe = (token: Token) =>
+  token.kind === "end" ? "end of input" : `'${JSON.stringify(token.text).slice(1, -1)}'`;
 
 class SelectorError extends Error {}
 
 /** Parses a label selector; throws an Error with a one-line message naming the problem. */
 export function parseLabelSelector(text: string): LabelSelector {
   try {
+    // Go's lexer takes a NUL byte for the end of input and ignores what follows: refused rather than cut short.
+    if (text.includes("\0")) throw new SelectorError(`a NUL character at offset ${text.indexOf("\0")}`);
     return { text: text.trim(), requirements: parseRequirements(tokenize(text)) };
   } catch (err) {
     if (!(err instanceof SelectorError)) throw err;
@@ -124,12 +131,12 @@ function parseRequirements(tokens: Token[]): Requirement[] {
     if (peek().kind !== "id") fail("a key");
     const key = next().text;
     const problem = keyProblem(key);
-    if (problem) throw new SelectorError(`invalid key "${key}": ${problem}`);
+    if (problem) throw new SelectorError(`invalid key ${JSON.stringify(key)}: ${problem}`);
     return key;
   };
   const checkValue = (value: string): string => {
     const problem = labelValueProblem(value);
-    if (problem) throw new SelectorError(`invalid value "${value}": ${problem}`);
+    if (problem) throw new SelectorError(`invalid value ${JSON.stringify(value)}: ${problem}`);
     return value;
   };
   // Like apimachinery: empty items are allowed ("a in (x,)" holds "x" and "").
@@ -154,13 +161,13 @@ function parseRequirements(tokens: Token[]): Requirement[] {
     }
     const key = parseKey();
     if (peek().kind === "end" || peek().text === ",") return { key, operator: "exists", values: [] };
-    const operator = OPERATORS[peek().text];
+    const operator = OPERATORS.get(peek().text);
     if (!operator) return fail("an operator (=, ==, !=, in, notin, >, <), ',' or end of input");
     next();
     if (operator === "in" || operator === "notin") return { key, operator, values: parseValueList() };
     const value = peek().kind === "id" ? next().text : "";
     if ((operator === ">" || operator === "<") && toInt64(value) === undefined)
-      throw new SelectorError(`the value after '${operator}' must be an integer, found "${value}"`);
+      throw new SelectorError(`the value after '${operator}' must be an integer, found ${JSON.stringify(value)}`);
     return { key, operator, values: [checkValue(value)] };
   };
 

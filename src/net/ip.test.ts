@@ -4,10 +4,12 @@ import fc from "fast-check";
 import {
   canonicalIp,
   cidrContains,
+  cidrProblem,
   cidrWithin,
   hostPort,
   ipFamily,
   ipFromBytes,
+  ipProblem,
   ipToBytes,
   parseCidr,
   uniqueIPs,
@@ -54,7 +56,30 @@ test("any 16 bytes survive text and back", () => {
 test("families", () => {
   assert.equal(ipFamily("198.18.0.1"), 4);
   assert.equal(ipFamily("fd00::1"), 6);
+  assert.equal(ipFamily("::ffff:198.18.0.1"), 6);
   assert.equal(ipFamily("eth0"), undefined);
+  assert.equal(ipFamily("010.0.0.1"), undefined);
+});
+
+test("IP flags are refused where kube-apiserver's strict validation refuses an IP field", () => {
+  for (const ip of ["198.18.0.1", "FD00::1", "fd00:0:0::1", "::"]) assert.equal(ipProblem(ip), undefined, ip);
+  const cases: [string, RegExp][] = [
+    ["010.0.0.1", /^"010.0.0.1" has leading zeros, which some software reads as octal: write 10.0.0.1$/],
+    ["::ffff:198.18.0.1", /^"::ffff:198.18.0.1" is an IPv4-mapped IPv6 address: write 198.18.0.1$/],
+    ["fe80::1%eth0", /is not an IP address/],
+    ["198.18.0.1 ", /is not an IP address/],
+    ["", /is not an IP address/],
+  ];
+  for (const [ip, message] of cases) assert.match(ipProblem(ip) ?? "", message, ip);
+});
+
+test("CIDR flags: netip.ParsePrefix, and no IPv4-mapped addresses; host bits may be set", () => {
+  for (const text of ["198.18.0.0/15", "198.18.0.7/24", "fd00::/8", "0.0.0.0/0", "::/0"])
+    assert.equal(cidrProblem(text), undefined, text);
+  assert.match(cidrProblem("::ffff:198.18.0.0/112") ?? "", /IPv4-mapped IPv6 address: write the IPv4 CIDR/);
+  assert.match(cidrProblem("fd00::/129") ?? "", /has a prefix length above 128/);
+  for (const text of ["198.18.0.1", "198.18.0.0/024", "010.0.0.0/8", "fd00::/8%eth0", "fe80::%eth0/64"])
+    assert.match(cidrProblem(text) ?? "", /is not a CIDR/, text);
 });
 
 test("CIDR parsing: a bare IP is its host prefix; bad lengths and text are refused", () => {
@@ -70,6 +95,12 @@ test("CIDR parsing: a bare IP is its host prefix; bad lengths and text are refus
     "198.18.0.0/2/3",
     "eth0/24",
     "",
+    "198.18.0.0/024", // netip: no leading zeros in the length
+    "198.018.0.0/24", // nor in the address
+    "fe80::/10%eth0",
+    "fe80::%eth0/10", // nor a zone
+    " 198.18.0.0/24",
+    "198.18.0.0/+8",
   ])
     assert.equal(parseCidr(bad), undefined, bad);
 });
@@ -81,6 +112,9 @@ test("containment: same family only, host bits of the CIDR ignored", () => {
   assert.ok(!cidrContains(cidr("0.0.0.0/0"), "::ffff:198.18.0.1"));
   assert.ok(cidrContains(cidr("fe80::/10"), "febf::1"));
   assert.ok(!cidrContains(cidr("fe80::/10"), "fec0::1"));
+  assert.ok(!cidrContains(cidr("fe80::/10"), "fe80::1%eth0")); // netip: a zoned address is in no prefix
+  assert.ok(!cidrContains(cidr("10.0.0.0/8"), "010.0.0.1")); // nor text ParseAddr refuses
+  assert.ok(cidrContains(cidr("::ffff:10.0.0.0/104"), "::ffff:10.1.2.3"));
 });
 
 test("a CIDR lies within another when it is as long or longer and starts inside it", () => {
@@ -101,6 +135,12 @@ test("canonical IPs print as Go prints them: IPv4-mapped as IPv4, sloppy IPv4 as
     ["::ffff:198.18.0.12", "198.18.0.12"],
     ["::FFFF:c612:c", "198.18.0.12"],
     ["64:ff9b::198.18.0.12", "64:ff9b::c612:c"],
+    ["2001:db8:0:0:1:0:0:1", "2001:db8::1:0:0:1"], // the first of equally long zero runs is compressed
+    ["1:0:2:3:4:5:6:7", "1:0:2:3:4:5:6:7"], // a single zero group is not
+    ["::", "::"],
+    ["01.2.3.4", "1.2.3.4"], // as Kubernetes reads a Node address: decimal, not octal
+    ["::ffff:010.1.2.3", "10.1.2.3"],
+    ["::00001", "::1"], // Go 1.16's reader takes any number of leading zeros in a group
     ["fe80::1%eth0", undefined],
     ["n1", undefined],
     ["", undefined],

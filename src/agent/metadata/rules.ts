@@ -1,7 +1,7 @@
 // Bare-metal metadata: a providerID template over the Node's own facts, and rules that give region,
 // zone and instance type from facts (an InternalIP inside a CIDR, the node name, the DMI product
 // name). Pure. Rules fill only what the instance metadata service did not say.
-import { type Cidr, cidrContains, parseCidr } from "../../net/ip.ts";
+import { type Cidr, canonicalIp, cidrContains, parseCidr } from "../../net/ip.ts";
 import type { InstanceMetadata } from "./providers.ts";
 
 export type LabelField = "region" | "zone" | "instanceType";
@@ -89,7 +89,9 @@ export function fillTemplate(template: string, facts: NodeFacts): { value: strin
 function firstMatch(rules: Rule[], field: LabelField, facts: NodeFacts): { rule: Rule; value: string } | undefined {
   for (const rule of rules.filter((r) => r.field === field)) {
     if (rule.cidr) {
-      if (facts.internalIPs.some((ip) => cidrContains(rule.cidr as Cidr, ip))) return { rule, value: rule.value };
+      // A Node's addresses are read as Kubernetes reads them ("010.0.0.1" is 10.0.0.1), then contained as netip does.
+      const inside = (ip: string) => cidrContains(rule.cidr as Cidr, canonicalIp(ip) ?? ip);
+      if (facts.internalIPs.some(inside)) return { rule, value: rule.value };
       continue;
     }
     const subject = rule.source === "name" ? facts.nodeName : facts.productName;
