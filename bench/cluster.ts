@@ -1,5 +1,6 @@
 // `npm run bench:cluster`: the project as users run it, on the local cluster (real kubelets on
-// containerd, localcluster/cluster.ts) with the Helm chart at its defaults. It prints, as Markdown
+// containerd, localcluster/cluster.ts; node-0 its control-plane node) with the Helm chart at its defaults,
+// so both controller replicas run on node-0 and an agent on every node. It prints, as Markdown
 // tables: the time from nothing to Ready nodes, to the agent pods Ready and to every node initialised;
 // each pod's memory as kubelet reports it (stats/summary: working set and RSS per container) after a
 // minute at rest; the API requests each program made in that minute (the apiserver's audit log, by

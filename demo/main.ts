@@ -1,8 +1,9 @@
 // `npm start`: the demo, on a real cluster on this machine (localcluster/cluster.ts): real kubelets
-// register their Nodes with the uninitialized taint, the Helm chart is installed as a user installs it,
-// the agent pods initialise their nodes, an autoscaler-tainted node loses power and the
-// node-lifecycle-controller deletes it, the Events are shown, and everything is removed at the end
-// (also on Ctrl-C; what a killed demo left, the next start removes).
+// register their Nodes with the uninitialized taint (node-0 is the control-plane node), the Helm chart is
+// installed as a user installs it, the agent pods initialise their nodes, the node-lifecycle-controller's
+// replicas run on the control-plane node, an autoscaler-tainted worker loses power and the controller
+// deletes it, the Events are shown, and everything is removed at the end (also on Ctrl-C; what a killed
+// demo left, the next start removes).
 // With `-- --kubeconfig=FILE --node-name=NAME` it instead runs the agent once against that cluster,
 // for this machine's Node, and exits with the agent's code (no root, no build).
 import { spawn } from "node:child_process";
@@ -96,7 +97,10 @@ async function story(cluster: Cluster, started: number): Promise<void> {
     await show("get", "nodes", "-o", "custom-columns=NAME:.metadata.name,TAINTS:.spec.taints[*].key");
   };
 
-  step(`${NODES} real kubelets registered (--cloud-provider=external): each Node waits, tainted uninitialized`);
+  step(
+    `${NODES} real kubelets registered (--cloud-provider=external): each Node waits, tainted uninitialized; ` +
+      `${cluster.nodes.filter((node) => node.controlPlane).map((node) => node.name).join(", ")} is the control plane`,
+  );
   await showNodes();
 
   step("helm install: the project image is already on every node (no registry)");
@@ -120,9 +124,11 @@ async function story(cluster: Cluster, started: number): Promise<void> {
     500,
   );
   const hosts = new Set(replicas.map((pod) => pod.spec?.nodeName));
-  const victim = [...cluster.nodes].reverse().find((node) => !hosts.has(node.name));
-  if (!victim) throw new Error(`the controller's replicas run on every node: ${[...hosts].join(", ")}`);
-  note(`node-lifecycle-controller replicas run on ${[...hosts].join(" and ")}; ${victim.name} hosts none`);
+  // The chart's default placement keeps them off workers: a worker's kubelet could mint their tokens.
+  const victim = [...cluster.nodes].reverse().find((node) => !node.controlPlane && !hosts.has(node.name));
+  if (!victim) throw new Error(`no worker without a controller replica (replicas on ${[...hosts].join(", ")})`);
+  const where = [...hosts].map((host) => (cluster.node(host ?? "").controlPlane ? `control-plane node ${host}` : host));
+  note(`node-lifecycle-controller replicas run on ${where.join(" and ")}; worker ${victim.name} hosts none`);
 
   step(`cluster-autoscaler marks ${victim.name} for deletion, then the machine loses power`);
   await show("taint", "node", victim.name, `${AUTOSCALER_TAINT.key}=${Math.floor(Date.now() / 1000)}:NoSchedule`);

@@ -1,7 +1,10 @@
 // A real Kubernetes cluster on this machine, for tests, benchmarks, the demo and people: the control
-// plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) plus N nodes, each a network
-// namespace with its own containerd and a real kubelet (--cloud-provider=external, so every Node
-// registers with the uninitialized taint, as on a cluster local-ccm runs on).
+// plane (etcd, kube-apiserver with NodeRestriction, kube-controller-manager, kube-scheduler) plus N nodes,
+// each a network namespace with its own containerd and a real kubelet (--cloud-provider=external, so every
+// Node registers with the uninitialized taint, as on a cluster local-ccm runs on). The first
+// `controlPlaneNodes` nodes (default 1: node-0) are control-plane nodes as kubeadm makes them: labelled
+// node-role.kubernetes.io/control-plane and node.kubernetes.io/exclude-from-external-load-balancers, tainted
+// node-role.kubernetes.io/control-plane:NoSchedule. The control-plane processes themselves run on the host.
 //
 //   const cluster = await startCluster({ nodes: 2 });       // Nodes Ready, images imported
 //   await cluster.kubectl(["get", "nodes", "-o", "wide"]);   // also cluster.helm([...]), cluster.admin
@@ -78,6 +81,8 @@ export interface NodeOptions {
 export interface ClusterOptions {
   /** How many nodes (default 2), or one entry per node. At most MAX_NODES. */
   nodes?: number | NodeOptions[];
+  /** How many of them, from the first, are control-plane nodes (default 1; 0 for none). */
+  controlPlaneNodes?: number;
   /** State folder (kubeconfig, logs, node folders); a fresh temp folder by default. */
   dir?: string;
   /** Leave everything running when this process exits (the CLI's `up`); `down` removes it. */
@@ -100,6 +105,8 @@ export interface ClusterOptions {
 
 export interface ClusterNode {
   name: string;
+  /** Labelled and tainted as kubeadm does a control-plane node (no workload runs there unless it tolerates it). */
+  controlPlane: boolean;
   /** Its InternalIP (kubelet's --node-ip), on eth0 in its namespace. */
   ip: string;
   /** Its public address, on eth0 too: the source of its default route (what the agent makes its ExternalIP). */
@@ -107,6 +114,8 @@ export interface ClusterNode {
   /** Path of its network namespace, for `nsenter --net=<netns>`. */
   netns: string;
   podCIDR: string;
+  /** The kubelet's kubeconfig: its client certificate, system:node:<name> in system:nodes. */
+  kubeletKubeconfig: string;
   /** Runs a command inside the node's network namespace (nsenter --net, so /sys stays as it is). */
   exec(command: string, args: string[], options?: RunOptions): Promise<string>;
   /** `ctr --address <its containerd> --namespace k8s.io args…`. */
@@ -142,6 +151,12 @@ export const MAX_SLOTS = 4;
 export const MAX_NODES = 8;
 const REGISTRY = "/run/local-ccm-clusters";
 const NODE_READY_TIMEOUT_MS = 120_000;
+/** kubeadm's marks of a control-plane node (its mark-control-plane phase). */
+export const CONTROL_PLANE_LABELS = {
+  "node-role.kubernetes.io/control-plane": "",
+  "node.kubernetes.io/exclude-from-external-load-balancers": "",
+};
+export const CONTROL_PLANE_TAINT = { key: "node-role.kubernetes.io/control-plane", effect: "NoSchedule" };
 
 /** Names and addresses of cluster slot `slot`: pure, so leftovers are found from the slot alone. */
 export function clusterLayout(slot: number) {
@@ -353,11 +368,20 @@ export function removeCluster(record: ClusterRecord): void {
 
 // ---- start ----
 
-function nodeSpecs(nodes: ClusterOptions["nodes"]): Required<NodeOptions>[] {
+type NodeSpec = Required<NodeOptions> & { controlPlane: boolean };
+
+function nodeSpecs(nodes: ClusterOptions["nodes"], controlPlaneNodes = 1): NodeSpec[] {
   const list: NodeOptions[] =
     typeof nodes === "number" || nodes === undefined ? Array.from({ length: nodes ?? 2 }, () => ({})) : nodes;
   if (list.length < 1 || list.length > MAX_NODES) throw new Error(`nodes: 1 to ${MAX_NODES}, not ${list.length}`);
-  return list.map((node, index) => ({ name: node.name ?? `node-${index}`, serverTLSBootstrap: false, ...node }));
+  if (!Number.isInteger(controlPlaneNodes) || controlPlaneNodes < 0 || controlPlaneNodes > list.length)
+    throw new Error(`controlPlaneNodes: 0 to ${list.length} (the nodes), not ${controlPlaneNodes}`);
+  return list.map((node, index) => ({
+    name: node.name ?? `node-${index}`,
+    serverTLSBootstrap: false,
+    ...node,
+    controlPlane: index < controlPlaneNodes,
+  }));
 }
 
 async function createBridge(slot: number): Promise<void> {
@@ -483,6 +507,7 @@ function kubeletConfig(nodeDir: string, node: NodeLayout, caPath: string, server
 
 interface RunningNode {
   layout: NodeLayout;
+  controlPlane: boolean;
   netns: string;
   containerd?: Service;
   kubelet?: Service;
@@ -493,7 +518,7 @@ async function startNode(
   record: ClusterRecord,
   plane: ControlPlane,
   node: NodeLayout,
-  spec: Required<NodeOptions>,
+  spec: NodeSpec,
   images: string[],
   detached: boolean,
 ): Promise<RunningNode> {
@@ -531,10 +556,13 @@ async function startNode(
       "--cloud-provider=external",
       `--node-ip=${node.ip}`,
       `--hostname-override=${node.name}`,
+      // Registered tainted, so no ordinary pod lands there before the admin labels it (kubeadm does the same).
+      ...(spec.controlPlane ? [`--register-with-taints=${CONTROL_PLANE_TAINT.key}:${CONTROL_PLANE_TAINT.effect}`] : []),
     ],
     { dir: nodeDir, netns, detached },
   );
-  return { layout: node, netns, containerd: containerd.service, kubelet: startKubelet(), startKubelet };
+  const kubelet = startKubelet();
+  return { layout: node, controlPlane: spec.controlPlane, netns, containerd: containerd.service, kubelet, startKubelet };
 }
 
 interface NodeStatus {
@@ -571,15 +599,31 @@ async function waitForReadyNodes(plane: ControlPlane, nodes: RunningNode[]): Pro
   }
 }
 
+/**
+ * The node-role label as kubeadm sets it: by the admin once the Node exists, since NodeRestriction lets no
+ * kubelet set node-role.kubernetes.io/* labels on itself (a node that could would attract what runs only on
+ * control-plane nodes).
+ */
+async function labelControlPlane(admin: KubeClient, name: string): Promise<void> {
+  await admin.request({
+    method: "PATCH",
+    path: `/api/v1/nodes/${name}`,
+    contentType: "application/merge-patch+json",
+    body: { metadata: { labels: CONTROL_PLANE_LABELS } },
+  });
+}
+
 function clusterNode(record: ClusterRecord, running: RunningNode): ClusterNode {
   const { layout, netns } = running;
   const socket = path.join(record.dir, "nodes", layout.name, "containerd", "containerd.sock");
   return {
     name: layout.name,
+    controlPlane: running.controlPlane,
     ip: layout.ip,
     publicIP: layout.publicIP,
     netns,
     podCIDR: layout.podCIDR,
+    kubeletKubeconfig: path.join(record.dir, "nodes", layout.name, "kubelet.kubeconfig"),
     exec: (command, args, options) => run("nsenter", [`--net=${netns}`, "--", command, ...args], options),
     ctr: (args) => run("ctr", ["--address", socket, "--namespace", "k8s.io", ...args]),
     pids: () => ({ kubelet: running.kubelet?.child.pid, containerd: running.containerd?.child.pid }),
@@ -589,7 +633,7 @@ function clusterNode(record: ClusterRecord, running: RunningNode): ClusterNode {
 /** Starts a cluster; see the header. Fails with one line when the runtime is missing and cannot be installed. */
 export async function startCluster(options: ClusterOptions = {}): Promise<Cluster> {
   const log = options.log ?? (() => {});
-  const specs = nodeSpecs(options.nodes);
+  const specs = nodeSpecs(options.nodes, options.controlPlaneNodes);
   await ensureRuntime();
   await ensureBinaries();
   const started = Date.now();
@@ -632,10 +676,11 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     log(`starting ${specs.length} nodes`);
     const nodes = await Promise.all(
       record.nodes.map((node, index) =>
-        startNode(record, plane, node, specs[index] as Required<NodeOptions>, images, detached),
+        startNode(record, plane, node, specs[index] as NodeSpec, images, detached),
       ),
     );
     await waitForReadyNodes(plane, nodes);
+    for (const node of nodes.filter((n) => n.controlPlane)) await labelControlPlane(plane.admin, node.layout.name);
     log(`${nodes.length} nodes Ready after ${((Date.now() - started) / 1000).toFixed(1)}s`);
 
     const handles = nodes.map((node) => clusterNode(record, node));

@@ -38,6 +38,13 @@ export interface ControlPlaneOptions {
   scheduler?: boolean;
   /** Serve real kubelets and their pods; needs `controllerManager` (pods need their ServiceAccounts). */
   kubelets?: KubeletsOptions;
+  /**
+   * The NodeRestriction admission plugin, as every real distribution runs it: a kubelet may change only its
+   * own Node (not its taints, nor node-role labels) and mint tokens only for pods on its own node. Default: on
+   * with `kubelets`. Off on a bare control plane, where a test that plays a kubelet (the CSR approver's)
+   * must be able to send what NodeRestriction would refuse first, as on a cluster that runs without it.
+   */
+  nodeRestriction?: boolean;
 }
 
 export interface ControllerManagerOptions {
@@ -195,6 +202,7 @@ function apiserverArgs(
   // Without kubelets no pod ever runs, and without kube-controller-manager no ServiceAccount exists for
   // the admission plugin to find: tests that write Pods as plain objects get them admitted as written.
   if (!options.kubelets) args.push("--disable-admission-plugins=ServiceAccount");
+  if (options.nodeRestriction ?? options.kubelets !== undefined) args.push("--enable-admission-plugins=NodeRestriction");
   if (auditLogPath) {
     args.push(
       `--audit-policy-file=${path.join(dir, "audit-policy.json")}`,

@@ -1,6 +1,7 @@
 // `npm start` (demo/main.ts) tells the story the README promises, on the real cluster: kubelets
-// register tainted on containerd, the chart's agent pods initialise their nodes, the killed
-// autoscaler-tainted node is deleted, the Events are shown, and nothing is left on the machine.
+// register tainted on containerd, node-0 the control-plane node, the chart's agent pods initialise their
+// nodes, the controller's replicas run on the control-plane node only, the killed autoscaler-tainted worker
+// is deleted, the Events are shown, and nothing is left on the machine.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
@@ -11,6 +12,9 @@ import { leftoversOf } from "../../localcluster/cluster.ts";
 import { KUBERNETES_VERSION } from "../../localcluster/versions.ts";
 
 const NODE_NAMES = ["node-0", "node-1", "node-2"];
+const CONTROL_PLANE = "node-0";
+/** The taints a node keeps once initialised: kubeadm's on the control-plane node, none elsewhere. */
+const keptTaints = (name: string) => (name === CONTROL_PLANE ? "node-role\\.kubernetes\\.io/control-plane" : "<none>");
 
 /** The demo's output cut at its `== step` headings, each found by a word of its title. */
 function section(out: string, title: string): string {
@@ -39,7 +43,8 @@ test("the demo initialises the nodes with pods, deletes the killed one, shows Ev
     const version = KUBERNETES_VERSION.replace(/\./g, "\\.");
     assert.match(wide, new RegExp(`Ready .* ${version} +198\\.19\\.\\d+\\.\\d+ +<none> `), "no ExternalIP yet");
     assert.match(wide, /containerd:\/\/\S+$/);
-    assert.match(registered, new RegExp(`\n${name} +node\\.cloudprovider\\.kubernetes\\.io/uninitialized`));
+    const kept = name === CONTROL_PLANE ? `${keptTaints(name)},` : "";
+    assert.match(registered, new RegExp(`\n${name} +${kept}node\\.cloudprovider\\.kubernetes\\.io/uninitialized\n`));
   }
 
   const installed = section(out, "helm install");
@@ -47,11 +52,12 @@ test("the demo initialises the nodes with pods, deletes the killed one, shows Ev
   for (const name of NODE_NAMES) {
     assert.match(installed, new RegExp(`\nlocal-ccm-\\w+ +1/1 +Running .* ${name} `), `an agent pod Ready on ${name}`);
     assert.match(installed, new RegExp(`\n${name} +Ready .* 198\\.19\\.\\d+\\.\\d+ +198\\.19\\.\\d+\\.\\d+ `));
-    assert.match(installed, new RegExp(`\n${name} +<none>`), `${name} has no taint left`);
+    assert.match(installed, new RegExp(`\n${name} +${keptTaints(name)}\n`), `${name} has no uninitialized taint left`);
   }
+  assert.match(installed, new RegExp(`replicas run on control-plane node ${CONTROL_PLANE}; worker node-\\d hosts none`));
 
   const victim = /marks (\S+) for deletion/.exec(out)?.[1] as string;
-  assert.ok(NODE_NAMES.includes(victim), `a node was killed: ${victim}`);
+  assert.ok(NODE_NAMES.includes(victim) && victim !== CONTROL_PLANE, `a worker was killed: ${victim}`);
   const killed = section(out, "cluster-autoscaler marks");
   assert.match(row(killed, victim), /NotReady/);
   const [, afterDeletion = ""] = killed.split("node-lifecycle-controller deleted it");

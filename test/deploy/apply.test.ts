@@ -58,6 +58,7 @@ describe("server-side dry-run apply", () => {
       "--set=controller.healthBindAddress=",
       "--set=controller.logFormat=json",
       "--set=nodeLifecycleController.replicas=3",
+      "--set=nodeLifecycleController.placement=any",
       "--set=nodeLifecycleController.controller.probes=tcp",
       "--set=nodeLifecycleController.controller.leaderElection.resourceNamespace=kube-public",
       "--set=nodeLifecycleController.controller.healthBindAddress=[::]:9100",

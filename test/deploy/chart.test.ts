@@ -156,6 +156,24 @@ async function helmFailure(helm: string, args: string[]): Promise<string> {
   return result.stderr;
 }
 
+const CONTROL_PLANE_AFFINITY = {
+  nodeAffinity: {
+    requiredDuringSchedulingIgnoredDuringExecution: {
+      nodeSelectorTerms: [{ matchExpressions: [{ key: "node-role.kubernetes.io/control-plane", operator: "Exists" }] }],
+    },
+  },
+};
+const CONTROL_PLANE_TOLERATION = {
+  key: "node-role.kubernetes.io/control-plane",
+  operator: "Exists",
+  effect: "NoSchedule",
+};
+const UNINITIALIZED_TOLERATION = {
+  key: "node.cloudprovider.kubernetes.io/uninitialized",
+  operator: "Exists",
+  effect: "NoSchedule",
+};
+
 /** `--set-json path=value` for each entry. */
 const setJson = (values: Record<string, unknown>) =>
   Object.entries(values).flatMap(([dotted, value]) => ["--set-json", `${dotted}=${JSON.stringify(value)}`]);
@@ -325,7 +343,7 @@ describe("Helm chart", () => {
       assert.deepEqual(agent.readinessProbe, { httpGet: { path: "/readyz", port: "health" } });
     });
 
-    test("the controller Deployment: 2 replicas, only NET_RAW added, pod identity, disruption budget", () => {
+    test("the controller Deployment: 2 replicas on control-plane nodes, only NET_RAW, pod identity, budget", () => {
       const deployment = find(objects, "Deployment", "node-lifecycle-controller");
       assert.equal(deployment.spec?.replicas, 2);
       assert.deepEqual(deployment.spec?.strategy, {
@@ -333,21 +351,20 @@ describe("Helm chart", () => {
         rollingUpdate: { maxSurge: 0, maxUnavailable: 1 },
       });
       const pod = podSpec(objects, "node-lifecycle-controller");
-      // One replica per node, also while the other nodes still wait for their agent (test/e2e proves it).
-      assert.deepEqual(pod.affinity?.podAntiAffinity, {
-        requiredDuringSchedulingIgnoredDuringExecution: [
-          {
-            topologyKey: "kubernetes.io/hostname",
-            labelSelector: { matchLabels: { "app.kubernetes.io/name": "node-lifecycle-controller" } },
-          },
-        ],
-      });
-      assert.ok(
-        pod.tolerations?.some(
-          (toleration) =>
-            toleration.key === "node.cloudprovider.kubernetes.io/uninitialized" && toleration.effect === "NoSchedule",
-        ),
-      );
+      // Only on control-plane nodes, whatever the label's value, tolerating their taint and uninitialised nodes;
+      // one replica per node while nodes allow, also while the others wait for their agent (test/e2e proves it).
+      assert.deepEqual(pod.affinity, CONTROL_PLANE_AFFINITY);
+      assert.deepEqual(pod.tolerations, [CONTROL_PLANE_TOLERATION, UNINITIALIZED_TOLERATION]);
+      assert.deepEqual(pod.nodeSelector, { "kubernetes.io/os": "linux" });
+      assert.deepEqual(pod.topologySpreadConstraints, [
+        {
+          maxSkew: 1,
+          topologyKey: "kubernetes.io/hostname",
+          whenUnsatisfiable: "DoNotSchedule",
+          nodeTaintsPolicy: "Honor",
+          labelSelector: { matchLabels: { "app.kubernetes.io/name": "node-lifecycle-controller" } },
+        },
+      ]);
       assert.equal(pod.serviceAccountName, "node-lifecycle-controller");
       assert.equal(pod.hostNetwork, undefined);
       assert.equal(pod.securityContext?.runAsNonRoot, true);
@@ -503,6 +520,26 @@ describe("Helm chart", () => {
     assert.match(JSON.stringify(policy), /system:serviceaccount:ops:local-ccm/);
   });
 
+  test("placement any: no node affinity, control-plane nodes still candidates; user scheduling adds", async () => {
+    const edge = { key: "dedicated", operator: "Equal", value: "edge", effect: "NoSchedule" };
+    const objects = await render(
+      setJson({
+        "nodeLifecycleController.placement": "any",
+        "nodeLifecycleController.tolerations": [edge],
+        "nodeLifecycleController.nodeSelector": { "node.kubernetes.io/pool": "edge" },
+      }),
+    );
+    const pod = podSpec(objects, "node-lifecycle-controller");
+    assert.equal(pod.affinity, undefined);
+    assert.deepEqual(pod.tolerations, [CONTROL_PLANE_TOLERATION, edge]);
+    assert.deepEqual(pod.nodeSelector, { "kubernetes.io/os": "linux", "node.kubernetes.io/pool": "edge" });
+    assert.equal(pod.topologySpreadConstraints?.length, 1);
+    // The same user scheduling on the default placement keeps the control-plane affinity.
+    const onControlPlane = await render(setJson({ "nodeLifecycleController.tolerations": [edge] }));
+    assert.deepEqual(podSpec(onControlPlane, "node-lifecycle-controller").affinity, CONTROL_PLANE_AFFINITY);
+    assert.deepEqual(podSpec(onControlPlane, "node-lifecycle-controller").tolerations, [CONTROL_PLANE_TOLERATION, edge]);
+  });
+
   test("non-default values: health port, lease namespace, numbers from a values file", async () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), "local-ccm-values-"));
     try {
@@ -586,6 +623,10 @@ describe("Helm chart", () => {
         "at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'",
       ],
       [{ "podSecurity.runAsUser": 0 }, "at '/podSecurity/runAsUser': minimum: got 0, want 1"],
+      [
+        { "nodeLifecycleController.placement": "workers" },
+        "at '/nodeLifecycleController/placement': value must be one of 'control-plane', 'any'",
+      ],
       [{ nodeFlags: ["jitless"] }, "at '/nodeFlags/0': 'jitless' does not match pattern"],
     ];
     for (const [set, expected] of cases) {

@@ -3,7 +3,10 @@
 // providerID while it is empty and add or change A's region, zone and instance-type labels, and
 // nothing else — not on node B, not another field or label of A, not a providerID A already has.
 // Requests expected to be denied are sent as dry runs, so a policy that wrongly allows one cannot
-// change the state the other tests rely on.
+// change the state the other tests rely on. The apiserver runs NodeRestriction, as production ones do: the
+// policy trusts the token's node-name claim because NodeRestriction lets a kubelet mint tokens only for pods
+// on its own node (test/localcluster/cluster.test.ts proves that on real kubelets). The tokens here are the
+// admin's, which NodeRestriction does not restrict: the policy needs nothing more from it on this plane.
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -103,7 +106,7 @@ describe("node-scope admission policy", () => {
   };
 
   before(async () => {
-    plane = await startControlPlane();
+    plane = await startControlPlane({ nodeRestriction: true });
     admin = new Resource<Node>(plane.admin, NODE_RESOURCE);
     const files = ["rbac.yaml", "node-scope-policy.yaml"].flatMap((name) => ["-f", path.join(DEPLOY, name)]);
     await plane.kubectl(["apply", ...files]);

@@ -1,8 +1,9 @@
 // The agent as users run it: real pods of the project image on real kubelets (localcluster/), installed
 // with `helm install` of charts/local-ccm and with `kubectl apply -f deploy/`. Each install must give
 // every node a Ready agent pod that removes the uninitialized taint of its own node (the audit log
-// names the pod and node of the token of every write), an ExternalIP from that node's own routes and
-// kubelet's --node-ip first among the InternalIPs, with `kubectl logs` working. The pod's own
+// names the pod and node of the token of every write; on the control-plane node node-0 kubeadm's
+// control-plane taint stays, and the controller's replicas run there only), an ExternalIP from that
+// node's own routes and kubelet's --node-ip first among the InternalIPs, with `kubectl logs` working. The pod's own
 // projected token can write only its own Node's addresses (the node-scope admission policy), and an
 // agent started with a cold page cache initialises its node within 5 s under the shipped memory limit.
 // Memory figures of the pods go to the diagnostics.
@@ -13,7 +14,7 @@ import { after, before, describe, test, type TestContext } from "node:test";
 import type { DaemonSet } from "kubernetes-types/apps/v1.js";
 import type { Node, Pod } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
-import { type Cluster, type ClusterNode, startCluster } from "../../localcluster/cluster.ts";
+import { type Cluster, type ClusterNode, CONTROL_PLANE_TAINT, startCluster } from "../../localcluster/cluster.ts";
 import { run } from "../../localcluster/exec.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import {
@@ -86,6 +87,7 @@ describe("the agent on real kubelets", () => {
         const n = await getNode(cluster, node.name);
         return !hasTaint(n, UNINITIALIZED_TAINT) && addressesOf(n, "ExternalIP").length > 0 && n;
       });
+      assert.equal(hasTaint(got, CONTROL_PLANE_TAINT.key), node.controlPlane, `${node.name}: only its own taint went`);
       const pod = agents.get(node.name) as Pod;
       // Proof of who did it: every write to this Node by the agent's ServiceAccount carried a token
       // bound to the agent pod on this very node, and the taint removal (a PATCH of the Node itself,
@@ -116,7 +118,18 @@ describe("the agent on real kubelets", () => {
     await cluster.helm(["install", "local-ccm", CHART, `--namespace=${NAMESPACE}`]);
     await assertEveryNodeInitialisedByItsOwnPod(t, since);
     t.diagnostic(`helm install to every node initialised and checked: ${Date.now() - started} ms`);
-    for (const pod of await listPods(cluster, "node-lifecycle-controller")) {
+    const controllers = await waitFor(
+      "the controller's replicas scheduled",
+      async () => {
+        const pods = await listPods(cluster, "node-lifecycle-controller");
+        return pods.length === 2 && pods.every((pod) => pod.spec?.nodeName) && pods;
+      },
+      60_000,
+      250,
+    );
+    for (const pod of controllers) {
+      // The chart's default placement: no worker hosts the controller.
+      assert.ok(cluster.node(pod.spec?.nodeName ?? "").controlPlane, `controller on ${pod.spec?.nodeName}`);
       if (podReady(pod)) t.diagnostic(`controller on ${pod.spec?.nodeName}: ${formatMemory(await podMemory(cluster, pod))}`);
     }
   });

@@ -1,8 +1,9 @@
 // The kubelet-serving CSR approver on real kubelets: the chart installed with csrApproval.enabled runs it as a pod
 // of the project image, on a cluster whose apiserver verifies kubelets' serving certificates against the cluster CA
 // (--kubelet-certificate-authority; without it `kubectl logs` works with any certificate and proves nothing).
-// Node "boot" runs kubelet with serverTLSBootstrap: it asks for its serving certificate with a CSR and serves nothing
-// until one is issued. Node "plain" signs its own certificate, as kubelets do by default.
+// Node "boot", a worker, runs kubelet with serverTLSBootstrap: it asks for its serving certificate with a CSR and serves
+// nothing until one is issued. Node "plain", the control-plane node where the approver runs (the chart's default
+// placement), signs its own certificate, as kubelets do by default.
 //
 // What is shown, in order: boot's CSR waits (rule 9) while its Node is uninitialised and lacks the IP asked for, and
 // is approved once the agent wrote the Node's addresses; the approval is the approver pod's write (audit log) and
@@ -96,7 +97,8 @@ describe("kubelet serving certificates on real kubelets", () => {
   let otherSignerCsr: string;
   before(async () => {
     cluster = await startCluster({
-      nodes: [{ name: BOOT, serverTLSBootstrap: true }, { name: PLAIN }],
+      // The first node is the control-plane node.
+      nodes: [{ name: PLAIN }, { name: BOOT, serverTLSBootstrap: true }],
       audit: true,
       verifyKubeletServingCertificates: true,
     });
@@ -222,6 +224,7 @@ describe("kubelet serving certificates on real kubelets", () => {
       path: `/api/v1/namespaces/${NAMESPACE}/pods/${approverPod}`,
     });
     assert.equal(pod.spec?.containers[0]?.image, cluster.projectImage);
+    assert.equal(pod.spec?.nodeName, PLAIN, "on the control-plane node, not on the worker whose CSR it approves");
     const addressWrite = events.find(
       (e) =>
         e.user.username === AGENT &&

@@ -1,9 +1,10 @@
-// The node-lifecycle-controller as users run it: `helm install` of charts/local-ccm on three real
-// kubelets (localcluster/), with short timeouts. Its two replicas land on different nodes even when
-// the chart is applied while only one node is initialised; one leads; a powered-off node that
-// cluster-autoscaler marked for deletion goes NotReady (kube-controller-manager) and is deleted by the
-// leader (the audit log names the pod), the other nodes untouched; powering off the leader's node hands
-// the lease to the other replica, which then deletes that node.
+// The node-lifecycle-controller as users run it: `helm install` of charts/local-ccm (default placement) on
+// four real kubelets (localcluster/), two of them control-plane nodes, with short timeouts. Its two replicas
+// land on the two control-plane nodes, one each, even when the chart is applied while only one node is
+// initialised, and on no worker; one leads; a powered-off worker that cluster-autoscaler marked for deletion
+// goes NotReady (kube-controller-manager) and is deleted by the leader (the audit log names the pod), the
+// other nodes untouched; powering off the leader's node hands the lease to the other replica, which keeps that
+// control-plane node (never deleted, even dead and autoscaler-tainted) and deletes the next dead worker.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { type Cluster, startCluster } from "../../localcluster/cluster.ts";
@@ -46,7 +47,7 @@ describe("the node-lifecycle-controller on real kubelets", () => {
   /** The replicas by pod name → node name, as scheduled at install. */
   let replicas: Map<string, string>;
   before(async () => {
-    cluster = await startCluster({ nodes: 3, audit: true });
+    cluster = await startCluster({ nodes: 4, controlPlaneNodes: 2, audit: true });
   });
   after(async () => {
     await cluster?.stop();
@@ -72,8 +73,11 @@ describe("the node-lifecycle-controller on real kubelets", () => {
     );
 
   /** Taints the node for deletion as cluster-autoscaler does, powers it off, waits for its deletion. */
+  const markForDeletion = (name: string) =>
+    cluster.kubectl(["taint", "node", name, `${AUTOSCALER_TAINT}=${Math.floor(Date.now() / 1000)}:NoSchedule`]);
+
   async function scaleDownAndPowerOff(name: string): Promise<{ notReadyMs: number; deletedMs: number }> {
-    await cluster.kubectl(["taint", "node", name, `${AUTOSCALER_TAINT}=${Math.floor(Date.now() / 1000)}:NoSchedule`]);
+    await markForDeletion(name);
     const killed = Date.now();
     await cluster.killNode(name);
     await waitFor(`${name} NotReady`, async () => readyStatus(await getNode(cluster, name)) !== "True", 90_000, 500);
@@ -82,13 +86,17 @@ describe("the node-lifecycle-controller on real kubelets", () => {
     return { notReadyMs, deletedMs: Date.now() - killed };
   }
 
+  const controlPlaneNodes = () => cluster.nodes.filter((node) => node.controlPlane).map((node) => node.name);
+  const workers = () => cluster.nodes.filter((node) => !node.controlPlane).map((node) => node.name);
+
   /** Who deleted Nodes since the install, by pod of the token. */
   const deletions = async () =>
     nodeWrites(await clusterAuditEvents(cluster, installed))
       .filter((event) => event.verb === "delete")
       .map((event) => ({ node: event.objectRef?.name, user: event.user.username, pod: tokenPod(event).pod }));
 
-  test("its two replicas run on different nodes, also when applied while only one node is initialised", async (t) => {
+  test("its two replicas run on the two control-plane nodes, also when applied with one initialised", async (t) => {
+    assert.deepEqual(controlPlaneNodes(), ["node-0", "node-1"]);
     await cluster.kubectl(["taint", "node", "node-0", `${UNINITIALIZED_TAINT}-`]);
     installed = new Date(Date.now() - 1000);
     const sets = Object.entries(VALUES).flatMap(([key, value]) => ["--set", `${key}=${value}`]);
@@ -103,16 +111,16 @@ describe("the node-lifecycle-controller on real kubelets", () => {
       250,
     );
     replicas = new Map(pods.map((pod) => [pod.metadata?.name ?? "", pod.spec?.nodeName ?? ""]));
-    assert.equal(new Set(replicas.values()).size, 2, `replicas on ${[...replicas.values()].join(", ")}`);
-    for (const name of ["node-1", "node-2"])
+    assert.deepEqual([...replicas.values()].sort(), controlPlaneNodes(), "one replica on each control-plane node");
+    for (const name of ["node-1", ...workers()])
       assert.ok(hasTaint(await getNode(cluster, name), UNINITIALIZED_TAINT), `${name} is still uninitialised`);
     for (const pod of pods)
       t.diagnostic(`${pod.spec?.nodeName}: controller ${formatMemory(await podMemory(cluster, pod))}`);
   });
 
-  test("one replica leads; a powered-off autoscaler-tainted node is deleted, the others untouched", async (t) => {
+  test("one replica leads; a powered-off autoscaler-tainted worker is deleted, the others untouched", async (t) => {
     const leader = await waitForLeader([...replicas.keys()], 30_000);
-    const victim = cluster.nodes.map((n) => n.name).find((name) => ![...replicas.values()].includes(name)) as string;
+    const [victim] = workers() as [string];
     const { notReadyMs, deletedMs } = await scaleDownAndPowerOff(victim);
     t.diagnostic(`${victim}: NotReady ${(notReadyMs / 1000).toFixed(1)} s and deleted ${(deletedMs / 1000).toFixed(1)} s ` +
       "after the power loss");
@@ -124,20 +132,40 @@ describe("the node-lifecycle-controller on real kubelets", () => {
     }
   });
 
-  test("powering off the leader's node hands the lease to the other replica, which deletes that node", async (t) => {
+  test("leader's node off: the other replica takes the lease, keeps that node, deletes a dead worker", async (t) => {
     const leader = await waitForLeader([...replicas.keys()], 30_000);
     const [other] = [...replicas.keys()].filter((pod) => pod !== leader) as [string];
     const leaderNode = replicas.get(leader) as string;
     const survivor = replicas.get(other) as string;
+    // Marked for deletion too: only the control-plane rule keeps it.
+    await markForDeletion(leaderNode);
     const killed = Date.now();
-    const deleted = scaleDownAndPowerOff(leaderNode);
-    deleted.catch(() => {}); // awaited below; a failure must not go unhandled while the lease is awaited
+    await cluster.killNode(leaderNode);
     await waitForLeader([other], 60_000);
     t.diagnostic(`lease taken by the other replica ${((Date.now() - killed) / 1000).toFixed(1)} s after the power loss`);
-    const { deletedMs } = await deleted;
-    t.diagnostic(`${leaderNode} deleted ${(deletedMs / 1000).toFixed(1)} s after the power loss`);
-    const byOther = (await deletions()).filter((deletion) => deletion.node === leaderNode);
-    assert.deepEqual(byOther, [{ node: leaderNode, user: CONTROLLER_USER, pod: other }]);
+
+    const [, worker] = workers() as [string, string]; // the first went in the test before
+    const { deletedMs } = await scaleDownAndPowerOff(worker);
+    t.diagnostic(`${worker} deleted ${(deletedMs / 1000).toFixed(1)} s after its power loss, by the new leader`);
+    const byOther = (await deletions()).filter((deletion) => deletion.node === worker);
+    assert.deepEqual(byOther, [{ node: worker, user: CONTROLLER_USER, pod: other }]);
+
+    // The dead control-plane node has been NotReady for longer than the timeout, seen by the new leader's
+    // reconciles (every 2 s), and is still there: no DELETE was even tried.
+    await waitFor(
+      `${leaderNode} NotReady for 15 s`,
+      async () => {
+        const ready = (await getNode(cluster, leaderNode)).status?.conditions?.find((c) => c.type === "Ready");
+        return ready?.status !== "True" && Date.now() - Date.parse(ready?.lastTransitionTime ?? "") >= 15_000;
+      },
+      120_000,
+      1000,
+    );
+    assert.ok(await findNode(cluster, leaderNode), `${leaderNode} is kept`);
+    const tried = (await clusterAuditEvents(cluster, installed)).filter(
+      (event) => event.verb === "delete" && event.objectRef?.resource === "nodes" && event.objectRef.name === leaderNode,
+    );
+    assert.deepEqual(tried, []);
     assert.equal(readyStatus(await getNode(cluster, survivor)), "True");
   });
 });

@@ -1,20 +1,33 @@
 // The local cluster, tested against itself: real kubelets register as a cluster with
-// --cloud-provider=external expects, a real pod of the project image runs and reaches the apiserver
-// with its projected token, nothing a node sends leaves the machine, a killed node goes NotReady,
-// and neither stop() nor a killed run leaves anything behind. Measured figures go to the diagnostics.
+// --cloud-provider=external expects, node-0 is a control-plane node as kubeadm makes one, a real pod of the
+// project image runs (on the worker) and reaches the apiserver with its projected token, the apiserver runs
+// NodeRestriction as production clusters do (a worker's kubelet credentials reach only its own Node and
+// pods), nothing a node sends leaves the machine, a killed node goes NotReady, and neither stop() nor a
+// killed run leaves anything behind. Measured figures go to the diagnostics.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { type Cluster, leftoversOf, readRecord, startCluster } from "../../localcluster/cluster.ts";
+import {
+  type Cluster,
+  CONTROL_PLANE_LABELS,
+  CONTROL_PLANE_TAINT,
+  leftoversOf,
+  readRecord,
+  startCluster,
+} from "../../localcluster/cluster.ts";
 import { run } from "../../localcluster/exec.ts";
+import { PAUSE_IMAGE } from "../../localcluster/pause.ts";
+import { KubeClient } from "../../src/kube/client.ts";
+import { loadClientConfig } from "../../src/kube/config.ts";
+import { isApiError } from "../../src/kube/errors.ts";
 import { KUBERNETES_VERSION } from "../../localcluster/versions.ts";
 import { createNetwork } from "../netns/netns.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 
 interface Node {
-  metadata: { name: string };
+  metadata: { name: string; labels: Record<string, string> };
   spec: { taints?: { key: string; effect: string }[] };
   status: {
     nodeInfo: { kubeletVersion: string; containerRuntimeVersion: string };
@@ -60,6 +73,19 @@ describe("local cluster", () => {
       const pids = node.pids();
       t.diagnostic(`${node.name}: kubelet ${rssMiB(pids.kubelet)} MiB RSS, containerd ${rssMiB(pids.containerd)} MiB`);
     }
+  });
+
+  test("node-0 is a control-plane node as kubeadm makes one: labelled by the admin, tainted NoSchedule", async () => {
+    const roles = (node: Node) =>
+      Object.entries(node.metadata.labels).filter(([key]) => Object.keys(CONTROL_PLANE_LABELS).includes(key));
+    const controlPlaneTaints = (node: Node) =>
+      (node.spec.taints ?? []).filter((taint) => taint.key === CONTROL_PLANE_TAINT.key).map((taint) => taint.effect);
+    const [first, second] = [await getNode("node-0"), await getNode("node-1")];
+    assert.deepEqual(Object.fromEntries(roles(first)), CONTROL_PLANE_LABELS);
+    assert.deepEqual(controlPlaneTaints(first), [CONTROL_PLANE_TAINT.effect]);
+    assert.deepEqual(roles(second), []);
+    assert.deepEqual(controlPlaneTaints(second), []);
+    assert.deepEqual(cluster.nodes.map((node) => node.controlPlane), [true, false]);
   });
 
   test("a node's default route points at the bridge, so route-source detection finds its public address", async () => {
@@ -120,7 +146,86 @@ describe("local cluster", () => {
     assert.ok(got.spec.volumes.some((v) => v.projected?.sources.some((s) => s.serviceAccountToken)));
     const node = cluster.nodes.find((n) => n.ip === got.status.hostIP);
     assert.ok(node, `pod on ${got.status.hostIP}`);
+    assert.equal(node.name, "node-1", "the control-plane taint keeps it off node-0");
     assert.ok(got.status.podIP.startsWith(node.podCIDR.replace(/0\/24$/, "")), "not a hostNetwork pod");
+  });
+
+  test("NodeRestriction: a worker's kubelet mints tokens and writes Nodes only for its own node", async (t) => {
+    // The worker's own credentials, as an attacker who took the machine has them.
+    const worker = new KubeClient(await loadClientConfig({ kubeconfig: cluster.node("node-1").kubeletKubeconfig }), {
+      component: "test-kubelet-node-1",
+      maxRetries: 0,
+    });
+    t.after(() => worker.close());
+    // One pod per node with the same ServiceAccount: the Node authorizer then lets node-1 ask for that
+    // account's tokens at all (its own pod uses it), and only NodeRestriction looks at which pod a token binds.
+    const pods = new Map<string, { name: string; uid: string }>();
+    for (const node of cluster.nodes) {
+      const name = `token-target-${node.name}`;
+      const pod = await cluster.admin.request<{ metadata: { uid: string } }>({
+        method: "POST",
+        path: "/api/v1/namespaces/default/pods",
+        body: {
+          metadata: { name },
+          spec: {
+            nodeName: node.name,
+            tolerations: [{ operator: "Exists" }],
+            containers: [{ name: "pause", image: PAUSE_IMAGE, imagePullPolicy: "Never" }],
+          },
+        },
+      });
+      pods.set(node.name, { name, uid: pod.metadata.uid });
+    }
+    const tokenFor = (node: string) =>
+      worker.request<{ status: { token: string } }>({
+        method: "POST",
+        path: "/api/v1/namespaces/default/serviceaccounts/default/token",
+        body: {
+          apiVersion: "authentication.k8s.io/v1",
+          kind: "TokenRequest",
+          spec: { boundObjectRef: { apiVersion: "v1", kind: "Pod", ...pods.get(node) } },
+        },
+      });
+    // The Node authorizer learns of node-1's pod from its watch: wait for the grant, not a fixed time.
+    const own = await waitFor("node-1 to get a token for its own pod", () => tokenFor("node-1").catch(() => undefined),
+      30_000, 250);
+    const claims = JSON.parse(Buffer.from(own.status.token.split(".")[1] ?? "", "base64url").toString()) as {
+      "kubernetes.io": { node: { name: string }; pod: { name: string } };
+    };
+    assert.equal(claims["kubernetes.io"].node.name, "node-1");
+    assert.equal(claims["kubernetes.io"].pod.name, "token-target-node-1");
+
+    /** The refusal's message; fails if the request was allowed or failed otherwise. */
+    const refusal = async (request: Promise<unknown>) => {
+      const err = await request.then(() => assert.fail("allowed"), (e: unknown) => e);
+      assert.ok(isApiError(err, "Forbidden"), String(err));
+      return err.message;
+    };
+    assert.match(await refusal(tokenFor("node-0")), /node requested token bound to a pod scheduled on a different node/);
+
+    const patchNode = (name: string, body: unknown, subresource = "") =>
+      worker.request({
+        method: "PATCH",
+        path: `/api/v1/nodes/${name}${subresource}`,
+        query: { dryRun: "All" },
+        contentType: "application/merge-patch+json",
+        body,
+      });
+    const condition = { type: "Ready", status: "True", reason: "Forged", message: "all is well" };
+    const status = { status: { conditions: [condition] } };
+    const labels = { metadata: { labels: { "example.com/x": "y" } } };
+    await patchNode("node-1", status, "/status");
+    await patchNode("node-1", labels);
+    for (const [body, subresource] of [[status, "/status"], [labels, ""]] as const) {
+      const refused = await refusal(patchNode("node-0", body, subresource));
+      assert.match(refused, /node "node-1" is not allowed to modify node "node-0"/);
+    }
+    // Nor may it make itself a control-plane node, where the controller's replicas run.
+    const role = { metadata: { labels: { "node-role.kubernetes.io/control-plane": "" } } };
+    const selfPromotion = await refusal(patchNode("node-1", role));
+    assert.match(selfPromotion, /not allowed to modify labels: node-role\.kubernetes\.io\/control-plane/);
+    for (const { name } of pods.values())
+      await cluster.admin.request({ method: "DELETE", path: `/api/v1/namespaces/default/pods/${name}` });
   });
 
   test("nothing a node sends leaves it for elsewhere: the root namespace forwards nothing", async (t) => {
