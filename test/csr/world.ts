@@ -15,7 +15,12 @@ import { Resource } from "../../src/kube/resource.ts";
 import { KUBELET_SERVING_SIGNER } from "../../src/csr/decide.ts";
 import { opensslCsr } from "../../src/csr/csr.fixture.ts";
 import { CSR_RESOURCE } from "../../src/csr/controller.ts";
-import { API_SERVER_SLICES, KUBERNETES_SERVICE, SERVICE_CIDR_RESOURCE, type ServiceCidr } from "../../src/csr/cluster.ts";
+import {
+  API_SERVER_SLICES,
+  KUBERNETES_SERVICE,
+  SERVICE_CIDR_RESOURCE,
+  type ServiceCidr,
+} from "../../src/csr/cluster.ts";
 import {
   type ControlPlane,
   clientCertificateUser,
