@@ -1,8 +1,7 @@
 // The node-lifecycle-controller program: flags → API client → one informer on all nodes (and, when the approver
-// runs, one on kubelet-serving CSRs and three on the cluster's own addresses) → leader election → the controllers
-// --controllers names,
-// with health and metrics served beside them. SIGTERM stops the controllers first (no DELETE or approval
-// after that), then releases the lease, stops the watches and closes the client.
+// runs, one on kubelet-serving CSRs and three on the cluster's own addresses) → leader election → the
+// controllers --controllers names, with health and metrics served beside them. SIGTERM stops the controllers
+// first (no DELETE or approval after that), then releases the lease, stops the watches and closes the client.
 import { randomBytes } from "node:crypto";
 import os from "node:os";
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
