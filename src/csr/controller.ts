@@ -1,16 +1,19 @@
-// The kubelet-serving CSR approver's loop. It works from two caches: an informer on the CSRs of the
-// kubelet-serving signer only (a field selector: other signers' CSRs never reach this process), and the program's
-// one node informer, which feeds an index of every Node's names and IPs (nodes.ts). A CSR is decided when it
-// appears or changes, and a CSR that waits for its Node (rule 9) again whenever the index changes and at its
-// deadline at the latest. Only the leader decides and writes: the approval subresource, with the condition
-// and the resourceVersion it decided on, and one Event per decision.
+// The kubelet-serving CSR approver's loop. It works from these caches: an informer on the CSRs of the
+// kubelet-serving signer only (a field selector: other signers' CSRs never reach this process), the program's
+// one node informer, which feeds an index of every Node's names and IPs (nodes.ts), and three small informers on
+// the cluster's own addresses (cluster.ts). A CSR is decided when it appears or changes, and a CSR that waits
+// for its Node (rule 9) again whenever the index or the cluster's addresses change and at its deadline at the
+// latest; nothing is decided before the cluster's addresses are known. Only the leader decides and writes: the
+// approval subresource, with the condition and the resourceVersion it decided on, and one Event per decision.
 import type { CertificateSigningRequest, CertificateSigningRequestCondition } from "kubernetes-types/certificates/v1.js";
-import type { Node } from "kubernetes-types/core/v1.js";
+import type { Node, Service } from "kubernetes-types/core/v1.js";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import type { Logger } from "../cli/log.ts";
 import { isApiError } from "../kube/errors.ts";
 import { csrReference, type EventRecorder } from "../kube/events.ts";
 import type { InformerHandlers } from "../kube/informer.ts";
-import type { Resource, ResourceRef } from "../kube/resource.ts";
+import type { KubeObject, Resource, ResourceRef } from "../kube/resource.ts";
+import { type ClusterAddresses, clusterAddresses, type ServiceCidr } from "./cluster.ts";
 import {
   type CsrConfig,
   type CsrDecision,
@@ -61,10 +64,24 @@ export interface CsrCache {
   list(): Csr[];
 }
 
+/** An informer satisfies this. */
+export interface ListCache<T> {
+  list(): T[];
+  hasSynced(): boolean;
+}
+
+/** The caches of the cluster's own addresses (rule 5b), each fed by its informer (cluster.ts). */
+export interface ClusterCaches {
+  serviceCidrs: ListCache<ServiceCidr>;
+  services: ListCache<Service>;
+  endpointSlices: ListCache<EndpointSlice>;
+}
+
 export interface CsrControllerOptions {
   config: CsrConfig;
   dryRun: boolean;
   cache: CsrCache;
+  cluster: ClusterCaches;
   /** The approval subresource's PUT. */
   csrs: Pick<Resource<Csr>, "update">;
   /** True while this replica may decide and write (always, without leader election). */
@@ -87,6 +104,8 @@ export class CsrController {
   private readonly nodes = new Map<string, IndexedNode>();
   /** Built from `nodes` when a decision needs it; undefined once a Node changed in a way it shows. */
   private index: NodeIndex | undefined;
+  /** Built from the cluster caches when a decision needs it; undefined once one of them changed. */
+  private cluster: ClusterAddresses | undefined;
   private readonly queue = new Set<string>();
   private readonly writing = new Map<string, Promise<void>>();
   /** CSRs that wait for their Node: the timer of their deadline, and the reason last logged. */
@@ -116,7 +135,14 @@ export class CsrController {
     },
   };
 
-  /** Decides every cached CSR (call once both caches have synced). */
+  /** For the informers of the cluster's addresses: any change may decide a waiting CSR (as a Node's may). */
+  readonly clusterHandlers: InformerHandlers<KubeObject> = {
+    onAdd: () => this.clusterChanged(),
+    onUpdate: () => this.clusterChanged(),
+    onDelete: () => this.clusterChanged(),
+  };
+
+  /** Decides every cached CSR (call once the caches have synced; nothing is decided before the cluster's have). */
   start(): void {
     this.started = true;
     this.resync();
@@ -146,13 +172,33 @@ export class CsrController {
   /** Any Node's names or IPs can decide a waiting CSR (another Node may have held its address): all wake. */
   private nodesChanged(): void {
     this.index = undefined;
+    this.wakeWaiting();
+  }
+
+  private clusterChanged(): void {
+    this.cluster = undefined;
+    this.wakeWaiting();
+    this.schedule(); // CSRs held back until the caches synced
+  }
+
+  private wakeWaiting(): void {
     for (const name of this.waiting.keys()) this.enqueue(name);
+  }
+
+  /** Fail safe: without the cluster's addresses rule 5b cannot be checked, so nothing is decided. */
+  private clusterSynced(): boolean {
+    const { serviceCidrs, services, endpointSlices } = this.options.cluster;
+    return serviceCidrs.hasSynced() && services.hasSynced() && endpointSlices.hasSynced();
   }
 
   private enqueue(name: string): void {
     if (this.stopped) return;
     this.queue.add(name);
-    if (!this.started || this.scheduled) return;
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (!this.started || this.stopped || this.scheduled || !this.queue.size) return;
     // One pass per turn of the event loop: a burst of events (a relist, a node update) shares one index build.
     this.scheduled = true;
     setImmediate(() => {
@@ -177,6 +223,8 @@ export class CsrController {
       this.queue.clear();
       return;
     }
+    // Kept queued: the program starts the loop once every cache has synced, and a cluster cache's events pump.
+    if (!this.clusterSynced()) return;
     for (const name of this.queue) {
       if (this.writing.size >= this.options.maxConcurrentWrites) return;
       if (this.writing.has(name)) continue; // decided again once its write is done
@@ -190,8 +238,10 @@ export class CsrController {
     const csr = options.cache.get(name);
     if (!csr) return this.forget(name);
     this.index ??= indexNodes(this.nodes.values());
+    const { serviceCidrs, services, endpointSlices } = options.cluster;
+    this.cluster ??= clusterAddresses(serviceCidrs.list(), services.list(), endpointSlices.list());
     const now = options.now();
-    const decision = decideCSR(csrFacts(csr), this.index, options.config, now);
+    const decision = decideCSR(csrFacts(csr), this.index, options.config, now, this.cluster);
     if (decision.action !== "wait") this.stopWaiting(name);
     if (decision.action === "ignore") {
       options.log.v(4)?.("CSR left alone", { csr: name, reason: decision.reason });

@@ -3,9 +3,19 @@ import { isIPv4, isIPv6 } from "node:net";
 import { test } from "node:test";
 import fc from "fast-check";
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
-import type { Node } from "kubernetes-types/core/v1.js";
+import type { Node, Service } from "kubernetes-types/core/v1.js";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { UNINITIALIZED_TAINT } from "../kube/nodes.ts";
 import { canonicalIp, ipToBytes, parseCidr } from "../net/ip.ts";
+import {
+  type ClusterAddresses,
+  clusterAddresses,
+  endpointSliceTransform,
+  kubernetesServiceTransform,
+  NO_CLUSTER_ADDRESSES,
+  type ServiceCidr,
+  serviceCidrTransform,
+} from "./cluster.ts";
 import { csrObject, type OpensslRequest, opensslCsr } from "./csr.fixture.ts";
 import { type CsrConfig, type CsrDecision, type CsrFacts, csrFacts, decideCSR } from "./decide.ts";
 import { parseDnsNamePattern } from "./dnsnames.ts";
@@ -14,6 +24,13 @@ import { indexNode, indexNodes, type NodeFacts, nodeFacts } from "./nodes.ts";
 const CREATED = "2026-01-01T12:00:00Z";
 const NOW = new Date("2026-01-01T12:05:00Z");
 const UNTIL = new Date("2026-01-01T12:10:00Z");
+
+/** Just outside the Service CIDRs below, loopback, unspecified, link-local and multicast. */
+const EDGE_IPS = [
+  ...["10.95.255.255", "10.112.0.0", "fd00:10:96::1:0", "fd00:10:95:ffff:ffff:ffff:ffff:ffff", "126.255.255.255"],
+  ...["128.0.0.0", "::2", "0.0.0.1", "169.253.255.255", "169.255.0.0", "fe7f:ffff::1", "fec0::1", "223.255.255.255"],
+  ...["240.0.0.0", "feff:ffff::1", "::ffff:128.0.0.1", "::7f00:1"],
+];
 
 function node(name: string, addresses: [type: string, address: string][], uninitialized = false): Node {
   return {
@@ -40,9 +57,55 @@ const NODES = [
   node("n3", [["Hostname", "n3"]], true),
   node("a", [["InternalIP", "198.18.0.60"]]),
   node("a.b", [["InternalIP", "198.18.0.61"]]),
+  // A node that wrote the cluster's addresses into its own status (any node may: kubernetes/kubernetes#50635).
+  node("liar", [
+    ["InternalIP", "198.18.0.70"],
+    ...[
+      ...["10.96.0.1", "10.100.3.4", "fd00:10:96::1", "192.0.2.10", "2001:db8::10", "10.200.0.9"],
+      ...["127.0.0.1", "127.1.2.3", "::1", "0.0.0.0", "::", "169.254.169.254", "fe80::1", "224.0.0.1", "ff02::1"],
+    ].map((ip): [string, string] => ["ExternalIP", ip]),
+  ]),
+  node("late", [["InternalIP", "10.96.0.7"]], true),
+  node("edge", EDGE_IPS.map((ip): [string, string] => ["InternalIP", ip])),
 ];
 const index = (nodes: NodeFacts[]) => indexNodes(nodes.map(indexNode));
 const INDEX = index(NODES.map((n) => nodeFacts(n)));
+
+/** A dual-stack cluster as its three caches show it: trimmed by the informers' transforms, as the controller reads. */
+const CLUSTER_OBJECTS: { serviceCidrs: ServiceCidr[]; services: Service[]; endpointSlices: EndpointSlice[] } = {
+  serviceCidrs: [
+    { metadata: { name: "kubernetes", uid: "u1" }, spec: { cidrs: ["10.96.0.0/12", "fd00:10:96::/112"] } },
+  ],
+  services: [
+    {
+      metadata: { name: "kubernetes", namespace: "default", labels: { component: "apiserver" } },
+      spec: { clusterIP: "10.96.0.1", clusterIPs: ["10.96.0.1", "fd00:10:96::1"], ports: [{ port: 443 }] },
+    },
+  ],
+  endpointSlices: [
+    {
+      metadata: { name: "kubernetes", namespace: "default" },
+      addressType: "IPv4",
+      endpoints: [{ addresses: ["192.0.2.10"], conditions: { ready: true } }],
+      ports: [{ name: "https", port: 6443 }],
+    },
+    {
+      metadata: { name: "kubernetes-v6", namespace: "default" },
+      addressType: "IPv6",
+      endpoints: [{ addresses: ["2001:db8::10"] }],
+    },
+  ],
+};
+const clusterOf = (objects: Partial<typeof CLUSTER_OBJECTS>): ClusterAddresses =>
+  clusterAddresses(
+    (objects.serviceCidrs ?? []).map(serviceCidrTransform),
+    (objects.services ?? []).map(kubernetesServiceTransform),
+    (objects.endpointSlices ?? []).map(endpointSliceTransform),
+  );
+const CLUSTER = clusterOf(CLUSTER_OBJECTS);
+const IN_SERVICE_CIDR = 'is in the Service CIDR 10.96.0.0/12 (ServiceCIDR "kubernetes")';
+const oneServiceCidr = (name: string, cidr: string) =>
+  clusterOf({ serviceCidrs: [{ metadata: { name }, spec: { cidrs: [cidr] } }] });
 
 const CONFIG: CsrConfig = {
   apiServerNames: ["API.example.com"],
@@ -56,6 +119,7 @@ interface Case {
   request: OpensslRequest;
   spec?: Partial<CertificateSigningRequest["spec"]>;
   config?: Partial<CsrConfig>;
+  cluster?: ClusterAddresses;
   object?: (csr: CertificateSigningRequest) => CertificateSigningRequest;
   expected: CsrDecision;
 }
@@ -200,6 +264,97 @@ const CASES: Case[] = [
     title: "no digital signature",
     ...n1("DNS:n1", { spec: { usages: ["server auth"] } }),
     expected: deny("usages", 'rule 4 (usages): "digital signature" missing'),
+  },
+  // rule 5b: the cluster's own addresses, denied whatever the Node claims ("liar" lists them all)
+  ...(
+    [
+      ["10.96.0.1", IN_SERVICE_CIDR],
+      ["10.100.3.4", IN_SERVICE_CIDR],
+      ["::ffff:10.96.0.1", IN_SERVICE_CIDR],
+      ["fd00:10:96::1", 'is in the Service CIDR fd00:10:96::/112 (ServiceCIDR "kubernetes")'],
+      ["192.0.2.10", "is an address of the API server (EndpointSlice default/kubernetes)"],
+      ["::ffff:192.0.2.10", "is an address of the API server (EndpointSlice default/kubernetes)"],
+      ["2001:db8::10", "is an address of the API server (EndpointSlice default/kubernetes-v6)"],
+      ["127.0.0.1", "is loopback (127.0.0.0/8)"],
+      ["127.1.2.3", "is loopback (127.0.0.0/8)"],
+      ["::ffff:127.0.0.1", "is loopback (127.0.0.0/8)"],
+      ["::1", "is loopback (::1)"],
+      ["0.0.0.0", "is the unspecified address"],
+      ["::ffff:0.0.0.0", "is the unspecified address"],
+      ["::", "is the unspecified address"],
+      ["169.254.169.254", "is link-local (169.254.0.0/16)"],
+      ["::ffff:169.254.169.254", "is link-local (169.254.0.0/16)"],
+      ["fe80::1", "is link-local (fe80::/10)"],
+      ["febf:ffff::1", "is link-local (fe80::/10)"],
+      ["224.0.0.1", "is multicast (224.0.0.0/4)"],
+      ["239.255.255.250", "is multicast (224.0.0.0/4)"],
+      ["::ffff:224.0.0.1", "is multicast (224.0.0.0/4)"],
+      ["ff02::1", "is multicast (ff00::/8)"],
+    ] as const
+  ).map(([ip, problem]): Case => ({
+    title: `IP SAN ${ip}`,
+    ...as("liar", `DNS:liar,IP:198.18.0.70,IP:${ip}`),
+    expected: deny("cluster-ip", `rule 5b (cluster IPs): ${canonicalIp(ip)} ${problem}`),
+  })),
+  {
+    title: "the liar's own address, and nothing of the cluster's: approved",
+    ...as("liar", "DNS:liar,IP:198.18.0.70"),
+    expected: approve('rules 1–8 hold for node "liar": DNS liar; IP 198.18.0.70'),
+  },
+  {
+    title: "the addresses just outside each range are a node's to hold",
+    ...as("edge", `IP:${EDGE_IPS.join(",IP:")}`),
+    expected: approve(`rules 1–8 hold for node "edge": IP ${EDGE_IPS.map((ip) => canonicalIp(ip)).join(", ")}`),
+  },
+  {
+    title: "no ServiceCIDR objects: the kubernetes Service's ClusterIPs still count",
+    ...as("liar", "IP:198.18.0.70,IP:fd00:10:96::1"),
+    cluster: clusterOf({ services: CLUSTER_OBJECTS.services }),
+    expected: deny(
+      "cluster-ip",
+      "rule 5b (cluster IPs): fd00:10:96::1 is a ClusterIP of the Service default/kubernetes",
+    ),
+  },
+  {
+    title: "a ServiceCIDR written IPv4-mapped covers the IPv4 form a certificate carries",
+    ...as("liar", "IP:10.200.0.9"),
+    cluster: oneServiceCidr("mapped", "::ffff:10.200.0.0/112"),
+    expected: deny(
+      "cluster-ip",
+      'rule 5b (cluster IPs): 10.200.0.9 is in the Service CIDR ::ffff:10.200.0.0/112 (ServiceCIDR "mapped")',
+    ),
+  },
+  {
+    title: "an unreadable ServiceCIDR may hold any IP: every IP SAN is denied, DNS-only requests still approved",
+    ...as("liar", "IP:198.18.0.70"),
+    cluster: oneServiceCidr("odd", "10.96.0.0/33"),
+    expected: deny(
+      "cluster-ip",
+      "rule 5b (cluster IPs): 198.18.0.70 may be in the Service CIDR 10.96.0.0/33 " +
+        '(ServiceCIDR "odd"), which cannot be read',
+    ),
+  },
+  {
+    title: "an unreadable ServiceCIDR does not hold DNS names",
+    ...as("liar", "DNS:liar"),
+    cluster: oneServiceCidr("odd", "garbage"),
+    expected: approve('rules 1–8 hold for node "liar": DNS liar'),
+  },
+  {
+    title: "an allowlist that covers the Service CIDR does not let its addresses through",
+    ...as("liar", "IP:10.96.0.1"),
+    config: { ipAllowlist: cidrs("10.0.0.0/8") },
+    expected: deny("cluster-ip", `rule 5b (cluster IPs): 10.96.0.1 ${IN_SERVICE_CIDR}`),
+  },
+  {
+    title: "an uninitialized node's cluster address: denied at once, no wait",
+    ...as("late", "IP:10.96.0.7"),
+    expected: deny("cluster-ip", `rule 5b (cluster IPs): 10.96.0.7 ${IN_SERVICE_CIDR}`),
+  },
+  {
+    title: "a missing node's cluster address: denied at once, no wait",
+    ...as("n9", "DNS:n9,IP:::1"),
+    expected: deny("cluster-ip", "rule 5b (cluster IPs): ::1 is loopback (::1)"),
   },
   // rule 5
   {
@@ -383,10 +538,10 @@ function cidrs(...texts: string[]) {
 }
 
 test("decideCSR: every rule on real requests made by openssl, with its reason", () => {
-  for (const { title, request, spec, config, object, expected } of CASES) {
+  for (const { title, request, spec, config, cluster = CLUSTER, object, expected } of CASES) {
     const csr = csrObject(opensslCsr(request), spec, CREATED);
     const facts = csrFacts(object ? object(csr) : csr);
-    assert.deepEqual(decideCSR(facts, INDEX, { ...CONFIG, ...config }, NOW), expected, title);
+    assert.deepEqual(decideCSR(facts, INDEX, { ...CONFIG, ...config }, NOW, cluster), expected, title);
   }
 });
 
@@ -483,7 +638,7 @@ test("extra DNS name patterns: a name the pattern gives to other nodes too is re
     const facts = csrFacts(csrObject(opensslCsr(as(requester, `DNS:${san}`).request), {
       username: `system:node:${requester}`,
     }, CREATED));
-    const decision = decideCSR(facts, nodes, { ...CONFIG, extraDnsNames: parseDnsNamePattern(pattern) }, NOW);
+    const decision = decideCSR(facts, nodes, { ...CONFIG, extraDnsNames: parseDnsNamePattern(pattern) }, NOW, CLUSTER);
     const title = `${pattern} for ${requester}: ${san}`;
     if (problem === undefined) assert.equal(decision.action, "approve", `${title}: ${decision.reason}`);
     else assert.match(decision.reason, new RegExp(problem.replace(/[.*+?()[\]]/g, "\\$&")), title);
@@ -634,7 +789,7 @@ test("property: never approves an IP or DNS SAN that is another node's or no nod
           ipAllowlist: cidrs(...allowlist),
           ...(pattern ? { extraDnsNames: parseDnsNamePattern(pattern) } : {}),
         };
-        const decision = decideCSR(facts, index(nodes), config, NOW);
+        const decision = decideCSR(facts, index(nodes), config, NOW, CLUSTER);
         assert.ok(decision.reason.length > 0);
         if (decision.action !== "approve") return;
         approvals++;
@@ -648,4 +803,165 @@ test("property: never approves an IP or DNS SAN that is another node's or no nod
     { numRuns: 3000 },
   );
   assert.ok(approvals > 100, `only ${approvals} approvals: the generators hardly reach the interesting side`);
+});
+
+test("cluster addresses: the transforms keep only what is read, and the facts name the object of each address", () => {
+  const trimmed = {
+    serviceCidrs: CLUSTER_OBJECTS.serviceCidrs.map(serviceCidrTransform),
+    services: CLUSTER_OBJECTS.services.map(kubernetesServiceTransform),
+    endpointSlices: CLUSTER_OBJECTS.endpointSlices.map(endpointSliceTransform),
+  };
+  assert.deepEqual(trimmed.serviceCidrs, [
+    {
+      metadata: { name: "kubernetes", resourceVersion: undefined },
+      spec: { cidrs: ["10.96.0.0/12", "fd00:10:96::/112"] },
+    },
+  ]);
+  assert.deepEqual(trimmed.services, [
+    {
+      metadata: { name: "kubernetes", namespace: "default", resourceVersion: undefined },
+      spec: { clusterIP: "10.96.0.1", clusterIPs: ["10.96.0.1", "fd00:10:96::1"] },
+    },
+  ]);
+  assert.deepEqual(trimmed.endpointSlices[0], {
+    metadata: { name: "kubernetes", namespace: "default", resourceVersion: undefined },
+    addressType: "IPv4",
+    endpoints: [{ addresses: ["192.0.2.10"] }],
+  });
+  assert.deepEqual(
+    [...CLUSTER.addresses],
+    [
+      ["10.96.0.1", "a ClusterIP of the Service default/kubernetes"],
+      ["fd00:10:96::1", "a ClusterIP of the Service default/kubernetes"],
+      ["192.0.2.10", "an address of the API server (EndpointSlice default/kubernetes)"],
+      ["2001:db8::10", "an address of the API server (EndpointSlice default/kubernetes-v6)"],
+    ],
+  );
+  // Addresses read as Kubernetes reads them: IPv4-mapped as IPv4, leading zeros as decimal; FQDN endpoints skipped.
+  const sloppy = clusterOf({
+    serviceCidrs: [{ metadata: { name: "zeros", uid: "u4" }, spec: { cidrs: ["010.096.0.0/16"] } }],
+    services: [{ metadata: { name: "kubernetes", namespace: "default" }, spec: { clusterIP: "::FFFF:10.96.0.1" } }],
+    endpointSlices: [
+      {
+        metadata: { name: "fqdn", namespace: "default" },
+        addressType: "FQDN",
+        endpoints: [{ addresses: ["api.example"] }],
+      },
+    ],
+  });
+  assert.deepEqual([...sloppy.addresses], [["10.96.0.1", "a ClusterIP of the Service default/kubernetes"]]);
+  const facts = csrFacts(csrObject(opensslCsr(as("liar", "IP:10.96.3.4").request), { username: "system:node:liar" }));
+  assert.equal(
+    decideCSR(facts, INDEX, CONFIG, NOW, sloppy).reason,
+    'rule 5b (cluster IPs): 10.96.3.4 is in the Service CIDR 010.096.0.0/16 (ServiceCIDR "zeros")',
+  );
+  // With no cluster objects at all, the address kinds every cluster holds still count; 10.96.0.1 is then the liar's.
+  const liar = as("liar", "IP:10.96.0.1,IP:fe80::1");
+  const bare = csrFacts(csrObject(opensslCsr(liar.request), liar.spec));
+  assert.equal(
+    decideCSR(bare, INDEX, CONFIG, NOW, NO_CLUSTER_ADDRESSES).reason,
+    "rule 5b (cluster IPs): fe80::1 is link-local (fe80::/10)",
+  );
+});
+
+// ---- property: never approve an IP SAN that is the cluster's, whatever the Nodes claim ----
+
+const SERVICE_CIDRS = ["10.96.0.0/12", "fd00:10:96::/112", "::ffff:10.200.0.0/112", "198.18.0.0/30", "198.18.0.4/31"];
+const CLUSTER_IPS = ["10.96.0.1", "fd00:10:96::1", "198.18.0.9"];
+const ENDPOINTS = ["198.18.0.8", "2001:db8::10", "127.0.0.1", "::ffff:198.18.0.7"];
+/** Loopback, unspecified, link-local, multicast: restated here from the standards, not from cluster.ts. */
+const SPECIAL = [
+  ...["127.0.0.0/8", "::1/128", "0.0.0.0/32", "::/128"],
+  ...["169.254.0.0/16", "fe80::/10", "224.0.0.0/4", "ff00::/8"],
+];
+const CLAIMED = [
+  ...["198.18.0.1", "198.18.0.3", "198.18.0.5", "198.18.0.6", "198.18.0.7", "198.18.0.8", "198.18.0.9"],
+  ...["10.96.0.1", "10.100.0.5", "10.111.255.255", "10.112.0.1", "10.200.0.9", "fd00:10:96::1", "fd00:10:96::1:0"],
+  ...["2001:db8::10", "127.0.0.1", "127.9.9.9", "::1", "0.0.0.0", "::", "169.254.1.1", "fe80::1", "fec0::1"],
+  ...["224.0.0.1", "239.0.0.1", "240.0.0.1", "ff02::1", "203.0.113.5", "fd00:198:18::1"],
+];
+
+/** A CIDR's 128-bit network and prefix, IPv4 as IPv4-mapped (as ipKey). */
+function bigRange(text: string): { network: bigint; bits: number } {
+  const [address = "", length = ""] = text.split("/");
+  return { network: BigInt(`0x${ipKey(address)}`), bits: Number(length) + (isIPv4(address) ? 96 : 0) };
+}
+const bigContains = ({ network, bits }: { network: bigint; bits: number }, ip: string) =>
+  BigInt(`0x${ipKey(ip)}`) >> BigInt(128 - bits) === network >> BigInt(128 - bits);
+
+test("property: never approves an IP SAN in the cluster's addresses, whatever the Nodes claim", () => {
+  let [approvals, clusterDenials] = [0, 0];
+  const clusterArb = fc.record({
+    cidrs: fc.subarray(SERVICE_CIDRS),
+    clusterIps: fc.subarray(CLUSTER_IPS),
+    endpoints: fc.subarray(ENDPOINTS),
+  });
+  const nodeArb = fc.uniqueArray(fc.constantFrom(...CLAIMED), { minLength: 1, maxLength: 6 });
+  fc.assert(
+    fc.property(
+      clusterArb,
+      // The requester is n0, the first of up to 3 nodes.
+      fc.array(nodeArb, { minLength: 1, maxLength: 3 }).chain((claims) =>
+        fc.tuple(
+          fc.constant(claims),
+          // Mostly n0's own claims, at times any, each written as a kubelet or an attacker may.
+          fc.array(fc.oneof(fc.constantFrom(...CLAIMED), fc.constantFrom(...(claims[0] ?? []))).chain(writtenIp), {
+            minLength: 1,
+            maxLength: 3,
+          }),
+        ),
+      ),
+      ({ cidrs, clusterIps, endpoints }, [claims, asked]) => {
+        const nodes = claims.map((ips, i): NodeFacts => ({
+          name: `n${i}`,
+          addresses: ips.map((address) => ({ type: "ExternalIP", address })),
+          uninitialized: false,
+        }));
+        const requester = "n0";
+        const cluster = clusterOf({
+          serviceCidrs: [{ metadata: { name: "sc", uid: "u" }, spec: { cidrs } }],
+          services: [{ metadata: { name: "kubernetes", namespace: "default" }, spec: { clusterIPs: clusterIps } }],
+          endpointSlices: [
+            {
+              metadata: { name: "kubernetes", namespace: "default" },
+              addressType: "IPv4",
+              endpoints: [{ addresses: endpoints }],
+            },
+          ],
+        });
+        const facts: CsrFacts = {
+          name: "csr",
+          signerName: "kubernetes.io/kubelet-serving",
+          username: `system:node:${requester}`,
+          groups: ["system:nodes"],
+          usages: ["digital signature", "server auth"],
+          created: NOW,
+          request: {
+            ok: true,
+            commonNames: [`system:node:${requester}`],
+            organizations: ["system:nodes"],
+            otherSubjectAttributes: [],
+            dnsNames: [],
+            ipAddresses: asked.map((ip) => canonicalIp(ip) ?? assert.fail(ip)),
+            emailAddresses: [],
+            uris: [],
+            otherSans: [],
+          },
+        };
+        const decision = decideCSR(facts, index(nodes), CONFIG, NOW, cluster);
+        if (decision.rule === "cluster-ip") clusterDenials++;
+        if (decision.action !== "approve") return;
+        approvals++;
+        const exact = [...clusterIps, ...endpoints].map(ipKey);
+        for (const ip of asked) {
+          assert.ok(!exact.includes(ipKey(ip)), `IP SAN ${ip} is a ClusterIP or an API server address`);
+          for (const range of [...cidrs, ...SPECIAL])
+            assert.ok(!bigContains(bigRange(range), ip), `IP SAN ${ip} lies in ${range}`);
+        }
+      },
+    ),
+    { numRuns: 3000 },
+  );
+  assert.ok(approvals > 100, `only ${approvals} approvals: the generators hardly reach the interesting side`);
+  assert.ok(clusterDenials > 100, `only ${clusterDenials} rule 5b denials`);
 });

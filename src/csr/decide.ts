@@ -10,6 +10,9 @@
 //   3 request     the request parses; one subject CN == spec.username; O == [system:nodes] exactly; no other
 //                 subject attribute; no email, URI or other SAN kinds; at least one DNS or IP SAN.
 //   4 usages      server auth and digital signature required, key encipherment allowed, nothing else.
+//   5b cluster-ip no IP SAN is the cluster's own (cluster.ts): in a Service CIDR, a ClusterIP of the kubernetes
+//                 Service, an address of the API server, loopback, unspecified, link-local or multicast, whatever
+//                 any Node claims. Checked before the Node is looked at, and denied at once: it never becomes valid.
 //   5 node-missing / ip-san
 //                 Node <name> exists; every IP SAN is one of its addresses (canonical form) and no other
 //                 Node's.
@@ -27,6 +30,7 @@
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
 import { formatDuration } from "../cli/duration.ts";
 import { canonicalIp, type Cidr, cidrContains } from "../net/ip.ts";
+import { type ClusterAddresses, clusterIpProblem } from "./cluster.ts";
 import {
   type DnsNamePattern,
   isApiServerName,
@@ -107,6 +111,7 @@ export type CsrRule =
   | "identity"
   | "request"
   | "usages"
+  | "cluster-ip"
   | "node-missing"
   | "ip-san"
   | "dns-san"
@@ -129,7 +134,13 @@ export type CsrDecision =
 type Failure = { rule: DenyRule; reason: string };
 type PendingFailure = Failure & { rule: PendingRule };
 
-export function decideCSR(csr: CsrFacts, nodes: NodeIndex, config: CsrConfig, now: Date): CsrDecision {
+export function decideCSR(
+  csr: CsrFacts,
+  nodes: NodeIndex,
+  config: CsrConfig,
+  now: Date,
+  cluster: ClusterAddresses,
+): CsrDecision {
   if (csr.signerName !== KUBELET_SERVING_SIGNER)
     return { action: "ignore", rule: "signer", reason: `rule 1 (signer): ${csr.signerName} is not ours` };
   if (csr.decided) return { action: "ignore", rule: "decided", reason: `already ${csr.decided}` };
@@ -141,6 +152,9 @@ export function decideCSR(csr: CsrFacts, nodes: NodeIndex, config: CsrConfig, no
   if (!request.ok) return { action: "deny", ...requestRefused(`unreadable: ${request.error}`) };
   const early = requestFailure(request, csr.username) ?? usagesFailure(csr.usages);
   if (early) return { action: "deny", ...early };
+  // Rule 5b before the Node is looked at: no Node's claim, and no wait for one, can make these addresses its own.
+  const clusterIp = clusterIpFailure(request.ipAddresses, cluster);
+  if (clusterIp) return { action: "deny", ...clusterIp };
 
   const node = nodes.nodes.get(nodeName);
   const addressFailure: PendingFailure | undefined = node
@@ -205,6 +219,14 @@ function usagesFailure(usages: string[]): Failure | undefined {
   if (extra !== undefined) return { rule: "usages", reason: `rule 4 (usages): "${extra}" not allowed` };
   const missing = REQUIRED_USAGES.find((usage) => !usages.includes(usage));
   if (missing) return { rule: "usages", reason: `rule 4 (usages): "${missing}" missing` };
+  return undefined;
+}
+
+function clusterIpFailure(ips: string[], cluster: ClusterAddresses): Failure | undefined {
+  for (const ip of ips) {
+    const problem = clusterIpProblem(ip, cluster);
+    if (problem) return { rule: "cluster-ip", reason: `rule 5b (cluster IPs): ${ip} ${problem}` };
+  }
   return undefined;
 }
 

@@ -8,8 +8,8 @@ export function createCsrApproverMetrics(registry: Registry) {
       name: "node_lifecycle_controller_csr_decisions_total",
       help:
         "Decisions on kubelet-serving CSRs, by result (approved, denied, would-approve, would-deny, conflict, " +
-        "error) and rule (approved, or the first failed rule: identity, request, usages, node-missing, ip-san, " +
-        "dns-san, ip-cidr, expiration).",
+        "error) and rule (approved, or the first failed rule: identity, request, usages, cluster-ip, node-missing, " +
+        "ip-san, dns-san, ip-cidr, expiration).",
       labels: ["result", "rule"],
     }),
     decisionSeconds: registry.histogram({

@@ -283,7 +283,7 @@ export const lifecycleFlagTable = [
     default: "",
     help:
       "CSR approver: comma list of CIDRs; every IP SAN must also lie in one of them (on top of being the " +
-      "node's own address). Empty: no allowlist.",
+      "node's own address). Empty: no allowlist. Production clusters should set their node networks.",
     helm: `${CSR_HELM}ipAllowlist`,
     validate: eachItem(cidr),
   }),

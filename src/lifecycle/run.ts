@@ -1,15 +1,31 @@
-// The node-lifecycle-controller program: flags → API client → one informer on all nodes (and one on
-// kubelet-serving CSRs when the approver runs) → leader election → the controllers --controllers names,
-// with health and metrics served beside them. SIGTERM stops the controllers first (no DELETE or approval
-// after that), then releases the lease, stops the watches and closes the client.
+// The node-lifecycle-controller program: flags → API client → one informer on all nodes (and, when the approver
+// runs, one on kubelet-serving CSRs and three on the cluster's own addresses) → leader election → the
+// controllers --controllers names, with health and metrics served beside them. SIGTERM stops the controllers
+// first (no DELETE or approval after that), then releases the lease, stops the watches and closes the client.
 import { randomBytes } from "node:crypto";
 import os from "node:os";
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
-import type { Node } from "kubernetes-types/core/v1.js";
+import type { Node, Service } from "kubernetes-types/core/v1.js";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { startHealthServer } from "../cli/health.ts";
 import { createLogger, type Logger } from "../cli/log.ts";
 import type { MainContext } from "../cli/main.ts";
-import { CSR_RESOURCE, CsrController, csrTransform, KUBELET_SERVING_SELECTOR } from "../csr/controller.ts";
+import {
+  API_SERVER_SLICES,
+  endpointSliceTransform,
+  KUBERNETES_SERVICE,
+  kubernetesServiceTransform,
+  SERVICE_CIDR_RESOURCE,
+  type ServiceCidr,
+  serviceCidrTransform,
+} from "../csr/cluster.ts";
+import {
+  type ClusterCaches,
+  CSR_RESOURCE,
+  CsrController,
+  csrTransform,
+  KUBELET_SERVING_SELECTOR,
+} from "../csr/controller.ts";
 import { sleep } from "../kube/backoff.ts";
 import { KubeClient } from "../kube/client.ts";
 import { loadClientConfig } from "../kube/config.ts";
@@ -42,6 +58,27 @@ function lifecycleConfig(flags: LifecycleFlags): LifecycleConfig {
 /** As client-go's: the pod (or host) name and a random part, so a restarted pod is a new candidate. */
 function leaderIdentity(env: NodeJS.ProcessEnv): string {
   return `${env.POD_NAME || os.hostname()}_${randomBytes(4).toString("hex")}`;
+}
+
+/** The CSR approver's informers on the cluster's own addresses (rule 5b), each keeping the fields it reads. */
+function clusterInformers(client: KubeClient, log: Logger) {
+  const failed = (what: string) => (err: unknown) => log.error(`watching ${what} failed`, { err });
+  return {
+    serviceCidrs: new Informer(new Resource<ServiceCidr>(client, SERVICE_CIDR_RESOURCE), {
+      transform: serviceCidrTransform,
+      onError: failed("ServiceCIDRs"),
+    }),
+    services: new Informer(new Resource<Service>(client, KUBERNETES_SERVICE.resource), {
+      fieldSelector: KUBERNETES_SERVICE.fieldSelector,
+      transform: kubernetesServiceTransform,
+      onError: failed("the kubernetes Service"),
+    }),
+    endpointSlices: new Informer(new Resource<EndpointSlice>(client, API_SERVER_SLICES.resource), {
+      labelSelector: API_SERVER_SLICES.labelSelector,
+      transform: endpointSliceTransform,
+      onError: failed("the kubernetes Service's EndpointSlices"),
+    }),
+  } satisfies ClusterCaches;
 }
 
 /** Errors are logged at once; a lost race for the lease (Conflict) is routine and logged at --v=2. */
@@ -82,7 +119,8 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
         onError: (err) => log.error("watching CSRs failed", { err }),
       })
     : undefined;
-  const informers = [informer, ...(csrInformer ? [csrInformer] : [])];
+  const cluster = csrInformer && clusterInformers(client, log);
+  const informers = [informer, ...(csrInformer && cluster ? [csrInformer, ...Object.values(cluster)] : [])];
   if (flags.healthBindAddress) {
     const health = await startHealthServer({
       address: flags.healthBindAddress,
@@ -126,21 +164,24 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
       })
     : undefined;
   if (lifecycle) informer.addHandlers(lifecycle.handlers);
-  const approver = csrInformer
-    ? new CsrController({
-        config: flags.csr,
-        dryRun: flags.dryRun,
-        cache: csrInformer,
-        csrs: new Resource<CertificateSigningRequest>(client, CSR_RESOURCE),
-        isLeader,
-        events,
-        log: log.with({ controller: "kubelet-serving-csr" }),
-        metrics: metrics.csrApprover,
-      })
-    : undefined;
-  if (approver && csrInformer) {
+  const approver =
+    csrInformer && cluster
+      ? new CsrController({
+          config: flags.csr,
+          dryRun: flags.dryRun,
+          cache: csrInformer,
+          cluster,
+          csrs: new Resource<CertificateSigningRequest>(client, CSR_RESOURCE),
+          isLeader,
+          events,
+          log: log.with({ controller: "kubelet-serving-csr" }),
+          metrics: metrics.csrApprover,
+        })
+      : undefined;
+  if (approver && csrInformer && cluster) {
     informer.addHandlers(approver.nodeHandlers);
     csrInformer.addHandlers(approver.csrHandlers);
+    for (const each of Object.values(cluster)) each.addHandlers(approver.clusterHandlers);
   }
   if (leaderElection.enabled) {
     elector = new LeaderElector(client, {
@@ -181,6 +222,11 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
   if (ctx.signal.aborted) return;
   log.info("node cache synced", { nodes: informer.list().length });
   if (csrInformer) log.info("CSR cache synced", { csrs: csrInformer.list().length });
+  if (cluster) {
+    const { serviceCidrs, services, endpointSlices } = cluster;
+    const counts = { serviceCidrs: serviceCidrs.list().length, services: services.list().length };
+    log.info("cluster address caches synced", { ...counts, endpointSlices: endpointSlices.list().length });
+  }
   // Candidates campaign only with full caches, so that a new leader decides from all objects at once.
   if (elector) ctx.onShutdown(campaign(elector));
   // Each stop waits for what is in flight: a DELETE or an approval already sent completes.

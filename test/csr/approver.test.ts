@@ -1,6 +1,8 @@
 // The kubelet-serving CSR approver against a real control plane, under its shipped RBAC: CSRs made by node
 // identities (client certificates) with openssl-made requests. A valid request is approved; each rule's
-// failure is denied with a condition and a Warning Event naming the rule and the value; a CSR waits for its
+// failure is denied with a condition and a Warning Event naming the rule and the value (a node that wrote the
+// cluster's own addresses into its status gets none of them, and a new ServiceCIDR denies a waiting CSR at
+// once); a CSR waits for its
 // uninitialized Node and is approved once the Node has its address, or denied when it waited too long; other
 // signers' CSRs are untouched; dry run writes nothing; of two replicas only the leader decides. The control
 // plane's kube-controller-manager signs what is approved: the issued certificate holds the SANs requested.
@@ -169,6 +171,38 @@ describe("two replicas, leader election", () => {
     });
   }
 
+  test("rule 5b: a node that wrote the kubernetes Service's ClusterIP and an API server address into its own status gets neither; its honest request is approved", async () => {
+    const clusterIP = await world.kubernetesClusterIP();
+    const endpoint = "198.18.61.1";
+    const slice = await world.addApiServerEndpoint(endpoint);
+    await world.addNode("claims", ["198.18.60.1", "claims"]);
+    await world.writeOwnAddresses("claims", [
+      { type: "InternalIP", address: "198.18.60.1" },
+      { type: "ExternalIP", address: clusterIP },
+      { type: "ExternalIP", address: endpoint },
+      { type: "Hostname", address: "claims" },
+    ]);
+    const addresses = (await world.nodes.get("claims")).status?.addresses?.map(({ address }) => address);
+    assert.deepEqual(addresses, ["198.18.60.1", clusterIP, endpoint, "claims"], "the node's own write went through");
+    const serviceIp = await world.requestCertificate("claims", { sans: `DNS:claims,IP:198.18.60.1,IP:${clusterIP}` });
+    const apiServer = await world.requestCertificate("claims", { sans: `DNS:claims,IP:${endpoint}` });
+    const honest = await world.requestCertificate("claims", { sans: "DNS:claims,IP:198.18.60.1" });
+    const expected: [string, string][] = [
+      // The test control plane's --service-cluster-ip-range, which the apiserver keeps as ServiceCIDR "kubernetes".
+      [serviceIp, `rule 5b (cluster IPs): ${clusterIP} is in the Service CIDR 10.96.0.0/24 (ServiceCIDR "kubernetes")`],
+      [apiServer, `rule 5b (cluster IPs): ${endpoint} is an address of the API server (EndpointSlice default/${slice})`],
+    ];
+    for (const [csr, message] of expected) {
+      const condition = await decision(csr);
+      assert.deepEqual([condition.type, condition.reason, condition.message], ["Denied", "AutoDenied", message]);
+      await waitFor("the Denied event", async () => (await eventsAbout(csr)).includes(`Warning Denied: ${message}`));
+      assert.equal((await world.csrs.get(csr)).status?.certificate, undefined, "no certificate issued");
+    }
+    const condition = await decision(honest);
+    assert.equal(condition.type, "Approved", condition.message);
+    assert.equal(condition.message, 'rules 1–8 hold for node "claims": DNS claims; IP 198.18.60.1');
+  });
+
   test("rule 9: a CSR waits for its uninitialized Node, and is approved once it has its address", async () => {
     await world.addNode("late", ["late"], { uninitialized: true });
     const csr = await world.requestCertificate("late", { sans: "DNS:late,IP:198.18.50.1" });
@@ -213,5 +247,28 @@ describe("two replicas, leader election", () => {
     for (const msg of ["approved CSR", "denied CSR", "CSR waits for its node"])
       assert.deepEqual(follower.find(msg), [], `the follower logged no "${msg}"`);
     for (const replica of replicas) assert.equal(await replica.stop(), 0);
+  });
+});
+
+describe("a change of the cluster's addresses", () => {
+  test("a new ServiceCIDR denies at once a CSR that waits for its Node to hold an address inside it", async () => {
+    // A pending timeout far beyond the test's bounds: only the ServiceCIDR's arrival can decide the CSR.
+    const approver = startApprover("cluster-change", "--leader-elect=false", "--csr-pending-timeout=10m");
+    await approver.waitForLog("CSR cache synced");
+    await world.addNode("grows", ["grows"], { uninitialized: true });
+    const csr = await world.requestCertificate("grows", { sans: "DNS:grows,IP:10.97.0.5" });
+    const waiting = 'waiting for node "grows" to be initialized: rule 5 (IP SANs): 10.97.0.5 is not an address of node "grows"';
+    await waitFor("the WaitingForNode event", async () => (await eventsAbout(csr)).includes(`Normal WaitingForNode: ${waiting}`));
+    await world.serviceCidrs.create({ metadata: { name: "extra" }, spec: { cidrs: ["10.97.0.0/24"] } });
+    try {
+      const condition = await decision(csr);
+      assert.deepEqual(
+        [condition.type, condition.message],
+        ["Denied", 'rule 5b (cluster IPs): 10.97.0.5 is in the Service CIDR 10.97.0.0/24 (ServiceCIDR "extra")'],
+      );
+    } finally {
+      await world.serviceCidrs.delete("extra");
+    }
+    assert.equal(await approver.stop(), 0);
   });
 });

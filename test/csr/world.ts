@@ -5,7 +5,8 @@
 import { readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
-import type { Event, Node } from "kubernetes-types/core/v1.js";
+import type { Event, Node, NodeAddress, Service } from "kubernetes-types/core/v1.js";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { helmTemplate } from "../../scripts/render-manifests.ts";
 import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
@@ -14,6 +15,12 @@ import { Resource } from "../../src/kube/resource.ts";
 import { KUBELET_SERVING_SIGNER } from "../../src/csr/decide.ts";
 import { opensslCsr } from "../../src/csr/csr.fixture.ts";
 import { CSR_RESOURCE } from "../../src/csr/controller.ts";
+import {
+  API_SERVER_SLICES,
+  KUBERNETES_SERVICE,
+  SERVICE_CIDR_RESOURCE,
+  type ServiceCidr,
+} from "../../src/csr/cluster.ts";
 import {
   type ControlPlane,
   clientCertificateUser,
@@ -47,8 +54,19 @@ export interface CsrWorld {
   nodes: Resource<Node>;
   csrs: Resource<CertificateSigningRequest>;
   events: Resource<Event>;
+  serviceCidrs: Resource<ServiceCidr>;
   /** Creates a Node with these addresses (InternalIP for IPs, Hostname for names), optionally uninitialized. */
   addNode(name: string, addresses: string[], options?: { uninitialized?: boolean }): Promise<void>;
+  /** The node `name` itself writes these into its own status.addresses, as its kubelet or agent may. */
+  writeOwnAddresses(name: string, addresses: NodeAddress[]): Promise<void>;
+  /** The kubernetes Service's first ClusterIP. */
+  kubernetesClusterIP(): Promise<string>;
+  /**
+   * Lists `ip` as an API server's in an EndpointSlice of the kubernetes Service, as in a cluster with several
+   * API servers, and returns the slice's name. The test control plane lists none of its own: it advertises
+   * 127.0.0.1, which the apiserver's endpoint reconciler may not write into Endpoints or EndpointSlices.
+   */
+  addApiServerEndpoint(ip: string): Promise<string>;
   /** A client that is the node `name` (cached per name). */
   nodeClient(name: string): Promise<KubeClient>;
   /** Creates a CSR as `as` (a node name, or the admin) and returns its name. */
@@ -82,6 +100,7 @@ export async function startCsrWorld(options: { audit?: boolean; controllerManage
       nodes,
       csrs: new Resource(plane.admin, CSR_RESOURCE),
       events: new Resource<Event>(plane.admin, { group: "", version: "v1", plural: "events", namespace: "default" }),
+      serviceCidrs: new Resource<ServiceCidr>(plane.admin, SERVICE_CIDR_RESOURCE),
       async addNode(name, addresses, { uninitialized = false } = {}) {
         const node = await nodes.create({
           metadata: { name },
@@ -95,6 +114,29 @@ export async function startCsrWorld(options: { audit?: boolean; controllerManage
         };
         // A patch: kube-controller-manager, when it runs, changes new Nodes meanwhile.
         await nodes.patch(node.metadata?.name as string, "merge", { status }, { subresource: "status" });
+      },
+      async writeOwnAddresses(name, addresses) {
+        const own = new Resource<Node>(await clientOf(name), { group: "", version: "v1", plural: "nodes" });
+        await own.patch(name, "merge", { status: { addresses } }, { subresource: "status" });
+      },
+      async kubernetesClusterIP() {
+        const service = await new Resource<Service>(plane.admin, KUBERNETES_SERVICE.resource).get("kubernetes");
+        const [clusterIP] = service.spec?.clusterIPs ?? [];
+        if (!clusterIP) throw new Error("the kubernetes Service has no ClusterIP");
+        return clusterIP;
+      },
+      async addApiServerEndpoint(ip) {
+        const name = `kubernetes-${ip.replace(/[.:]/g, "-")}`;
+        await new Resource<EndpointSlice>(plane.admin, API_SERVER_SLICES.resource).create({
+          metadata: {
+            name,
+            labels: { "kubernetes.io/service-name": "kubernetes", "endpointslice.kubernetes.io/managed-by": "test" },
+          },
+          addressType: ip.includes(":") ? "IPv6" : "IPv4",
+          endpoints: [{ addresses: [ip] }],
+          ports: [{ name: "https", port: 443, protocol: "TCP" }],
+        });
+        return name;
       },
       nodeClient: clientOf,
       async requestCertificate(as, request) {

@@ -464,10 +464,28 @@ describe("Helm chart", () => {
         resourceNames: ["kubernetes.io/kubelet-serving"],
         verbs: ["approve"],
       },
+      { apiGroups: ["networking.k8s.io"], resources: ["servicecidrs"], verbs: ["list", "watch"] },
     ]);
     assert.deepEqual(find(objects, "ClusterRoleBinding", name).subjects, [
       { kind: "ServiceAccount", name: "node-lifecycle-controller", namespace: "kube-system" },
     ]);
+    // The cluster's own addresses in "default": the kubernetes Service by name, and the EndpointSlices.
+    const role = find(objects, "Role", name);
+    assert.equal(role.metadata.namespace, "default");
+    assert.deepEqual(role.rules, [
+      { apiGroups: [""], resources: ["services"], resourceNames: ["kubernetes"], verbs: ["list", "watch"] },
+      { apiGroups: ["discovery.k8s.io"], resources: ["endpointslices"], verbs: ["list", "watch"] },
+    ]);
+    const binding = find(objects, "RoleBinding", name);
+    assert.equal(binding.metadata.namespace, "default");
+    assert.deepEqual(binding.roleRef, { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name });
+    assert.deepEqual(binding.subjects, [
+      { kind: "ServiceAccount", name: "node-lifecycle-controller", namespace: "kube-system" },
+    ]);
+    const clusterAddressGrants = (list: KubeObject[]) =>
+      list.filter((obj) => /servicecidrs|endpointslices|"services"/.test(JSON.stringify(obj))).map((obj) => obj.kind);
+    assert.deepEqual(clusterAddressGrants(objects), ["ClusterRole", "Role"]);
+    assert.deepEqual(clusterAddressGrants(defaults), [], "off: no grant about the cluster's addresses");
     assert.deepEqual(certificates(objects), [name]);
   });
 
