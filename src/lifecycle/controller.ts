@@ -104,8 +104,12 @@ export interface ControllerOptions {
 /** What a node was last evented for: a skip class, or an outcome of the check itself. */
 type Stage = SkipClass | "changed" | "would-delete";
 
-/** Skips evented on the node: the ones an operator waits on. Earlier rules are the normal state. */
-const EVENTED_SKIPS = new Set<SkipClass>(["paused", "rate-limited"]);
+/**
+ * Skips evented on the node: the ones an operator waits on, and a protected node that would otherwise be
+ * deleted (NotReady past the timeout), so that whoever protected it sees it respected. Earlier rules are the
+ * normal state.
+ */
+const EVENTED_SKIPS = new Set<SkipClass>(["protected", "paused", "rate-limited"]);
 
 export class Controller {
   private readonly options: Required<Omit<ControllerOptions, "now">> & { now: () => Date };

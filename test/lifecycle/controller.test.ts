@@ -317,6 +317,7 @@ test("only the expired, watched, unreachable node is deleted, with preconditions
     h.events.map((e) => [e.name, e.type, e.reason, e.message]).sort(),
     [
       ["alive", "Normal", "DeletionSkipped", "reachable: icmp answered"],
+      ["kept", "Normal", "DeletionSkipped", "protected by label keep (NotReady for 10m0s, timeout 5m0s)"],
       [
         "dead",
         "Normal",
@@ -336,8 +337,29 @@ test("only the expired, watched, unreachable node is deleted, with preconditions
   await settle(h, 3);
   assert.equal(h.probes.length, 5);
   assert.equal(h.events.filter((e) => e.name === "alive").length, 1);
+  assert.equal(h.events.filter((e) => e.name === "kept").length, 1, "a protected node is evented once, not every pass");
   assert.equal(h.metric("node_lifecycle_controller_reconciles_total"), 4);
 });
+
+test("a protected node is evented when it would otherwise be deleted: once, and again after it came back and died", async () => {
+  const kept = () => kubeletNode("kept", { labels: { keep: "" } });
+  const h = harness([kept(), ...healthy(4)]);
+  await settle(h, 3);
+  assert.deepEqual(h.probes, [], "never probed");
+  const skipped = ["kept", "Normal", "DeletionSkipped", "protected by label keep (NotReady for 10m0s, timeout 5m0s)"];
+  assert.deepEqual(h.events.map((e) => [e.name, e.type, e.reason, e.message]), [skipped]);
+  assert.equal(h.metric('node_lifecycle_controller_skipped_total{class="protected"}'), 3);
+
+  // Ready: no longer kept by its protection (and not counted as such); NotReady past the timeout again: news again.
+  h.api.set("kept", kubeletNode("kept", { labels: { keep: "" }, ready: "True" }));
+  await settle(h);
+  assert.equal(h.metric('node_lifecycle_controller_skipped_total{class="protected"}'), 3);
+  h.api.set("kept", kept());
+  await settle(h, 2);
+  assert.deepEqual(h.events.map((e) => [e.name, e.type, e.reason, e.message]), [skipped, skipped]);
+  assert.deepEqual(h.deletes, []);
+});
+
 
 test("the DELETE's preconditions are the fresh copy's, not the cache's", async () => {
   const cached = kubeletNode("n1");

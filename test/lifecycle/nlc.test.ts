@@ -282,6 +282,33 @@ describe("node-lifecycle-controller against a real control plane", () => {
     }
   });
 
+  test("a protected dead node is kept, with one DeletionSkipped Event however many passes", async () => {
+    const since = apiTimeAgo(2 * TIMEOUT_MS);
+    await createNodes([
+      nodeObject("kept-node", { address: await world.deadAddress(), since, labels: { keep: "" } }),
+      ...healthy(3, "t6"),
+    ]);
+    try {
+      const nlc = start(flags(world, "--protected-labels=keep"));
+      const skipped = await waitFor("the DeletionSkipped event", async () => {
+        const list = await world.events.list({ fieldSelector: "involvedObject.name=kept-node,reason=DeletionSkipped" });
+        return list.items[0];
+      });
+      assert.equal(skipped.type, "Normal");
+      assert.match(skipped.message ?? "", /^protected by label keep \(NotReady for \d+s, timeout 8s\)$/);
+      const passes = async () => (await metrics(nlc)).get("node_lifecycle_controller_reconciles_total") ?? 0;
+      const from = await passes();
+      await waitFor("three more passes", async () => (await passes()) >= from + 3, 30_000, 200);
+      const after = await world.events.list({ fieldSelector: "involvedObject.name=kept-node" });
+      assert.deepEqual(after.items.map((e) => [e.reason, e.count]), [["DeletionSkipped", 1]]);
+      assert.ok(((await metrics(nlc)).get('node_lifecycle_controller_skipped_total{class="protected"}') ?? 0) >= 4);
+      assert.equal(await exists("kept-node"), true);
+      assert.deepEqual(nlc.find("probing", { node: "kept-node" }), [], "a protected node is not even probed");
+    } finally {
+      await cleanUp();
+    }
+  });
+
   test("a permission missing from the RBAC shows as an error naming it", async () => {
     // The shipped RBAC, under other names, without "delete nodes".
     const name = "nlc-without-delete";
