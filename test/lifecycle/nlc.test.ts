@@ -309,6 +309,41 @@ describe("node-lifecycle-controller against a real control plane", () => {
     }
   });
 
+  test("Nodes sharing a providerID: a Warning Event on each, once; a gauge; a log line", async () => {
+    const cloned = "local://4c4c4544-0042-3510-8052-b4c04f384e32";
+    const node = (name: string, providerID: string): Node => {
+      const object = nodeObject(name, { address: "198.18.200.1", ready: "True", tainted: false });
+      return { ...object, spec: { ...object.spec, providerID } };
+    };
+    const clones = ["clone-1", "clone-2", "clone-3"];
+    await createNodes([...clones.map((name) => node(name, cloned)), node("own-id", "local://own")]);
+    try {
+      const nlc = start(flags(world));
+      const logged = await nlc.waitForLog("nodes share a providerID");
+      assert.deepEqual([logged.level, logged.providerID, logged.nodes], ["warning", cloned, clones.join(",")]);
+      const warnings = async () =>
+        (await world.events.list({ fieldSelector: "reason=DuplicateProviderID" })).items.filter((e) => e.type === "Warning");
+      await waitFor("a Warning on each clone", async () => (await warnings()).length === 3);
+      const passes = async () => (await metrics(nlc)).get("node_lifecycle_controller_reconciles_total") ?? 0;
+      const from = await passes();
+      await waitFor("three more passes", async () => (await passes()) >= from + 3, 30_000, 200);
+      const each = (await warnings()).map((e) => [e.involvedObject.name, e.count]).sort();
+      assert.deepEqual(each, clones.map((name) => [name, 1]), "once per node, not every pass");
+      assert.match((await warnings())[0]?.message ?? "", /is shared by 3 Nodes \(clone-1, clone-2, clone-3\)/);
+      assert.equal(nlc.find("nodes share a providerID").length, 1);
+      const gauge = async () => (await metrics(nlc)).get("node_lifecycle_controller_nodes_sharing_provider_id");
+      assert.equal(await gauge(), 3);
+
+      // Two clones leave (to come back with their own providerIDs): the gauge follows.
+      await world.nodes.delete("clone-3");
+      await waitFor("two left sharing", async () => (await gauge()) === 2);
+      await world.nodes.delete("clone-2");
+      await waitFor("none sharing", async () => (await gauge()) === 0);
+    } finally {
+      await cleanUp();
+    }
+  });
+
   test("a permission missing from the RBAC shows as an error naming it", async () => {
     // The shipped RBAC, under other names, without "delete nodes".
     const name = "nlc-without-delete";
