@@ -25,7 +25,7 @@ const entry = await bundleProgram("local-ccm", path.join(import.meta.dirname, ".
 const world = await startWorld();
 try {
   const node = await world.nodeHost(0);
-  await registerNode(world.nodes, "bench-node", "198.18.100.10");
+  await registerNode(world.nodes, "bench-node", "198.18.100.10", { on: node });
   // Our own watch on the Node timestamps every change the agent makes.
   const seen: { at: number; addresses: string[] }[] = [];
   const informer = new Informer(world.nodes, { fieldSelector: "metadata.name=bench-node" });

@@ -12,6 +12,7 @@ import type { Resource } from "../kube/resource.ts";
 import type { Netlink } from "../net/netlink.ts";
 import { desiredAddresses, hasInternalIP, parseProvidedNodeIPs, sameAddresses } from "./addresses.ts";
 import { type Detection, type DetectionConfig, detectAddresses } from "./detect.ts";
+import { checkLocalNode, type LocalNodeInput } from "./localnode.ts";
 import type { InstanceMetadataSource, Lookup } from "./metadata/client.ts";
 import { desiredMetadata, METADATA_LABELS, type MetadataPlan, metadataPatch } from "./metadata/plan.ts";
 import { LABEL_FIELDS, type Resolved, type RulesConfig, resolveMetadata } from "./metadata/rules.ts";
@@ -24,6 +25,8 @@ export interface AgentOptions {
   nodeName: string;
   detection: DetectionConfig;
   removeTaint: boolean;
+  /** Write the Node only when one of its kubelet-reported IPs is an address of this host (localnode.ts). */
+  requireLocalNode: boolean;
   /** Set when the Node gets metadata (instance metadata, a providerID template or rules). */
   metadata?: MetadataOptions;
 }
@@ -46,6 +49,8 @@ export interface AgentDeps {
 
 /** What one reconcile did, for logs, tests and --run-once. */
 export interface ReconcileResult {
+  /** Why nothing was written: the Node is not this host (--require-local-node). */
+  refused?: string;
   addressesWritten: boolean;
   taintRemoved: boolean;
   /** Why the taint stays, when it does. */
@@ -59,6 +64,7 @@ export interface ReconcileResult {
 interface Finding {
   reason:
     | "DetectionFailed"
+    | "NodeNotLocal"
     | "ProvidedNodeIPMismatch"
     | "TaintKept"
     | MetadataPlan["notes"][number]["reason"]
@@ -87,8 +93,11 @@ export class Agent {
   private again = false;
   /** Findings of the previous reconcile: each is reported when it appears, not on every pass (no writes at rest). */
   private findings = new Set<string>();
-  /** Outcome of the last reconcile, for /readyz. */
+  /** Outcome of the last reconcile, for /readyz: its error, or its result. */
   lastError: unknown;
+  lastResult: ReconcileResult | undefined;
+  /** The local-node rule last logged, so that "cannot be checked" is said once, not every pass. */
+  private localNodeRule: string | undefined;
 
   constructor(options: AgentOptions, deps: AgentDeps) {
     this.options = options;
@@ -108,11 +117,13 @@ export class Agent {
       do {
         this.again = false;
         await this.reconcile(cached).then(
-          () => {
+          (result) => {
             this.lastError = undefined;
+            this.lastResult = result;
           },
           (err: unknown) => {
             this.lastError = err;
+            this.lastResult = undefined;
             this.report(err);
           },
         );
@@ -130,20 +141,22 @@ export class Agent {
   async reconcile(cached: () => Node | undefined): Promise<ReconcileResult> {
     const { metrics, log } = this.deps;
     const started = performance.now();
-    const [detection, lookup] = await Promise.all([
+    const [detection, lookup, host] = await Promise.all([
       detectAddresses(this.deps.netlink, this.options.detection).finally(() =>
         metrics.detectionSeconds.observe((performance.now() - started) / 1000),
       ),
       this.options.metadata?.source.lookup(),
+      this.options.requireLocalNode ? this.deps.netlink.listAddresses() : undefined,
     ]);
+    const hostAddresses = host?.map((a) => a.address);
 
     let node = cached();
     for (let attempt = 0; ; attempt++) {
       node ??= await this.fetch();
       try {
-        const result = await this.apply(node, detection, lookup);
-        metrics.reconciles.with({ result: "ok" }).inc();
-        metrics.lastSuccess.set(Date.now() / 1000);
+        const result = await this.apply(node, detection, lookup, hostAddresses);
+        metrics.reconciles.with({ result: result.refused ? "refused" : "ok" }).inc();
+        if (!result.refused) metrics.lastSuccess.set(Date.now() / 1000);
         return result;
       } catch (err) {
         if (!isApiError(err, "Conflict") || attempt >= MAX_CONFLICT_RETRIES) throw err;
@@ -164,9 +177,20 @@ export class Agent {
     }
   }
 
-  private async apply(node: Node, detection: Detection, lookup: Lookup | undefined): Promise<ReconcileResult> {
+  private async apply(
+    node: Node,
+    detection: Detection,
+    lookup: Lookup | undefined,
+    hostAddresses: string[] | undefined,
+  ): Promise<ReconcileResult> {
     const current = node.status?.addresses ?? [];
     const providedNodeIPs = parseProvidedNodeIPs(node.metadata?.annotations?.[PROVIDED_NODE_IP_ANNOTATION]);
+    const refused = hostAddresses && this.refusal({ providedNodeIPs, addresses: current, hostAddresses });
+    if (refused) {
+      // Nothing else is reported: this host's findings say nothing about that Node.
+      this.reportFindings(node, [{ reason: "NodeNotLocal", message: refused }]);
+      return { refused, addressesWritten: false, taintRemoved: false, metadataWritten: false, detection };
+    }
     const plan = desiredAddresses(current, detection, { providedNodeIPs });
     const findings: Finding[] = [
       ...detection.problems.map((p): Finding => ({ reason: "DetectionFailed", message: `${p.type}: ${p.message}` })),
@@ -270,6 +294,19 @@ export class Agent {
     this.deps.events.record(nodeReference(node), "Normal", "MetadataSet", `Set ${text}`);
   }
 
+
+  /** Why this Node must not be written from this host, or undefined; a Node with no IP yet is allowed (logged once). */
+  private refusal(input: LocalNodeInput): string | undefined {
+    const verdict = checkLocalNode(input);
+    if (verdict.rule !== this.localNodeRule && verdict.rule === "no-node-ip")
+      this.deps.log.info(`not checked that the node is this host: ${verdict.reason}`, { node: this.options.nodeName });
+    this.localNodeRule = verdict.rule;
+    if (verdict.local) return undefined;
+    return (
+      `refusing to write node "${this.options.nodeName}": it is not this host: ${verdict.reason}; ` +
+      "run the agent on that node, or pass --require-local-node=false to manage it from elsewhere on purpose"
+    );
+  }
 
   /**
    * Detection problems, disagreements and a kept taint are reported (log + Event) when they appear;

@@ -22,6 +22,7 @@ export interface AgentFlags extends CommonFlags {
   /** undefined only when --external-ip-target is set empty and no other method is given. */
   external: DetectionMethod | undefined;
   removeTaint: boolean;
+  requireLocalNode: boolean;
   reconcileIntervalMs: number;
   runOnce: boolean;
   metadata: MetadataFlags;
@@ -187,6 +188,14 @@ export const agentFlagTable = [
     default: "false",
     help: "Reconcile once and exit: 0 on success, 1 with the reason otherwise (usable as an init container).",
   }),
+  flag({
+    name: "require-local-node",
+    type: "bool",
+    default: "true",
+    help:
+      "Write the Node only if one of its IPs (kubelet's provided-node-ip, else its InternalIPs and ExternalIPs) is an " +
+      "address of this host; a Node with no IP yet is written. false: manage a Node from another machine on purpose.",
+  }),
   ...metadataFlags,
   ...commonFlagTable({ healthPort: AGENT_HEALTH_PORT, helmPrefix: "controller." }),
 ] as const;
@@ -204,6 +213,7 @@ export function parseAgentFlags(argv: readonly string[], env: Env): AgentFlags {
     internal: detection("internal", lists("internal"), isGiven("internal")),
     external: detection("external", lists("external"), isGiven("external")),
     removeTaint: values["remove-taint"],
+    requireLocalNode: values["require-local-node"],
     reconcileIntervalMs: values["reconcile-interval"],
     runOnce: values["run-once"],
     metadata: {

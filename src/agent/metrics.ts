@@ -7,7 +7,7 @@ export function createAgentMetrics(registry: Registry) {
   return {
     reconciles: registry.counter({
       name: "local_ccm_reconciles_total",
-      help: "Reconciles by result.",
+      help: "Reconciles by result: ok, refused (the Node is not this host, nothing written), error.",
       labels: ["result"],
     }),
     errors: registry.counter({

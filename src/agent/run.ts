@@ -13,6 +13,7 @@ import { Agent } from "./agent.ts";
 import { PROGRAM, parseAgentFlags } from "./flags.ts";
 import { metadataOptions } from "./metadata/options.ts";
 import { createMetrics } from "./metrics.ts";
+import { agentReadiness } from "./readiness.ts";
 
 /** Netlink events come in bursts (an address add brings routes with it): one reconcile per burst. */
 const NETLINK_DEBOUNCE_MS = 200;
@@ -41,6 +42,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
       nodeName: flags.nodeName,
       detection: { external: flags.external, internal: flags.internal },
       removeTaint: flags.removeTaint,
+      requireLocalNode: flags.requireLocalNode,
       metadata: await metadataOptions(flags.metadata, metrics.agent),
     },
     { nodes, netlink, events, log, metrics: metrics.agent },
@@ -51,6 +53,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
 
   if (flags.runOnce) {
     const result = await agent.reconcile(() => undefined);
+    if (result.refused) throw new Error(result.refused);
     if (result.metadataUnavailable) throw new Error(`node metadata not applied: ${result.metadataUnavailable}`);
     log.info("reconciled once", {
       node: flags.nodeName,
@@ -74,14 +77,14 @@ export async function runAgent(ctx: MainContext): Promise<void> {
     ? await startHealthServer({
         address: flags.healthBindAddress,
         metrics: metrics.registry,
-        ready: () => {
-          if (!informer.hasSynced()) return { ok: false, reason: "node watch not synced yet" };
-          if (!cached()) return { ok: false, reason: `node "${flags.nodeName}" not found` };
-          if (agent.lastError) {
-            return { ok: false, reason: `last reconcile failed: ${(agent.lastError as Error).message}` };
-          }
-          return { ok: true };
-        },
+        ready: () =>
+          agentReadiness({
+            nodeName: flags.nodeName,
+            synced: informer.hasSynced(),
+            found: cached() !== undefined,
+            error: agent.lastError === undefined ? undefined : (agent.lastError as Error).message,
+            result: agent.lastResult,
+          }),
       })
     : undefined;
   if (health) ctx.onShutdown(() => health.close());

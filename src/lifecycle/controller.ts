@@ -12,6 +12,7 @@ import type { Resource } from "../kube/resource.ts";
 import { uniqueIPs } from "../net/ip.ts";
 import type { ProbeResult } from "../net/probe.ts";
 import type { NodeLifecycleMetrics } from "./metrics.ts";
+import { type SharedProviderID, sharedProviderIDs } from "./providerid.ts";
 import {
   type ClusterHealth,
   clusterHealth,
@@ -35,7 +36,8 @@ export function probeAddresses(node: Node): string[] {
  * The informer's transform: only what decisions read (this controller's and the CSR approver's, which shares
  * the program's one node cache), so 5,000 cached nodes stay small. Labels are kept whole (selectors may name
  * any), annotations only where --protected-annotations names them, taints by key and effect, every address,
- * the Ready condition without its heartbeat (which changes every few minutes and decides nothing).
+ * the Ready condition without its heartbeat (which changes every few minutes and decides nothing), and the
+ * providerID (shared ones are reported).
  */
 export function nodeTransform(config: LifecycleConfig): (node: Node) => Node {
   const annotationKeys = config.protectedAnnotations.map((matcher) => matcher.key);
@@ -58,7 +60,10 @@ export function nodeTransform(config: LifecycleConfig): (node: Node) => Node {
         creationTimestamp: meta.creationTimestamp,
         deletionTimestamp: meta.deletionTimestamp,
       },
-      spec: { taints: node.spec?.taints?.map(({ key, effect }) => ({ key, effect })) },
+      spec: {
+        providerID: node.spec?.providerID,
+        taints: node.spec?.taints?.map(({ key, effect }) => ({ key, effect })),
+      },
       status: {
         conditions: ready
           ? [{ type: "Ready", status: ready.status, lastTransitionTime: ready.lastTransitionTime }]
@@ -104,8 +109,12 @@ export interface ControllerOptions {
 /** What a node was last evented for: a skip class, or an outcome of the check itself. */
 type Stage = SkipClass | "changed" | "would-delete";
 
-/** Skips evented on the node: the ones an operator waits on. Earlier rules are the normal state. */
-const EVENTED_SKIPS = new Set<SkipClass>(["paused", "rate-limited"]);
+/**
+ * Skips evented on the node: the ones an operator waits on, and a protected node that would otherwise be
+ * deleted (NotReady past the timeout), so that whoever protected it sees it respected. Earlier rules are the
+ * normal state.
+ */
+const EVENTED_SKIPS = new Set<SkipClass>(["protected", "paused", "rate-limited"]);
 
 export class Controller {
   private readonly options: Required<Omit<ControllerOptions, "now">> & { now: () => Date };
@@ -116,6 +125,8 @@ export class Controller {
   private deletionTimes: Date[] = [];
   /** The stage last evented per node uid, so a node is evented when its stage changes, not every pass. */
   private readonly evented = new Map<string, Stage>();
+  /** "uid providerID" of the Nodes reported for sharing a providerID, so each is reported once while it lasts. */
+  private sharedReported = new Set<string>();
   private paused: boolean | undefined;
   private icmpUnavailableLogged = false;
   private interval: NodeJS.Timeout | undefined;
@@ -171,9 +182,13 @@ export class Controller {
     const now = this.options.now();
     const nodes = this.options.cache.list();
     const health = this.updateHealth(nodes);
+    const shared = sharedProviderIDs(nodes);
+    metrics.sharedProviderID.set(shared.reduce((sum, group) => sum + group.nodes.length, 0));
     metrics.reconciles.inc();
-    // Followers keep the cache and the health gauge current, for a quick takeover; nothing more.
+    // Followers keep the cache and the gauges current, for a quick takeover; nothing more (their Events
+    // would repeat the leader's).
     if (!this.options.isLeader()) return;
+    this.reportShared(shared);
     const deletionTimes = this.recentDeletions(now);
     const current = new Set<string>();
     for (const node of nodes) {
@@ -207,6 +222,23 @@ export class Controller {
       this.paused = health.paused;
     }
     return health;
+  }
+
+  /** A Warning Event on each Node sharing a providerID and a log line per value, once while it is shared. */
+  private reportShared(shared: SharedProviderID[]): void {
+    const current = new Set<string>();
+    for (const { providerID, nodes, reason } of shared) {
+      const fresh = nodes.filter((node) => {
+        const key = `${node.metadata?.uid}\u0000${providerID}`;
+        current.add(key);
+        return !this.sharedReported.has(key);
+      });
+      if (fresh.length === 0) continue;
+      const names = nodes.map((node) => node.metadata?.name).join(",");
+      this.options.log.warn("nodes share a providerID", { providerID, nodes: names });
+      for (const node of fresh) this.options.events.record(nodeReference(node), "Warning", "DuplicateProviderID", reason);
+    }
+    this.sharedReported = current;
   }
 
   /** Forgets deletions older than the rate window; returns the others. */

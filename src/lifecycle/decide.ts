@@ -38,10 +38,10 @@ export interface ClusterHealth {
 /** Which rule skipped a node: metrics count by it, and the controller events only the late ones. */
 export type SkipClass =
   | "unwatched" // control-plane or outside the filter
-  | "protected"
   | "deleting"
   | "ready"
   | "not-expired" // NotReady for less than the timeout, or since an unknown time
+  | "protected" // by a label or annotation, while NotReady past the timeout
   | "paused" // mass-deletion guard
   | "rate-limited"
   | "reachable"
@@ -158,8 +158,6 @@ export function decide(node: Node, now: Date, config: LifecycleConfig, context: 
   });
   const unwatched = unwatchedReason(node, config);
   if (unwatched) return skip("unwatched", unwatched);
-  const protection = protectionReason(node, config);
-  if (protection) return skip("protected", protection);
   if (node.metadata?.deletionTimestamp) return skip("deleting", "already being deleted");
 
   const since = notReadySince(node);
@@ -170,6 +168,9 @@ export function decide(node: Node, now: Date, config: LifecycleConfig, context: 
   const notReadyFor = Math.max(0, Math.floor((now.getTime() - since.getTime()) / 1000) * 1000);
   const timing = `NotReady for ${formatDuration(notReadyFor)}, timeout ${formatDuration(config.notReadyTimeoutMs)}`;
   if (now.getTime() - since.getTime() < config.notReadyTimeoutMs) return skip("not-expired", timing);
+  // After the timing: "protected" then means the protection is what keeps this dead node (and is evented).
+  const protection = protectionReason(node, config);
+  if (protection) return skip("protected", `${protection} (${timing})`);
 
   if (context.health.paused) return skip("paused", context.health.reason);
   const recent = recentDeletions(context.deletionTimes, now).length;

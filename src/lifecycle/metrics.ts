@@ -29,6 +29,10 @@ export function createNodeLifecycleMetrics(registry: Registry) {
       name: "node_lifecycle_controller_deletions_paused",
       help: "1 while the mass-deletion guard pauses deletions (too many nodes NotReady), else 0.",
     }),
+    sharedProviderID: registry.gauge({
+      name: "node_lifecycle_controller_nodes_sharing_provider_id",
+      help: "Nodes whose spec.providerID another Node also has (cloned machines, a providerID template that is not unique).",
+    }),
   };
 }
 

@@ -9,7 +9,8 @@ import { after, before, describe, test } from "node:test";
 import type { Event } from "kubernetes-types/core/v1.js";
 import { Resource } from "../../src/kube/resource.ts";
 import { waitFor } from "../../localcluster/wait.ts";
-import { addressesOf, registerNode, startAgent, startWorld, type World } from "./harness.ts";
+import { scrapeMetrics } from "../../localcluster/metrics.ts";
+import { addressesOf, readyz, registerNode, startAgent, startWorld, type World } from "./harness.ts";
 import { isUninitialized } from "../../src/kube/nodes.ts";
 
 interface AuditEvent {
@@ -55,7 +56,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
 
   test("a kubelet-like Node gets its ExternalIP, keeps kubelet's addresses, loses the taint; then drift is repaired and nothing is written at rest", async () => {
     const node = await world.nodeHost(0);
-    await registerNode(world.nodes, "node-0", "198.18.100.10");
+    await registerNode(world.nodes, "node-0", "198.18.100.10", { on: node });
     const agent = startAgent(node, ["--node-name=node-0", "--reconcile-interval=1s"]);
     try {
       const expected = ["InternalIP=198.18.100.10", `ExternalIP=${node.external.v4}`, "Hostname=node-0"];
@@ -83,7 +84,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
 
   test("dual-stack targets and an internal target on a second NIC; an ExternalIP equal to an InternalIP is not written", async () => {
     const node = await world.nodeHost(1, { lan: true });
-    await registerNode(world.nodes, "node-1", node.lan?.v4 as string);
+    await registerNode(world.nodes, "node-1", node.lan?.v4 as string, { on: node });
     const agent = startAgent(node, [
       "--node-name=node-1",
       "--external-ip-target=8.8.8.8,2001:4860:4860::8888",
@@ -105,7 +106,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
 
   test("air-gapped (no route to the target): a DetectionFailed warning, kubelet's InternalIP kept, and the taint still goes", async () => {
     const node = await world.nodeHost(2, { airGapped: true });
-    await registerNode(world.nodes, "node-2", "198.18.100.12");
+    await registerNode(world.nodes, "node-2", "198.18.100.12", { on: node });
     const agent = startAgent(node, ["--node-name=node-2"]);
     try {
       await waitFor("taint removed", async () => !isUninitialized(await world.nodes.get("node-2")));
@@ -122,7 +123,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
 
   test("a local address change reaches the Node; a concurrent writer loses nothing and causes no flapping", async () => {
     const node = await world.nodeHost(3);
-    await registerNode(world.nodes, "node-3", "198.18.100.13");
+    await registerNode(world.nodes, "node-3", "198.18.100.13", { on: node });
     const agent = startAgent(node, ["--node-name=node-3", "--reconcile-interval=1m"]);
     try {
       await waitFor("first ExternalIP", async () => addressesOf(await world.nodes.get("node-3")).includes(`ExternalIP=${node.external.v4}`));
@@ -159,7 +160,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
 
   test("an apiserver restart is survived: the watch comes back and drift is repaired again", async () => {
     const node = await world.nodeHost(4);
-    await registerNode(world.nodes, "node-4", "198.18.100.14");
+    await registerNode(world.nodes, "node-4", "198.18.100.14", { on: node });
     const agent = startAgent(node, ["--node-name=node-4"]);
     try {
       const expected = ["InternalIP=198.18.100.14", `ExternalIP=${node.external.v4}`, "Hostname=node-4"].join();
@@ -185,7 +186,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
     try {
       await waitFor("the agent to say it waits for its node", () => /node not found yet/.test(agent.output()) || undefined);
       assert.match(readFileSync(`/proc/${agent.child.pid}/status`, "utf8"), /^Uid:\s+65532\s+65532\s+65532\s+65532$[\s\S]*^CapEff:\s+0+$/m);
-      await registerNode(world.nodes, "node-7", "198.18.100.17");
+      await registerNode(world.nodes, "node-7", "198.18.100.17", { on: node });
       const expected = ["InternalIP=198.18.100.17", `ExternalIP=${node.external.v4}`, "Hostname=node-7"].join();
       await waitFor("initialised", async () => {
         const n = await world.nodes.get("node-7");
@@ -205,7 +206,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
 
   test("--run-once reconciles and exits 0; a missing Node exits 1 with the reason", async () => {
     const node = await world.nodeHost(5);
-    await registerNode(world.nodes, "node-5", "198.18.100.15");
+    await registerNode(world.nodes, "node-5", "198.18.100.15", { on: node });
     const once = startAgent(node, ["--node-name=node-5", "--run-once"]);
     assert.equal(await once.exited, 0, once.output());
     const n = await world.nodes.get("node-5");
@@ -216,9 +217,56 @@ describe("local-ccm agent in a network namespace against the real control plane"
     assert.match(missing.output(), /local-ccm: node "no-such-node" not found/);
   });
 
+  test("a Node that is not this host: --run-once exits 1 and writes nothing; running, a Warning once, not ready, no write", async () => {
+    const node = await world.nodeHost(8);
+    // Another machine's kubelet registered node-8: its --node-ip is no address of this namespace.
+    const registered = await registerNode(world.nodes, "node-8", "198.18.100.18");
+    const since = Date.now();
+    const writes = () => agentRequests(world, since, "node-8").filter((r) => !/^(get|list|watch) /.test(r));
+    const refusal =
+      'local-ccm: refusing to write node "node-8": it is not this host: none of its provided-node-ip (198.18.100.18) ' +
+      "is an address of this host (";
+
+    const once = startAgent(node, ["--node-name=node-8", "--run-once"]);
+    assert.equal(await once.exited, 1, once.output());
+    const last = once.output().trim().split("\n").at(-1) ?? "";
+    assert.ok(last.startsWith(refusal) && last.includes(` ${node.external.v4}, `), last);
+    assert.match(last, /; run the agent on that node, or pass --require-local-node=false to manage it from elsewhere on purpose$/);
+
+    const health = `${node.reachableAt}:10263`;
+    const agent = startAgent(node, ["--node-name=node-8", "--reconcile-interval=300ms", `--health-bind-address=${health}`]);
+    try {
+      const notReady = await waitFor("/readyz saying why", async () => {
+        const answer = await readyz(health);
+        return answer.status === 503 && answer.body.includes("it is not this host") && answer;
+      });
+      assert.ok(notReady.body.startsWith(refusal.slice("local-ccm: ".length)), notReady.body);
+      // Several passes later, still one Event per process (the run above, this agent), each recorded once.
+      const refused = 'local_ccm_reconciles_total{result="refused"}';
+      await waitFor("five refused passes", async () => ((await scrapeMetrics(health)).get(refused) ?? 0) >= 5, 30_000, 200);
+      const warnings = await waitFor("both Warnings written", async () => {
+        const list = await events.list({ fieldSelector: "involvedObject.name=node-8,reason=NodeNotLocal" });
+        return list.items.length === 2 && list.items;
+      });
+      assert.deepEqual(warnings.map((e) => [e.type, e.count]), [["Warning", 1], ["Warning", 1]]);
+      assert.equal((await readyz(health)).status, 503);
+    } finally {
+      await agent.stop();
+    }
+    assert.equal((await world.nodes.get("node-8")).metadata?.resourceVersion, registered.metadata?.resourceVersion);
+    assert.deepEqual(writes().filter((r) => !r.startsWith("create events") && !r.startsWith("patch events")), []);
+
+    // Out of cluster on purpose: the check is off, and the Node is written.
+    const manual = startAgent(node, ["--node-name=node-8", "--run-once", "--require-local-node=false"]);
+    assert.equal(await manual.exited, 0, manual.output());
+    const written = await world.nodes.get("node-8");
+    assert.ok(addressesOf(written).includes(`ExternalIP=${node.external.v4}`));
+    assert.ok(!isUninitialized(written));
+  });
+
   test("an RBAC denial names the missing permission; bad input exits 2 before any API call", async () => {
     const node = await world.nodeHost(6);
-    await registerNode(world.nodes, "node-6", "198.18.100.16");
+    await registerNode(world.nodes, "node-6", "198.18.100.16", { on: node });
     const unbound = await world.plane.serviceAccountKubeconfig({ namespace: "kube-system", name: "unbound", server: node.server });
     const denied = startAgent({ ...node, kubeconfig: unbound }, ["--node-name=node-6", "--run-once"]);
     assert.equal(await denied.exited, 1);

@@ -91,6 +91,11 @@ export async function startWorld(): Promise<World> {
 }
 
 export interface Registration {
+  /**
+   * The node namespace kubelet runs in: it gets the kubelet IP, as a real node has its --node-ip (the agent
+   * writes only a Node one of whose IPs is local). Absent: the Node is another machine's.
+   */
+  on?: NodeHost;
   /** kubelet --node-labels. */
   labels?: Record<string, string>;
   /** kubelet --provider-id. */
@@ -126,6 +131,7 @@ export async function registerNode(
   kubeletIP: string,
   registration: Registration = {},
 ): Promise<Node> {
+  if (registration.on) await assignAddress(registration.on, kubeletIP);
   const node = await nodes.create({
     metadata: {
       name,
@@ -142,6 +148,14 @@ export async function registerNode(
   const ready = { type: "Ready", status: "True", reason: "KubeletReady", lastHeartbeatTime: now, lastTransitionTime: now };
   const nodeInfo = registration.nodeInfo && { ...KUBELET_NODE_INFO, ...registration.nodeInfo };
   return nodes.update({ ...node, status: { addresses, conditions: [ready], nodeInfo } }, { subresource: "status" });
+}
+
+/** Gives the node's namespace `ip` (on its loopback, where it changes no route), unless it has it already. */
+async function assignAddress(node: NodeHost, ip: string): Promise<void> {
+  const family = ip.includes(":") ? "-6" : "-4";
+  const listed = await node.host.ip(family, "-o", "address", "show");
+  if (listed.split("\n").some((line) => line.includes(` ${ip}/`))) return;
+  await node.host.ip("address", "add", `${ip}/${family === "-6" ? 128 : 32}`, "dev", "lo");
 }
 
 const KUBELET_NODE_INFO: NodeSystemInfo = {
@@ -271,3 +285,9 @@ export function startAgent(node: NodeHost, args: string[], options: AgentOptions
 }
 
 export const addressesOf = (node: Node) => (node.status?.addresses ?? []).map((a) => `${a.type}=${a.address}`);
+
+/** What the agent's health server at `address` (host:port) answers on /readyz. */
+export async function readyz(address: string): Promise<{ status: number; body: string }> {
+  const res = await fetch(`http://${address}/readyz`, { signal: AbortSignal.timeout(5000) });
+  return { status: res.status, body: (await res.text()).trim() };
+}

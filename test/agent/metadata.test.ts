@@ -15,6 +15,7 @@ import {
   metadataStatus,
   type NodeHost,
   type Registration,
+  readyz,
   registerNode,
   startAgent,
   startMetadataServer,
@@ -67,7 +68,7 @@ describe("node metadata from instance metadata services and rules", () => {
 
   /** Registers `name`, runs the agent once with `args` and returns its exit code and the Node after. */
   async function runOnce(node: NodeHost, name: string, args: string[], registration: Registration = {}, kubeletIP?: string) {
-    await registerNode(world.nodes, name, kubeletIP ?? `198.18.100.${slot}`, registration);
+    await registerNode(world.nodes, name, kubeletIP ?? `198.18.100.${slot}`, { on: node, ...registration });
     // The agent runs with a Pod-bound token, so the node-scope policy applies to it.
     const kubeconfig = await world.podBoundKubeconfig(node, name);
     const started = performance.now();
@@ -103,7 +104,7 @@ describe("node metadata from instance metadata services and rules", () => {
     body: (server: MetadataServer) => Promise<void>,
     mode: "auto" | keyof typeof INSTANCES = provider,
   ): Promise<void> {
-    await registerNode(world.nodes, name, `198.18.100.${slot}`);
+    await registerNode(world.nodes, name, `198.18.100.${slot}`, { on: node });
     const server = await startMetadataServer(node, [provider], fault);
     try {
       const agent = await startLongRunning(node, name, [`--instance-metadata=${mode}`, "--metadata-timeout=3s"]);
@@ -332,9 +333,15 @@ describe("node metadata from instance metadata services and rules", () => {
       assert.equal(reported.length, 1, reported.join("\n"));
       const findings = await metricOf(node, 'local_ccm_metadata_findings_total{reason="MetadataUnavailable"}');
       assert.equal(findings, 1);
+      // Not ready while the taint stays for want of metadata: a rollout or `helm install --wait` does not succeed.
+      const health = `${node.reachableAt}:${HEALTH_PORT}`;
+      const notReady = await readyz(health);
+      assert.equal(notReady.status, 503, notReady.body);
+      assert.match(notReady.body, /^node "meta-hung" not initialised: no metadata yet: aws instance metadata did not answer within 3000 ms/);
 
       await server.recover();
       await assertInitialisedInOneWrite(name, tainted, "aws");
+      await waitFor("/readyz ok once initialised", async () => (await readyz(health)).status === 200, 20_000, 200);
       assert.equal(await metricOf(node, 'local_ccm_metadata_lookups_total{provider="aws",result="found"}'), 1);
     });
   });

@@ -212,7 +212,7 @@ describe("the agent under deploy/rbac.yaml", () => {
     const name = "least-privilege-node";
     const kubeletIP = "198.18.100.17";
     const node = await world.nodeHost(9); // agent.test.ts, which may run alongside, uses 0–7
-    await registerNode(world.nodes, name, kubeletIP);
+    await registerNode(world.nodes, name, kubeletIP, { on: node });
     const events = new Resource<Event>(world.plane.admin, { group: "", version: "v1", plural: "events", namespace: "default" });
 
     // Loop mode: LIST + WATCH of its Node, PUT nodes/status, the taint's JSON PATCH, Events created.

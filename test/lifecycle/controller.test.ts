@@ -220,7 +220,7 @@ test("the cache keeps only what decisions read, and decides exactly as the full 
       creationTimestamp: full.metadata?.creationTimestamp,
       deletionTimestamp: undefined,
     },
-    spec: { taints: [AUTOSCALER] },
+    spec: { providerID: undefined, taints: [AUTOSCALER] },
     status: {
       conditions: [{ type: "Ready", status: "Unknown", lastTransitionTime: ago(10 * MINUTE) }],
       addresses: [
@@ -317,6 +317,7 @@ test("only the expired, watched, unreachable node is deleted, with preconditions
     h.events.map((e) => [e.name, e.type, e.reason, e.message]).sort(),
     [
       ["alive", "Normal", "DeletionSkipped", "reachable: icmp answered"],
+      ["kept", "Normal", "DeletionSkipped", "protected by label keep (NotReady for 10m0s, timeout 5m0s)"],
       [
         "dead",
         "Normal",
@@ -336,7 +337,72 @@ test("only the expired, watched, unreachable node is deleted, with preconditions
   await settle(h, 3);
   assert.equal(h.probes.length, 5);
   assert.equal(h.events.filter((e) => e.name === "alive").length, 1);
+  assert.equal(h.events.filter((e) => e.name === "kept").length, 1, "a protected node is evented once, not every pass");
   assert.equal(h.metric("node_lifecycle_controller_reconciles_total"), 4);
+});
+
+test("a protected node is evented when it would otherwise be deleted: once, and again after it came back and died", async () => {
+  const kept = () => kubeletNode("kept", { labels: { keep: "" } });
+  const h = harness([kept(), ...healthy(4)]);
+  await settle(h, 3);
+  assert.deepEqual(h.probes, [], "never probed");
+  const skipped = ["kept", "Normal", "DeletionSkipped", "protected by label keep (NotReady for 10m0s, timeout 5m0s)"];
+  assert.deepEqual(h.events.map((e) => [e.name, e.type, e.reason, e.message]), [skipped]);
+  assert.equal(h.metric('node_lifecycle_controller_skipped_total{class="protected"}'), 3);
+
+  // Ready: no longer kept by its protection (and not counted as such); NotReady past the timeout again: news again.
+  h.api.set("kept", kubeletNode("kept", { labels: { keep: "" }, ready: "True" }));
+  await settle(h);
+  assert.equal(h.metric('node_lifecycle_controller_skipped_total{class="protected"}'), 3);
+  h.api.set("kept", kept());
+  await settle(h, 2);
+  assert.deepEqual(h.events.map((e) => [e.name, e.type, e.reason, e.message]), [skipped, skipped]);
+  assert.deepEqual(h.deletes, []);
+});
+
+test("Nodes sharing a providerID: a Warning on each once, a gauge, a log line; followers only count", async () => {
+  const CLONED = "local://4c4c4544-0042-3510-8052-b4c04f384e32";
+  const withID = (node: Node, providerID: string): Node => ({ ...node, spec: { ...node.spec, providerID } });
+  const nodes = [
+    withID(kubeletNode("w1", { ready: "True", tainted: false }), CLONED),
+    withID(kubeletNode("w2", { ready: "True", tainted: false }), CLONED),
+    withID(kubeletNode("w3", { ready: "True", tainted: false }), "local://other"),
+    kubeletNode("w4", { ready: "True", tainted: false }),
+  ];
+  const h = harness(nodes);
+  h.leader.value = false;
+  await settle(h, 2);
+  assert.equal(h.metric("node_lifecycle_controller_nodes_sharing_provider_id"), 2);
+  assert.equal(h.events.length, 0, "a follower's Events would repeat the leader's");
+
+  h.leader.value = true;
+  await settle(h, 3);
+  const reason =
+    `spec.providerID ${CLONED} is shared by 2 Nodes (w1, w2); tools that find a node by its providerID ` +
+    "(cluster-autoscaler, cloud controllers) may act on the wrong one: give each machine its own";
+  assert.deepEqual(
+    h.events.map((e) => [e.name, e.type, e.reason, e.message]),
+    [
+      ["w1", "Warning", "DuplicateProviderID", reason],
+      ["w2", "Warning", "DuplicateProviderID", reason],
+    ],
+  );
+  assert.equal(h.logs.filter((l) => /^W.*nodes share a providerID/.test(l)).length, 1);
+  assert.match(h.logs.find((l) => l.includes("nodes share a providerID")) ?? "", / providerID=local:\/\/4c4c\S+ nodes=w1,w2$/);
+
+  // A third clone joins: only it is news; the others are not evented again.
+  h.api.set("w4", withID(kubeletNode("w4", { ready: "True", tainted: false }), CLONED));
+  await settle(h, 2);
+  assert.equal(h.metric("node_lifecycle_controller_nodes_sharing_provider_id"), 3);
+  assert.deepEqual(h.events.slice(2).map((e) => [e.name, e.reason]), [["w4", "DuplicateProviderID"]]);
+  assert.match(h.events[2]?.message ?? "", /is shared by 3 Nodes \(w1, w2, w4\)/);
+
+  // Two leave: nothing shared any more.
+  h.api.delete("w1");
+  h.api.delete("w2");
+  await settle(h);
+  assert.equal(h.metric("node_lifecycle_controller_nodes_sharing_provider_id"), 0);
+  assert.equal(h.events.length, 3);
 });
 
 test("the DELETE's preconditions are the fresh copy's, not the cache's", async () => {

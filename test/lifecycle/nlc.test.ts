@@ -282,6 +282,68 @@ describe("node-lifecycle-controller against a real control plane", () => {
     }
   });
 
+  test("a protected dead node is kept, with one DeletionSkipped Event however many passes", async () => {
+    const since = apiTimeAgo(2 * TIMEOUT_MS);
+    await createNodes([
+      nodeObject("kept-node", { address: await world.deadAddress(), since, labels: { keep: "" } }),
+      ...healthy(3, "t6"),
+    ]);
+    try {
+      const nlc = start(flags(world, "--protected-labels=keep"));
+      const skipped = await waitFor("the DeletionSkipped event", async () => {
+        const list = await world.events.list({ fieldSelector: "involvedObject.name=kept-node,reason=DeletionSkipped" });
+        return list.items[0];
+      });
+      assert.equal(skipped.type, "Normal");
+      assert.match(skipped.message ?? "", /^protected by label keep \(NotReady for \d+s, timeout 8s\)$/);
+      const passes = async () => (await metrics(nlc)).get("node_lifecycle_controller_reconciles_total") ?? 0;
+      const from = await passes();
+      await waitFor("three more passes", async () => (await passes()) >= from + 3, 30_000, 200);
+      const after = await world.events.list({ fieldSelector: "involvedObject.name=kept-node" });
+      assert.deepEqual(after.items.map((e) => [e.reason, e.count]), [["DeletionSkipped", 1]]);
+      assert.ok(((await metrics(nlc)).get('node_lifecycle_controller_skipped_total{class="protected"}') ?? 0) >= 4);
+      assert.equal(await exists("kept-node"), true);
+      assert.deepEqual(nlc.find("probing", { node: "kept-node" }), [], "a protected node is not even probed");
+    } finally {
+      await cleanUp();
+    }
+  });
+
+  test("Nodes sharing a providerID: a Warning Event on each, once; a gauge; a log line", async () => {
+    const cloned = "local://4c4c4544-0042-3510-8052-b4c04f384e32";
+    const node = (name: string, providerID: string): Node => {
+      const object = nodeObject(name, { address: "198.18.200.1", ready: "True", tainted: false });
+      return { ...object, spec: { ...object.spec, providerID } };
+    };
+    const clones = ["clone-1", "clone-2", "clone-3"];
+    await createNodes([...clones.map((name) => node(name, cloned)), node("own-id", "local://own")]);
+    try {
+      const nlc = start(flags(world));
+      const logged = await nlc.waitForLog("nodes share a providerID");
+      assert.deepEqual([logged.level, logged.providerID, logged.nodes], ["warning", cloned, clones.join(",")]);
+      const warnings = async () =>
+        (await world.events.list({ fieldSelector: "reason=DuplicateProviderID" })).items.filter((e) => e.type === "Warning");
+      await waitFor("a Warning on each clone", async () => (await warnings()).length === 3);
+      const passes = async () => (await metrics(nlc)).get("node_lifecycle_controller_reconciles_total") ?? 0;
+      const from = await passes();
+      await waitFor("three more passes", async () => (await passes()) >= from + 3, 30_000, 200);
+      const each = (await warnings()).map((e) => [e.involvedObject.name, e.count]).sort();
+      assert.deepEqual(each, clones.map((name) => [name, 1]), "once per node, not every pass");
+      assert.match((await warnings())[0]?.message ?? "", /is shared by 3 Nodes \(clone-1, clone-2, clone-3\)/);
+      assert.equal(nlc.find("nodes share a providerID").length, 1);
+      const gauge = async () => (await metrics(nlc)).get("node_lifecycle_controller_nodes_sharing_provider_id");
+      assert.equal(await gauge(), 3);
+
+      // Two clones leave (to come back with their own providerIDs): the gauge follows.
+      await world.nodes.delete("clone-3");
+      await waitFor("two left sharing", async () => (await gauge()) === 2);
+      await world.nodes.delete("clone-2");
+      await waitFor("none sharing", async () => (await gauge()) === 0);
+    } finally {
+      await cleanUp();
+    }
+  });
+
   test("a permission missing from the RBAC shows as an error naming it", async () => {
     // The shipped RBAC, under other names, without "delete nodes".
     const name = "nlc-without-delete";
