@@ -138,7 +138,7 @@ export function decideCSR(csr: CsrFacts, nodes: NodeIndex, config: CsrConfig, no
   const identity = identityFailure(csr, nodeName);
   if (identity) return { action: "deny", ...identity };
   const { request } = csr;
-  if (!request.ok) return { action: "deny", ...requestRefused(`unreadable: ${request.error}`) };
+  if (!request.ok) return { action: "deny", ...requestRefused(request.error) };
   const early = requestFailure(request, csr.username) ?? usagesFailure(csr.usages);
   if (early) return { action: "deny", ...early };
 
@@ -192,8 +192,6 @@ function requestFailure(request: ParsedRequest, username: string): Failure | und
   if (other) return requestRefused(`subject attribute ${other} not allowed (only CN and O)`);
   const [email] = request.emailAddresses;
   if (email !== undefined) return requestRefused(`email SAN ${email} not allowed`);
-  const [uri] = request.uris;
-  if (uri !== undefined) return requestRefused(`URI SAN ${uri} not allowed`);
   const [otherSan] = request.otherSans;
   if (otherSan) return requestRefused(`${otherSan} SAN not allowed`);
   if (!request.dnsNames.length && !request.ipAddresses.length) return requestRefused("no DNS or IP SAN");
