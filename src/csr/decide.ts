@@ -35,7 +35,7 @@ import {
   otherPatternNode,
 } from "./dnsnames.ts";
 import { type IndexedNode, type NodeIndex, otherOwners } from "./nodes.ts";
-import { type CsrRequest, type ParsedRequest, parseCsrPem } from "./request.ts";
+import { type CsrRequest, type ParsedRequest, parseCsrRequest } from "./request.ts";
 
 export const KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving";
 const NODE_USER_PREFIX = "system:node:";
@@ -93,11 +93,7 @@ export function csrFacts(csr: CertificateSigningRequest): CsrFacts {
     expirationSeconds: spec.expirationSeconds,
     created: created && !Number.isNaN(created.getTime()) ? created : undefined,
     decided: decidedState(csr),
-    // spec.request is base64 of the PEM text; latin1 keeps every byte, so stray bytes fail the PEM match.
-    request:
-      spec.signerName === KUBELET_SERVING_SIGNER
-        ? parseCsrPem(Buffer.from(spec.request ?? "", "base64").toString("latin1"))
-        : NOT_PARSED,
+    request: spec.signerName === KUBELET_SERVING_SIGNER ? parseCsrRequest(spec.request ?? "") : NOT_PARSED,
   };
 }
 

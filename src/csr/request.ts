@@ -103,6 +103,15 @@ export function parseCsrPem(text: string): CsrRequest {
   return parseCsrDer(der);
 }
 
+/** spec.request as the API serves it, base64 of the PEM bytes: its size is bounded before it is decoded. */
+export function parseCsrRequest(base64: string): CsrRequest {
+  const bytes = Buffer.byteLength(base64, "base64");
+  if (bytes > MAX_REQUEST_BYTES)
+    return { ok: false, error: `request of ${bytes} bytes is over the bound of ${MAX_REQUEST_BYTES}` };
+  // latin1 keeps every byte as one character, so stray bytes are seen as such by the PEM reader.
+  return parseCsrPem(Buffer.from(base64, "base64").toString("latin1"));
+}
+
 /** The DER of the one canonical block, or what was found instead. */
 function readCanonicalPem(text: string): Buffer | string {
   const firstLine = lineAt(text, 0);
