@@ -143,7 +143,7 @@ function readCanonicalPem(text: string): Buffer | string {
 }
 
 function beginProblem(text: string, line: string): string {
-  if (line.startsWith(`${BEGIN}`)) return `characters after the BEGIN line's dashes: ${quote(line)}`;
+  if (line.startsWith(BEGIN)) return `characters after the BEGIN line's dashes: ${quote(line)}`;
   if (line.startsWith("-----BEGIN ")) return `block type other than CERTIFICATE REQUEST: ${quote(line)}`;
   return text.includes("-----BEGIN") ? "text before the BEGIN line" : "no BEGIN line";
 }
