@@ -7,8 +7,9 @@
 //   1 signer      spec.signerName is kubernetes.io/kubelet-serving, else "ignore" (never denied). Already
 //                 approved, denied, failed or issued: "ignore" (rule "decided").
 //   2 identity    spec.username is system:node:<name>, spec.groups contains system:nodes.
-//   3 request     the request parses; one subject CN == spec.username; O == [system:nodes] exactly; no other
-//                 subject attribute; no email, URI or other SAN kinds; at least one DNS or IP SAN.
+//   3 request     the request is one canonical PEM block within 16 KiB that reads as Go reads it (request.ts);
+//                 one subject CN == spec.username; O == [system:nodes] exactly; no other subject attribute; no
+//                 email, URI or other SAN kinds; at least one DNS or IP SAN.
 //   4 usages      server auth and digital signature required, key encipherment allowed, nothing else.
 //   5 node-missing / ip-san
 //                 Node <name> exists; every IP SAN is one of its addresses (canonical form) and no other
