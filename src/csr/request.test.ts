@@ -210,7 +210,7 @@ test("only one PEM block exactly as Go's pem.Encode writes it is read, within th
     ["a second BEGIN inside", inBody(good, "\n-----BEGIN X-----\n"), /where the END line/],
     ["no END line", good.slice(0, good.indexOf("-----END")), /^not one canonical PEM block: no END line$/],
     ["spaces in the body", inBody(good, "\n "), /a line that is not base64/],
-    ["stray bits in the last character", strayBits(good), /base64 not in canonical form/],
+    ["stray bits in the last character", strayBits(paddedPem()), /base64 not in canonical form/],
     ["no body", "-----BEGIN CERTIFICATE REQUEST-----\n-----END CERTIFICATE REQUEST-----\n", /no base64 body/],
     ["over the bound", good + "\n".repeat(MAX_REQUEST_BYTES), /^request of \d+ bytes is over the bound of 16384$/],
   ];
@@ -238,6 +238,14 @@ function pem64to76(text: string): string {
   const [begin, ...rest] = text.trimEnd().split("\n");
   const end = rest.pop();
   return [begin, ...(rest.join("").match(/.{1,76}/g) ?? []), end, ""].join("\n");
+}
+
+/** A request whose base64 ends in padding (its DER's length is no multiple of 3). */
+function paddedPem(): string {
+  const ders = [1, 2, 3].map((n) =>
+    requestDer(KUBELET_SUBJECT, extensionRequest(sanExtension(tlv(0x82, Buffer.from("n".repeat(n)))))),
+  );
+  return pem(ders.find((der) => der.length % 3 !== 0) ?? assert.fail("no DER of such a length"));
 }
 
 /** The request with its last base64 character changed to one that decodes the same (non-zero padding bits). */
