@@ -8,9 +8,15 @@
 // ≈ 0, an expired node handled within one --reconcile-interval. The last run has the kubelet-serving CSR
 // approver on as well (--controllers=*,kubelet-serving-csr, under the chart's RBAC for it): side by side with
 // the run before it, what the approver costs, and the time from a CSR's creation (by a node, with a real
-// request) to its approval as a watcher sees it, for BENCH_CSRS CSRs made 10 at a time. Budget: p99 ≤ 1 s.
+// request) to its approval as a watcher sees it, for BENCH_CSRS CSRs made 10 at a time; then as many again
+// while other nodes send hostile requests (two PEM blocks, a BEGIN line with a trailing space; a valid block and
+// unterminated BEGIN lines, at the 16 KiB bound and at 512 KiB), with the controller's longest /healthz answer
+// in both phases. Budget: p99 ≤ 1 s. Before the cluster starts, in this process: the approver's decision time for the largest
+// request it reads, and for each hostile request, with the longest event-loop stall (budget ≤ 50 ms).
 import { readFileSync } from "node:fs";
 import path from "node:path";
+import { monitorEventLoopDelay } from "node:perf_hooks";
+import { setImmediate as nextTurn } from "node:timers/promises";
 import { setTimeout as delay } from "node:timers/promises";
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
 import type { Node } from "kubernetes-types/core/v1.js";
@@ -26,6 +32,11 @@ import {
   type World,
 } from "../test/lifecycle/world.ts";
 import { CSR_RESOURCE } from "../src/csr/controller.ts";
+import { csrObject, opensslCsr } from "../src/csr/csr.fixture.ts";
+import { type CsrConfig, csrFacts, decideCSR, KUBELET_SERVING_SIGNER } from "../src/csr/decide.ts";
+import { indexNode, indexNodes } from "../src/csr/nodes.ts";
+import { MAX_REQUEST_BYTES } from "../src/csr/request.ts";
+import type { KubeClient } from "../src/kube/client.ts";
 import { Informer } from "../src/kube/informer.ts";
 import { Resource } from "../src/kube/resource.ts";
 import { approverRbac, nodeClient, requestCertificate } from "../test/csr/world.ts";
@@ -159,40 +170,203 @@ interface Figures {
   probingS: number;
   deletedS: number;
   icmpUnavailable: boolean;
-  /** Creation → approval seen, in seconds, sorted; empty without the approver. */
-  csrLatencies: number[];
+  /** The CSR phases, honest requests only and with hostile ones; undefined without the approver. */
+  csr?: { honest: CsrFigures; mixed: CsrFigures };
 }
 
-/** CSRS nodes each ask for a serving certificate, 10 at a time; the seconds from each creation to its approval. */
-async function csrLatencies(world: World): Promise<number[]> {
-  const clients = await Promise.all(Array.from({ length: CSRS }, (_, i) => nodeClient(world.plane, nodeName(i))));
+/** Hostile requests of a node: kind 1 (two blocks, Go reads the first) and kind 4 (unterminated BEGIN lines). */
+function hostileRequests(node: string, address: string, victimAddress: string): [label: string, text: string][] {
+  const subject = `/O=system:nodes/CN=system:node:${node}`;
+  const honest = opensslCsr({ subject, sans: `DNS:${node},IP:${address}` });
+  const hostile = opensslCsr({ subject, sans: `DNS:${node},DNS:kubernetes.default.svc,IP:${victimAddress}` });
+  const line = "-----BEGIN CERTIFICATE REQUEST-----\n";
+  const padded = (bytes: number) => honest + line.repeat(Math.floor((bytes - honest.length) / line.length));
+  return [
+    ["kind 1: two blocks, BEGIN line + space", hostile.replace("REQUEST-----\n", "REQUEST----- \n") + honest],
+    ["kind 4: BEGIN lines to the bound", padded(MAX_REQUEST_BYTES)],
+    [`kind 4: BEGIN lines to ${OVER_BOUND_BYTES / 1024} KiB`, padded(OVER_BOUND_BYTES)],
+  ];
+}
+
+const OVER_BOUND_BYTES = 512 * 1024;
+
+interface ReaderFigures {
+  largest: { bytes: number; sans: number; meanMs: number; p99Ms: number; maxMs: number; action: string };
+  hostile: { label: string; bytes: number; maxMs: number; reason: string }[];
+  /** The longest event-loop delay while the hostile requests were decided, 20 times each. */
+  stallMs: number;
+}
+
+/**
+ * In this process, as the controller does per CSR event (spec.request decoded, read, decided against an index of
+ * NODES nodes): the largest request read (DNS SANs up to the size bound, all the node's own), and the hostile ones.
+ */
+async function readerFigures(): Promise<ReaderFigures> {
+  const subject = "/O=system:nodes/CN=system:node:big";
+  const names = (count: number) => Array.from({ length: count }, (_, i) => `big-${i}.nodes.example.com`);
+  const request = (count: number) => opensslCsr({ subject, sans: names(count).map((name) => `DNS:${name}`).join(",") });
+  let count = 480;
+  let text = request(count);
+  while (text.length > MAX_REQUEST_BYTES) text = request((count -= 5));
+  const big = indexNode({
+    name: "big",
+    uninitialized: false,
+    addresses: names(count).map((address) => ({ type: "Hostname", address })),
+  });
+  const others = Array.from({ length: NODES }, (_, i) =>
+    indexNode({
+      name: nodeName(i),
+      uninitialized: false,
+      addresses: [
+        { type: "InternalIP", address: `198.18.${100 + (i >> 8)}.${i & 255}` },
+        { type: "Hostname", address: nodeName(i) },
+      ],
+    }),
+  );
+  const index = indexNodes([big, ...others]);
+  const config: CsrConfig = {
+    apiServerNames: [],
+    ipAllowlist: [],
+    maxExpirationSeconds: 86_400,
+    pendingTimeoutMs: 600_000,
+  };
+  const decide = (request: string, node: string) => {
+    const csr = csrObject(request, { username: `system:node:${node}` });
+    const started = performance.now();
+    const decision = decideCSR(csrFacts(csr), index, config, new Date());
+    return { ms: performance.now() - started, decision };
+  };
+  const times: number[] = [];
+  let action = "";
+  for (let i = 0; i < 200; i++) {
+    const { ms, decision } = decide(text, "big");
+    times.push(ms);
+    action = decision.action;
+  }
+  const hostile = hostileRequests(nodeName(1), "198.18.100.1", "198.18.100.0");
+  const worst = new Map<string, { maxMs: number; reason: string }>();
+  const loop = monitorEventLoopDelay({ resolution: 1 });
+  loop.enable();
+  for (let round = 0; round < 20; round++)
+    for (const [label, request] of hostile) {
+      await nextTurn();
+      const { ms, decision } = decide(request, nodeName(1));
+      worst.set(label, { maxMs: Math.max(ms, worst.get(label)?.maxMs ?? 0), reason: decision.reason });
+    }
+  loop.disable();
+  return {
+    largest: {
+      bytes: text.length,
+      sans: count,
+      meanMs: times.reduce((sum, ms) => sum + ms, 0) / times.length,
+      p99Ms: times.sort((a, b) => a - b)[Math.ceil(times.length * 0.99) - 1] as number,
+      maxMs: Math.max(...times),
+      action,
+    },
+    hostile: hostile.map(([label, request]) => ({
+      label,
+      bytes: request.length,
+      ...(worst.get(label) as { maxMs: number; reason: string }),
+    })),
+    stallMs: loop.max / 1e6,
+  };
+}
+
+interface CsrFigures {
+  /** Creation → approval seen, in seconds, sorted. */
+  latencies: number[];
+  hostileSent: number;
+  hostileDenied: number;
+  /** The controller's longest /healthz answer while the CSRs arrived. */
+  healthMaxMs: number;
+}
+
+/**
+ * CSRS nodes (from node `first` on) each ask for a serving certificate, 10 at a time, and with `hostile`, with
+ * each ten another node sends one hostile request: the seconds from each honest creation to its approval, and
+ * what became of the hostile ones.
+ */
+async function csrLatencies(world: World, healthAddress: string, first: number, hostile: boolean): Promise<CsrFigures> {
+  const batches = Math.ceil(CSRS / 10);
+  const clients = await Promise.all(
+    Array.from({ length: CSRS + batches }, (_, i) => nodeClient(world.plane, nodeName(first + i))),
+  );
   const approved = new Map<string, number>();
+  const denied = new Set<string>();
   const informer = new Informer(new Resource<CertificateSigningRequest>(world.plane.admin, CSR_RESOURCE));
   const seen = (csr: CertificateSigningRequest) => {
-    if (csr.status?.conditions?.some((c) => c.type === "Approved")) approved.set(csr.metadata?.name ?? "", performance.now());
+    const name = csr.metadata?.name ?? "";
+    if (csr.status?.conditions?.some((c) => c.type === "Approved")) approved.set(name, performance.now());
+    if (csr.status?.conditions?.some((c) => c.type === "Denied")) denied.add(name);
   };
   informer.addHandlers({ onAdd: seen, onUpdate: (_, csr) => seen(csr) });
   informer.start();
   await informer.waitForSync();
   const createdAt = new Map<string, number>();
+  const hostileNames: string[] = [];
+  // Made before the clock runs: openssl blocks this process.
+  const hostileTexts = Array.from({ length: hostile ? batches : 0 }, (_, batch) => {
+    const sender = first + CSRS + batch;
+    const kinds = hostileRequests(nodeName(sender), nodeAddress(sender), nodeAddress(first));
+    return (kinds[batch % kinds.length] as [string, string])[1];
+  });
+  let probing = true;
+  let healthMaxMs = 0;
+  const probe = (async () => {
+    while (probing) {
+      const started = performance.now();
+      await fetch(`http://${healthAddress}/healthz`).then((res) => res.arrayBuffer());
+      healthMaxMs = Math.max(healthMaxMs, performance.now() - started);
+      await delay(20);
+    }
+  })();
   try {
-    for (let i = 0; i < CSRS; i += 10) {
-      await Promise.all(
-        clients.slice(i, i + 10).map(async (client, n) => {
-          const node = nodeName(i + n);
-          const address = `198.18.${100 + ((i + n) >> 8)}.${(i + n) & 255}`;
+    for (let i = 0, batch = 0; i < CSRS; i += 10, batch++) {
+      const text = hostileTexts[batch];
+      const name = `hostile-${first}-${batch}`;
+      await Promise.all([
+        text && createRequest(clients[CSRS + batch] as KubeClient, name, text).then(() => hostileNames.push(name)),
+        ...clients.slice(i, Math.min(i + 10, CSRS)).map(async (client, n) => {
+          const node = nodeName(first + i + n);
           const sent = performance.now();
-          const name = await requestCertificate(client, node, { sans: `DNS:${node},IP:${address}` });
+          const sans = `DNS:${node},IP:${nodeAddress(first + i + n)}`;
+          const name = await requestCertificate(client, node, { sans });
           createdAt.set(name, sent);
         }),
-      );
+      ]);
     }
-    await waitUntil(() => [...createdAt.keys()].every((name) => approved.has(name)), 60_000);
-    return [...createdAt].map(([name, sent]) => ((approved.get(name) as number) - sent) / 1000).sort((a, b) => a - b);
+    await waitUntil(
+      () => [...createdAt.keys()].every((name) => approved.has(name)) && hostileNames.every((name) => denied.has(name)),
+      60_000,
+    );
+    return {
+      latencies: [...createdAt]
+        .map(([name, sent]) => ((approved.get(name) as number) - sent) / 1000)
+        .sort((a, b) => a - b),
+      hostileSent: hostileNames.length,
+      hostileDenied: hostileNames.filter((name) => denied.has(name)).length,
+      healthMaxMs,
+    };
   } finally {
+    probing = false;
+    await probe;
     await informer.stop();
     for (const client of clients) client.close();
   }
+}
+
+const nodeAddress = (i: number) => `198.18.${100 + (i >> 8)}.${i & 255}`;
+
+/** A kubelet-serving CSR with exactly this request text. */
+async function createRequest(client: KubeClient, name: string, request: string): Promise<void> {
+  await new Resource<CertificateSigningRequest>(client, CSR_RESOURCE).create({
+    metadata: { name },
+    spec: {
+      request: Buffer.from(request).toString("base64"),
+      signerName: KUBELET_SERVING_SIGNER,
+      usages: ["digital signature", "server auth"],
+    },
+  });
 }
 
 async function waitUntil(check: () => boolean, timeoutMs: number): Promise<void> {
@@ -249,9 +423,15 @@ async function measure(world: World, nodeArgs: string[], run: number, approver: 
       (Date.parse((await nlc.waitForLog(msg, { node: name }, timeout)).ts ?? "") - expiry) / 1000;
     const probingS = await sinceExpiry("probing");
     const deletedS = await sinceExpiry("deleted node");
-    const latencies = approver ? await csrLatencies(world) : [];
+    const healthAddress = String((await nlc.waitForLog("serving /healthz, /readyz and /metrics")).address);
+    const csr = approver
+      ? {
+          honest: await csrLatencies(world, healthAddress, 0, false),
+          mixed: await csrLatencies(world, healthAddress, CSRS + Math.ceil(CSRS / 10), true),
+        }
+      : undefined;
     return {
-      csrLatencies: latencies,
+      ...(csr ? { csr } : {}),
       syncS: (Date.parse(synced.ts ?? "") - started) / 1000,
       idle,
       after: processMemory(nlc.pid),
@@ -268,6 +448,19 @@ async function measure(world: World, nodeArgs: string[], run: number, approver: 
     await nlc.stop();
   }
 }
+
+const reader = await readerFigures();
+console.log(`kubelet-serving CSR reader and decision (this process, an index of ${NODES + 1} nodes)`);
+const { largest } = reader;
+console.log(
+  `  largest request read: ${largest.bytes} bytes, ${largest.sans} DNS SANs (${largest.action}):` +
+    ` mean ${largest.meanMs.toFixed(2)} ms, p99 ${largest.p99Ms.toFixed(2)} ms,` +
+    ` max ${largest.maxMs.toFixed(2)} ms of 200`,
+);
+for (const { label, bytes, maxMs, reason } of reader.hostile)
+  console.log(`  ${label} (${bytes} bytes): max ${maxMs.toFixed(2)} ms over 20 — ${reason}`);
+console.log(`  longest event-loop delay while deciding those: ${reader.stallMs.toFixed(1)} ms (budget ≤ 50 ms)`);
+if (process.env.BENCH_READER_ONLY) process.exit(0);
 
 const entry = await bundleProgram("node-lifecycle-controller", path.join(import.meta.dirname, "../.cache/bench"));
 const ticks = Number(await run("getconf", ["CLK_TCK"]));
@@ -314,13 +507,16 @@ try {
   row("expiry → deleted", (f) => s(f.deletedS), `a silent host: ${PING.count} × ${PING.timeoutS} s of ICMP`);
   row("ICMP probes", (f) => (f.icmpUnavailable ? "UNAVAILABLE (TCP only)" : "available"));
   const quantile = (sorted: number[], q: number) => sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)];
+  const seconds = (sorted: number[], q: number) => `${(quantile(sorted, q) as number).toFixed(3)} s`;
+  const latency = ({ latencies }: CsrFigures) => `p50 ${seconds(latencies, 0.5)}, p99 ${seconds(latencies, 0.99)}`;
+  row(`CSR created → approved (${CSRS})`, (f) => (f.csr ? latency(f.csr.honest) : "-"), "budget: p99 ≤ 1 s");
+  row("the same, hostile CSRs meanwhile", (f) => (f.csr ? latency(f.csr.mixed) : "-"), "budget: p99 ≤ 1 s");
+  row("hostile CSRs denied", (f) => (f.csr ? `${f.csr.mixed.hostileDenied} of ${f.csr.mixed.hostileSent}` : "-"));
+  const health = ({ healthMaxMs }: CsrFigures) => `${healthMaxMs.toFixed(1)} ms`;
   row(
-    `CSR created → approved (${CSRS})`,
-    (f) =>
-      f.csrLatencies.length
-        ? `p50 ${(quantile(f.csrLatencies, 0.5) as number).toFixed(3)} s, p99 ${(quantile(f.csrLatencies, 0.99) as number).toFixed(3)} s`
-        : "-",
-    "budget: p99 ≤ 1 s",
+    "longest /healthz answer: honest / mixed",
+    (f) => (f.csr ? `${health(f.csr.honest)} / ${health(f.csr.mixed)}` : "-"),
+    "the approver's event loop, and this loaded machine's scheduling",
   );
   for (const [label, f] of runs)
     console.log(`  API requests in the idle ${IDLE_SECONDS} s, ${label}: ${requests(f.idleRequests)}`);

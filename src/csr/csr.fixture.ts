@@ -86,9 +86,17 @@ const PUBLIC_KEY = generateKeyPairSync("ec", { namedCurve: "P-256" }).publicKey.
 
 /** A CertificationRequest DER with a dummy signature (the approver does not verify signatures). */
 export function requestDer(subject: Uint8Array, ...attributes: Uint8Array[]): Buffer {
-  const info = sequence(tlv(0x02, Buffer.from([0])), subject, PUBLIC_KEY, tlv(0xa0, ...attributes));
+  return requestDerWithKey(PUBLIC_KEY, subject, ...attributes);
+}
+
+/** The same with the given subjectPublicKeyInfo (DER). */
+export function requestDerWithKey(publicKey: Uint8Array, subject: Uint8Array, ...attributes: Uint8Array[]): Buffer {
+  const info = sequence(tlv(0x02, Buffer.from([0])), subject, publicKey, tlv(0xa0, ...attributes));
   return sequence(info, sequence(oid("1.2.840.10045.4.3.2")), tlv(0x03, Buffer.from([0, 1, 2, 3])));
 }
 
-export const pem = (der: Uint8Array, type = "CERTIFICATE REQUEST") =>
-  `-----BEGIN ${type}-----\n${Buffer.from(der).toString("base64").replace(/.{64}/g, "$&\n")}\n-----END ${type}-----\n`;
+/** PEM text as Go's pem.Encode writes it: base64 in lines of 64 characters. */
+export const pem = (der: Uint8Array, type = "CERTIFICATE REQUEST") => {
+  const lines = Buffer.from(der).toString("base64").replace(/.{1,64}/g, "$&\n");
+  return `-----BEGIN ${type}-----\n${lines}-----END ${type}-----\n`;
+};

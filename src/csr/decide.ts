@@ -7,8 +7,9 @@
 //   1 signer      spec.signerName is kubernetes.io/kubelet-serving, else "ignore" (never denied). Already
 //                 approved, denied, failed or issued: "ignore" (rule "decided").
 //   2 identity    spec.username is system:node:<name>, spec.groups contains system:nodes.
-//   3 request     the request parses; one subject CN == spec.username; O == [system:nodes] exactly; no other
-//                 subject attribute; no email, URI or other SAN kinds; at least one DNS or IP SAN.
+//   3 request     the request is one canonical PEM block within 16 KiB that reads as Go reads it (request.ts);
+//                 one subject CN == spec.username; O == [system:nodes] exactly; no other subject attribute; no
+//                 email, URI or other SAN kinds; at least one DNS or IP SAN.
 //   4 usages      server auth and digital signature required, key encipherment allowed, nothing else.
 //   5b cluster-ip no IP SAN is the cluster's own (cluster.ts): in a Service CIDR, a ClusterIP of the kubernetes
 //                 Service, an address of the API server, loopback, unspecified, link-local or multicast, whatever
@@ -39,7 +40,7 @@ import {
   otherPatternNode,
 } from "./dnsnames.ts";
 import { type IndexedNode, type NodeIndex, otherOwners } from "./nodes.ts";
-import { type CsrRequest, type ParsedRequest, parseCsrPem } from "./request.ts";
+import { type CsrRequest, type ParsedRequest, parseCsrRequest } from "./request.ts";
 
 export const KUBELET_SERVING_SIGNER = "kubernetes.io/kubelet-serving";
 const NODE_USER_PREFIX = "system:node:";
@@ -97,11 +98,7 @@ export function csrFacts(csr: CertificateSigningRequest): CsrFacts {
     expirationSeconds: spec.expirationSeconds,
     created: created && !Number.isNaN(created.getTime()) ? created : undefined,
     decided: decidedState(csr),
-    // spec.request is base64 of the PEM text; latin1 keeps every byte, so stray bytes fail the PEM match.
-    request:
-      spec.signerName === KUBELET_SERVING_SIGNER
-        ? parseCsrPem(Buffer.from(spec.request ?? "", "base64").toString("latin1"))
-        : NOT_PARSED,
+    request: spec.signerName === KUBELET_SERVING_SIGNER ? parseCsrRequest(spec.request ?? "") : NOT_PARSED,
   };
 }
 
@@ -149,7 +146,7 @@ export function decideCSR(
   const identity = identityFailure(csr, nodeName);
   if (identity) return { action: "deny", ...identity };
   const { request } = csr;
-  if (!request.ok) return { action: "deny", ...requestRefused(`unreadable: ${request.error}`) };
+  if (!request.ok) return { action: "deny", ...requestRefused(request.error) };
   const early = requestFailure(request, csr.username) ?? usagesFailure(csr.usages);
   if (early) return { action: "deny", ...early };
   // Rule 5b before the Node is looked at: no Node's claim, and no wait for one, can make these addresses its own.
@@ -206,8 +203,6 @@ function requestFailure(request: ParsedRequest, username: string): Failure | und
   if (other) return requestRefused(`subject attribute ${other} not allowed (only CN and O)`);
   const [email] = request.emailAddresses;
   if (email !== undefined) return requestRefused(`email SAN ${email} not allowed`);
-  const [uri] = request.uris;
-  if (uri !== undefined) return requestRefused(`URI SAN ${uri} not allowed`);
   const [otherSan] = request.otherSans;
   if (otherSan) return requestRefused(`${otherSan} SAN not allowed`);
   if (!request.dnsNames.length && !request.ipAddresses.length) return requestRefused("no DNS or IP SAN");

@@ -1,7 +1,8 @@
 // A minimal DER reader: what reading a PKCS#10 certificate request needs, no more. It is strict where BER is
-// lenient (definite, minimal lengths; single-byte tags; nothing left over), so that whatever it accepts reads the
-// same as in Go's encoding/asn1, which kube-apiserver and the signer use. Failures throw DerError with a short
-// message naming the field; request.ts turns them into a refusal.
+// lenient (definite, minimal lengths; single-byte tags; nothing left over), and at least as strict as Go's
+// encoding/asn1 (which kube-apiserver and the signer use) wherever Go refuses something (OID arcs over 2^31-1,
+// BOOLEANs other than 00/ff, BIT STRING padding), so that whatever it accepts reads the same in Go. Failures
+// throw DerError with a short message naming the field; request.ts turns them into a refusal.
 
 export class DerError extends Error {}
 
@@ -22,6 +23,8 @@ export interface Tlv {
   tag: number;
   /** The content octets: a view into the input, not a copy. */
   content: Uint8Array;
+  /** Tag, length and content: a view into the input. */
+  whole: Uint8Array;
 }
 
 /** The TLVs that exactly fill `bytes`. */
@@ -58,7 +61,7 @@ function readOne(bytes: Uint8Array, offset: number, what: string): { tlv: Tlv; e
   }
   const end = start + length;
   if (end > bytes.length) throw new DerError(`${what}: truncated`);
-  return { tlv: { tag, content: bytes.subarray(start, end) }, end };
+  return { tlv: { tag, content: bytes.subarray(start, end), whole: bytes.subarray(offset, end) }, end };
 }
 
 /** The one TLV that fills `bytes`, with the expected tag. */
@@ -88,7 +91,8 @@ export function readOid(tlv: Tlv, what: string): string {
     const byte = content[i] ?? 0;
     if (arc === 0 && byte === 0x80) throw new DerError(`${what}: non-minimal OID`);
     arc = arc * 128 + (byte & 0x7f);
-    if (arc > Number.MAX_SAFE_INTEGER / 128) throw new DerError(`${what}: OID arc too large`);
+    // Go's encoding/asn1 refuses arcs that do not fit an int32 (the first one before it is split in two).
+    if (arc > 0x7fffffff) throw new DerError(`${what}: OID arc too large`);
     if (byte & 0x80) continue;
     arcs.push(arc);
     arc = 0;
@@ -99,9 +103,41 @@ export function readOid(tlv: Tlv, what: string): string {
   return [first, second, ...arcs.slice(1)].join(".");
 }
 
-const utf8 = new TextDecoder("utf-8", { fatal: true });
+/** BOOLEAN as DER (and Go) has it: one octet, 00 or ff. */
+export function readBoolean(tlv: Tlv, what: string): boolean {
+  const { content } = expectTag(tlv, TAG.boolean, what);
+  if (content.length !== 1 || (content[0] !== 0 && content[0] !== 0xff)) throw new DerError(`${what}: not DER`);
+  return content[0] === 0xff;
+}
 
-/** A UTF8String, PrintableString or IA5String; other string types are refused (no kubelet writes them). */
+/** The bits of a BIT STRING, refused where Go's encoding/asn1 refuses its padding. */
+export function readBitString(tlv: Tlv, what: string): { unusedBits: number; bytes: Uint8Array } {
+  const { content } = expectTag(tlv, TAG.bitString, what);
+  const [unusedBits] = content;
+  if (unusedBits === undefined) throw new DerError(`${what}: empty BIT STRING`);
+  const last = content.at(-1) ?? 0;
+  if (unusedBits > 7 || (content.length === 1 && unusedBits > 0) || (last & ((1 << unusedBits) - 1)) !== 0)
+    throw new DerError(`${what}: invalid BIT STRING padding`);
+  return { unusedBits, bytes: content.subarray(1) };
+}
+
+// ignoreBOM keeps a leading U+FEFF, as Go does: "\uFEFFsystem:node:x" is not "system:node:x".
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+const STRING_TYPES: Record<number, string> = {
+  0x12: "NumericString",
+  0x14: "T61String",
+  0x15: "VideotexString",
+  0x1a: "VisibleString",
+  0x1b: "GeneralString",
+  0x1c: "UniversalString",
+  0x1e: "BMPString",
+};
+
+/**
+ * A UTF8String, PrintableString or IA5String, read as Go reads it. Other types are refused, though Go reads
+ * some (T61String as Latin-1, BMPString as UCS-2 less a terminator, NumericString): no kubelet writes them.
+ */
 export function readString(tlv: Tlv, what: string): string {
   if (tlv.tag === TAG.utf8String) {
     try {
@@ -110,9 +146,23 @@ export function readString(tlv: Tlv, what: string): string {
       throw new DerError(`${what}: invalid UTF-8`);
     }
   }
-  if (tlv.tag === TAG.printableString || tlv.tag === TAG.ia5String) return readAscii(tlv.content, what);
-  throw new DerError(`${what}: unsupported string type 0x${tlv.tag.toString(16)}`);
+  if (tlv.tag === TAG.printableString) {
+    if (!tlv.content.every(isPrintable)) throw new DerError(`${what}: PrintableString with other characters`);
+    return readAscii(tlv.content, what);
+  }
+  if (tlv.tag === TAG.ia5String) return readAscii(tlv.content, what);
+  const type = STRING_TYPES[tlv.tag] ?? "not a string";
+  throw new DerError(`${what}: unsupported string type 0x${tlv.tag.toString(16)} (${type})`);
 }
+
+/** Go's PrintableString set: the standard's, plus '*' and '&' that Go lets through. */
+const isPrintable = (byte: number) =>
+  (byte >= 0x61 && byte <= 0x7a) || // a-z
+  (byte >= 0x41 && byte <= 0x5a) || // A-Z
+  (byte >= 0x30 && byte <= 0x39) || // 0-9
+  (byte >= 0x27 && byte <= 0x29) || // ' ( )
+  (byte >= 0x2b && byte <= 0x2f) || // + , - . /
+  " :=?*&".includes(String.fromCharCode(byte));
 
 /** Seven-bit text, as Go requires of IA5String SAN values. */
 export function readAscii(content: Uint8Array, what: string): string {

@@ -205,16 +205,22 @@ function writeQuery(options: WriteOptions): Query {
   return { dryRun: options.dryRun ? "All" : undefined, fieldManager: options.fieldManager };
 }
 
-/** Newline-delimited JSON watch events; an ERROR event becomes a thrown ApiError (e.g. 410 Expired). */
-async function* decodeWatchStream<T>(res: IncomingMessage, path: string): AsyncGenerator<WatchEvent<T>> {
-  let buffer = "";
+/**
+ * Newline-delimited JSON watch events; an ERROR event becomes a thrown ApiError (e.g. 410 Expired). Each chunk is
+ * searched once: an event of hundreds of KiB (any client may create one, e.g. a CSR) arrives in many chunks, and
+ * searching the whole line so far for each of them stalled the event loop for hundreds of ms.
+ */
+export async function* decodeWatchStream<T>(res: IncomingMessage, path: string): AsyncGenerator<WatchEvent<T>> {
+  let pieces: string[] = []; // the current line so far
   res.setEncoding("utf8"); // never split a multi-byte character across chunks
   try {
-    for await (const chunk of res) {
-      buffer += chunk as string;
-      for (let newline = buffer.indexOf("\n"); newline >= 0; newline = buffer.indexOf("\n")) {
-        const line = buffer.slice(0, newline).trim();
-        buffer = buffer.slice(newline + 1);
+    for await (const chunk of res as AsyncIterable<string>) {
+      let start = 0;
+      for (let newline = chunk.indexOf("\n"); newline >= 0; newline = chunk.indexOf("\n", start)) {
+        pieces.push(chunk.slice(start, newline));
+        start = newline + 1;
+        const line = pieces.join("").trim();
+        pieces = [];
         if (!line) continue;
         const event = JSON.parse(line) as WatchEvent<T>;
         if (event.type === "ERROR") {
@@ -223,6 +229,7 @@ async function* decodeWatchStream<T>(res: IncomingMessage, path: string): AsyncG
         }
         yield event;
       }
+      if (start < chunk.length) pieces.push(chunk.slice(start));
     }
   } finally {
     res.destroy();
