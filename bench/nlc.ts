@@ -32,6 +32,7 @@ import {
   type World,
 } from "../test/lifecycle/world.ts";
 import { CSR_RESOURCE } from "../src/csr/controller.ts";
+import { NO_CLUSTER_ADDRESSES } from "../src/csr/cluster.ts";
 import { csrObject, opensslCsr } from "../src/csr/csr.fixture.ts";
 import { type CsrConfig, csrFacts, decideCSR, KUBELET_SERVING_SIGNER } from "../src/csr/decide.ts";
 import { indexNode, indexNodes } from "../src/csr/nodes.ts";
@@ -233,7 +234,7 @@ async function readerFigures(): Promise<ReaderFigures> {
   const decide = (request: string, node: string) => {
     const csr = csrObject(request, { username: `system:node:${node}` });
     const started = performance.now();
-    const decision = decideCSR(csrFacts(csr), index, config, new Date());
+    const decision = decideCSR(csrFacts(csr), index, config, new Date(), NO_CLUSTER_ADDRESSES);
     return { ms: performance.now() - started, decision };
   };
   const times: number[] = [];

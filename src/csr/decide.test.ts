@@ -947,7 +947,6 @@ test("property: never approves an IP SAN in the cluster's addresses, whatever th
             dnsNames: [],
             ipAddresses: asked.map((ip) => canonicalIp(ip) ?? assert.fail(ip)),
             emailAddresses: [],
-            uris: [],
             otherSans: [],
           },
         };

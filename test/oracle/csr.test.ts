@@ -24,6 +24,7 @@ import {
 } from "../../src/csr/csr.fixture.ts";
 import { type CsrConfig, csrFacts, decideCSR } from "../../src/csr/decide.ts";
 import { indexNode, indexNodes } from "../../src/csr/nodes.ts";
+import { NO_CLUSTER_ADDRESSES } from "../../src/csr/cluster.ts";
 import { type CsrRequest, MAX_REQUEST_BYTES, parseCsrPem } from "../../src/csr/request.ts";
 import { type Oracle, startOracle } from "./oracle.ts";
 
@@ -83,7 +84,7 @@ const NOW = new Date("2026-01-01T12:00:10Z");
 function decide(bytes: Uint8Array) {
   const csr = csrObject("", {});
   csr.spec.request = Buffer.from(bytes).toString("base64");
-  return decideCSR(csrFacts(csr), NODES, CONFIG, NOW);
+  return decideCSR(csrFacts(csr), NODES, CONFIG, NOW, NO_CLUSTER_ADDRESSES);
 }
 
 /** What an approval must mean in Go's reading: n1's own subject and names, nothing else. */
