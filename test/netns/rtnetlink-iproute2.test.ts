@@ -45,6 +45,8 @@ interface AddressSpec {
   link: number;
   /** On the veth's peer end. */
   onPeer: boolean;
+  /** On lo instead, as anycast and BGP-announced VIPs are. */
+  onLoopback: boolean;
   family: 4 | 6;
   subnet: number;
   host: number;
@@ -55,6 +57,8 @@ interface AddressSpec {
   nodad: boolean;
   optimistic: boolean;
   mngtmpaddr: boolean;
+  /** No subnet route for it (both families). */
+  noprefixroute: boolean;
   /** On a veth: the same address (without DAD) on the other end too, so that this end's DAD fails. */
   duplicate: boolean;
   /** Added after the links came up. */
@@ -91,10 +95,14 @@ interface Config {
   rules: RuleSpec[];
   /** That many extra addresses of each family on the first link: the dumps span several datagrams. */
   bulk: number;
+  /** That many extra veth pairs, up: the link dump spans several datagrams, their link-local addresses too. */
+  bulkLinks: number;
+  loopbackDown: boolean;
   extraTargets: string[];
 }
 
 const rare = (arbitrary: fc.Arbitrary<boolean>) => fc.oneof({ weight: 3, arbitrary: fc.constant(false) }, arbitrary);
+const sometimes = (arbitrary: fc.Arbitrary<number>) => fc.oneof({ weight: 5, arbitrary: fc.constant(0) }, arbitrary);
 
 const linkArbitrary: fc.Arbitrary<LinkSpec> = fc.record({
   kind: fc.constantFrom("veth", "veth", "bridge"),
@@ -112,6 +120,7 @@ const linkArbitrary: fc.Arbitrary<LinkSpec> = fc.record({
 const addressArbitrary: fc.Arbitrary<AddressSpec> = fc.record({
   link: fc.nat(7),
   onPeer: rare(fc.constant(true)),
+  onLoopback: rare(rare(fc.constant(true))),
   family: fc.constantFrom(4, 6),
   subnet: fc.nat(5),
   host: fc.constantFrom(2, 3, 4, 5, 100, 101, 1),
@@ -125,6 +134,7 @@ const addressArbitrary: fc.Arbitrary<AddressSpec> = fc.record({
   nodad: fc.boolean(),
   optimistic: rare(fc.constant(true)),
   mngtmpaddr: fc.constantFrom(false, false, true),
+  noprefixroute: rare(fc.constant(true)),
   duplicate: fc.constantFrom(false, false, true),
   late: fc.boolean(),
 });
@@ -153,7 +163,9 @@ const configArbitrary: fc.Arbitrary<Config> = fc.record({
   deletions: fc.array(fc.nat(13), { maxLength: 2 }),
   routes: fc.array(routeArbitrary, { maxLength: 10 }),
   rules: fc.array(ruleArbitrary, { maxLength: 4 }),
-  bulk: fc.oneof({ weight: 5, arbitrary: fc.constant(0) }, { weight: 1, arbitrary: fc.integer({ min: 30, max: 250 }) }),
+  bulk: sometimes(fc.integer({ min: 30, max: 250 })),
+  bulkLinks: sometimes(fc.integer({ min: 10, max: 30 })),
+  loopbackDown: rare(rare(fc.constant(true))),
   extraTargets: fc.array(fc.oneof(fc.ipV4(), fc.ipV6()), { maxLength: 4 }),
 });
 
@@ -169,6 +181,12 @@ const ipOf = (family: 4 | 6, subnet: number, host: number) =>
 const remoteOf = (family: 4 | 6, n: number) => (family === 4 ? `198.19.${n}.0/24` : `fd00:198:18:f${n}::/64`);
 const remoteHost = (family: 4 | 6, n: number) => (family === 4 ? `198.19.${n}.9` : `fd00:198:18:f${n}::9`);
 const PREFIX = { subnet: [24, 64], wide: [16, 48], host: [32, 128], peer: [32, 128] } as const;
+
+/** The interface an address goes on. */
+function deviceOf(config: Config, spec: AddressSpec): string {
+  const { name, peer } = linkName(config, spec.link);
+  return spec.onLoopback ? "lo" : spec.onPeer && peer ? peer : name;
+}
 
 /** The address's text and, for `ip address add`/`del`, its local[ peer]/prefix argument. */
 function addressOf(spec: AddressSpec): { local: string; peer?: string; argument: string } {
@@ -198,27 +216,37 @@ function script(config: Config) {
   ]);
   const add = (spec: AddressSpec) => {
     const { link, name, peer } = linkName(config, spec.link);
-    const dev = spec.onPeer && peer ? peer : name;
+    const dev = deviceOf(config, spec);
     const { argument } = addressOf(spec);
-    const options =
-      spec.family === 4
+    const options = [
+      ...(spec.noprefixroute ? ["noprefixroute"] : []),
+      ...(spec.family === 4
         ? [`scope ${spec.scope}`, ...(spec.deprecated ? ["preferred_lft 0"] : [])]
         : [
             ...(spec.nodad ? ["nodad"] : []),
             ...(spec.optimistic ? ["optimistic"] : []),
             ...(spec.mngtmpaddr ? ["mngtmpaddr"] : []),
             ...(spec.deprecated ? ["preferred_lft 0"] : []),
-          ];
+          ]),
+    ];
     // The duplicate first: DAD's first probe may leave at once (always for optimistic addresses).
     const other = dev === name ? peer : name;
-    const duplicate = spec.duplicate && link.kind === "veth" ? [`address add ${argument} dev ${other} nodad`] : [];
+    const duplicated = spec.duplicate && link.kind === "veth" && dev !== "lo";
+    const duplicate = duplicated ? [`address add ${argument} dev ${other} nodad`] : [];
     return [...duplicate, `address add ${argument} dev ${dev} ${options.join(" ")}`];
   };
   const bulk = Array.from({ length: config.bulk }, (_, i) => [
     `address add 198.18.7.${(i % 250) + 1}/24 dev ${links[0]?.name}`,
     `address add fd00:198:18:7::${(0x1000 + i).toString(16)}/64 dev ${links[0]?.name} nodad`,
   ]).flat();
+  const extraLinks = Array.from({ length: config.bulkLinks }, (_, i) => [
+    `link add x${i} type veth peer name x${i}p`,
+    `link set x${i} up`,
+    `link set x${i}p up`,
+  ]).flat();
   const state = [
+    ...extraLinks,
+    ...(config.loopbackDown ? ["link set lo down"] : []),
     ...links.flatMap(({ link, peer }) =>
       link.peerInBridge && peer && firstBridge ? [`link set ${peer} master ${firstBridge.name}`] : [],
     ),
@@ -232,8 +260,7 @@ function script(config: Config) {
     ...links.flatMap(({ link, name }) => (link.state === "up-then-down" ? [`link set ${name} down`] : [])),
     ...config.deletions.flatMap((index) => {
       const spec = config.addresses[index % config.addresses.length] as AddressSpec;
-      const { name, peer } = linkName(config, spec.link);
-      return [`address del ${addressOf(spec).argument} dev ${spec.onPeer && peer ? peer : name}`];
+      return [`address del ${addressOf(spec).argument} dev ${deviceOf(config, spec)}`];
     }),
   ];
   const routing = (family: 4 | 6) => {
@@ -270,16 +297,16 @@ function script(config: Config) {
 
 /**
  * IPv6 addresses whose DAD must fail if the kernel took them: on the up end of a veth with DAD on whose peer, up and
- * no bridge port, holds the same address. DAD starts up to a second after the link is ready, so a reading may come
- * before it.
+ * no bridge port, holds the same address. DAD starts when the link is reported ready (linkwatch, asynchronous), so a
+ * reading right after the configuration may come before it fails.
  */
 function failingDad(config: Config): { address: string; dev: string }[] {
   return config.addresses.flatMap((spec, index) => {
     const { link, name } = linkName(config, spec.link);
     const kept = !config.deletions.some((deleted) => deleted % config.addresses.length === index);
     const fails =
-      spec.family === 6 && spec.duplicate && !spec.onPeer && !spec.nodad && kept && link.kind === "veth" &&
-      link.dad && link.state === "up" && link.peerUp && !link.peerInBridge;
+      spec.family === 6 && spec.duplicate && deviceOf(config, spec) === name && !spec.nodad && kept &&
+      link.kind === "veth" && link.dad && link.state === "up" && link.peerUp && !link.peerInBridge;
     return fails ? [{ address: canonical(addressOf(spec).local), dev: name }] : [];
   });
 }
