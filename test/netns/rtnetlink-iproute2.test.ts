@@ -3,10 +3,13 @@
 // `ip -j address` in every field HostAddress carries, and each target's route source the `prefsrc` of
 // `ip -j route get <target> uid 65534` (the agent runs as nobody, and uid rules are generated too).
 // Configurations: veth pairs (both ends in the namespace) and bridges, named with dots, dashes and UTF-8, links down
-// or without carrier; IPv4 and IPv6 subnet, wide, host (VIP) and point-to-point addresses, any IPv4 scope; secondary,
-// deprecated, tentative, optimistic, temporary and DAD-failed addresses, deleted primaries, hundreds of addresses
-// (multi-part dumps); routes of every type in three tables with gateways, sources and metrics; policy rules with
-// from/to/uid selectors.
+// or without carrier, lo down; IPv4 and IPv6 subnet, wide, host (VIP, also on lo) and point-to-point addresses, any
+// IPv4 scope; secondary, deprecated, tentative, optimistic, temporary, DAD-failed and noprefixroute addresses, deleted
+// primaries; hundreds of addresses and dozens of links (dumps of many datagrams); routes of every type in three
+// tables with gateways, sources and metrics; policy rules with from/to/uid selectors.
+// Only what the decoder returns is compared: of a route answer its RTA_PREFSRC (not the output interface, gateway or
+// table, which it does not read) or the errno; of an address the fields of HostAddress, not iproute2's other flags
+// (optimistic, nodad, mngtmpaddr, noprefixroute, …), its lifetimes, label or peer.
 // Nothing leaves the namespace: a route lookup sends nothing, DAD probes only cross a veth with both ends inside.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
