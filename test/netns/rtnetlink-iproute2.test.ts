@@ -72,7 +72,8 @@ interface RouteSpec {
   family: 4 | 6;
   /** A remote network (198.19.<n>.0/24, fd00:198:18:f<n>::/64) or the default route. */
   to: number | "default";
-  type: "unicast" | "unreachable" | "prohibit" | "blackhole" | "throw";
+  /** "local": a whole range answered by this host (AnyIP), as VIP ranges are. */
+  type: "unicast" | "local" | "unreachable" | "prohibit" | "blackhole" | "throw";
   /** Through the gateway .1 (::1) of a subnet, or straight out of a link. */
   via: { gateway: number } | { dev: number };
   /** An address of the route's family, by index among them. */
@@ -145,7 +146,10 @@ const addressArbitrary: fc.Arbitrary<AddressSpec> = fc.record({
 const routeArbitrary: fc.Arbitrary<RouteSpec> = fc.record({
   family: fc.constantFrom(4, 6),
   to: fc.oneof(fc.constant("default"), fc.nat(3)),
-  type: fc.constantFrom("unicast", "unicast", "unicast", "unicast", "unreachable", "prohibit", "blackhole", "throw"),
+  type: fc.oneof(
+    { weight: 4, arbitrary: fc.constant("unicast") },
+    fc.constantFrom("local", "unreachable", "prohibit", "blackhole", "throw"),
+  ),
   via: fc.oneof(fc.record({ gateway: fc.nat(5) }), fc.record({ dev: fc.nat(7) })),
   source: fc.option(fc.nat(15)),
   metric: fc.option(fc.integer({ min: 1, max: 2000 })),
@@ -272,12 +276,15 @@ function script(config: Config) {
       .filter((route) => route.family === family)
       .map((route) => {
         const to = route.to === "default" ? "default" : remoteOf(family, route.to);
+        const dev = "dev" in route.via ? linkName(config, route.via.dev).name : undefined;
         const next =
-          route.type !== "unicast"
-            ? ""
-            : "gateway" in route.via
-              ? `via ${ipOf(family, route.via.gateway, 1)}`
-              : `dev ${linkName(config, route.via.dev).name}`;
+          route.type === "local"
+            ? `dev ${dev ?? "lo"}`
+            : route.type !== "unicast"
+              ? ""
+              : "gateway" in route.via
+                ? `via ${ipOf(family, route.via.gateway, 1)}`
+                : `dev ${dev}`;
         const source =
           route.source === null || sources.length === 0 ? "" : `src ${sources[route.source % sources.length]}`;
         const metric = route.metric === null ? "" : `metric ${route.metric}`;
