@@ -25,7 +25,8 @@ export interface HostAddress {
   family: 4 | 6;
   interfaceName: string;
   interfaceIndex: number;
-  scope: "global" | "site" | "link" | "host";
+  /** ifa_scope as `ip address` names it: a reserved name, else the number (1–199, 201–252: user-defined). */
+  scope: "global" | "site" | "link" | "host" | "nowhere" | `${number}`;
   flags: {
     /** IFA_F_SECONDARY: IPv4 — a further address in a subnet the interface already has; IPv6 — the same bit marks a temporary (privacy) address. */
     secondary: boolean;

@@ -102,7 +102,7 @@ describe("rtnetlink codec", { skip: endianness() !== "LE" && "expected bytes are
     assert.equal(linkName(ifinfomsg), undefined);
   });
 
-  test("addresses: IFA_LOCAL over IFA_ADDRESS (point-to-point), IFA_FLAGS over the u8 flags, scope names", () => {
+  test("addresses: IFA_LOCAL over IFA_ADDRESS (point-to-point), IFA_FLAGS over the u8 flags", () => {
     const ptp = Buffer.concat([
       ifaddrmsg(2, 32, 0x01, 0, 2),
       attr(1, hex("c6120009")),
@@ -131,11 +131,27 @@ describe("rtnetlink codec", { skip: endianness() !== "LE" && "expected bytes are
       scope: "link",
       flags: { secondary: false, tentative: true, deprecated: true, dadFailed: true },
     });
-    const scopes = [0, 100, 200, 253, 254, 255].map(
-      (scope) =>
-        hostAddress(Buffer.concat([ifaddrmsg(2, 8, 0, scope, 2), attr(1, hex("7f000001"))]), names)?.scope,
-    );
-    assert.deepEqual(scopes, ["global", "global", "site", "link", "host", "host"]);
+  });
+
+  test("address scopes: the reserved names as iproute2 prints them, any other value as its number", () => {
+    // Found by test/netns/rtnetlink-iproute2.test.ts: `ip address add … scope 1` and `scope nowhere` were read as
+    // "global" and "host"; the kernel never takes a scope-1 address as the source of a global route.
+    const cases = [
+      [0, "global"],
+      [1, "1"],
+      [100, "100"],
+      [199, "199"],
+      [200, "site"],
+      [201, "201"],
+      [252, "252"],
+      [253, "link"],
+      [254, "host"],
+      [255, "nowhere"],
+    ] as const;
+    for (const [scope, name] of cases) {
+      const body = Buffer.concat([ifaddrmsg(2, 24, 0, scope, 2), attr(1, hex("c6120002"))]);
+      assert.equal(hostAddress(body, names)?.scope, name, `scope ${scope}`);
+    }
   });
 
   test("addresses of other families, unknown interfaces or without an address are skipped", () => {

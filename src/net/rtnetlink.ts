@@ -44,6 +44,14 @@ const IFA_LOCAL = 2;
 const IFA_FLAGS = 8;
 const IFLA_IFNAME = 3;
 const IFA_F = { SECONDARY: 0x01, DADFAILED: 0x08, DEPRECATED: 0x20, TENTATIVE: 0x40 } as const;
+/** The reserved names of rtm scopes (iproute2's rt_scopes); any other value is a user scope, named by its number. */
+const SCOPE_NAMES = new Map<number, HostAddress["scope"]>([
+  [0, "global"],
+  [200, "site"],
+  [253, "link"],
+  [254, "host"],
+  [255, "nowhere"],
+]);
 
 const HEADER = 16; // struct nlmsghdr
 const RTMSG = 12; // struct rtmsg
@@ -168,7 +176,9 @@ export function hostAddress(body: Buffer, names: Map<number, string>): HostAddre
     family: expected === 4 ? 4 : 6,
     interfaceName,
     interfaceIndex,
-    scope: scope < 200 ? "global" : scope < 253 ? "site" : scope === 253 ? "link" : "host",
+    // A scope is a distance, not a class: an address of scope 100 is no source for a global route, so no range of
+    // numbers may pass for "global".
+    scope: SCOPE_NAMES.get(scope) ?? `${scope}`,
     flags: {
       secondary: (flags & IFA_F.SECONDARY) !== 0,
       tentative: (flags & IFA_F.TENTATIVE) !== 0,

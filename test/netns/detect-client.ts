@@ -39,6 +39,39 @@ export const addressesIn = (host: Host) => fixture(host, ["addresses"]) as Promi
 export const routesIn = (host: Host, ...targets: string[]) =>
   fixture(host, ["routes", ...targets]) as Promise<(string | null)[]>;
 
+// The agent runs as non-root without capabilities: nobody, every capability set cleared.
+const UNPRIVILEGED = [
+  "--reuid=65534",
+  "--regid=65534",
+  "--clear-groups",
+  "--inh-caps=-all",
+  "--bounding-set=-all",
+];
+
+export interface Lookups {
+  addresses: HostAddress[];
+  /** Per target: the route source (null: none), or the errno name of a kernel answer the adapter threw. */
+  routes: ({ source: string | null } | { error: string })[];
+}
+
+/**
+ * The address list and each target's route source, read by one run of the adapter as the agent runs it (nobody,
+ * no capabilities: the kernel applies uid rules to the agent's own uid). Entered with nsenter, which leaves /sys
+ * alone.
+ */
+export const lookupsIn = async (host: Host, targets: string[]): Promise<Lookups> =>
+  JSON.parse(
+    await run("nsenter", [
+      `--net=/run/netns/${host.name}`,
+      "setpriv",
+      ...UNPRIVILEGED,
+      process.execPath,
+      FIXTURE,
+      "lookups",
+      ...targets,
+    ]),
+  );
+
 export interface Snapshot {
   /** 0 for the state at start, then the count of reported changes. */
   change: number;
@@ -52,15 +85,6 @@ export interface Watcher {
   until(what: string, accept: (snapshot: Snapshot) => boolean, timeoutMs?: number): Promise<Snapshot>;
   close(): Promise<void>;
 }
-
-// The agent runs as non-root without capabilities: nobody, every capability set cleared.
-const UNPRIVILEGED = [
-  "--reuid=65534",
-  "--regid=65534",
-  "--clear-groups",
-  "--inh-caps=-all",
-  "--bounding-set=-all",
-];
 
 /** Starts `watch` in the namespace; resolves once its subscription is open (first snapshot printed). */
 export async function watchIn(

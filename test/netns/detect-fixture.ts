@@ -1,11 +1,12 @@
-// Runs node address detection inside a network namespace (started under `ip netns exec` by
+// Runs node address detection inside a network namespace (started there by
 // detect-client.ts) and prints JSON, so tests can check it against a kernel state they built.
 //   detect '<DetectionConfig JSON>'  → one Detection
 //   addresses                        → the HostAddress list
 //   routes <target>…                 → the route source per target (null: none)
+//   lookups <target>…                → { addresses, routes: { source } (null: none) or { error: errno } per target }
 //   watch <debounceMs> <target>      → one snapshot line now and one after each reported change, until stdin closes
 import { detectAddresses } from "../../src/agent/detect.ts";
-import { openNetlink } from "../../src/net/netlink.ts";
+import { NetlinkError, openNetlink } from "../../src/net/netlink.ts";
 
 const [command, ...args] = process.argv.slice(2);
 const netlink = openNetlink();
@@ -20,6 +21,19 @@ switch (command) {
     break;
   case "routes":
     print(await Promise.all(args.map((target) => netlink.routeSource(target))));
+    break;
+  case "lookups":
+    print({
+      addresses: await netlink.listAddresses(),
+      routes: await Promise.all(
+        args.map((target) =>
+          netlink.routeSource(target).then(
+            (source) => ({ source: source ?? null }),
+            (err: unknown) => ({ error: err instanceof NetlinkError ? err.code : String(err) }),
+          ),
+        ),
+      ),
+    });
     break;
   case "watch": {
     const [debounceMs = "0", target = ""] = args;
