@@ -127,3 +127,26 @@ subjects:
     name: {{ .name }}
     namespace: {{ .root.Release.Namespace }}
 {{- end }}
+
+{{/*
+CEL: a --protected-labels / --protected-annotations list ("key" or "key=value", comma-separated, blanks
+around items, keys and values trimmed, empty items skipped, as src/kube/labelselector.ts reads it) as a
+list of [key] and [key, value] lists.
+*/}}
+{{- define "local-ccm.keyValueMatchers" -}}
+{{- $matchers := list }}
+{{- range splitList "," . }}
+{{- $item := trim . }}
+{{- if $item }}
+{{- $equals := regexFind "=" $item }}
+{{- if $equals }}
+{{- $key := regexReplaceAll "=.*$" $item "" }}
+{{- $matchers = append $matchers (list (trim $key) (trim (trimPrefix (printf "%s=" $key) $item))) }}
+{{- else }}
+{{- $matchers = append $matchers (list $item) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* dyn: an empty list literal would otherwise be typed as a list of ints */}}
+{{- printf "dyn(%s)" ($matchers | toJson) }}
+{{- end }}
