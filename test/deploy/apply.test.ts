@@ -46,9 +46,11 @@ describe("server-side dry-run apply", () => {
       "rolebinding.rbac.authorization.k8s.io/node-lifecycle-controller-events",
       "serviceaccount/local-ccm",
       "serviceaccount/node-lifecycle-controller",
+      "validatingadmissionpolicy.admissionregistration.k8s.io/local-ccm-events",
       "validatingadmissionpolicy.admissionregistration.k8s.io/local-ccm-node-scope",
       "validatingadmissionpolicy.admissionregistration.k8s.io/node-lifecycle-controller-deletions",
       "validatingadmissionpolicy.admissionregistration.k8s.io/node-lifecycle-controller-lease",
+      "validatingadmissionpolicybinding.admissionregistration.k8s.io/local-ccm-events",
       "validatingadmissionpolicybinding.admissionregistration.k8s.io/local-ccm-node-scope",
       "validatingadmissionpolicybinding.admissionregistration.k8s.io/node-lifecycle-controller-deletions",
       "validatingadmissionpolicybinding.admissionregistration.k8s.io/node-lifecycle-controller-lease",
@@ -73,7 +75,7 @@ describe("server-side dry-run apply", () => {
       "--set=image.tag=dev",
     ]);
     const objects = created(await plane.kubectl(["apply", "--dry-run=server", "-f", "-"], manifests));
-    assert.equal(objects.length, 21);
+    assert.equal(objects.length, 23);
     assert.ok(objects.includes("daemonset.apps/local-ccm"));
     assert.ok(objects.includes("deployment.apps/node-lifecycle-controller"));
   });

@@ -472,7 +472,7 @@ describe("Helm chart", () => {
       }),
     ]);
     const policy = (name: string) => JSON.stringify(find(objects, "ValidatingAdmissionPolicy", name).spec);
-    for (const name of ["local-ccm-node-scope"])
+    for (const name of ["local-ccm-node-scope", "local-ccm-events"])
       assert.ok(policy(name).includes(String.raw`\"system:serviceaccount:ops:local-ccm\"`), name);
     for (const name of ["node-lifecycle-controller-deletions", "node-lifecycle-controller-lease"])
       assert.ok(policy(name).includes(String.raw`\"system:serviceaccount:ops:node-lifecycle-controller\"`), name);
@@ -512,6 +512,8 @@ describe("Helm chart", () => {
         "RoleBinding",
         "DaemonSet",
         "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicyBinding",
       ],
     );
