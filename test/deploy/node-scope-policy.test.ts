@@ -415,6 +415,11 @@ describe("node-scope admission policy", () => {
     for (const type of ["merge", "strategic", "json", "apply"] as const) {
       const updated = await write(type, labelsPatch(type, { [zone]: `rack-${type}` }));
       assert.equal(updated.metadata?.labels?.[zone], `rack-${type}`, type);
+      if (type === "apply") {
+        // Its own manager's entries may change: the apply added one (operation Apply) that owns the zone.
+        const own = updated.metadata?.managedFields?.find((e) => e.manager === "local-ccm" && e.operation === "Apply");
+        assert.ok((own?.fieldsV1 as Fields | undefined)?.["f:metadata"]?.["f:labels"]?.[`f:${zone}`]);
+      }
       const text = await denial(() => write(type, labelsPatch(type, { "example.com/forged": "x" }), { dryRun }));
       assert.ok(text.endsWith(`${ONLY_ALLOWED}${LABELS_ONLY}`), `${type}: ${text}`);
       // A stale resourceVersion is refused before admission, for an allowed change and a refused one alike.
@@ -570,6 +575,42 @@ describe("node-scope admission policy", () => {
       const unbound = new Resource<Event>(await clientAs(kubeconfig), EVENTS);
       assert.match(await denial(() => unbound.create(event(), { dryRun })), /its token names none/);
     });
+  });
+
+  test("past 10 Update managers the apiserver merges the oldest into ancient-changes: the agent still writes", async () => {
+    // Ten managers annotate node-a, as kubectl, network plugins and operators do on a busy node.
+    for (let i = 0; i < 10; i++) {
+      const annotations = { [`example.com/by-m${i}`]: "x" };
+      await admin.patch(NODES.a, "merge", { metadata: { annotations } }, { fieldManager: `m${i}` });
+    }
+    const node = await admin.get(NODES.a);
+    const updateEntries = (n: Node) => (n.metadata?.managedFields ?? []).filter((e) => e.operation === "Update");
+    assert.equal(updateEntries(node).length, 10);
+    assert.ok(updateEntries(node).some((e) => e.manager === "ancient-changes"));
+    // Its write adds none of its entries (it has them), so another manager's write first: m10 goes past the cap.
+    await admin.patch(NODES.a, "merge", { metadata: { annotations: { "example.com/by-m10": "x" } } }, { fieldManager: "m10" });
+    const capped = await admin.get(NODES.a);
+    const ownEntry = (n: Node) => n.metadata?.managedFields?.find((e) => e.manager === "local-ccm" && !e.subresource);
+    // Drop the agent's main entry (as admin), so that its next write adds one and the apiserver merges again.
+    const without = (capped.metadata?.managedFields ?? []).filter((e) => e !== ownEntry(capped));
+    await admin.patch(NODES.a, "merge", { metadata: { managedFields: without } }, { fieldManager: "m10" });
+    const before = await admin.get(NODES.a);
+    assert.equal(updateEntries(before).length, 10);
+    assert.equal(ownEntry(before), undefined);
+    // Its write adds an Update entry, the eleventh: the apiserver merges one (entries of the same second
+    // sort in no fixed order, so which one is its choice) into ancient-changes, and the policy lets it.
+    const labels = { "topology.kubernetes.io/zone": "rack-cap" };
+    const written = await agent.patch(NODES.a, "merge", { metadata: { labels } });
+    assert.equal(written.metadata?.labels?.["topology.kubernetes.io/zone"], "rack-cap");
+    assert.equal(updateEntries(written).length, 10);
+    assert.ok(updateEntries(written).some((e) => e.manager === "ancient-changes"));
+    // Dropping an Update entry without its fields going into ancient-changes is still denied.
+    const entries = written.metadata?.managedFields ?? [];
+    const victim = entries.findIndex((e) => e.manager === "m10");
+    const text = await denial(() =>
+      agent.patch(NODES.a, "json", [{ op: "remove", path: `/metadata/managedFields/${victim}` }], { dryRun }),
+    );
+    assert.ok(text.endsWith(`${ONLY_ALLOWED}metadata.managedFields (entries of other field managers: m10)`), text);
   });
 
   test("other users are not restricted", async () => {

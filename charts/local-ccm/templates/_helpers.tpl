@@ -215,3 +215,22 @@ list of [key] and [key, value] lists.
 {{- /* dyn: an empty list literal would otherwise be typed as a list of ints */}}
 {{- printf "dyn(%s)" ($matchers | toJson) }}
 {{- end }}
+
+{{/*
+CEL: whether fieldsV1 `inner` holds nothing that fieldsV1 `outer` lacks, compared key by key six levels
+deep (a Node's fields go five deep) and as equal below. Input: dict "inner" <CEL> "outer" <CEL>. One
+line per call: the text goes into a folded YAML scalar.
+*/}}
+{{- define "local-ccm.fieldsWithin" -}}
+[{{ .inner }}].all(i0, [{{ .outer }}].all(o0, {{ include "local-ccm.fieldsWithinLevel" (dict "level" 0) }}))
+{{- end }}
+
+{{- define "local-ccm.fieldsWithinLevel" -}}
+{{- $i := printf "i%d" .level }}{{ $o := printf "o%d" .level }}{{ $k := printf "k%d" .level }}
+{{- if eq .level 6 -}}
+{{ $i }} == {{ $o }}
+{{- else -}}
+{{- $next := add1 .level }}
+{{- $i }}.all({{ $k }}, {{ $k }} in {{ $o }} && ({{ $i }}[{{ $k }}] == {{ $o }}[{{ $k }}] || [{{ $i }}[{{ $k }}]].all(i{{ $next }}, [{{ $o }}[{{ $k }}]].all(o{{ $next }}, {{ include "local-ccm.fieldsWithinLevel" (dict "level" $next) }}))))
+{{- end }}
+{{- end }}
