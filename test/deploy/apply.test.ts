@@ -46,8 +46,14 @@ describe("server-side dry-run apply", () => {
       "rolebinding.rbac.authorization.k8s.io/node-lifecycle-controller-events",
       "serviceaccount/local-ccm",
       "serviceaccount/node-lifecycle-controller",
+      "validatingadmissionpolicy.admissionregistration.k8s.io/local-ccm-events",
       "validatingadmissionpolicy.admissionregistration.k8s.io/local-ccm-node-scope",
+      "validatingadmissionpolicy.admissionregistration.k8s.io/node-lifecycle-controller-deletions",
+      "validatingadmissionpolicy.admissionregistration.k8s.io/node-lifecycle-controller-lease",
+      "validatingadmissionpolicybinding.admissionregistration.k8s.io/local-ccm-events",
       "validatingadmissionpolicybinding.admissionregistration.k8s.io/local-ccm-node-scope",
+      "validatingadmissionpolicybinding.admissionregistration.k8s.io/node-lifecycle-controller-deletions",
+      "validatingadmissionpolicybinding.admissionregistration.k8s.io/node-lifecycle-controller-lease",
     ]);
   });
 
@@ -61,13 +67,16 @@ describe("server-side dry-run apply", () => {
       "--set=nodeLifecycleController.placement=any",
       "--set=nodeLifecycleController.controller.probes=tcp",
       "--set=nodeLifecycleController.controller.leaderElection.resourceNamespace=kube-public",
+      "--set=nodeLifecycleController.controller.leaderElection.resourceName=nlc-leader",
+      "--set-string=nodeLifecycleController.controller.protectedLabels=example.com/keep=yes\\,example.com/pin",
+      "--set-string=nodeLifecycleController.controller.protectedAnnotations=example.com/hold=until friday",
       "--set=nodeLifecycleController.controller.healthBindAddress=[::]:9100",
       "--set=podSecurity.runAsUser=1000",
       "--set=podSecurity.runAsGroup=1000",
       "--set=image.tag=dev",
     ]);
     const objects = created(await plane.kubectl(["apply", "--dry-run=server", "-f", "-"], manifests));
-    assert.equal(objects.length, 17);
+    assert.equal(objects.length, 23);
     assert.ok(objects.includes("daemonset.apps/local-ccm"));
     assert.ok(objects.includes("deployment.apps/node-lifecycle-controller"));
   });

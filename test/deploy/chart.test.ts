@@ -412,8 +412,15 @@ describe("Helm chart", () => {
       assert.deepEqual(rules("ClusterRole", "node-lifecycle-controller"), [
         { apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch", "delete"] },
       ]);
+      // Its own Lease by name; create cannot be limited by name in RBAC (nlc-policy.yaml limits it).
       assert.deepEqual(rules("Role", "node-lifecycle-controller"), [
-        { apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["get", "create", "update"] },
+        {
+          apiGroups: ["coordination.k8s.io"],
+          resources: ["leases"],
+          resourceNames: ["node-lifecycle-controller"],
+          verbs: ["get", "update"],
+        },
+        { apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create"] },
       ]);
       for (const program of PROGRAMS) {
         const role = find(objects, "Role", `${program}-events`);
@@ -489,6 +496,31 @@ describe("Helm chart", () => {
     assert.deepEqual(certificates(objects), [name]);
   });
 
+  test("the admission policies name the release's ServiceAccounts, the Lease and the protected lists", async () => {
+    const objects = await render([
+      "--namespace=ops",
+      ...setJson({
+        "nodeLifecycleController.controller.leaderElection.resourceNamespace": "leases",
+        "nodeLifecycleController.controller.leaderElection.resourceName": "nlc-leader",
+        "nodeLifecycleController.controller.protectedLabels": " example.com/keep = yes, example.com/pin ",
+        "nodeLifecycleController.controller.protectedAnnotations": "example.com/hold=a=b, c",
+      }),
+    ]);
+    const policy = (name: string) => JSON.stringify(find(objects, "ValidatingAdmissionPolicy", name).spec);
+    for (const name of ["local-ccm-node-scope", "local-ccm-events"])
+      assert.ok(policy(name).includes(String.raw`\"system:serviceaccount:ops:local-ccm\"`), name);
+    for (const name of ["node-lifecycle-controller-deletions", "node-lifecycle-controller-lease"])
+      assert.ok(policy(name).includes(String.raw`\"system:serviceaccount:ops:node-lifecycle-controller\"`), name);
+    const lease = policy("node-lifecycle-controller-lease");
+    assert.ok(lease.includes(String.raw`request.namespace == \"leases\" && object.metadata.?name.orValue(\"\") == \"nlc-leader\"`));
+    // Read as --protected-labels reads it: items and both sides of the first "=" trimmed.
+    const deletions = policy("node-lifecycle-controller-deletions");
+    assert.ok(deletions.includes(String.raw`dyn([[\"example.com/keep\",\"yes\"],[\"example.com/pin\"]])`), deletions);
+    assert.ok(deletions.includes(String.raw`dyn([[\"example.com/hold\",\"a=b\"],[\"c\"]])`), deletions);
+    for (const name of ["node-lifecycle-controller-deletions", "node-lifecycle-controller-lease"])
+      assert.equal(find(objects, "ValidatingAdmissionPolicyBinding", name).spec?.policyName, name);
+  });
+
   test("non-default values: namespace, image, security, scheduling, controller off", async () => {
     const objects = await render([
       "--namespace=ops",
@@ -515,6 +547,8 @@ describe("Helm chart", () => {
         "RoleBinding",
         "DaemonSet",
         "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicyBinding",
       ],
     );
@@ -571,7 +605,7 @@ describe("Helm chart", () => {
           controller: {
             maxDeletionsPerMinute: 1000000,
             healthBindAddress: "[::1]:9100",
-            leaderElection: { resourceNamespace: "leases" },
+            leaderElection: { resourceNamespace: "leases", resourceName: "nlc-leader" },
           },
         },
       };
@@ -584,6 +618,7 @@ describe("Helm chart", () => {
       const nlc = container(objects, "node-lifecycle-controller");
       assert.deepEqual(nlc.args, [
         "--max-deletions-per-minute=1000000",
+        "--leader-elect-resource-name=nlc-leader",
         "--leader-elect-resource-namespace=leases",
         "--health-bind-address=[::1]:9100",
       ]);
@@ -595,6 +630,12 @@ describe("Helm chart", () => {
         { name: "net.ipv4.ping_group_range", value: "1000000 1000000" },
       ]);
       assert.equal(find(objects, "Role", "node-lifecycle-controller").metadata.namespace, "leases");
+      assert.deepEqual((find(objects, "Role", "node-lifecycle-controller").rules as unknown[])[0], {
+        apiGroups: ["coordination.k8s.io"],
+        resources: ["leases"],
+        resourceNames: ["nlc-leader"],
+        verbs: ["get", "update"],
+      });
       assert.equal(find(objects, "RoleBinding", "node-lifecycle-controller").metadata.namespace, "leases");
       // Left at its default, the Lease is in the pod's namespace, where the Role then is.
       const defaults = await render(["--namespace=ops"]);

@@ -39,16 +39,18 @@ const AGENT_ACCOUNT = { namespace: "kube-system", name: "local-ccm" };
 
 /**
  * A verb on [group/]resource[/subresource] (or on a non-resource URL, "url /path"), in one
- * namespace or, with namespace "", cluster-wide (cluster-scoped objects, or all namespaces).
+ * namespace or, with namespace "", cluster-wide (cluster-scoped objects, or all namespaces); with
+ * `name`, on that object only (a request that names its object; a grant's resourceNames).
  */
 interface Permission {
   verb: string;
   resource: string;
   namespace: string;
+  name?: string;
 }
 
 const describePermission = (p: Permission) =>
-  `${p.verb} ${p.resource} ${p.namespace ? `in ${p.namespace}` : "cluster-wide"}`;
+  `${p.verb} ${p.resource}${p.name ? ` named ${p.name}` : ""} ${p.namespace ? `in ${p.namespace}` : "cluster-wide"}`;
 
 const qualified = (group: string, resource: string) => (group ? `${group}/${resource}` : resource);
 
@@ -68,19 +70,20 @@ interface AuditEntry {
   user: { username: string };
   verb: string;
   requestURI: string;
-  objectRef?: { apiGroup?: string; resource?: string; subresource?: string; namespace?: string };
+  objectRef?: { apiGroup?: string; resource?: string; subresource?: string; namespace?: string; name?: string };
 }
 
 /**
  * Permissions the apiserver checks on a request's behalf, which the audit log does not list: its CertificateApproval
  * admission authorizes "approve" on the CSR's signer for every write of the approval subresource (RBAC names it
- * signers/<signerName>; the chart grants kubernetes.io/kubelet-serving only, which the chart test checks).
+ * signers/<signerName>; the approver only ever sees kubernetes.io/kubelet-serving's CSRs, its watch selects them).
  */
 const IMPLIED: Record<string, Permission> = {
   "update certificates.k8s.io/certificatesigningrequests/approval cluster-wide": {
     verb: "approve",
     resource: "certificates.k8s.io/signers",
     namespace: "",
+    name: "kubernetes.io/kubelet-serving",
   },
 };
 
@@ -97,17 +100,24 @@ function usedPermissions(auditLog: string, username: string): Permission[] {
           verb,
           resource: qualified(ref.apiGroup ?? "", ref.subresource ? `${ref.resource}/${ref.subresource}` : ref.resource),
           namespace: ref.namespace ?? "",
+          name: ref.name,
         }
       : { verb, resource: `url ${requestURI.split("?")[0]}`, namespace: "" },
   );
-  const implied = requested.flatMap((use) => IMPLIED[describePermission(use)] ?? []);
+  const implied = requested.flatMap((use) => IMPLIED[describePermission({ ...use, name: undefined })] ?? []);
   return permissionSet([...requested, ...implied]);
 }
 
 interface RbacObject {
   kind: string;
   metadata: { name: string; namespace?: string };
-  rules?: { apiGroups?: string[]; resources?: string[]; nonResourceURLs?: string[]; verbs: string[] }[];
+  rules?: {
+    apiGroups?: string[];
+    resources?: string[];
+    resourceNames?: string[];
+    nonResourceURLs?: string[];
+    verbs: string[];
+  }[];
   roleRef?: { kind: string; name: string };
   subjects?: { kind: string; name: string; namespace?: string }[];
 }
@@ -136,9 +146,10 @@ function grantedPermissions(manifests: string, account: { namespace: string; nam
     if (!role) throw new Error(`${binding.kind} ${binding.metadata.name} refers to ${kind} ${name}, not shipped beside it`);
     for (const rule of role.rules ?? []) {
       for (const verb of rule.verbs) {
+        const names = rule.resourceNames?.length ? rule.resourceNames : [undefined];
         for (const group of rule.apiGroups ?? [])
           for (const resource of rule.resources ?? [])
-            granted.push({ verb, resource: qualified(group, resource), namespace });
+            for (const name of names) granted.push({ verb, resource: qualified(group, resource), namespace, name });
         for (const url of rule.nonResourceURLs ?? []) granted.push({ verb, resource: `url ${url}`, namespace: "" });
       }
     }
@@ -146,9 +157,15 @@ function grantedPermissions(manifests: string, account: { namespace: string; nam
   return permissionSet(granted);
 }
 
-/** A cluster-wide grant covers the verb in every namespace; a namespaced grant only its own. */
+/**
+ * A cluster-wide grant covers the verb in every namespace, a namespaced grant only its own; a grant
+ * with a name only requests naming that object.
+ */
 const covers = (grant: Permission, use: Permission) =>
-  grant.verb === use.verb && grant.resource === use.resource && (grant.namespace === "" || grant.namespace === use.namespace);
+  grant.verb === use.verb &&
+  grant.resource === use.resource &&
+  (grant.namespace === "" || grant.namespace === use.namespace) &&
+  (grant.name === undefined || grant.name === use.name);
 
 /** Grants no request used, and requests no grant covers. */
 function privilegeGaps(used: Permission[], granted: Permission[]): { unused: string[]; missing: string[] } {
@@ -178,24 +195,31 @@ async function assertLeastPrivilege(
 test("the comparison finds unused grants and missing ones, and reads only the account's requests", async () => {
   const manifests = await readFile(NLC_RBAC_FILE, "utf8");
   const username = `system:serviceaccount:${NLC_ACCOUNT.namespace}:${NLC_ACCOUNT.name}`;
-  const entry = (user: string, verb: string, resource: string, namespace?: string, apiGroup?: string) =>
+  const entry = (user: string, verb: string, resource: string, namespace?: string, apiGroup?: string, name?: string) =>
     JSON.stringify({
       user: { username: user },
       verb,
       requestURI: "/irrelevant",
-      objectRef: { resource, namespace, apiGroup },
+      objectRef: { resource, namespace, apiGroup, name },
     });
+  const lease = (verb: string, namespace: string, name: string) =>
+    entry(username, verb, "leases", namespace, "coordination.k8s.io", name);
   const audit = [
     ...["get", "list", "watch", "delete"].map((verb) => entry(username, verb, "nodes")),
     entry(username, "create", "events", "default"),
-    ...["get", "create"].map((verb) => entry(username, verb, "leases", "kube-system", "coordination.k8s.io")),
-    entry(username, "get", "leases", "default", "coordination.k8s.io"), // the Role is in kube-system only
+    ...["get", "create"].map((verb) => lease(verb, "kube-system", "node-lifecycle-controller")),
+    lease("get", "kube-system", "kube-scheduler"), // the Role names its own Lease only
+    lease("get", "default", "node-lifecycle-controller"), // the Role is in kube-system only
     entry("system:serviceaccount:kube-system:other", "list", "secrets"),
     JSON.stringify({ user: { username }, verb: "get", requestURI: "/version?timeout=32s" }),
   ].join("\n");
   assert.deepEqual(privilegeGaps(usedPermissions(audit, username), grantedPermissions(manifests, NLC_ACCOUNT)), {
-    unused: ["patch events in default", "update coordination.k8s.io/leases in kube-system"],
-    missing: ["get coordination.k8s.io/leases in default", "get url /version cluster-wide"],
+    unused: ["patch events in default", "update coordination.k8s.io/leases named node-lifecycle-controller in kube-system"],
+    missing: [
+      "get coordination.k8s.io/leases named kube-scheduler in kube-system",
+      "get coordination.k8s.io/leases named node-lifecycle-controller in default",
+      "get url /version cluster-wide",
+    ],
   });
 });
 

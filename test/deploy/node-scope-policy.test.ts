@@ -2,19 +2,23 @@
 // agent's ServiceAccount may write A's status.addresses, remove A's uninitialized taint, set A's
 // providerID while it is empty and add or change A's region, zone and instance-type labels, and
 // nothing else — not on node B, not another field or label of A, not a providerID A already has.
-// Requests expected to be denied are sent as dry runs, so a policy that wrongly allows one cannot
-// change the state the other tests rely on. The apiserver runs NodeRestriction, as production ones do: the
-// policy trusts the token's node-name claim because NodeRestriction lets a kubelet mint tokens only for pods
-// on its own node (test/localcluster/cluster.test.ts proves that on real kubelets). The tokens here are the
-// admin's, which NodeRestriction does not restrict: the policy needs nothing more from it on this plane.
+// Other field managers' ownership (managedFields) may change only as the apiserver changes it for the
+// fields written; Events only about its own Node, reported by local-ccm. Requests expected to be denied
+// are sent as dry runs, so a policy that wrongly allows one cannot change the state the other tests rely on.
+// The apiserver runs NodeRestriction, as production ones do: the policy trusts the token's node-name claim
+// because NodeRestriction lets a kubelet mint tokens only for pods on its own node
+// (test/localcluster/cluster.test.ts proves that on real kubelets). The tokens here are the admin's, which
+// NodeRestriction does not restrict: the policy needs nothing more from it on this plane.
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import type { Node, Taint } from "kubernetes-types/core/v1.js";
+import type { Event, Node, Taint } from "kubernetes-types/core/v1.js";
+import type { ManagedFieldsEntry } from "kubernetes-types/meta/v1.js";
 import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
 import { isApiError } from "../../src/kube/errors.ts";
-import { Resource } from "../../src/kube/resource.ts";
+import { denial, refused } from "./refused.ts";
+import { type PatchType, Resource } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { agentPodKubeconfig } from "../agent/harness.ts";
 import { waitFor } from "../../localcluster/wait.ts";
@@ -22,6 +26,7 @@ import { waitFor } from "../../localcluster/wait.ts";
 const DEPLOY = path.resolve(import.meta.dirname, "../../deploy");
 const NODES = { a: "node-a", b: "node-b" } as const;
 const NODE_RESOURCE = { group: "", version: "v1", plural: "nodes" } as const;
+const EVENTS = { group: "", version: "v1", plural: "events", namespace: "default" } as const;
 const UNINITIALIZED: Taint = {
   key: "node.cloudprovider.kubernetes.io/uninitialized",
   value: "true",
@@ -69,54 +74,66 @@ function removeTaintPatch(node: Node, key: string): unknown[] {
   ];
 }
 
-/** Runs `request` and returns why it was refused (denied or invalid); fails if it was allowed. */
-async function refusal(request: () => Promise<unknown>): Promise<string> {
-  try {
-    await request();
-  } catch (err) {
-    if (isApiError(err, "Forbidden") || isApiError(err, "Invalid")) return err.message;
-    throw err;
-  }
-  assert.fail("the request was allowed");
+/** managedFields' fieldsV1: a tree of "f:<field>", "k:<key>" and "." keys. */
+interface Fields {
+  [key: string]: Fields;
 }
 
-/** Runs `request` and returns the denial message; fails if it was allowed or failed otherwise. */
-async function denial(request: () => Promise<unknown>): Promise<string> {
-  try {
-    await request();
-  } catch (err) {
-    if (isApiError(err, "Forbidden")) return err.message;
-    throw err;
-  }
-  assert.fail("the request was allowed");
+/** The fields the managedFields entry of `manager` (and `subresource`, "" for the main resource) owns. */
+function fieldsOf(node: Node, manager: string, subresource = ""): Fields | undefined {
+  const entry = node.metadata?.managedFields?.find((e) => e.manager === manager && (e.subresource ?? "") === subresource);
+  return entry?.fieldsV1 as Fields | undefined;
+}
+
+/**
+ * A forgery of `entries`: "ops" owns the hostname label and kubelet no longer does, so that ops's next
+ * apply, which does not hold the label, deletes it. Returns the forged list and its two changed entries.
+ */
+function forgeHostnameOwnership(entries: ManagedFieldsEntry[]): {
+  forged: ManagedFieldsEntry[];
+  changed: ManagedFieldsEntry[];
+} {
+  const forged = structuredClone(entries);
+  const ops = forged.find((e) => e.manager === "ops") as ManagedFieldsEntry;
+  const kubelet = forged.find((e) => e.manager === "kubelet" && !e.subresource) as ManagedFieldsEntry;
+  const labels = (entry: ManagedFieldsEntry) => (entry.fieldsV1 as Fields)["f:metadata"]?.["f:labels"] as Fields;
+  labels(ops)["f:kubernetes.io/hostname"] = {};
+  delete labels(kubelet)["f:kubernetes.io/hostname"];
+  return { forged, changed: forged.filter((e) => e === ops || e === kubelet) };
 }
 
 describe("node-scope admission policy", () => {
   let plane: ControlPlane;
   let admin: Resource<Node>;
+  let agentClient: KubeClient;
   let agent: Resource<Node>;
   const clients: KubeClient[] = [];
   const dryRun = true;
 
-  const nodesAs = async (kubeconfig: string): Promise<Resource<Node>> => {
+  const clientAs = async (kubeconfig: string): Promise<KubeClient> => {
     const config = await loadClientConfig({ kubeconfig });
     const client = new KubeClient(config, { component: "test-agent", maxRetries: 0 });
     clients.push(client);
-    return new Resource<Node>(client, NODE_RESOURCE);
+    return client;
   };
+  const nodesAs = async (kubeconfig: string) => new Resource<Node>(await clientAs(kubeconfig), NODE_RESOURCE);
 
   before(async () => {
     plane = await startControlPlane({ nodeRestriction: true });
     admin = new Resource<Node>(plane.admin, NODE_RESOURCE);
     const files = ["rbac.yaml", "node-scope-policy.yaml"].flatMap((name) => ["-f", path.join(DEPLOY, name)]);
     await plane.kubectl(["apply", ...files]);
+    // Written as kubelet writes them, so that kubelet owns the fields the agent later takes.
+    const fieldManager = "kubelet";
     for (const name of Object.values(NODES)) {
-      const node = await admin.create(kubeletNode(name));
+      const node = await admin.create(kubeletNode(name), { fieldManager });
       const registered = withAddresses(node, "198.18.0.1");
       const capacity = { cpu: "2" }; // a field for the agent to (try to) remove
-      await admin.update({ ...registered, status: { ...registered.status, capacity } }, { subresource: "status" });
+      const status = { ...registered.status, capacity };
+      await admin.update({ ...registered, status }, { subresource: "status", fieldManager });
     }
-    agent = await nodesAs(await agentPodKubeconfig(plane, NODES.a));
+    agentClient = await clientAs(await agentPodKubeconfig(plane, NODES.a));
+    agent = new Resource<Node>(agentClient, NODE_RESOURCE);
     // A new policy takes a moment to reach the admission plugin: wait until it denies what it must.
     const labelChange = { metadata: { labels: { probe: "x" } } };
     await waitFor(
@@ -135,21 +152,30 @@ describe("node-scope admission policy", () => {
     await plane?.stop();
   });
 
-  test("the agent writes status.addresses of its own Node", async () => {
+  test("the agent writes status.addresses of its own Node (kubelet loses the address it owned)", async () => {
     const node = await agent.get(NODES.a);
+    const internalIP = 'k:{"type":"InternalIP"}';
+    const addresses = (fields: Fields | undefined) => fields?.["f:status"]?.["f:addresses"]?.[internalIP];
+    assert.ok(addresses(fieldsOf(node, "kubelet", "status"))?.["f:address"]);
     const updated = await agent.update(withAddresses(node, "198.18.0.10"), { subresource: "status" });
     assert.deepEqual(updated.status?.addresses, [
       { type: "Hostname", address: NODES.a },
       { type: "InternalIP", address: "198.18.0.10" },
     ]);
+    // The apiserver moved the changed field from kubelet's entry to the agent's: the policy lets that through.
+    assert.deepEqual(addresses(fieldsOf(updated, "kubelet", "status")), { ".": {}, "f:type": {} });
+    assert.ok(addresses(fieldsOf(updated, "local-ccm", "status"))?.["f:address"]);
   });
 
   test("the agent removes the uninitialized taint of its own Node, and only that taint", async () => {
     const node = await agent.get(NODES.a);
+    assert.ok(fieldsOf(node, "kubelet")?.["f:spec"]?.["f:taints"]);
     const updated = await agent.patch(NODES.a, "json", removeTaintPatch(node, UNINITIALIZED.key));
     const others = node.spec?.taints?.filter((taint) => taint.key !== UNINITIALIZED.key);
     assert.ok(others?.some((taint) => taint.key === OTHER_TAINT.key));
     assert.deepEqual(updated.spec?.taints, others);
+    // kubelet owned the (atomic) taint list and lost it to the agent, its only spec field: f:spec went with it.
+    assert.equal(fieldsOf(updated, "kubelet")?.["f:spec"], undefined);
   });
 
   test("the agent sets its own Node's empty providerID and metadata labels, as its JSON patch does", async () => {
@@ -172,7 +198,8 @@ describe("node-scope admission policy", () => {
     await waitFor("node A's providerID", async () => Boolean((await admin.get(NODES.a)).spec?.providerID));
     const node = await agent.get(NODES.a);
     for (const providerID of ["local://forged", ""]) {
-      const text = await refusal(() => agent.patch(NODES.a, "merge", { spec: { providerID } }, { dryRun }));
+      const change = { spec: { providerID } };
+      const text = await refused(() => agent.patch(NODES.a, "merge", change, { dryRun }), "Forbidden", "Invalid");
       // kube-apiserver's own validation refuses first (422); the policy would deny it too (403).
       assert.match(text, /spec\.providerID|providerID/, text);
     }
@@ -298,6 +325,296 @@ describe("node-scope admission policy", () => {
       await denial(() => unbound.update(update, { subresource: "status", dryRun })),
       /local-ccm may change only its own Node, but its token names none/,
     );
+  });
+
+  test("other field managers' ownership stays as it was: a forged managedFields entry is denied, by any patch", async () => {
+    // ops applies a label, as a GitOps tool does; kubelet registered the node's hostname label.
+    const apply = { apiVersion: "v1", kind: "Node", metadata: { name: NODES.a, labels: { "example.com/team": "a" } } };
+    await admin.patch(NODES.a, "apply", apply, { fieldManager: "ops" });
+    const node = await agent.get(NODES.a);
+    const entries = node.metadata?.managedFields ?? [];
+    const { forged, changed } = forgeHostnameOwnership(entries);
+    const managers = (list: ManagedFieldsEntry[]) =>
+      `metadata.managedFields (entries of other field managers: ${list.map((e) => e.manager).join(", ")})`;
+    const both = managers(changed);
+    const replaceChanged = changed.map((e) => ({
+      op: "replace",
+      path: `/metadata/managedFields/${forged.indexOf(e)}`,
+      value: e,
+    }));
+    const opsIndex = entries.findIndex((e) => e.manager === "ops");
+    const cases: [string, string, () => Promise<unknown>][] = [
+      ["merge", both, () => agent.patch(NODES.a, "merge", { metadata: { managedFields: forged } }, { dryRun })],
+      ["strategic", both, () => agent.patch(NODES.a, "strategic", { metadata: { managedFields: forged } }, { dryRun })],
+      ["json", both, () => agent.patch(NODES.a, "json", replaceChanged, { dryRun })],
+      // Dropping an entry, or shrinking it where this write changes nothing, is no server-made change either.
+      [
+        "json (entry removed)",
+        managers([entries[opsIndex] as ManagedFieldsEntry]),
+        () => agent.patch(NODES.a, "json", [{ op: "remove", path: `/metadata/managedFields/${opsIndex}` }], { dryRun }),
+      ],
+      [
+        "json (ownership dropped)",
+        managers([entries[opsIndex] as ManagedFieldsEntry]),
+        () => {
+          const path = `/metadata/managedFields/${opsIndex}/fieldsV1/f:metadata/f:labels/f:example.com~1team`;
+          return agent.patch(NODES.a, "json", [{ op: "remove", path }], { dryRun });
+        },
+      ],
+      [
+        "json (with an allowed change)",
+        both,
+        () =>
+          agent.patch(
+            NODES.a,
+            "json",
+            [{ op: "replace", path: "/metadata/labels/topology.kubernetes.io~1zone", value: "rack-9" }, ...replaceChanged],
+            { dryRun },
+          ),
+      ],
+    ];
+    for (const [what, field, request] of cases) {
+      const text = await denial(request);
+      assert.ok(text.endsWith(`${ONLY_ALLOWED}${field}`), `${what}: ${text}`);
+    }
+    // Server-side apply takes no managedFields at all.
+    await assert.rejects(
+      agent.patch(NODES.a, "apply", { ...apply, metadata: { ...apply.metadata, managedFields: forged } }, {
+        fieldManager: "local-ccm",
+        dryRun,
+      }),
+      (err) => isApiError(err, "BadRequest") && /managedFields must be nil/.test(err.message),
+    );
+    assert.deepEqual((await admin.get(NODES.a)).metadata?.managedFields, entries);
+  });
+
+  test("what that denial prevents: the forgery, by an unrestricted user, makes ops's next apply delete a label", async () => {
+    const apply = { apiVersion: "v1", kind: "Node", metadata: { name: NODES.b, labels: { "example.com/team": "b" } } };
+    await admin.patch(NODES.b, "apply", apply, { fieldManager: "ops" });
+    const { forged } = forgeHostnameOwnership((await admin.get(NODES.b)).metadata?.managedFields ?? []);
+    await admin.patch(NODES.b, "merge", { metadata: { managedFields: forged } }, { fieldManager: "admin" });
+    const after = await admin.patch(NODES.b, "apply", apply, { fieldManager: "ops" });
+    assert.equal(after.metadata?.labels?.["kubernetes.io/hostname"], undefined);
+    assert.equal(after.metadata?.labels?.["example.com/team"], "b");
+  });
+
+  test("every patch type: an allowed change passes, a refused one is denied, a stale resourceVersion conflicts", async () => {
+    const zone = "topology.kubernetes.io/zone";
+    const labelsPatch = (type: PatchType, labels: Record<string, string>, resourceVersion?: string) => {
+      if (type === "json") {
+        const ops = Object.entries(labels).map(([key, value]) => ({
+          op: "add",
+          path: `/metadata/labels/${key.replaceAll("~", "~0").replaceAll("/", "~1")}`,
+          value,
+        }));
+        return resourceVersion ? [{ op: "replace", path: "/metadata/resourceVersion", value: resourceVersion }, ...ops] : ops;
+      }
+      const metadata = { labels, ...(resourceVersion && { resourceVersion }) };
+      return type === "apply" ? { apiVersion: "v1", kind: "Node", metadata: { name: NODES.a, ...metadata } } : { metadata };
+    };
+    // The agent's own apply entry (manager local-ccm) takes the zone label from its earlier JSON patch's entry.
+    const write = (type: PatchType, patch: unknown, options: { dryRun?: boolean } = {}) =>
+      agent.patch(NODES.a, type, patch, type === "apply" ? { ...options, fieldManager: "local-ccm", force: true } : options);
+    const stale = (await agent.get(NODES.a)).metadata?.resourceVersion as string;
+    for (const type of ["merge", "strategic", "json", "apply"] as const) {
+      const updated = await write(type, labelsPatch(type, { [zone]: `rack-${type}` }));
+      assert.equal(updated.metadata?.labels?.[zone], `rack-${type}`, type);
+      if (type === "apply") {
+        // Its own manager's entries may change: the apply added one (operation Apply) that owns the zone.
+        const own = updated.metadata?.managedFields?.find((e) => e.manager === "local-ccm" && e.operation === "Apply");
+        assert.ok((own?.fieldsV1 as Fields | undefined)?.["f:metadata"]?.["f:labels"]?.[`f:${zone}`]);
+      }
+      const text = await denial(() => write(type, labelsPatch(type, { "example.com/forged": "x" }), { dryRun }));
+      assert.ok(text.endsWith(`${ONLY_ALLOWED}${LABELS_ONLY}`), `${type}: ${text}`);
+      // A stale resourceVersion is refused before admission, for an allowed change and a refused one alike.
+      const changes: Record<string, string>[] = [{ [zone]: "rack-stale" }, { "example.com/forged": "x" }];
+      for (const labels of changes) {
+        const text = await refused(() => write(type, labelsPatch(type, labels, stale)), "Conflict");
+        assert.match(text, /the object has been modified/, `${type}: ${text}`);
+      }
+      const now = (await admin.get(NODES.a)).metadata?.labels ?? {};
+      assert.equal(now[zone], `rack-${type}`, type);
+      assert.equal(now["example.com/forged"], undefined, type);
+    }
+  });
+
+  describe("Events", () => {
+    let events: Resource<Event>;
+    let byAdmin: Resource<Event>;
+    let sequence = 0;
+    /** An Event about node-a as the agent's recorder writes it, with `change` on top. */
+    const event = (change: Partial<Event> = {}): Event => {
+      const now = new Date().toISOString();
+      return {
+        apiVersion: "v1",
+        kind: "Event",
+        metadata: { name: `node-a.test-${++sequence}`, namespace: "default" },
+        involvedObject: { apiVersion: "v1", kind: "Node", name: NODES.a },
+        type: "Normal",
+        reason: "AddressesUpdated",
+        message: "Node addresses set to InternalIP=198.18.0.10",
+        source: { component: "local-ccm", host: NODES.a },
+        reportingComponent: "local-ccm",
+        reportingInstance: NODES.a,
+        firstTimestamp: now,
+        lastTimestamp: now,
+        count: 1,
+        ...change,
+      };
+    };
+    const OWN =
+      `local-ccm on node ${NODES.a} may write only Events about Node ${NODES.a} reported by local-ccm from it, ` +
+      "but this Event has ";
+
+    before(() => {
+      events = new Resource<Event>(agentClient, EVENTS);
+      byAdmin = new Resource<Event>(plane.admin, EVENTS);
+    });
+
+    test("the agent records and counts Events about its own Node", async () => {
+      const created = await events.create(event());
+      const recount = { count: 2, lastTimestamp: new Date().toISOString() };
+      const patched = await events.patch(created.metadata?.name as string, "merge", recount);
+      assert.equal(patched.count, 2);
+    });
+
+    test("an Event about another object, or reported by another component or node, is denied, naming the field", async () => {
+      const involved = { apiVersion: "v1", kind: "Node", name: NODES.a };
+      const cases: [string, Partial<Event>][] = [
+        ['involvedObject.name "node-b"', { involvedObject: { ...involved, name: NODES.b } }],
+        [
+          'involvedObject.kind "Pod", involvedObject.namespace "default"',
+          { involvedObject: { ...involved, kind: "Pod", namespace: "default" } },
+        ],
+        ['reportingComponent "kubelet"', { reportingComponent: "kubelet" }],
+        ['reportingInstance "node-b"', { reportingInstance: NODES.b }],
+        ['source.component "kubelet"', { source: { component: "kubelet", host: NODES.a } }],
+        ['source.host "node-b"', { source: { component: "local-ccm", host: NODES.b } }],
+        ['related.kind "Node", related.name "node-b"', { related: { kind: "Node", name: NODES.b } }],
+        [
+          'involvedObject.name "node-b", reportingComponent "kubelet", source.component "kubelet"',
+          { involvedObject: { ...involved, name: NODES.b }, reportingComponent: "kubelet", source: { component: "kubelet" } },
+        ],
+      ];
+      for (const [problems, change] of cases) {
+        const text = await denial(() => events.create(event(change), { dryRun }));
+        assert.ok(text.endsWith(`${OWN}${problems}`), `${problems}: ${text}`);
+      }
+      // Kubernetes itself refuses an involvedObject namespace that is not the Event's; the policy would too.
+      const other = { involvedObject: { ...involved, namespace: "kube-system" } };
+      assert.match(await refused(() => events.create(event(other), { dryRun }), "Forbidden", "Invalid"), /namespace/);
+    });
+
+    test("another component's Event about its Node cannot be changed, nor its own made about another Node", async () => {
+      const kubeletEvent = event({ reportingComponent: "kubelet", source: { component: "kubelet", host: NODES.a } });
+      const kubelets = await byAdmin.create(kubeletEvent);
+      const name = kubelets.metadata?.name as string;
+      const text = await denial(() => events.patch(name, "merge", { count: 5 }, { dryRun }));
+      assert.ok(
+        text.endsWith(
+          `local-ccm on node ${NODES.a} may change only its own Events, but the stored Event has ` +
+            'reportingComponent "kubelet", source.component "kubelet"',
+        ),
+        text,
+      );
+      const own = await events.create(event());
+      const moved = { involvedObject: { apiVersion: "v1", kind: "Node", name: NODES.b } };
+      const movedText = await denial(() => events.patch(own.metadata?.name as string, "merge", moved, { dryRun }));
+      assert.ok(movedText.endsWith(`${OWN}involvedObject.name "node-b"`), movedText);
+      assert.equal((await byAdmin.get(name)).count, 1);
+    });
+
+    test("events.k8s.io/v1 Events are held to the same rules (regarding, reportingController)", async () => {
+      // RBAC grants only core Events; grant these too, to reach the policy.
+      const role = "extra-events-k8s-io";
+      const rules = ["create", "clusterrole", role, "--verb=create,patch", "--resource=events.events.k8s.io"];
+      await plane.kubectl(rules);
+      const binding = ["create", "clusterrolebinding", role, `--clusterrole=${role}`];
+      await plane.kubectl([...binding, "--serviceaccount=kube-system:local-ccm"]);
+      const v1 = new Resource<{ metadata?: { name?: string }; series?: { count?: number } }>(agentClient, {
+        ...EVENTS,
+        group: "events.k8s.io",
+      });
+      const newEvent = (change: Record<string, unknown> = {}) => ({
+        apiVersion: "events.k8s.io/v1",
+        kind: "Event",
+        metadata: { name: `node-a.test-${++sequence}`, namespace: "default" },
+        eventTime: new Date().toISOString().replace("Z", "000Z"),
+        regarding: { apiVersion: "v1", kind: "Node", name: NODES.a },
+        reportingController: "local-ccm",
+        reportingInstance: NODES.a,
+        action: "Reconcile",
+        reason: "AddressesUpdated",
+        note: "Node addresses set to InternalIP=198.18.0.10",
+        type: "Normal",
+        ...change,
+      });
+      const refused = await waitFor("the events.k8s.io create to reach admission", async () => {
+        const text = await denial(() => v1.create(newEvent({ regarding: { kind: "Node", name: NODES.b } }), { dryRun }));
+        return text.includes("ValidatingAdmissionPolicy") && text;
+      });
+      assert.ok(refused.endsWith(`${OWN}regarding.name "node-b"`), refused);
+      const cases: [string, Record<string, unknown>][] = [
+        ['reportingController "kubelet"', { reportingController: "kubelet" }],
+        ['reportingInstance "node-b"', { reportingInstance: NODES.b }],
+      ];
+      for (const [problems, change] of cases) {
+        const text = await denial(() => v1.create(newEvent(change), { dryRun }));
+        assert.ok(text.endsWith(`${OWN}${problems}`), `${problems}: ${text}`);
+      }
+      // Only series changes once an events.k8s.io Event is written (the API refuses any other change).
+      const series = () => ({ series: { count: 2, lastObservedTime: new Date().toISOString().replace("Z", "000Z") } });
+      const created = await v1.create(newEvent());
+      const counted = await v1.patch(created.metadata?.name as string, "merge", series());
+      assert.equal(counted.series?.count, 2);
+      const byAdminV1 = new Resource<{ metadata?: { name?: string } }>(plane.admin, { ...EVENTS, group: "events.k8s.io" });
+      const kubelets = await byAdminV1.create(newEvent({ reportingController: "kubelet" }));
+      const text = await denial(() => v1.patch(kubelets.metadata?.name as string, "merge", series(), { dryRun }));
+      const stored = 'the stored Event has reportingController "kubelet"';
+      assert.ok(text.endsWith(`local-ccm on node ${NODES.a} may change only its own Events, but ${stored}`), text);
+    });
+
+    test("a token not bound to a Pod on a Node writes no Event", async () => {
+      const kubeconfig = await plane.serviceAccountKubeconfig({ namespace: "kube-system", name: "local-ccm" });
+      const unbound = new Resource<Event>(await clientAs(kubeconfig), EVENTS);
+      assert.match(await denial(() => unbound.create(event(), { dryRun })), /its token names none/);
+    });
+  });
+
+  test("past 10 Update managers the apiserver merges the oldest into ancient-changes: the agent still writes", async () => {
+    // Ten managers annotate node-a, as kubectl, network plugins and operators do on a busy node.
+    for (let i = 0; i < 10; i++) {
+      const annotations = { [`example.com/by-m${i}`]: "x" };
+      await admin.patch(NODES.a, "merge", { metadata: { annotations } }, { fieldManager: `m${i}` });
+    }
+    const node = await admin.get(NODES.a);
+    const updateEntries = (n: Node) => (n.metadata?.managedFields ?? []).filter((e) => e.operation === "Update");
+    assert.equal(updateEntries(node).length, 10);
+    assert.ok(updateEntries(node).some((e) => e.manager === "ancient-changes"));
+    // Its write adds none of its entries (it has them), so another manager's write first: m10 goes past the cap.
+    await admin.patch(NODES.a, "merge", { metadata: { annotations: { "example.com/by-m10": "x" } } }, { fieldManager: "m10" });
+    const capped = await admin.get(NODES.a);
+    const ownEntry = (n: Node) => n.metadata?.managedFields?.find((e) => e.manager === "local-ccm" && !e.subresource);
+    // Drop the agent's main entry (as admin), so that its next write adds one and the apiserver merges again.
+    const without = (capped.metadata?.managedFields ?? []).filter((e) => e !== ownEntry(capped));
+    await admin.patch(NODES.a, "merge", { metadata: { managedFields: without } }, { fieldManager: "m10" });
+    const before = await admin.get(NODES.a);
+    assert.equal(updateEntries(before).length, 10);
+    assert.equal(ownEntry(before), undefined);
+    // Its write adds an Update entry, the eleventh: the apiserver merges one (entries of the same second
+    // sort in no fixed order, so which one is its choice) into ancient-changes, and the policy lets it.
+    const labels = { "topology.kubernetes.io/zone": "rack-cap" };
+    const written = await agent.patch(NODES.a, "merge", { metadata: { labels } });
+    assert.equal(written.metadata?.labels?.["topology.kubernetes.io/zone"], "rack-cap");
+    assert.equal(updateEntries(written).length, 10);
+    assert.ok(updateEntries(written).some((e) => e.manager === "ancient-changes"));
+    // Dropping an Update entry without its fields going into ancient-changes is still denied.
+    const entries = written.metadata?.managedFields ?? [];
+    const victim = entries.findIndex((e) => e.manager === "m10");
+    const text = await denial(() =>
+      agent.patch(NODES.a, "json", [{ op: "remove", path: `/metadata/managedFields/${victim}` }], { dryRun }),
+    );
+    assert.ok(text.endsWith(`${ONLY_ALLOWED}metadata.managedFields (entries of other field managers: m10)`), text);
   });
 
   test("other users are not restricted", async () => {

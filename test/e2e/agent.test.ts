@@ -156,7 +156,8 @@ describe("the agent on real kubelets", () => {
     assert.deepEqual(whoami.status.userInfo.extra["authentication.kubernetes.io/pod-name"], [pod.metadata?.name]);
 
     // Dry runs: admission runs in full, nothing is stored. Addresses go as the agent writes them: the
-    // Node as read, with new status.addresses, PUT to nodes/status.
+    // Node as read, with new status.addresses, PUT to nodes/status, as field manager local-ccm (the
+    // agent's User-Agent names it so; the policy lets no other manager's ownership entry change).
     const addresses = (node: ClusterNode) => [
       { type: "InternalIP", address: node.ip },
       { type: "ExternalIP", address: "198.18.0.7" },
@@ -167,7 +168,7 @@ describe("the agent on real kubelets", () => {
       const body = JSON.stringify({ ...read, status: { ...read.status, addresses: addresses(node) } });
       return run(
         cluster.controlPlane.binaries.kubectl,
-        [...asPodFlags, "replace", "--raw", `/api/v1/nodes/${node.name}/status?dryRun=All`, "-f", "-"],
+        [...asPodFlags, "replace", "--raw", `/api/v1/nodes/${node.name}/status?dryRun=All&fieldManager=local-ccm`, "-f", "-"],
         { input: body },
       );
     };

@@ -1,7 +1,7 @@
 // A world for the node-lifecycle-controller, shared by its integration tests and its benchmark:
-// a real control plane, the shipped RBAC applied, and a "prober" network namespace where the
-// controller runs. The prober reaches the apiserver over a veth to the root namespace, and test
-// hosts over one veth each:
+// a real control plane, the shipped RBAC and admission policies applied, and a "prober" network
+// namespace where the controller runs. The prober reaches the apiserver over a veth to the root
+// namespace, and test hosts over one veth each:
 //   root 198.19.<s>.1/30 ── 198.19.<s>.2/30 prober 198.18.<n>.1/24 ── 198.18.<n>.2/24 host n
 // (<s>: the subnet given.) An address like 198.18.<n>.9 is on a link but no host has it: it never answers.
 import { type ChildProcess, spawn } from "node:child_process";
@@ -17,6 +17,8 @@ import { waitFor } from "../../localcluster/wait.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
 export const RBAC_FILE = path.join(ROOT, "deploy/nlc-rbac.yaml");
+/** The admission policies that limit its deletions and Lease creation, applied beside the RBAC. */
+export const POLICY_FILE = path.join(ROOT, "deploy/nlc-policy.yaml");
 export const PROGRAM_TS = path.join(ROOT, "src/bin/node-lifecycle-controller.ts");
 export const SERVICE_ACCOUNT = { namespace: "kube-system", name: "node-lifecycle-controller" };
 export const USER_AGENT_COMPONENT = "(node-lifecycle-controller)";
@@ -52,7 +54,7 @@ export async function startWorld(options: { subnet: number; audit?: boolean }): 
     const prober = await net.host();
     await net.link("root", prober, { addressesA: [`${rootIP}/30`], addressesB: [`${proberIP}/30`] });
     plane = await startControlPlane({ extraIPs: [rootIP], audit: options.audit });
-    await plane.kubectl(["apply", "-f", RBAC_FILE]);
+    await plane.kubectl(["apply", "-f", RBAC_FILE, "-f", POLICY_FILE]);
     const server = plane.serverAt(rootIP);
     const kubeconfig = await plane.serviceAccountKubeconfig({ ...SERVICE_ACCOUNT, server });
     let links = 0;

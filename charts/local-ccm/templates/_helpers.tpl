@@ -127,3 +127,110 @@ subjects:
     name: {{ .name }}
     namespace: {{ .root.Release.Namespace }}
 {{- end }}
+
+{{/*
+CEL: the Node named by the authentication.kubernetes.io/node-name extra of the request's token (a
+token bound to a Pod on that Node, as the agent's DaemonSet Pod gets), or "" when there is none.
+*/}}
+{{- define "local-ccm.ownNode" -}}
+>-
+        has(request.userInfo.extra) &&
+        "authentication.kubernetes.io/node-name" in request.userInfo.extra &&
+        size(request.userInfo.extra["authentication.kubernetes.io/node-name"]) == 1
+        ? request.userInfo.extra["authentication.kubernetes.io/node-name"][0] : ""
+{{- end }}
+
+{{/* CEL: managedFields entries `a` and `b` (variable names) of the same manager, operation, version and time. */}}
+{{- define "local-ccm.sameManagedFieldsEntry" -}}
+{{- $a := .a }}{{ $b := .b }}
+{{- $fields := list "manager" "operation" "apiVersion" "subresource" "time" "fieldsType" }}
+{{- range $i, $field := $fields }}{{ if $i }} &&{{ if eq $i 3 }}
+           {{ end }} {{ end }}{{ $a }}.?{{ $field }} == {{ $b }}.?{{ $field }}{{ end }}
+{{- end }}
+
+{{/*
+CEL: whether a field manager's fieldsV1 `new` holds what `old` held, less at most what this write
+changes (variables.ownershipLost: per fieldsV1 key of metadata.labels, metadata, spec and status, the
+keys whose ownership the apiserver may take away). Labels are compared key by key (f:labels is no
+metadata field of its own here); below another changed field the lost part may be a list item's
+(status.addresses' k:{"type":…}/f:address): two levels are compared as subsets. `new` and `old` are
+CEL expressions; the single-element lists bind them to names.
+*/}}
+{{- define "local-ccm.ownershipOnlyLost" -}}
+[{{ .new }}].all(after, [{{ .old }}].all(before,
+              after.all(k, k in before && (after[k] == before[k] || k in ["f:metadata", "f:spec", "f:status"])) &&
+              before.all(k, k in after || k in ["f:metadata", "f:spec", "f:status"]) &&
+              [after[?"f:metadata"][?"f:labels"].orValue({})].all(l,
+                [before[?"f:metadata"][?"f:labels"].orValue({})].all(ol,
+                  l.all(k, k in ol && l[k] == ol[k]) &&
+                  ol.all(k, k in l || k in variables.ownershipLost["f:labels"]))) &&
+              ["f:metadata", "f:spec", "f:status"].all(p, [after[?p].orValue({})].all(s, [before[?p].orValue({})].all(os,
+                s.all(k, k in os && (s[k] == os[k] || k == "f:labels" || (k in variables.ownershipLost[p] &&
+                  s[k].all(i, i in os[k] && (s[k][i] == os[k][i] ||
+                    s[k][i].all(j, j in os[k][i] && s[k][i][j] == os[k][i][j])))))) &&
+                os.all(k, k in s || k == "f:labels" || k in variables.ownershipLost[p]))))))
+{{- end }}
+
+{{/*
+CEL: what is wrong with an Event written by the agent (input: its CEL name, "object" or "oldObject"),
+as a list of "<field> \"<value>\"": it must be about Node variables.ownNode (no namespace, no related
+object) and be reported by local-ccm from that Node, as the agent's recorder writes it; the source
+(deprecatedSource) fields may be empty. variables.names gives the field names of the API the request
+used. The single-element lists bind values to names.
+*/}}
+{{- define "local-ccm.eventProblems" -}}
+[{{ . }}].map(ev, [ev[?variables.names.about].orValue({})].map(about,
+          [ev[?variables.names.source].orValue({})].map(source, [
+            {"field": [variables.names.about + ".kind"], "value": [about[?"kind"].orValue("")], "allowed": ["Node"]},
+            {"field": [variables.names.about + ".name"], "value": [about[?"name"].orValue("")], "allowed": [variables.ownNode]},
+            {"field": [variables.names.about + ".namespace"], "value": [about[?"namespace"].orValue("")], "allowed": [""]},
+            {"field": ["related.kind"], "value": [ev[?"related"].orValue({})[?"kind"].orValue("")], "allowed": [""]},
+            {"field": ["related.name"], "value": [ev[?"related"].orValue({})[?"name"].orValue("")], "allowed": [""]},
+            {"field": [variables.names.reporter], "value": [ev[?variables.names.reporter].orValue("")], "allowed": ["local-ccm"]},
+            {"field": ["reportingInstance"], "value": [ev[?"reportingInstance"].orValue("")], "allowed": [variables.ownNode]},
+            {"field": [variables.names.source + ".component"], "value": [source[?"component"].orValue("")], "allowed": ["", "local-ccm"]},
+            {"field": [variables.names.source + ".host"], "value": [source[?"host"].orValue("")], "allowed": ["", variables.ownNode]}
+          ].filter(c, !(c.value[0] in c.allowed)).map(c, c.field[0] + " \"" + c.value[0] + "\""))[0])[0])[0]
+{{- end }}
+
+{{/*
+CEL: a --protected-labels / --protected-annotations list ("key" or "key=value", comma-separated, blanks
+around items, keys and values trimmed, empty items skipped, as src/kube/labelselector.ts reads it) as a
+list of [key] and [key, value] lists.
+*/}}
+{{- define "local-ccm.keyValueMatchers" -}}
+{{- $matchers := list }}
+{{- range splitList "," . }}
+{{- $item := trim . }}
+{{- if $item }}
+{{- $equals := regexFind "=" $item }}
+{{- if $equals }}
+{{- $key := regexReplaceAll "=.*$" $item "" }}
+{{- $matchers = append $matchers (list (trim $key) (trim (trimPrefix (printf "%s=" $key) $item))) }}
+{{- else }}
+{{- $matchers = append $matchers (list $item) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* dyn: an empty list literal would otherwise be typed as a list of ints */}}
+{{- printf "dyn(%s)" ($matchers | toJson) }}
+{{- end }}
+
+{{/*
+CEL: whether fieldsV1 `inner` holds nothing that fieldsV1 `outer` lacks, compared key by key six levels
+deep (a Node's fields go five deep) and as equal below. Input: dict "inner" <CEL> "outer" <CEL>. One
+line per call: the text goes into a folded YAML scalar.
+*/}}
+{{- define "local-ccm.fieldsWithin" -}}
+[{{ .inner }}].all(i0, [{{ .outer }}].all(o0, {{ include "local-ccm.fieldsWithinLevel" (dict "level" 0) }}))
+{{- end }}
+
+{{- define "local-ccm.fieldsWithinLevel" -}}
+{{- $i := printf "i%d" .level }}{{ $o := printf "o%d" .level }}{{ $k := printf "k%d" .level }}
+{{- if eq .level 6 -}}
+{{ $i }} == {{ $o }}
+{{- else -}}
+{{- $next := add1 .level }}
+{{- $i }}.all({{ $k }}, {{ $k }} in {{ $o }} && ({{ $i }}[{{ $k }}] == {{ $o }}[{{ $k }}] || [{{ $i }}[{{ $k }}]].all(i{{ $next }}, [{{ $o }}[{{ $k }}]].all(o{{ $next }}, {{ include "local-ccm.fieldsWithinLevel" (dict "level" $next) }}))))
+{{- end }}
+{{- end }}
