@@ -1,5 +1,5 @@
 // Builds the pinned upstream binaries (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-// kubectl, etcd, helm) from their Go modules into a git-ignored cache keyed by version; a binary that
+// kubectl, etcd, helm, metrics-server, actionlint) from their Go modules into a git-ignored cache keyed by version; a binary that
 // is already there is not rebuilt.
 //
 // Each component gets a small wrapper module whose go.mod requires the upstream module and lists
@@ -10,7 +10,7 @@ import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { formatDuration } from "../src/cli/duration.ts";
 import { run } from "./exec.ts";
-import { ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION } from "./versions.ts";
+import { ACTIONLINT_VERSION, ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, METRICS_SERVER_VERSION } from "./versions.ts";
 
 export const CACHE_DIR = path.resolve(import.meta.dirname, "../.cache/controlplane");
 
@@ -22,6 +22,8 @@ export interface Binaries {
   kubectl: string;
   etcd: string;
   helm: string;
+  metricsServer: string;
+  actionlint: string;
 }
 
 interface Component {
@@ -94,6 +96,22 @@ const COMPONENTS: Component[] = [
       `-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}`,
       "-X helm.sh/helm/v3/internal/version.gitTreeState=clean",
     ],
+  },
+  {
+    // Its own wrapper module too: it requires k8s.io/* v0.36.2 and newer libraries than the Kubernetes binaries.
+    name: "metrics-server",
+    version: METRICS_SERVER_VERSION,
+    module: "sigs.k8s.io/metrics-server",
+    commands: { "metrics-server": "sigs.k8s.io/metrics-server/cmd/metrics-server" },
+    // As its Makefile does: the version is client-go's.
+    ldflags: [`-X k8s.io/client-go/pkg/version.gitVersion=${METRICS_SERVER_VERSION}`],
+  },
+  {
+    name: "actionlint",
+    version: ACTIONLINT_VERSION,
+    module: "github.com/rhysd/actionlint",
+    commands: { actionlint: "github.com/rhysd/actionlint/cmd/actionlint" },
+    ldflags: [`-X github.com/rhysd/actionlint.version=${ACTIONLINT_VERSION}`],
   },
 ];
 
@@ -190,7 +208,13 @@ export async function ensureBinaries(): Promise<Binaries> {
     for (const component of COMPONENTS) await buildComponent(component, progress);
     progress.say(`built ${total} binaries`);
   }
-  const [kubernetes, etcd, helm] = COMPONENTS as [Component, Component, Component];
+  const [kubernetes, etcd, helm, metricsServer, actionlint] = COMPONENTS as [
+    Component,
+    Component,
+    Component,
+    Component,
+    Component,
+  ];
   return {
     kubeApiserver: binaryPath(kubernetes, "kube-apiserver"),
     kubeControllerManager: binaryPath(kubernetes, "kube-controller-manager"),
@@ -199,5 +223,7 @@ export async function ensureBinaries(): Promise<Binaries> {
     kubectl: binaryPath(kubernetes, "kubectl"),
     etcd: binaryPath(etcd, "etcd"),
     helm: binaryPath(helm, "helm"),
+    metricsServer: binaryPath(metricsServer, "metrics-server"),
+    actionlint: binaryPath(actionlint, "actionlint"),
   };
 }

@@ -1,7 +1,9 @@
-// `npm run cluster -- up [--nodes N] [--control-plane-nodes M] | kill-node NAME | down | build`: the local
-// cluster (localcluster/cluster.ts) for people, kept in .cluster/ and left running until `down`; the first M
-// nodes (default 1) are control-plane nodes.
-// `build` prepares everything a cluster needs (binaries, container runtime, pause image): npm's
+// `npm run cluster -- up [--nodes N] [--control-plane-nodes M] [--serving-certs] | kill-node NAME | down | build`:
+// the local cluster (localcluster/cluster.ts) for people, kept in .cluster/ and left running until `down`; the
+// first M nodes (default 1) are control-plane nodes. With --serving-certs, kubelets request their serving
+// certificates, the apiserver verifies them, and the chart (CSR approver on) and metrics-server are installed:
+// `up` returns once `kubectl top nodes` shows every node through certificates the approver approved.
+// `build` prepares everything a cluster needs (binaries, container runtime, pause and metrics-server images): npm's
 // pretest runs it, so `npm test` works on a fresh machine (`npm start` prepares the same through
 // startCluster(), after checking it runs as root).
 import { rmSync } from "node:fs";
@@ -17,34 +19,57 @@ import {
   removeLeftovers,
   startCluster,
 } from "./cluster.ts";
+import { ensureMetricsServerImage, nodeMetrics } from "./metrics-server.ts";
 import { ensurePauseImage } from "./pause.ts";
+import { installServingCertificates } from "./project.ts";
 import { ensureRuntime } from "./runtime.ts";
 
 // LOCAL_CCM_CLUSTER_DIR lets the CLI's own test use a temp folder instead.
 const DIR = path.resolve(process.env.LOCAL_CCM_CLUSTER_DIR ?? path.join(import.meta.dirname, "../.cluster"));
 const KUBECONFIG = path.join(DIR, "kubeconfig");
-const USAGE = "usage: npm run cluster -- up [--nodes N] [--control-plane-nodes M] | kill-node NAME | down | build";
+const USAGE =
+  "usage: npm run cluster -- up [--nodes N] [--control-plane-nodes M] [--serving-certs] | kill-node NAME | down | build";
+
+/** How long `up --serving-certs` waits for `kubectl top nodes`: the chart's pods start, every CSR is approved,
+ * metrics-server waits out its readiness probe's 20 s and scrapes twice. */
+const SERVING_CERTS_TIMEOUT_MS = 300_000;
 
 class UsageError extends Error {}
 
-function parseUp(args: string[]): { nodes: number; controlPlaneNodes: number } {
-  let values: { nodes?: string; "control-plane-nodes"?: string };
-  try {
-    ({ values } = parseArgs({
-      args,
-      options: { nodes: { type: "string" }, "control-plane-nodes": { type: "string" } },
-      strict: true,
-    }));
-  } catch (err) {
-    throw new UsageError(`${(err as Error).message}; ${USAGE}`);
+const UP_FLAGS = {
+  nodes: { type: "string" },
+  "control-plane-nodes": { type: "string" },
+  "serving-certs": { type: "boolean" },
+} as const;
+
+/**
+ * Reads `up`'s flags. parseArgs runs unstrict so that each mistake is named as a person typed it
+ * ("unknown flag --bogus"), not in parseArgs' words about positionals.
+ */
+function parseUpFlags(args: string[]): { nodes?: string; "control-plane-nodes"?: string; "serving-certs"?: boolean } {
+  const { tokens } = parseArgs({ args, options: UP_FLAGS, strict: false, tokens: true });
+  for (const token of tokens) {
+    if (token.kind === "positional") throw new UsageError(`unexpected argument ${token.value}\n${USAGE}`);
+    if (token.kind !== "option") continue;
+    const flag = UP_FLAGS[token.name as keyof typeof UP_FLAGS] as { type: string } | undefined;
+    if (!flag) throw new UsageError(`unknown flag ${token.rawName}\n${USAGE}`);
+    if (flag.type === "string" && token.value === undefined)
+      throw new UsageError(`${token.rawName} needs a value\n${USAGE}`);
+    if (flag.type === "boolean" && token.value !== undefined)
+      throw new UsageError(`${token.rawName} takes no value\n${USAGE}`);
   }
+  return parseArgs({ args, options: UP_FLAGS, strict: true }).values;
+}
+
+function parseUp(args: string[]): { nodes: number; controlPlaneNodes: number; servingCerts: boolean } {
+  const values = parseUpFlags(args);
   const nodes = Number(values.nodes ?? 2);
   if (!Number.isInteger(nodes) || nodes < 1 || nodes > MAX_NODES)
-    throw new UsageError(`--nodes takes a number from 1 to ${MAX_NODES}; ${USAGE}`);
+    throw new UsageError(`--nodes takes a number from 1 to ${MAX_NODES}\n${USAGE}`);
   const controlPlaneNodes = Number(values["control-plane-nodes"] ?? 1);
   if (!Number.isInteger(controlPlaneNodes) || controlPlaneNodes < 0 || controlPlaneNodes > nodes)
-    throw new UsageError(`--control-plane-nodes takes a number from 0 to the nodes (${nodes}); ${USAGE}`);
-  return { nodes, controlPlaneNodes };
+    throw new UsageError(`--control-plane-nodes takes a number from 0 to the nodes (${nodes})\n${USAGE}`);
+  return { nodes, controlPlaneNodes, servingCerts: values["serving-certs"] ?? false };
 }
 
 function running(): ClusterRecord {
@@ -54,16 +79,32 @@ function running(): ClusterRecord {
 }
 
 async function up(args: string[]): Promise<void> {
-  const { nodes, controlPlaneNodes } = parseUp(args);
+  const { nodes, controlPlaneNodes, servingCerts } = parseUp(args);
   if (recordFor(DIR)) {
     console.log(`already running (npm run cluster -- down first for another)\nexport KUBECONFIG=${KUBECONFIG}`);
     return;
   }
   rmSync(DIR, { recursive: true, force: true });
   const log = (line: string) => console.error(`cluster: ${line}`);
-  const cluster = await startCluster({ nodes, controlPlaneNodes, dir: DIR, detached: true, log });
+  const cluster = await startCluster({
+    nodes: Array.from({ length: nodes }, () => ({ serverTLSBootstrap: servingCerts })),
+    controlPlaneNodes,
+    verifyKubeletServingCertificates: servingCerts,
+    dir: DIR,
+    detached: true,
+    log,
+  });
   cluster.admin.close();
+  if (servingCerts) {
+    log("installing the chart with the CSR approver on, and metrics-server");
+    await installServingCertificates(cluster);
+    await nodeMetrics(cluster, SERVING_CERTS_TIMEOUT_MS);
+  }
   console.log(await cluster.kubectl(["get", "nodes", "-o", "wide"]));
+  if (servingCerts) {
+    console.log(await cluster.kubectl(["get", "csr"]));
+    console.log(await cluster.kubectl(["top", "nodes"]));
+  }
   const worker = cluster.nodes.find((node) => !node.controlPlane) ?? cluster.nodes[0];
   console.log(`logs in ${DIR}; kill a node with: npm run cluster -- kill-node ${worker?.name}`);
   console.log(`export KUBECONFIG=${KUBECONFIG}`);
@@ -90,13 +131,14 @@ const commands: Record<string, (args: string[]) => Promise<void> | void> = {
     await ensureBinaries();
     await ensureRuntime();
     await ensurePauseImage();
+    await ensureMetricsServerImage();
   },
 };
 
 const [name = "", ...rest] = process.argv.slice(2);
 const command = commands[name];
 if (!command) {
-  console.error(USAGE);
+  console.error(name ? `cluster: unknown command ${name}\n${USAGE}` : USAGE);
   process.exit(2);
 }
 try {

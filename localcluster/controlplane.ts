@@ -20,7 +20,14 @@ import { onExit } from "./cleanup.ts";
 import { run } from "./exec.ts";
 import { type Binaries, ensureBinaries } from "./build.ts";
 import { type Service, startService, stopService, waitUntil } from "./service.ts";
-import { type CertificateAuthority, createPki, issueClientCertificate, type KeyPair, type Pki } from "./pki.ts";
+import {
+  type CertificateAuthority,
+  createPki,
+  FRONT_PROXY_CLIENT,
+  issueClientCertificate,
+  type KeyPair,
+  type Pki,
+} from "./pki.ts";
 
 export interface ControlPlaneOptions {
   /** Extra IPs for the serving certificate; the apiserver then listens on all addresses, so a
@@ -198,6 +205,15 @@ function apiserverArgs(
     `--service-account-signing-key-file=${pki.serviceAccountKey}`,
     `--service-cluster-ip-range=${options.kubelets?.serviceNetwork ?? "10.96.0.0/24"}`,
     "--allow-privileged=true",
+    // The aggregation layer (APIServices such as metrics-server's v1beta1.metrics.k8s.io), as kubeadm sets it up:
+    // the apiserver proxies with the front-proxy client certificate and names the user in these headers.
+    `--requestheader-client-ca-file=${pki.frontProxyCaCert}`,
+    `--requestheader-allowed-names=${FRONT_PROXY_CLIENT}`,
+    "--requestheader-username-headers=X-Remote-User",
+    "--requestheader-group-headers=X-Remote-Group",
+    "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+    `--proxy-client-cert-file=${pki.frontProxyClientCert}`,
+    `--proxy-client-key-file=${pki.frontProxyClientKey}`,
   ];
   // Without kubelets no pod ever runs, and without kube-controller-manager no ServiceAccount exists for
   // the admission plugin to find: tests that write Pods as plain objects get them admitted as written.
@@ -224,6 +240,9 @@ async function kubeletClientArgs(pki: Pki, options: KubeletsOptions): Promise<st
     "--kubelet-preferred-address-types=InternalIP,Hostname",
   ];
   if (options.verifyServingCertificates) args.push(`--kubelet-certificate-authority=${pki.caCert}`);
+  // An APIService's backend is reached at its endpoints' pod (or node) IPs, which the host routes to: no
+  // kube-proxy runs on the host for the Service's cluster IP.
+  args.push("--enable-aggregator-routing=true");
   return args;
 }
 

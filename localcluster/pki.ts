@@ -1,7 +1,10 @@
 // Certificates for the test control plane, made with the openssl CLI: a CA (its key stays beside
 // it: kube-controller-manager signs CSRs with it, and the cluster issues kubelet certificates), the
 // apiserver's serving certificate, the admin client certificate and the service-account signing key
-// pair; client certificates for other components on demand (issueClientCertificate).
+// pair; client certificates for other components on demand (issueClientCertificate). For the
+// aggregation layer, as kubeadm makes it: a front-proxy CA of its own (extension apiservers trust
+// what it signs to name the user in request headers, so it must not be the cluster CA) and the
+// apiserver's front-proxy-client certificate.
 // EC P-256 keys throughout: generated in milliseconds, accepted everywhere we need them.
 import { writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -21,6 +24,9 @@ export interface Pki extends CertificateAuthority {
   adminKey: string;
   serviceAccountKey: string;
   serviceAccountPub: string;
+  frontProxyCaCert: string;
+  frontProxyClientCert: string;
+  frontProxyClientKey: string;
 }
 
 export interface KeyPair {
@@ -58,6 +64,9 @@ async function certificate(
   return { cert, key };
 }
 
+/** The apiserver's name towards extension apiservers (--requestheader-allowed-names), kubeadm's. */
+export const FRONT_PROXY_CLIENT = "front-proxy-client";
+
 const leaf = (usage: string) => [
   "basicConstraints=critical,CA:FALSE",
   "keyUsage=critical,digitalSignature",
@@ -72,13 +81,13 @@ export function issueClientCertificate(ca: CertificateAuthority, name: string, s
   return certificate(ca.dir, name, subject, leaf("clientAuth"), { cert: ca.caCert, key: ca.caKey });
 }
 
+const authority = (dir: string, name: string, subject: string) =>
+  certificate(dir, name, subject, ["basicConstraints=critical,CA:TRUE", "keyUsage=critical,keyCertSign,cRLSign"]);
+
 /** Writes a fresh PKI into `dir`. `sans` are added to the serving certificate (e.g. veth addresses). */
 export async function createPki(dir: string, sans: string[]): Promise<Pki> {
   await writeFile(path.join(dir, "openssl.cnf"), MINIMAL_CONFIG);
-  const ca = await certificate(dir, "ca", "/CN=local-ccm-test-ca", [
-    "basicConstraints=critical,CA:TRUE",
-    "keyUsage=critical,keyCertSign,cRLSign",
-  ]);
+  const ca = await authority(dir, "ca", "/CN=local-ccm-test-ca");
   const names = [
     "DNS:localhost",
     "DNS:kubernetes",
@@ -107,15 +116,24 @@ export async function createPki(dir: string, sans: string[]): Promise<Pki> {
     serviceAccountKey,
   ]);
   await run("openssl", ["pkey", "-in", serviceAccountKey, "-pubout", "-out", serviceAccountPub]);
-  const authority = { dir, caCert: ca.cert, caKey: ca.key };
-  const admin = await issueClientCertificate(authority, "admin", "/O=system:masters/CN=admin");
+  const cluster = { dir, caCert: ca.cert, caKey: ca.key };
+  const admin = await issueClientCertificate(cluster, "admin", "/O=system:masters/CN=admin");
+  const frontProxyCa = await authority(dir, "front-proxy-ca", "/CN=front-proxy-ca");
+  const frontProxyClient = await issueClientCertificate(
+    { dir, caCert: frontProxyCa.cert, caKey: frontProxyCa.key },
+    "front-proxy-client",
+    `/CN=${FRONT_PROXY_CLIENT}`,
+  );
   return {
-    ...authority,
+    ...cluster,
     servingCert: serving.cert,
     servingKey: serving.key,
     adminCert: admin.cert,
     adminKey: admin.key,
     serviceAccountKey,
     serviceAccountPub,
+    frontProxyCaCert: frontProxyCa.cert,
+    frontProxyClientCert: frontProxyClient.cert,
+    frontProxyClientKey: frontProxyClient.key,
   };
 }

@@ -4,6 +4,7 @@ import path from "node:path";
 import type { Node, Pod } from "kubernetes-types/core/v1.js";
 import { isUninitialized } from "../src/kube/nodes.ts";
 import type { Cluster } from "./cluster.ts";
+import { installMetricsServer } from "./metrics-server.ts";
 
 export const CHART_DIR = path.resolve(import.meta.dirname, "../charts/local-ccm");
 export const RELEASE = "local-ccm";
@@ -19,6 +20,23 @@ export const CONTROLLER_USER = `system:serviceaccount:${NAMESPACE}:node-lifecycl
 export function helmInstallArgs(values: Record<string, string | number> = {}): string[] {
   const sets = Object.entries(values).flatMap(([key, value]) => ["--set", `${key}=${value}`]);
   return ["install", RELEASE, path.relative(process.cwd(), CHART_DIR) || ".", "--namespace", NAMESPACE, ...sets];
+}
+
+/** The chart's values that run the kubelet-serving CSR approver (the Deployment named explicitly, whatever its
+ * default). */
+export const CSR_APPROVER_VALUES = { "nodeLifecycleController.enabled": "true", "csrApproval.enabled": "true" };
+
+/**
+ * What `npm run cluster -- up --serving-certs` adds to a cluster whose kubelets request their serving certificates
+ * and whose apiserver verifies them: the chart with the CSR approver on (its agent initialises the Nodes, whose
+ * addresses the approver checks every certificate against) and metrics-server, which verifies them too.
+ */
+export async function installServingCertificates(
+  cluster: Cluster,
+  values: Record<string, string | number> = {},
+): Promise<void> {
+  await cluster.helm(helmInstallArgs({ ...CSR_APPROVER_VALUES, ...values }));
+  await installMetricsServer(cluster);
 }
 
 export async function listNodes(cluster: Cluster): Promise<Node[]> {

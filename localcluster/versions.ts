@@ -7,3 +7,7 @@ export const KUBERNETES_VERSION = "v1.36.3";
 export const ETCD_VERSION = "v3.6.16";
 /** Helm v3, newest on the module proxy. */
 export const HELM_VERSION = "v3.22.0";
+/** metrics-server, newest on the module proxy: `kubectl top` on the local cluster (localcluster/metrics-server.ts). */
+export const METRICS_SERVER_VERSION = "v0.9.0";
+/** actionlint, newest on the module proxy: lints .github/workflows/ (test/ci/workflows.test.ts). */
+export const ACTIONLINT_VERSION = "v1.7.12";
