@@ -3,16 +3,20 @@
 // one node informer, which feeds an index of every Node's names and IPs (nodes.ts), and three small informers on
 // the cluster's own addresses (cluster.ts). A CSR is decided when it appears or changes, and a CSR that waits
 // for its Node (rule 9) again whenever the index or the cluster's addresses change and at its deadline at the
-// latest; nothing is decided before the cluster's addresses are known. Only the leader decides and writes: the
-// approval subresource, with the condition and the resourceVersion it decided on, and one Event per decision.
+// latest; nothing is decided before the cluster's addresses are known. CSRs go through the keyed work queue
+// (kube/workqueue.ts): one decision per CSR at a time, a failed write retried with backoff. Only the leader
+// decides and writes: the approval subresource, with the condition and the resourceVersion it decided on, and
+// one Event per decision.
 import type { CertificateSigningRequest, CertificateSigningRequestCondition } from "kubernetes-types/certificates/v1.js";
 import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import type { Logger } from "../cli/log.ts";
+import type { BackoffOptions } from "../kube/backoff.ts";
 import { isApiError } from "../kube/errors.ts";
 import { csrReference, type EventRecorder } from "../kube/events.ts";
 import type { InformerHandlers } from "../kube/informer.ts";
 import type { KubeObject, Resource, ResourceRef } from "../kube/resource.ts";
+import { WorkQueue } from "../kube/workqueue.ts";
 import { type ClusterAddresses, clusterAddresses, type ServiceCidr } from "./cluster.ts";
 import {
   type CsrConfig,
@@ -89,12 +93,15 @@ export interface CsrControllerOptions {
   events: Pick<EventRecorder, "record">;
   log: Logger;
   metrics: CsrApproverMetrics;
-  /** Approvals and denials in flight at once (default 10). */
-  maxConcurrentWrites?: number;
-  /** After a failed write, the CSR is decided again this much later (default 5 s). */
-  retryDelayMs?: number;
+  /** CSRs decided (and written) at once (default 10). */
+  workers?: number;
+  /** Retry delays of a CSR whose write failed (default 1 s doubling to 60 s). */
+  retryBackoff?: BackoffOptions;
   now?: () => Date;
 }
+
+/** How soon a CSR is asked again when a cluster cache has not synced (the program waits for them first). */
+const CLUSTER_SYNC_RETRY_MS = 1000;
 
 type Verdict = Extract<CsrDecision, { action: "approve" | "deny" }>;
 type Waiting = Extract<CsrDecision, { action: "wait" }>;
@@ -106,18 +113,27 @@ export class CsrController {
   private index: NodeIndex | undefined;
   /** Built from the cluster caches when a decision needs it; undefined once one of them changed. */
   private cluster: ClusterAddresses | undefined;
-  private readonly queue = new Set<string>();
-  private readonly writing = new Map<string, Promise<void>>();
+  private readonly queue: WorkQueue;
   /** CSRs that wait for their Node: the timer of their deadline, and the reason last logged. */
   private readonly waiting = new Map<string, { timer: NodeJS.Timeout; reason: string }>();
   /** The resourceVersion each CSR was approved or denied at (or logged at, in dry run): never twice. */
   private readonly acted = new Map<string, string | undefined>();
   private started = false;
   private stopped = false;
-  private scheduled = false;
 
   constructor(options: CsrControllerOptions) {
-    this.options = { maxConcurrentWrites: 10, retryDelayMs: 5000, now: () => new Date(), ...options };
+    this.options = {
+      workers: 10,
+      retryBackoff: { baseMs: 1000, capMs: 60_000 },
+      now: () => new Date(),
+      ...options,
+    };
+    this.queue = new WorkQueue({
+      workers: this.options.workers,
+      backoff: this.options.retryBackoff,
+      sync: (name) => this.sync(name),
+      onError: (name, err, retryInMs) => this.options.log.error("deciding CSR failed", { csr: name, err, retryInMs }),
+    });
   }
 
   readonly csrHandlers: InformerHandlers<Csr> = {
@@ -156,10 +172,9 @@ export class CsrController {
   /** Stops deciding, and waits for writes in flight (an approval already sent completes). */
   async stop(): Promise<void> {
     this.stopped = true;
-    this.queue.clear();
     for (const { timer } of this.waiting.values()) clearTimeout(timer);
     this.waiting.clear();
-    while (this.writing.size > 0) await Promise.all(this.writing.values());
+    await this.queue.stop();
   }
 
   private nodeChanged(node: Node): void {
@@ -178,7 +193,6 @@ export class CsrController {
   private clusterChanged(): void {
     this.cluster = undefined;
     this.wakeWaiting();
-    this.schedule(); // CSRs held back until the caches synced
   }
 
   private wakeWaiting(): void {
@@ -191,50 +205,25 @@ export class CsrController {
     return serviceCidrs.hasSynced() && services.hasSynced() && endpointSlices.hasSynced();
   }
 
+  /** Events before start() are taken in by its resync. */
   private enqueue(name: string): void {
-    if (this.stopped) return;
-    this.queue.add(name);
-    this.schedule();
-  }
-
-  private schedule(): void {
-    if (!this.started || this.stopped || this.scheduled || !this.queue.size) return;
-    // One pass per turn of the event loop: a burst of events (a relist, a node update) shares one index build.
-    this.scheduled = true;
-    setImmediate(() => {
-      this.scheduled = false;
-      this.pump();
-    });
+    if (this.started && !this.stopped) this.queue.add(name);
   }
 
   private forget(name: string): void {
     this.stopWaiting(name);
     this.acted.delete(name);
-    this.queue.delete(name);
     this.updateGauges();
   }
 
-  /** Decides queued CSRs while fewer than maxConcurrentWrites writes run. */
-  private pump(): void {
-    this.updateGauges();
-    if (this.stopped) return;
-    // Followers keep both caches current, for a quick takeover (resync); nothing more.
-    if (!this.options.isLeader()) {
-      this.queue.clear();
-      return;
-    }
-    // Kept queued: the program starts the loop once every cache has synced, and a cluster cache's events pump.
-    if (!this.clusterSynced()) return;
-    for (const name of this.queue) {
-      if (this.writing.size >= this.options.maxConcurrentWrites) return;
-      if (this.writing.has(name)) continue; // decided again once its write is done
-      this.queue.delete(name);
-      this.decide(name);
-    }
-  }
-
-  private decide(name: string): void {
+  /** Decides one CSR and writes the verdict; a failed write throws, and the queue tries it again later. */
+  private async sync(name: string): Promise<void> {
     const { options } = this;
+    this.updateGauges();
+    // Followers keep the caches current, for a quick takeover (resync); nothing more.
+    if (!options.isLeader()) return;
+    // The program starts the loop once every cache has synced; should one not have, ask again shortly.
+    if (!this.clusterSynced()) return this.queue.addAfter(name, CLUSTER_SYNC_RETRY_MS);
     const csr = options.cache.get(name);
     if (!csr) return this.forget(name);
     this.index ??= indexNodes(this.nodes.values());
@@ -252,13 +241,7 @@ export class CsrController {
     // Our own write reaches the cache a moment later: until then the cached copy must not be decided twice.
     if (this.acted.has(name) && this.acted.get(name) === resourceVersion) return;
     this.acted.set(name, resourceVersion);
-    const write = this.act(csr, decision, now)
-      .catch((err: unknown) => options.log.error("deciding CSR failed", { csr: name, err }))
-      .finally(() => {
-        this.writing.delete(name);
-        this.pump();
-      });
-    this.writing.set(name, write);
+    await this.act(csr, decision, now);
   }
 
   /** Rule 9: decided again when a Node changes (nodesChanged) or at the deadline. */
@@ -310,9 +293,7 @@ export class CsrController {
         return;
       }
       options.metrics.decisions.with({ result: "error", rule: decision.rule }).inc();
-      log.error(`${approve ? "approving" : "denying"} CSR failed`, { err });
-      setTimeout(() => this.enqueue(name), options.retryDelayMs).unref();
-      return;
+      throw new Error(`${approve ? "approving" : "denying"} failed: ${(err as Error).message}`, { cause: err });
     }
     this.decided(csr, decision, approve ? "approved" : "denied", now);
     log.info(approve ? "approved CSR" : "denied CSR", { rule: decision.rule, reason: decision.reason });

@@ -47,6 +47,7 @@ test("a key added many times before its sync starts is synced once", async () =>
   queue.add("b");
   queue.add("a");
   assert.equal(queue.length, 3);
+  assert.deepEqual(gate.calls, [], "no sync starts inside add(): the burst is taken in whole first");
   for (const key of ["x", "a", "b"]) {
     await waitFor(`${key}'s sync`, () => gate.running.has(key));
     gate.finish(key);

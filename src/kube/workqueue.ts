@@ -3,6 +3,8 @@
 // often it is added; a key being synced is never synced twice at once, and a key added meanwhile is synced
 // again after. A sync that throws is retried with per-key exponential backoff up to a cap; one that returns
 // forgets the key's failures. stop() lets the syncs under way finish and starts no other.
+// Syncs start on the next turn of the event loop, never inside add(): a burst of informer events (a relist)
+// is taken in whole first, so what the syncs share (an index of every Node) is built once for the burst.
 import { type BackoffOptions, backoffDelay } from "./backoff.ts";
 
 export interface WorkQueueOptions {
@@ -30,6 +32,7 @@ export class WorkQueue {
   private readonly delayed = new Map<string, { timer: NodeJS.Timeout; due: number }>();
   private readonly running = new Set<Promise<void>>();
   private stopped = false;
+  private pumpScheduled = false;
   private idleWaiters: (() => void)[] = [];
 
   constructor(options: WorkQueueOptions) {
@@ -44,7 +47,7 @@ export class WorkQueue {
       return;
     }
     this.queue.add(key);
-    this.pump();
+    this.schedulePump();
   }
 
   /** Add `key` after `ms`; an earlier pending addAfter of the same key wins. */
@@ -82,6 +85,15 @@ export class WorkQueue {
     this.delayed.clear();
     await Promise.all(this.running);
     this.notifyIdle();
+  }
+
+  private schedulePump(): void {
+    if (this.pumpScheduled) return;
+    this.pumpScheduled = true;
+    setImmediate(() => {
+      this.pumpScheduled = false;
+      this.pump();
+    });
   }
 
   private pump(): void {

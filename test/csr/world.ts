@@ -83,12 +83,13 @@ export async function startCsrWorld(options: { audit?: boolean; controllerManage
     const rbac = await approverRbac(plane.binaries.helm);
     await plane.kubectl(["apply", "-f", "-"], rbac);
     const kubeconfig = await plane.serviceAccountKubeconfig(SERVICE_ACCOUNT);
-    const clients = new Map<string, KubeClient>();
+    // Promises, not clients: requests made at once as one node share one certificate and kubeconfig file.
+    const clients = new Map<string, Promise<KubeClient>>();
     const nodes = new Resource<Node>(plane.admin, { group: "", version: "v1", plural: "nodes" });
-    const clientOf = async (name: string) => {
+    const clientOf = (name: string) => {
       let client = clients.get(name);
       if (!client) {
-        client = await nodeClient(plane, name);
+        client = nodeClient(plane, name);
         clients.set(name, client);
       }
       return client;
@@ -143,7 +144,8 @@ export async function startCsrWorld(options: { audit?: boolean; controllerManage
         return requestCertificate(as === "admin" ? plane.admin : await clientOf(as), as, request);
       },
       async stop() {
-        for (const client of clients.values()) client.close();
+        for (const client of await Promise.allSettled(clients.values()))
+          if (client.status === "fulfilled") client.value.close();
         await plane.stop();
       },
     };
