@@ -7,3 +7,5 @@ export const KUBERNETES_VERSION = "v1.36.3";
 export const ETCD_VERSION = "v3.6.16";
 /** Helm v3, newest on the module proxy. */
 export const HELM_VERSION = "v3.22.0";
+/** The agnhost image's tag: test/images/agnhost/VERSION of the pinned Kubernetes module (agnhost.ts checks it). */
+export const AGNHOST_VERSION = "2.63.0";
