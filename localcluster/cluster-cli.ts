@@ -1,14 +1,18 @@
-// `npm run cluster -- up [--nodes N] [--control-plane-nodes M] | kill-node NAME | down | build`: the local
-// cluster (localcluster/cluster.ts) for people, kept in .cluster/ and left running until `down`; the first M
-// nodes (default 1) are control-plane nodes.
-// `build` prepares everything a cluster needs (binaries, container runtime, pause image): npm's
+// `npm run cluster -- up [--nodes N] [--control-plane-nodes M] [--proxy-mode iptables|nftables] | kill-node NAME |
+// client [-- COMMAND…] | down | build`: the local cluster (localcluster/cluster.ts) for people, kept in .cluster/
+// and left running until `down`; the first M nodes (default 1) are control-plane nodes. `client` runs a command
+// (default: a shell) on the client host, outside the nodes, with KUBECONFIG set and kubectl on the PATH.
+// `build` prepares everything a cluster needs (binaries, container runtime, pause and agnhost images): npm's
 // pretest runs it, so `npm test` works on a fresh machine (`npm start` prepares the same through
 // startCluster(), after checking it runs as root).
 import { rmSync } from "node:fs";
 import path from "node:path";
+import { spawn } from "node:child_process";
 import { parseArgs } from "node:util";
+import { ensureAgnhostImage } from "./agnhost.ts";
 import { ensureBinaries } from "./build.ts";
 import {
+  clientCommand,
   type ClusterRecord,
   killRecordedNode,
   MAX_NODES,
@@ -17,22 +21,29 @@ import {
   removeLeftovers,
   startCluster,
 } from "./cluster.ts";
+import { PROXY_MODES, type ProxyMode } from "./kube-proxy.ts";
 import { ensurePauseImage } from "./pause.ts";
 import { ensureRuntime } from "./runtime.ts";
 
 // LOCAL_CCM_CLUSTER_DIR lets the CLI's own test use a temp folder instead.
 const DIR = path.resolve(process.env.LOCAL_CCM_CLUSTER_DIR ?? path.join(import.meta.dirname, "../.cluster"));
 const KUBECONFIG = path.join(DIR, "kubeconfig");
-const USAGE = "usage: npm run cluster -- up [--nodes N] [--control-plane-nodes M] | kill-node NAME | down | build";
+const USAGE =
+  "usage: npm run cluster -- up [--nodes N] [--control-plane-nodes M] [--proxy-mode iptables|nftables]" +
+  " | kill-node NAME | client [-- COMMAND…] | down | build";
 
 class UsageError extends Error {}
 
-function parseUp(args: string[]): { nodes: number; controlPlaneNodes: number } {
-  let values: { nodes?: string; "control-plane-nodes"?: string };
+function parseUp(args: string[]): { nodes: number; controlPlaneNodes: number; proxyMode: ProxyMode } {
+  let values: { nodes?: string; "control-plane-nodes"?: string; "proxy-mode"?: string };
   try {
     ({ values } = parseArgs({
       args,
-      options: { nodes: { type: "string" }, "control-plane-nodes": { type: "string" } },
+      options: {
+        nodes: { type: "string" },
+        "control-plane-nodes": { type: "string" },
+        "proxy-mode": { type: "string" },
+      },
       strict: true,
     }));
   } catch (err) {
@@ -44,7 +55,10 @@ function parseUp(args: string[]): { nodes: number; controlPlaneNodes: number } {
   const controlPlaneNodes = Number(values["control-plane-nodes"] ?? 1);
   if (!Number.isInteger(controlPlaneNodes) || controlPlaneNodes < 0 || controlPlaneNodes > nodes)
     throw new UsageError(`--control-plane-nodes takes a number from 0 to the nodes (${nodes}); ${USAGE}`);
-  return { nodes, controlPlaneNodes };
+  const proxyMode = values["proxy-mode"] ?? "iptables";
+  if (!(PROXY_MODES as readonly string[]).includes(proxyMode))
+    throw new UsageError(`--proxy-mode takes ${PROXY_MODES.join(" or ")}, not ${proxyMode}; ${USAGE}`);
+  return { nodes, controlPlaneNodes, proxyMode: proxyMode as ProxyMode };
 }
 
 function running(): ClusterRecord {
@@ -54,19 +68,33 @@ function running(): ClusterRecord {
 }
 
 async function up(args: string[]): Promise<void> {
-  const { nodes, controlPlaneNodes } = parseUp(args);
+  const { nodes, controlPlaneNodes, proxyMode } = parseUp(args);
   if (recordFor(DIR)) {
     console.log(`already running (npm run cluster -- down first for another)\nexport KUBECONFIG=${KUBECONFIG}`);
     return;
   }
   rmSync(DIR, { recursive: true, force: true });
   const log = (line: string) => console.error(`cluster: ${line}`);
-  const cluster = await startCluster({ nodes, controlPlaneNodes, dir: DIR, detached: true, log });
+  const cluster = await startCluster({ nodes, controlPlaneNodes, proxyMode, dir: DIR, detached: true, log });
   cluster.admin.close();
   console.log(await cluster.kubectl(["get", "nodes", "-o", "wide"]));
   const worker = cluster.nodes.find((node) => !node.controlPlane) ?? cluster.nodes[0];
   console.log(`logs in ${DIR}; kill a node with: npm run cluster -- kill-node ${worker?.name}`);
+  console.log(`from outside the nodes: npm run cluster -- client -- curl http://${worker?.publicIP}:<nodePort>/`);
   console.log(`export KUBECONFIG=${KUBECONFIG}`);
+}
+
+/** Runs the command on the client host with the terminal attached; resolves with its exit code. */
+async function client(args: string[]): Promise<number> {
+  const record = running();
+  const [command = process.env.SHELL ?? "/bin/sh", ...rest] = args[0] === "--" ? args.slice(1) : args;
+  const { kubectl } = await ensureBinaries();
+  const { argv, env } = clientCommand(record.slot, record.dir, kubectl, command, rest);
+  const child = spawn(argv[0] as string, argv.slice(1), { stdio: "inherit", env });
+  return new Promise((resolve, reject) => {
+    child.on("error", reject);
+    child.on("close", (code, signal) => resolve(code ?? (signal ? 128 : 1)));
+  });
 }
 
 function down(): void {
@@ -78,8 +106,9 @@ function down(): void {
   console.log(`${record ? "removed" : "not running"}${also}`);
 }
 
-const commands: Record<string, (args: string[]) => Promise<void> | void> = {
+const commands: Record<string, (args: string[]) => Promise<number | void> | void> = {
   up,
+  client,
   down,
   "kill-node": (args) => {
     if (args.length !== 1) throw new UsageError(USAGE);
@@ -90,6 +119,7 @@ const commands: Record<string, (args: string[]) => Promise<void> | void> = {
     await ensureBinaries();
     await ensureRuntime();
     await ensurePauseImage();
+    await ensureAgnhostImage();
   },
 };
 
@@ -100,8 +130,7 @@ if (!command) {
   process.exit(2);
 }
 try {
-  await command(rest);
-  process.exit(0);
+  process.exit((await command(rest)) ?? 0);
 } catch (err) {
   console.error(`cluster: ${(err as Error).message}`);
   process.exit(err instanceof UsageError ? 2 : 1);
