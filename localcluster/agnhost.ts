@@ -22,7 +22,9 @@ export async function ensureAgnhostImage(): Promise<string> {
   const module = await kubernetesModule();
   const version = (await readFile(path.join(module.Dir, "test/images/agnhost/VERSION"), "utf8")).trim();
   if (version !== AGNHOST_VERSION)
-    throw new Error(`k8s.io/kubernetes ${KUBERNETES_VERSION} has agnhost ${version}, versions.ts pins ${AGNHOST_VERSION}`);
+    throw new Error(
+      `k8s.io/kubernetes ${KUBERNETES_VERSION} has agnhost ${version}; versions.ts pins ${AGNHOST_VERSION}`,
+    );
   const { agnhost } = await ensureBinaries();
   await mkdir(dir, { recursive: true });
   console.error(`localcluster: building the image ${AGNHOST_IMAGE}`);

@@ -40,7 +40,7 @@ export function kubeProxyConfig(node: KubeProxyNode, kubeconfig: string, setting
       clientConnection: { kubeconfig },
       mode: settings.mode,
       hostnameOverride: node.name,
-      // Its primary address without waiting for the Node object to list it.
+      // Its primary address (and so its primary family), whatever the Node lists first.
       bindAddress: node.ip,
       healthzBindAddress: `0.0.0.0:${KUBE_PROXY_HEALTH_PORT}`,
       metricsBindAddress: `127.0.0.1:${KUBE_PROXY_METRICS_PORT}`,
