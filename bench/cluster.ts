@@ -4,7 +4,7 @@
 // tables: the time from nothing to Ready nodes, to the agent pods Ready and to every node initialised;
 // each pod's memory as kubelet reports it (stats/summary: working set and RSS per container) after a
 // minute at rest; the API requests each program made in that minute (the apiserver's audit log, by
-// ServiceAccount); and each node's kubelet and containerd RSS.
+// ServiceAccount); and each node's kubelet, kube-proxy and containerd RSS.
 import { setTimeout as delay } from "node:timers/promises";
 import type { Pod } from "kubernetes-types/core/v1.js";
 import { auditedRequests } from "../localcluster/audit.ts";
@@ -143,11 +143,11 @@ async function main(): Promise<void> {
     console.log(
       `| API requests in the minute at rest, all pods | ${requests(agentRequests)} | ${requests(controllerRequests)} |`,
     );
-    console.log("\n| node | kubelet RSS | containerd RSS |\n|---|---|---|");
+    console.log("\n| node | kubelet RSS | kube-proxy RSS | containerd RSS |\n|---|---|---|---|");
     for (const node of cluster.nodes) {
-      const { kubelet, containerd } = node.pids();
+      const { kubelet, kubeProxy, containerd } = node.pids();
       const rss = (pid: number | undefined) => (pid ? mib(processMemory(pid).rss) : "?");
-      console.log(`| ${node.name} | ${rss(kubelet)} | ${rss(containerd)} |`);
+      console.log(`| ${node.name} | ${rss(kubelet)} | ${rss(kubeProxy)} | ${rss(containerd)} |`);
     }
   } finally {
     await cluster.stop();

@@ -1,6 +1,6 @@
 // Builds the pinned upstream binaries (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-// kubectl, etcd, helm, metrics-server, actionlint) from their Go modules into a git-ignored cache keyed by version; a binary that
-// is already there is not rebuilt.
+// kube-proxy, kubectl, agnhost, etcd, helm, metrics-server, actionlint) from their Go modules into a git-ignored
+// cache keyed by version; a binary that is already there is not rebuilt.
 //
 // Each component gets a small wrapper module whose go.mod requires the upstream module and lists
 // the commands as `tool` directives: `go install pkg@version` cannot build k8s.io/kubernetes,
@@ -19,7 +19,10 @@ export interface Binaries {
   kubeControllerManager: string;
   kubeScheduler: string;
   kubelet: string;
+  kubeProxy: string;
   kubectl: string;
+  /** The e2e test server behind registry.k8s.io/e2e-test-images/agnhost (agnhost.ts makes the image). */
+  agnhost: string;
   etcd: string;
   helm: string;
   metricsServer: string;
@@ -50,14 +53,19 @@ function kubernetesVersionFlags(): string[] {
   ]);
 }
 
+/** The pinned k8s.io/kubernetes module in Go's module cache (downloaded if needed): its folder and go.mod. */
+export async function kubernetesModule(): Promise<{ Dir: string; GoMod: string }> {
+  const out = await run("go", ["mod", "download", "-json", `k8s.io/kubernetes@${KUBERNETES_VERSION}`]);
+  return JSON.parse(out) as { Dir: string; GoMod: string };
+}
+
 /**
  * k8s.io/kubernetes replaces every staging module with a folder of its own repo; a module that
  * depends on it must replace them with the published v0.<minor>.<patch> instead. The list comes
  * from the pinned go.mod itself, so a version bump needs no edit here.
  */
 async function stagingReplaces(): Promise<string> {
-  const out = await run("go", ["mod", "download", "-json", `k8s.io/kubernetes@${KUBERNETES_VERSION}`]);
-  const goMod = await readFile((JSON.parse(out) as { GoMod: string }).GoMod, "utf8");
+  const goMod = await readFile((await kubernetesModule()).GoMod, "utf8");
   const staging = [...goMod.matchAll(/^\s*(k8s\.io\/[\w.-]+) => \.\/staging\//gm)].map((m) => m[1]);
   if (staging.length === 0)
     throw new Error(`no staging replaces found in k8s.io/kubernetes ${KUBERNETES_VERSION}`);
@@ -75,7 +83,9 @@ const COMPONENTS: Component[] = [
       "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
       "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
       kubelet: "k8s.io/kubernetes/cmd/kubelet",
+      "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
       kubectl: "k8s.io/kubernetes/cmd/kubectl",
+      agnhost: "k8s.io/kubernetes/test/images/agnhost",
     },
     ldflags: kubernetesVersionFlags(),
     goModExtra: stagingReplaces,
@@ -220,7 +230,9 @@ export async function ensureBinaries(): Promise<Binaries> {
     kubeControllerManager: binaryPath(kubernetes, "kube-controller-manager"),
     kubeScheduler: binaryPath(kubernetes, "kube-scheduler"),
     kubelet: binaryPath(kubernetes, "kubelet"),
+    kubeProxy: binaryPath(kubernetes, "kube-proxy"),
     kubectl: binaryPath(kubernetes, "kubectl"),
+    agnhost: binaryPath(kubernetes, "agnhost"),
     etcd: binaryPath(etcd, "etcd"),
     helm: binaryPath(helm, "helm"),
     metricsServer: binaryPath(metricsServer, "metrics-server"),

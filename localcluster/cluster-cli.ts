@@ -1,16 +1,21 @@
-// `npm run cluster -- up [--nodes N] [--control-plane-nodes M] [--serving-certs] | kill-node NAME | down | build`:
-// the local cluster (localcluster/cluster.ts) for people, kept in .cluster/ and left running until `down`; the
-// first M nodes (default 1) are control-plane nodes. With --serving-certs, kubelets request their serving
-// certificates, the apiserver verifies them, and the chart (CSR approver on) and metrics-server are installed:
-// `up` returns once `kubectl top nodes` shows every node through certificates the approver approved.
-// `build` prepares everything a cluster needs (binaries, container runtime, pause and metrics-server images): npm's
-// pretest runs it, so `npm test` works on a fresh machine (`npm start` prepares the same through
+// `npm run cluster -- up [--nodes N] [--control-plane-nodes M] [--proxy-mode iptables|nftables] [--serving-certs] |
+// kill-node NAME | client [-- COMMAND…] | down | build`: the local cluster (localcluster/cluster.ts) for people,
+// kept in .cluster/ and left running until `down`; the first M nodes (default 1) are control-plane nodes. With
+// --serving-certs, kubelets request their serving certificates, the apiserver verifies them, and the chart (CSR
+// approver on) and metrics-server are installed: `up` returns once `kubectl top nodes` shows every node through
+// certificates the approver approved. `client` runs a command (default: a shell) on the client host, outside the
+// nodes, with KUBECONFIG set and kubectl on the PATH.
+// `build` prepares everything a cluster needs (binaries, container runtime, pause, agnhost and metrics-server
+// images): npm's pretest runs it, so `npm test` works on a fresh machine (`npm start` prepares the same through
 // startCluster(), after checking it runs as root).
 import { rmSync } from "node:fs";
 import path from "node:path";
+import { spawn } from "node:child_process";
 import { parseArgs } from "node:util";
+import { ensureAgnhostImage } from "./agnhost.ts";
 import { ensureBinaries } from "./build.ts";
 import {
+  clientCommand,
   type ClusterRecord,
   killRecordedNode,
   MAX_NODES,
@@ -20,6 +25,7 @@ import {
   startCluster,
 } from "./cluster.ts";
 import { ensureMetricsServerImage, nodeMetrics } from "./metrics-server.ts";
+import { PROXY_MODES, type ProxyMode } from "./kube-proxy.ts";
 import { ensurePauseImage } from "./pause.ts";
 import { installServingCertificates } from "./project.ts";
 import { ensureRuntime } from "./runtime.ts";
@@ -28,7 +34,8 @@ import { ensureRuntime } from "./runtime.ts";
 const DIR = path.resolve(process.env.LOCAL_CCM_CLUSTER_DIR ?? path.join(import.meta.dirname, "../.cluster"));
 const KUBECONFIG = path.join(DIR, "kubeconfig");
 const USAGE =
-  "usage: npm run cluster -- up [--nodes N] [--control-plane-nodes M] [--serving-certs] | kill-node NAME | down | build";
+  "usage: npm run cluster -- up [--nodes N] [--control-plane-nodes M] [--proxy-mode iptables|nftables]" +
+  " [--serving-certs] | kill-node NAME | client [-- COMMAND…] | down | build";
 
 /** How long `up --serving-certs` waits for `kubectl top nodes`: the chart's pods start, every CSR is approved,
  * metrics-server waits out its readiness probe's 20 s and scrapes twice. */
@@ -39,14 +46,17 @@ class UsageError extends Error {}
 const UP_FLAGS = {
   nodes: { type: "string" },
   "control-plane-nodes": { type: "string" },
+  "proxy-mode": { type: "string" },
   "serving-certs": { type: "boolean" },
 } as const;
+
+type UpFlags = { nodes?: string; "control-plane-nodes"?: string; "proxy-mode"?: string; "serving-certs"?: boolean };
 
 /**
  * Reads `up`'s flags. parseArgs runs unstrict so that each mistake is named as a person typed it
  * ("unknown flag --bogus"), not in parseArgs' words about positionals.
  */
-function parseUpFlags(args: string[]): { nodes?: string; "control-plane-nodes"?: string; "serving-certs"?: boolean } {
+function parseUpFlags(args: string[]): UpFlags {
   const { tokens } = parseArgs({ args, options: UP_FLAGS, strict: false, tokens: true });
   for (const token of tokens) {
     if (token.kind === "positional") throw new UsageError(`unexpected argument ${token.value}\n${USAGE}`);
@@ -61,7 +71,12 @@ function parseUpFlags(args: string[]): { nodes?: string; "control-plane-nodes"?:
   return parseArgs({ args, options: UP_FLAGS, strict: true }).values;
 }
 
-function parseUp(args: string[]): { nodes: number; controlPlaneNodes: number; servingCerts: boolean } {
+function parseUp(args: string[]): {
+  nodes: number;
+  controlPlaneNodes: number;
+  proxyMode: ProxyMode;
+  servingCerts: boolean;
+} {
   const values = parseUpFlags(args);
   const nodes = Number(values.nodes ?? 2);
   if (!Number.isInteger(nodes) || nodes < 1 || nodes > MAX_NODES)
@@ -69,7 +84,10 @@ function parseUp(args: string[]): { nodes: number; controlPlaneNodes: number; se
   const controlPlaneNodes = Number(values["control-plane-nodes"] ?? 1);
   if (!Number.isInteger(controlPlaneNodes) || controlPlaneNodes < 0 || controlPlaneNodes > nodes)
     throw new UsageError(`--control-plane-nodes takes a number from 0 to the nodes (${nodes})\n${USAGE}`);
-  return { nodes, controlPlaneNodes, servingCerts: values["serving-certs"] ?? false };
+  const proxyMode = values["proxy-mode"] ?? "iptables";
+  if (!(PROXY_MODES as readonly string[]).includes(proxyMode))
+    throw new UsageError(`--proxy-mode takes ${PROXY_MODES.join(" or ")}, not ${proxyMode}\n${USAGE}`);
+  return { nodes, controlPlaneNodes, proxyMode: proxyMode as ProxyMode, servingCerts: values["serving-certs"] ?? false };
 }
 
 function running(): ClusterRecord {
@@ -79,7 +97,7 @@ function running(): ClusterRecord {
 }
 
 async function up(args: string[]): Promise<void> {
-  const { nodes, controlPlaneNodes, servingCerts } = parseUp(args);
+  const { nodes, controlPlaneNodes, proxyMode, servingCerts } = parseUp(args);
   if (recordFor(DIR)) {
     console.log(`already running (npm run cluster -- down first for another)\nexport KUBECONFIG=${KUBECONFIG}`);
     return;
@@ -89,6 +107,7 @@ async function up(args: string[]): Promise<void> {
   const cluster = await startCluster({
     nodes: Array.from({ length: nodes }, () => ({ serverTLSBootstrap: servingCerts })),
     controlPlaneNodes,
+    proxyMode,
     verifyKubeletServingCertificates: servingCerts,
     dir: DIR,
     detached: true,
@@ -107,7 +126,21 @@ async function up(args: string[]): Promise<void> {
   }
   const worker = cluster.nodes.find((node) => !node.controlPlane) ?? cluster.nodes[0];
   console.log(`logs in ${DIR}; kill a node with: npm run cluster -- kill-node ${worker?.name}`);
+  console.log(`from outside the nodes: npm run cluster -- client -- curl http://${worker?.publicIP}:<nodePort>/`);
   console.log(`export KUBECONFIG=${KUBECONFIG}`);
+}
+
+/** Runs the command on the client host with the terminal attached; resolves with its exit code. */
+async function client(args: string[]): Promise<number> {
+  const record = running();
+  const [command = process.env.SHELL ?? "/bin/sh", ...rest] = args[0] === "--" ? args.slice(1) : args;
+  const { kubectl } = await ensureBinaries();
+  const { argv, env } = clientCommand(record.slot, record.dir, kubectl, command, rest);
+  const child = spawn(argv[0] as string, argv.slice(1), { stdio: "inherit", env });
+  return new Promise((resolve, reject) => {
+    child.on("error", reject);
+    child.on("close", (code, signal) => resolve(code ?? (signal ? 128 : 1)));
+  });
 }
 
 function down(): void {
@@ -119,8 +152,9 @@ function down(): void {
   console.log(`${record ? "removed" : "not running"}${also}`);
 }
 
-const commands: Record<string, (args: string[]) => Promise<void> | void> = {
+const commands: Record<string, (args: string[]) => Promise<number | void> | void> = {
   up,
+  client,
   down,
   "kill-node": (args) => {
     if (args.length !== 1) throw new UsageError(USAGE);
@@ -132,6 +166,7 @@ const commands: Record<string, (args: string[]) => Promise<void> | void> = {
     await ensureRuntime();
     await ensurePauseImage();
     await ensureMetricsServerImage();
+    await ensureAgnhostImage();
   },
 };
 
@@ -142,8 +177,7 @@ if (!command) {
   process.exit(2);
 }
 try {
-  await command(rest);
-  process.exit(0);
+  process.exit((await command(rest)) ?? 0);
 } catch (err) {
   console.error(`cluster: ${(err as Error).message}`);
   process.exit(err instanceof UsageError ? 2 : 1);

@@ -1,7 +1,8 @@
 // A real Kubernetes cluster on this machine, for tests, benchmarks, the demo and people: the control
 // plane (etcd, kube-apiserver with NodeRestriction, kube-controller-manager, kube-scheduler) plus N nodes,
-// each a network namespace with its own containerd and a real kubelet (--cloud-provider=external, so every
-// Node registers with the uninitialized taint, as on a cluster local-ccm runs on). The first
+// each a network namespace with its own containerd, a real kubelet (--cloud-provider=external, so every
+// Node registers with the uninitialized taint, as on a cluster local-ccm runs on) and a real kube-proxy
+// (kube-proxy.ts; iptables mode, or nftables with `proxyMode`), and a client host outside the nodes. The first
 // `controlPlaneNodes` nodes (default 1: node-0) are control-plane nodes as kubeadm makes them: labelled
 // node-role.kubernetes.io/control-plane and node.kubernetes.io/exclude-from-external-load-balancers, tainted
 // node-role.kubernetes.io/control-plane:NoSchedule. The control-plane processes themselves run on the host.
@@ -10,10 +11,12 @@
 //   await cluster.kubectl(["get", "nodes", "-o", "wide"]);   // also cluster.helm([...]), cluster.admin
 //   const node = cluster.node("node-0");                     // { name, ip, netns, podCIDR, exec(), ctr() }
 //   await node.exec("ip", ["route"]);                        // a command inside the node's namespace
-//   await cluster.killNode("node-1");                         // power loss: kubelet, containerd, pods, link
+//   await cluster.client.exec("kubectl", ["get", "nodes"]);  // from the client host, KUBECONFIG set
+//   await cluster.killNode("node-1");                         // power loss: node processes, pods, link
 //   await cluster.stop();                                     // removes everything
 //
-// Every node carries the pause image (built from upstream's pause.c) and, unless `projectImage: false`,
+// Every node carries the pause image (built from upstream's pause.c), upstream's e2e test image
+// registry.k8s.io/e2e-test-images/agnhost (agnhost.ts) and, unless `projectImage: false`,
 // the project image under the reference the chart and deploy/ use (scripts/image.ts), so
 // `helm install charts/local-ccm` and `kubectl apply -f deploy/` run unchanged (imagePullPolicy
 // IfNotPresent or Never: there is no registry).
@@ -27,13 +30,16 @@
 //     InternalIP) and 198.19.(136+k).(10+i)/24 (its public address), default route via 198.19.(136+k).1,
 //     so route-source detection towards 8.8.8.8 finds the public address, as on a server with a private
 //     and a public network; CNI bridge cni0 with pod CIDR 198.19.(160+8k+i).0/24. The node namespace
-//     forwards between its pods and eth0.
+//     forwards between its pods and eth0, and routes each other node's pod CIDR via that node's InternalIP, so
+//     pods on different nodes reach each other unchanged (no overlay, no NAT) and Services reach any endpoint.
+//   client host: namespace lccm-c<k>-client, eth0 = 198.19.(136+k).2/24 on the public network, default route
+//     via 198.19.(136+k).1 like the nodes: it reaches the nodes' public addresses as a user outside the
+//     cluster would, and the apiserver (a root-namespace address), so the admin kubeconfig works there.
 // Packets stay on this machine by design, not by the machine's sysctls: the root namespace never
 // forwards for the cluster. A policy rule sends every packet that arrives from the bridge and is not
 // addressed to the root namespace itself (the local table answers first) to a table whose only route is
-// a blackhole, whatever net.ipv4.ip_forward says; nothing is masqueraded. Node↔node traffic crosses
-// the bridge at layer 2; pods reach the apiserver and their own node; pods on different nodes do not
-// reach each other (no routing between nodes, like no kube-proxy: the project needs neither).
+// a blackhole, whatever net.ipv4.ip_forward says; the root namespace masquerades nothing. Node↔node and
+// client↔node traffic crosses the bridge at layer 2; kube-proxy's rules live in the node namespaces only.
 //
 // Cleanup: everything a cluster makes carries its slot in its name (links, namespaces, cgroups, the
 // rule's table) or lives under its folder (state, mounts, logs). A record in /run/local-ccm-clusters/
@@ -60,15 +66,17 @@ import path from "node:path";
 import { sleep } from "../src/kube/backoff.ts";
 import type { KubeClient } from "../src/kube/client.ts";
 import { buildImage } from "../scripts/image.ts";
+import { ensureAgnhostImage } from "./agnhost.ts";
 import { ensureBinaries } from "./build.ts";
 import { onExit } from "./cleanup.ts";
 import { mountPointsUnder, startContainerd } from "./containerd.ts";
 import { clientCertificateUser, type ControlPlane, kubeconfigJson, startControlPlane } from "./controlplane.ts";
 import { alive, run, type RunOptions } from "./exec.ts";
+import { KUBE_PROXY_HEALTH_PORT, prepareKubeProxy, type ProxyMode } from "./kube-proxy.ts";
 import { ensurePauseImage, PAUSE_IMAGE } from "./pause.ts";
 import { issueClientCertificate } from "./pki.ts";
 import { CNI_BIN_DIR, ensureRuntime } from "./runtime.ts";
-import { logTail, running, type Service, startService, stopService } from "./service.ts";
+import { logTail, running, type Service, startService, stopService, waitUntil } from "./service.ts";
 
 export interface NodeOptions {
   /** Default node-<index>. */
@@ -99,6 +107,8 @@ export interface ClusterOptions {
    * verifyServingCertificates): `kubectl logs` then works only on serverTLSBootstrap nodes whose
    * certificate was approved; on the others, whose kubelets sign their own certificates, it fails verification. */
   verifyKubeletServingCertificates?: boolean;
+  /** kube-proxy's mode on every node: "iptables" (default, as in kubeadm) or "nftables". */
+  proxyMode?: ProxyMode;
   /** Progress lines (default: none). */
   log?: (line: string) => void;
 }
@@ -120,7 +130,17 @@ export interface ClusterNode {
   exec(command: string, args: string[], options?: RunOptions): Promise<string>;
   /** `ctr --address <its containerd> --namespace k8s.io args…`. */
   ctr(args: string[]): Promise<string>;
-  pids(): { kubelet?: number; containerd?: number };
+  pids(): { kubelet?: number; containerd?: number; kubeProxy?: number };
+}
+
+/** A host outside the nodes on their public network, as a user of the cluster's Services would be. */
+export interface ClusterClient {
+  /** Its address on the nodes' public network. */
+  ip: string;
+  /** Path of its network namespace. */
+  netns: string;
+  /** Runs a command there with KUBECONFIG set to the admin kubeconfig and kubectl on the PATH. */
+  exec(command: string, args: string[], options?: RunOptions): Promise<string>;
 }
 
 export interface Cluster {
@@ -134,6 +154,8 @@ export interface Cluster {
   controlPlane: ControlPlane;
   admin: KubeClient;
   nodes: ClusterNode[];
+  client: ClusterClient;
+  proxyMode: ProxyMode;
   /** The project image's reference as imported on every node (undefined with projectImage: false). */
   projectImage: string | undefined;
   kubectl(args: string[], input?: string): Promise<string>;
@@ -167,6 +189,12 @@ export function clusterLayout(slot: number) {
     /** The nodes' default gateway, on their public network. */
     publicGateway: `198.19.${136 + slot}.1`,
     serviceNetwork: `198.19.${144 + slot}.0/24`,
+    /** Every node's pod CIDR (nodeLayout()) is in it. */
+    podNetwork: `198.19.${160 + 8 * slot}.0/21`,
+    /** The client host: its namespace (under the slot's prefix), root-side veth and public address. */
+    clientNetns: `lccm-c${slot}-client`,
+    clientVeth: `lccm${slot}vc`,
+    clientIP: `198.19.${136 + slot}.2`,
     apiserverIP: `198.19.${144 + slot}.1`,
     /** Routing table of the rule that blackholes what arrives from the bridge for elsewhere. */
     table: 19800 + slot,
@@ -357,6 +385,7 @@ export function removeCluster(record: ClusterRecord): void {
   for (const name of sh("ip", ["netns", "list"]).split("\n").map((line) => line.split(" ")[0] ?? ""))
     if (name.startsWith(layout.prefix)) quietly("ip", ["netns", "delete", name]);
   for (let i = 0; i < MAX_NODES; i++) quietly("ip", ["link", "delete", `lccm${record.slot}v${i}`]);
+  quietly("ip", ["link", "delete", layout.clientVeth]);
   while (sh("ip", ["rule", "list"]).includes(`lookup ${layout.table}`))
     sh("ip", ["rule", "del", "iif", layout.bridge, "lookup", String(layout.table)]);
   quietly("ip", ["route", "flush", "table", String(layout.table)]);
@@ -395,7 +424,7 @@ async function createBridge(slot: number): Promise<void> {
   await run("ip", ["rule", "add", "iif", layout.bridge, "lookup", String(layout.table)]);
 }
 
-async function createNodeNetwork(slot: number, node: NodeLayout): Promise<string> {
+async function createNodeNetwork(slot: number, node: NodeLayout, all: NodeLayout[]): Promise<string> {
   const layout = clusterLayout(slot);
   await run("ip", ["netns", "add", node.netnsName]);
   const netns = `/run/netns/${node.netnsName}`;
@@ -412,8 +441,40 @@ async function createNodeNetwork(slot: number, node: NodeLayout): Promise<string
   await inNode("route", "add", "default", "via", layout.publicGateway);
   // Between the node's pods and eth0; the root namespace still forwards nothing.
   await run("nsenter", [`--net=${netns}`, "sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+  for (const other of all.filter((n) => n.name !== node.name))
+    await inNode("route", "add", other.podCIDR, "via", other.ip, "dev", "eth0");
   await run("ip", ["route", "add", node.podCIDR, "via", node.ip, "dev", layout.bridge]);
   return netns;
+}
+
+/** The client host's namespace on the public network (see the header). */
+async function createClientHost(slot: number): Promise<string> {
+  const layout = clusterLayout(slot);
+  const inClient = (...args: string[]) => run("ip", ["-n", layout.clientNetns, ...args]);
+  const peer = `lccm${slot}pc`;
+  await run("ip", ["netns", "add", layout.clientNetns]);
+  await run("ip", ["link", "add", layout.clientVeth, "type", "veth", "peer", "name", peer]);
+  await run("ip", ["link", "set", peer, "netns", layout.clientNetns]);
+  await run("ip", ["link", "set", layout.clientVeth, "master", layout.bridge, "up"]);
+  await inClient("link", "set", peer, "name", "eth0");
+  await inClient("address", "add", `${layout.clientIP}/24`, "dev", "eth0");
+  await inClient("link", "set", "eth0", "up");
+  await inClient("link", "set", "lo", "up");
+  await inClient("route", "add", "default", "via", layout.publicGateway);
+  return `/run/netns/${layout.clientNetns}`;
+}
+
+/** How to run a command on the client host of the cluster in slot `slot` kept in `dir` (also the CLI's `client`). */
+export function clientCommand(slot: number, dir: string, kubectl: string, command: string, args: string[]) {
+  const { clientNetns } = clusterLayout(slot);
+  return {
+    argv: ["nsenter", `--net=/run/netns/${clientNetns}`, "--", command, ...args],
+    env: {
+      ...process.env,
+      KUBECONFIG: path.join(dir, "kubeconfig"),
+      PATH: [path.dirname(kubectl), process.env.PATH].filter(Boolean).join(":"),
+    },
+  };
 }
 
 /** The node's cgroup root in every hierarchy, made before kubelet starts (kubelet requires it). */
@@ -511,6 +572,7 @@ interface RunningNode {
   netns: string;
   containerd?: Service;
   kubelet?: Service;
+  kubeProxy?: Service;
   startKubelet: () => Service;
 }
 
@@ -520,11 +582,12 @@ async function startNode(
   node: NodeLayout,
   spec: NodeSpec,
   images: string[],
+  proxyMode: ProxyMode,
   detached: boolean,
 ): Promise<RunningNode> {
   const nodeDir = path.join(record.dir, "nodes", node.name);
   mkdirSync(path.join(nodeDir, "cni"), { recursive: true });
-  const netns = await createNodeNetwork(record.slot, node);
+  const netns = await createNodeNetwork(record.slot, node, record.nodes);
   createCgroups(node);
   await writeFile(path.join(nodeDir, "cni", "10-pods.conflist"), cniConfig(nodeDir, node));
   const containerd = await startContainerd({
@@ -533,7 +596,11 @@ async function startNode(
     netns,
     detached,
   });
-  for (const image of images) await containerd.ctr(["--namespace", "k8s.io", "images", "import", image]);
+  // Imported while kubelet starts (Nodes get Ready without them) and awaited before the node is returned.
+  const imported = (async () => {
+    for (const image of images) await containerd.ctr(["--namespace", "k8s.io", "images", "import", image]);
+  })();
+  imported.catch(() => {}); // awaited below; this only keeps an early failure from being unhandled meanwhile
 
   const cert = await issueClientCertificate(
     plane.certificateAuthority,
@@ -562,7 +629,26 @@ async function startNode(
     { dir: nodeDir, netns, detached },
   );
   const kubelet = startKubelet();
-  return { layout: node, controlPlane: spec.controlPlane, netns, containerd: containerd.service, kubelet, startKubelet };
+  const { podNetwork, gateway, publicGateway } = clusterLayout(record.slot);
+  const nodePortNetworks = [gateway, publicGateway].map((address) => address.replace(/\.1$/, ".0/24"));
+  const startKubeProxy = await prepareKubeProxy(
+    plane,
+    node,
+    nodeDir,
+    { mode: proxyMode, podNetwork, nodePortNetworks },
+    { netns, detached },
+  );
+  const kubeProxy = startKubeProxy();
+  await imported;
+  return {
+    layout: node,
+    controlPlane: spec.controlPlane,
+    netns,
+    containerd: containerd.service,
+    kubelet,
+    kubeProxy,
+    startKubelet,
+  };
 }
 
 interface NodeStatus {
@@ -574,7 +660,7 @@ async function waitForReadyNodes(plane: ControlPlane, nodes: RunningNode[]): Pro
   const deadline = Date.now() + NODE_READY_TIMEOUT_MS;
   for (;;) {
     for (const node of nodes) {
-      for (const service of [node.containerd, node.kubelet]) {
+      for (const service of [node.containerd, node.kubelet, node.kubeProxy]) {
         if (service && !running(service))
           throw new Error(`${node.layout.name}: ${service.name} exited:\n${await logTail(service)}`);
       }
@@ -597,6 +683,18 @@ async function waitForReadyNodes(plane: ControlPlane, nodes: RunningNode[]): Pro
     }
     await sleep(250);
   }
+}
+
+/** Until every kube-proxy answers /healthz with 200: its first sync of the rules is done. */
+async function waitForProxies(nodes: RunningNode[]): Promise<void> {
+  await Promise.all(
+    nodes.map((node) =>
+      waitUntil(node.kubeProxy as Service, "healthy on :10256", async () => {
+        const response = await fetch(`http://${node.layout.ip}:${KUBE_PROXY_HEALTH_PORT}/healthz`);
+        return response.status === 200;
+      }),
+    ),
+  );
 }
 
 /**
@@ -626,7 +724,11 @@ function clusterNode(record: ClusterRecord, running: RunningNode): ClusterNode {
     kubeletKubeconfig: path.join(record.dir, "nodes", layout.name, "kubelet.kubeconfig"),
     exec: (command, args, options) => run("nsenter", [`--net=${netns}`, "--", command, ...args], options),
     ctr: (args) => run("ctr", ["--address", socket, "--namespace", "k8s.io", ...args]),
-    pids: () => ({ kubelet: running.kubelet?.child.pid, containerd: running.containerd?.child.pid }),
+    pids: () => ({
+      kubelet: running.kubelet?.child.pid,
+      containerd: running.containerd?.child.pid,
+      kubeProxy: running.kubeProxy?.child.pid,
+    }),
   };
 }
 
@@ -639,7 +741,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
   const started = Date.now();
   const removed = removeLeftovers();
   if (removed.length > 0) log(`removed what killed clusters left in slots ${removed.join(", ")}`);
-  const images = [await ensurePauseImage()];
+  const images = [await ensurePauseImage(), await ensureAgnhostImage()];
   let projectImage: string | undefined;
   if (options.projectImage ?? true) {
     log("building the project image");
@@ -651,6 +753,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
   const dir = path.resolve(options.dir ?? mkdtempSync(path.join(os.tmpdir(), "local-ccm-cluster-")));
   mkdirSync(dir, { recursive: true });
   const detached = options.detached ?? false;
+  const proxyMode = options.proxyMode ?? "iptables";
   const record = claimSlot({ dir, owner: detached ? null : process.pid, nodes: [] });
   const forget = detached ? () => {} : onExit(() => removeCluster(record));
   const layout = clusterLayout(record.slot);
@@ -673,13 +776,15 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
 
     record.nodes = specs.map((spec, index) => nodeLayout(record.slot, index, spec.name));
     writeRecord(record);
-    log(`starting ${specs.length} nodes`);
+    log(`starting ${specs.length} nodes (kube-proxy in ${proxyMode} mode) and the client host`);
+    const clientNetns = await createClientHost(record.slot);
     const nodes = await Promise.all(
       record.nodes.map((node, index) =>
-        startNode(record, plane, node, specs[index] as NodeSpec, images, detached),
+        startNode(record, plane, node, specs[index] as NodeSpec, images, proxyMode, detached),
       ),
     );
     await waitForReadyNodes(plane, nodes);
+    await waitForProxies(nodes);
     for (const node of nodes.filter((n) => n.controlPlane)) await labelControlPlane(plane.admin, node.layout.name);
     log(`${nodes.length} nodes Ready after ${((Date.now() - started) / 1000).toFixed(1)}s`);
 
@@ -698,6 +803,15 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       controlPlane: plane,
       admin: plane.admin,
       nodes: handles,
+      client: {
+        ip: layout.clientIP,
+        netns: clientNetns,
+        exec: (command, args, options) => {
+          const { argv, env } = clientCommand(record.slot, dir, plane.binaries.kubectl, command, args);
+          return run(argv[0] as string, argv.slice(1), { ...options, env: { ...env, ...options?.env } });
+        },
+      },
+      proxyMode,
       projectImage,
       kubectl: (args, input) => run(plane.binaries.kubectl, [`--kubeconfig=${kubeconfigPath}`, ...args], { input }),
       helm: (args) => run(plane.binaries.helm, [`--kubeconfig=${kubeconfigPath}`, ...args]),

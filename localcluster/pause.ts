@@ -5,7 +5,7 @@ import { existsSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import path from "node:path";
 import { writeImageTarball } from "../scripts/oci-image.ts";
-import { CACHE_DIR } from "./build.ts";
+import { CACHE_DIR, kubernetesModule } from "./build.ts";
 import { run } from "./exec.ts";
 import { KUBERNETES_VERSION } from "./versions.ts";
 
@@ -18,9 +18,7 @@ export async function ensurePauseImage(): Promise<string> {
   if (existsSync(tarball)) return tarball;
   await mkdir(dir, { recursive: true });
   console.error(`localcluster: building the pause image from k8s.io/kubernetes ${KUBERNETES_VERSION}'s pause.c`);
-  const module = JSON.parse(
-    await run("go", ["mod", "download", "-json", `k8s.io/kubernetes@${KUBERNETES_VERSION}`]),
-  ) as { Dir: string };
+  const module = await kubernetesModule();
   const binary = path.join(dir, "pause");
   const source = path.join(module.Dir, "build/pause/linux/pause.c");
   await run("gcc", ["-Os", "-Wall", "-Werror", "-static", `-DVERSION=${KUBERNETES_VERSION}`, "-o", binary, source]);

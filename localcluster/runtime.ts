@@ -21,6 +21,9 @@ const PACKAGES: RuntimePackage[] = [
     name: "containernetworking-plugins",
     files: ["bridge", "host-local", "loopback"].map((plugin) => `${CNI_BIN_DIR}/${plugin}`),
   },
+  // kube-proxy's two modes: iptables (Debian's is the nf_tables backend) and nftables, which runs `nft`.
+  { name: "iptables", files: ["/usr/sbin/iptables", "/usr/sbin/xtables-nft-multi"] },
+  { name: "nftables", files: ["/usr/sbin/nft"] },
   // The pause image is compiled here from upstream's pause.c, statically.
   { name: "gcc", files: ["/usr/bin/gcc"] },
   { name: "libc6-dev", files: ["/usr/include/stdio.h"] },

@@ -11,3 +11,5 @@ export const HELM_VERSION = "v3.22.0";
 export const METRICS_SERVER_VERSION = "v0.9.0";
 /** actionlint, newest on the module proxy: lints .github/workflows/ (test/ci/workflows.test.ts). */
 export const ACTIONLINT_VERSION = "v1.7.12";
+/** The agnhost image's tag: test/images/agnhost/VERSION of the pinned Kubernetes module (agnhost.ts checks it). */
+export const AGNHOST_VERSION = "2.63.0";

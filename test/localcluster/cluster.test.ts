@@ -2,8 +2,8 @@
 // --cloud-provider=external expects, node-0 is a control-plane node as kubeadm makes one, a real pod of the
 // project image runs (on the worker) and reaches the apiserver with its projected token, the apiserver runs
 // NodeRestriction as production clusters do (a worker's kubelet credentials reach only its own Node and
-// pods), nothing a node sends leaves the machine, a killed node goes NotReady, and neither stop() nor a
-// killed run leaves anything behind. Measured figures go to the diagnostics.
+// pods), nothing a node or the client host sends leaves the machine, a killed node goes NotReady, and neither
+// stop() nor a killed run leaves anything behind. Measured figures go to the diagnostics.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -228,7 +228,7 @@ describe("local cluster", () => {
       await cluster.admin.request({ method: "DELETE", path: `/api/v1/namespaces/default/pods/${name}` });
   });
 
-  test("nothing a node sends leaves it for elsewhere: the root namespace forwards nothing", async (t) => {
+  test("nothing a node or the client host sends leaves: the root namespace forwards nothing", async (t) => {
     // "Elsewhere": a namespace the root namespace reaches directly, as it would reach the Internet.
     const net = await createNetwork();
     t.after(() => net.remove());
@@ -250,11 +250,15 @@ describe("local cluster", () => {
     const send = (message: string) =>
       `require("dgram").createSocket("udp4").send("${message}", 9999, "198.19.127.2", (e) => process.exit(e ? 1 : 0))`;
     const node = cluster.node("node-0");
-    for (let i = 0; i < 3; i++) await node.exec(process.execPath, ["-e", send("from-node")]);
+    for (let i = 0; i < 3; i++) {
+      await node.exec(process.execPath, ["-e", send("from-node")]);
+      await cluster.client.exec(process.execPath, ["-e", send("from-client")]);
+    }
     await run(process.execPath, ["-e", send("from-root")]);
     await waitFor("the root namespace's own packet (the listener works)", () => received.includes("from-root"));
     await new Promise((resolve) => setTimeout(resolve, 500));
     assert.ok(!received.includes("from-node"), "a node's packet was forwarded off the bridge");
+    assert.ok(!received.includes("from-client"), "the client host's packet was forwarded off the bridge");
     // The kernel's own verdict for a packet arriving from the bridge, whatever ip_forward says.
     const { bridge, table } = { bridge: `lccm${cluster.slot}br`, table: 19800 + cluster.slot };
     assert.match(await run("ip", ["route", "show", "table", String(table)]), /^blackhole default/);
@@ -265,8 +269,8 @@ describe("local cluster", () => {
     const killed = Date.now();
     await cluster.killNode("node-1");
     const pids = cluster.node("node-1").pids();
-    await waitFor("kubelet and containerd gone", () =>
-      [pids.kubelet, pids.containerd].every((pid) => {
+    await waitFor("kubelet, kube-proxy and containerd gone", () =>
+      [pids.kubelet, pids.kubeProxy, pids.containerd].every((pid) => {
         try {
           process.kill(pid as number, 0);
           return false;
