@@ -5,7 +5,7 @@ import { after, describe, test } from "node:test";
 import { addressesIn, quietHost, routesIn, watchIn } from "../../test/netns/detect-client.ts";
 import { networkPool, type Host, type Link, type Network } from "../../test/netns/netns.ts";
 import { waitFor } from "../../localcluster/wait.ts";
-import { coalesce } from "./netlink.ts";
+import { coalesce, openNetlink } from "./netlink.ts";
 
 test("coalesce: one call per burst, delayMs after the burst's first trigger; cancel drops a pending call", (t) => {
   t.mock.timers.enable({ apis: ["setTimeout"] });
@@ -38,6 +38,18 @@ async function hostBehindRouter(net: Network): Promise<{ host: Host; router: Hos
   });
   return { host, router, link };
 }
+
+test("listings asked at once all answer: the kernel's one dump per socket at a time is queued, not EBUSY", async () => {
+  // This process's own namespace, read only: a listing sends nothing anywhere.
+  const netlink = openNetlink();
+  try {
+    const listings = await Promise.all(Array.from({ length: 4 }, () => netlink.listAddresses()));
+    assert.ok(listings[0]?.some((entry) => entry.address === "127.0.0.1"), "loopback listed");
+    for (const listing of listings) assert.deepEqual(listing, listings[0]);
+  } finally {
+    netlink.close();
+  }
+});
 
 describe("netlink adapter in network namespaces", () => {
   const pool = networkPool();

@@ -150,6 +150,8 @@ interface Pending {
   timer: NodeJS.Timeout;
 }
 
+type DumpQuery = typeof MessageType.GETADDR | typeof MessageType.GETLINK;
+
 /** One request socket, opened on first use and replaced after a socket error; referenced only while requests are pending. */
 function openRequester() {
   let socket: RawNetlinkSocket | undefined;
@@ -211,17 +213,22 @@ function openRequester() {
       }
     });
 
+  /** A consistent dump (retried when the kernel flags it as interrupted by a change) of the messages of one type. */
+  const dumpNow = async (query: DumpQuery, type: number): Promise<Message[]> => {
+    let reply = await send(query, Flags.REQUEST | Flags.DUMP, dumpQuery(query));
+    for (let attempt = 1; reply.interrupted && attempt < DUMP_ATTEMPTS; attempt++)
+      reply = await send(query, Flags.REQUEST | Flags.DUMP, dumpQuery(query));
+    return reply.messages.filter((message) => message.type === type);
+  };
+  // The kernel runs one dump at a time per socket and answers a second one EBUSY: dumps wait for each other.
+  let dumps: Promise<unknown> = Promise.resolve();
+
   return {
     send,
-    /** A consistent dump (retried when the kernel flags it as interrupted by a change) of the messages of one type. */
-    async dump(
-      query: typeof MessageType.GETADDR | typeof MessageType.GETLINK,
-      type: number,
-    ): Promise<Message[]> {
-      let reply = await send(query, Flags.REQUEST | Flags.DUMP, dumpQuery(query));
-      for (let attempt = 1; reply.interrupted && attempt < DUMP_ATTEMPTS; attempt++)
-        reply = await send(query, Flags.REQUEST | Flags.DUMP, dumpQuery(query));
-      return reply.messages.filter((message) => message.type === type);
+    dump(query: DumpQuery, type: number): Promise<Message[]> {
+      const next = dumps.then(() => dumpNow(query, type));
+      dumps = next.catch(() => undefined);
+      return next;
     },
     close() {
       const closing = socket;
