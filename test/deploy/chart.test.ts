@@ -54,6 +54,9 @@ const POD_ENV: Record<Program, Record<string, string>> = {
 const helmFlags = (program: Program): FlagSpec[] =>
   (PROGRAM_FLAGS[program] as readonly FlagSpec[]).filter((spec) => spec.helm !== undefined);
 
+/** String flags that the program reads as comma lists (key or key=value items): the chart takes YAML lists too. */
+const COMMA_LISTS = new Set(["protected-labels", "protected-annotations"]);
+
 /** The value of a flag as a Helm value: booleans and numbers typed, the rest as the flag's text. */
 function helmValue(spec: FlagSpec, text: string): unknown {
   if (spec.type === "bool") return text === "true";
@@ -242,20 +245,22 @@ describe("Helm chart", () => {
         const child = (node?.properties as Values | undefined)?.[key] as Values | undefined;
         return child && resolve(child);
       }, schema);
-    const jsonType: Record<FlagSpec["type"], string> = {
-      bool: "boolean",
-      int: "integer",
-      float: "number",
-      duration: "string",
-      string: "string",
-      list: "string",
+    // Numbers also as strings (--set makes decimals strings, --set-string everything); lists also as YAML lists.
+    const jsonType: Record<FlagSpec["type"], string[]> = {
+      bool: ["boolean"],
+      int: ["integer", "string"],
+      float: ["number", "string"],
+      duration: ["string"],
+      string: ["string"],
+      list: ["string", "array"],
     };
+    const types = (spec: FlagSpec) => (COMMA_LISTS.has(spec.name) ? jsonType.list : jsonType[spec.type]);
     for (const program of PROGRAMS) {
       for (const spec of helmFlags(program)) {
         const node = schemaAt(spec.helm as string);
         assert.ok(node, `schema has ${spec.helm}`);
-        const types = node.enum ? (node.enum as unknown[]).map((item) => typeof item) : [node.type];
-        assert.deepEqual(new Set(types), new Set([jsonType[spec.type]]), spec.helm);
+        const found = node.enum ? (node.enum as unknown[]).map((item) => typeof item) : [node.type].flat();
+        assert.deepEqual(new Set(found), new Set(types(spec)), spec.helm);
         const parent = schemaAt((spec.helm as string).replace(/\.[^.]+$/, ""));
         assert.equal(parent?.additionalProperties, false, `${spec.helm}: its section rejects unknown keys`);
       }

@@ -9,6 +9,19 @@ app.kubernetes.io/part-of: local-ccm
 app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 {{- end }}
 
+{{/*
+A pod template's metadata: the component's podLabels under the chart's labels (which the selector needs, so
+they win), and its podAnnotations. Input: dict "name" <program> "root" $ "pod" <component's values>.
+*/}}
+{{- define "local-ccm.podMetadata" -}}
+labels:
+  {{- merge (include "local-ccm.labels" . | fromYaml) (.pod.podLabels | default dict) | toYaml | nindent 2 }}
+{{- with .pod.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
 {{- define "local-ccm.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
