@@ -234,6 +234,12 @@ const REFUSALS: { values: Record<string, unknown>; line: string; program?: Progr
     args: ["--health-bind-address=127.0.0.1:65536"],
   },
   {
+    values: { "ipDetection.internalIPCIDR": ["10.0.0.0/8", "::ffff:10.0.0.0/104"] },
+    line: 'ipDetection.internalIPCIDR: "::ffff:10.0.0.0/104" is an IPv4-mapped IPv6 address, which Kubernetes refuses: write it as IPv4',
+    program: "local-ccm",
+    args: ["--internal-ip-cidr=10.0.0.0/8,::ffff:10.0.0.0/104"],
+  },
+  {
     values: { "nodeLifecycleController.enabled": false, "csrApproval.enabled": true },
     line:
       "csrApproval.enabled needs nodeLifecycleController.enabled: the approver runs in the " +

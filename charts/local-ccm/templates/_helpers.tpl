@@ -75,6 +75,15 @@ tried longest first, so "ms" is never "m" then "s".
 {{- end }}
 
 {{/*
+An IPv4-mapped IPv6 address or CIDR (::ffff:10.0.0.1, 0::ffff:a00:1/120), among those the schema's ip and cidr
+patterns accept: kube-apiserver and the programs refuse it, and it has too many spellings to leave out of
+those patterns. test/deploy/schema-patterns.test.ts checks the two together against the programs.
+*/}}
+{{- define "local-ccm.ipv4MappedIPv6" -}}
+^((0{1,4}:){5}|(0{1,4}:){0,4}:(0{1,4}:){0,4}|::(0{1,4}:){0,4})[fF]{4}:((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}|[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{1,4}|:|[0-9A-Fa-f]{1,4}::|:[0-9A-Fa-f]{1,4})(/[0-9]+)?$
+{{- end }}
+
+{{/*
 Options the programs refuse together, or that they read as numbers out of range, fail the render with one
 line naming the values (helm template and helm install exit non-zero), instead of pods that crash-loop
 while Helm reports "deployed". Each mirrors a check of the programs' flag parsing (src/agent/flags.ts,
@@ -102,6 +111,17 @@ the schema has checked each value's form.
 {{- end }}
 {{- if and (hasSuffix "healthBindAddress" .value) (gt (include "local-ccm.healthPort" $value | default "0" | int) 65535) }}
 {{- fail (printf "%s=%s: the port must be at most 65535" .value $value) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* src/net/ip.ts ipProblem and cidrProblem: an IPv4-mapped IPv6 address is refused, as kube-apiserver refuses it. */}}
+{{- $mapped := include "local-ccm.ipv4MappedIPv6" . }}
+{{- $addressValues := list "ipDetection.internalIPTarget" "ipDetection.internalIPCIDR" "ipDetection.externalIPTarget" "ipDetection.externalIPCIDR" }}
+{{- if .Values.nodeLifecycleController.enabled }}{{ $addressValues = append $addressValues "csrApproval.rules.ipAllowlist" }}{{ end }}
+{{- range $path := $addressValues }}
+{{- range splitList "," (include "local-ccm.value" (dict "values" $.Values "path" $path)) }}
+{{- if regexMatch $mapped (trim .) }}
+{{- fail (printf "%s: %q is an IPv4-mapped IPv6 address, which Kubernetes refuses: write it as IPv4" $path (trim .)) }}
 {{- end }}
 {{- end }}
 {{- end }}
