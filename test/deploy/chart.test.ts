@@ -240,6 +240,12 @@ const REFUSALS: { values: Record<string, unknown>; line: string; program?: Progr
     args: ["--internal-ip-cidr=10.0.0.0/8,::ffff:10.0.0.0/104"],
   },
   {
+    values: { "ipDetection.externalIPTarget": ["8.8.8.8", "0:0::0"] },
+    line: 'ipDetection.externalIPTarget: "0:0::0" is the unspecified address, not a target',
+    program: "local-ccm",
+    args: ["--external-ip-target=8.8.8.8,0:0::0"],
+  },
+  {
     values: { "nodeLifecycleController.enabled": false, "csrApproval.enabled": true },
     line:
       "csrApproval.enabled needs nodeLifecycleController.enabled: the approver runs in the " +
@@ -828,6 +834,9 @@ describe("Helm chart", () => {
       ],
       [["--set-string", "controller.verbosity=6"], "at '/controller/verbosity': '6' does not match"],
       [["--set", "nodeLifecycleController.controller.probes={icmp,udp}"], "at '/nodeLifecycleController/controller/probes/1'"],
+      [["--set", "metadata.providerID=local://{hostname}"], "at '/metadata/providerID': 'local://{hostname}' does not match"],
+      [["--set", "controller.healthBindAddress=999.0.0.1:10263"], "at '/controller/healthBindAddress': '999.0.0.1:10263'"],
+      [["--set", "metadata.zoneRules={cidr:10.0.0.0/33=rack-1}"], "at '/metadata/zoneRules/0': 'cidr:10.0.0.0/33=rack-1'"],
     ];
     await Promise.all(
       cases.map(async ([args, expected]) => {
@@ -844,6 +853,9 @@ describe("Helm chart", () => {
       ["node-lifecycle-controller", "--kubelet-port=65536"],
       ["local-ccm", "--v=6"],
       ["node-lifecycle-controller", "--probes=icmp,udp"],
+      ["local-ccm", "--provider-id=local://{hostname}"],
+      ["local-ccm", "--health-bind-address=999.0.0.1:10263"],
+      ["local-ccm", "--zone-rules=cidr:10.0.0.0/33=rack-1"],
     ];
     for (const [program, arg] of refusedByProgram) assert.equal(accepts(program, [arg]), false, arg);
   });

@@ -125,6 +125,14 @@ the schema has checked each value's form.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- /* src/agent/flags.ts targetProblem: a target is an address to reach, never the unspecified one (all zeros). */}}
+{{- range $path := list "ipDetection.internalIPTarget" "ipDetection.externalIPTarget" }}
+{{- range splitList "," (include "local-ccm.value" (dict "values" $.Values "path" $path)) }}
+{{- if regexMatch "^[0:.]+$" (trim .) }}
+{{- fail (printf "%s: %q is the unspecified address, not a target" $path (trim .)) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- /* src/agent/flags.ts detection(): per address type, one method; a default left alone is not given. */}}
 {{- range $type := list "internal" "external" }}
 {{- $chosen := list }}
