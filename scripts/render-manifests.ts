@@ -8,7 +8,7 @@ import { readdir, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { stringify } from "yaml";
 import { agentFlagTable } from "../src/agent/flags.ts";
-import type { FlagSpec } from "../src/cli/flags.ts";
+import { type FlagSpec, MAX_TIMER_MS } from "../src/cli/flags.ts";
 import { lifecycleFlagTable } from "../src/lifecycle/flags.ts";
 import { ensureBinaries } from "../localcluster/build.ts";
 import { run } from "../localcluster/exec.ts";
@@ -35,11 +35,37 @@ export function chartFlagsYaml(): string {
       program,
       table
         .filter((spec: FlagSpec) => spec.helm !== undefined)
-        .map((spec: FlagSpec) => ({ flag: spec.name, value: spec.helm, default: spec.default })),
+        .map((spec: FlagSpec) => ({
+          flag: spec.name,
+          value: spec.helm,
+          default: spec.default,
+          ...(spec.type === "duration" ? durationRange(spec) : {}),
+        })),
     ]),
   );
   const header = `# ${GENERATED} from the programs' flag tables (src/*/flags.ts); do not edit.\n`;
   return `${header}${stringify(programs)}`;
+}
+
+/**
+ * The range of a duration flag in seconds, for the chart to refuse at render time what the program refuses at
+ * startup: at most spec.maxMs (else Node's longest timer), and the lower bound its validate sets: "positive"
+ * (0 refused, 1ns accepted) as aboveSeconds 0, else the smallest whole millisecond accepted, found by bisection
+ * (10m for the CSR expiration), as atLeastSeconds.
+ */
+function durationRange(spec: FlagSpec): Record<string, number> {
+  const maxMs = spec.maxMs ?? MAX_TIMER_MS;
+  const accepts = (ms: number) => spec.validate?.(ms as never) === undefined;
+  const range = { maxSeconds: maxMs / 1000 };
+  if (accepts(0)) return range;
+  if (accepts(1e-6)) return { aboveSeconds: 0, ...range };
+  let [low, high] = [0, maxMs]; // the smallest accepted lies in [low, high]
+  while (low < high) {
+    const middle = Math.floor((low + high) / 2);
+    if (accepts(middle)) high = middle;
+    else low = middle + 1;
+  }
+  return { atLeastSeconds: low / 1000, ...range };
 }
 
 /** `helm template` of the chart as installed into kube-system under the name local-ccm. */

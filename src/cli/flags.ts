@@ -163,7 +163,7 @@ function resolveOccurrences(spec: FlagSpec, occurrences: string[]): unknown {
 }
 
 // Node's timers overflow above 2^31-1 ms and then fire after 1 ms: a longer duration would spin.
-const MAX_TIMER_MS = 2 ** 31 - 1;
+export const MAX_TIMER_MS = 2 ** 31 - 1;
 
 function convert(spec: FlagSpec, raw: string, source: string): unknown {
   const fail = (reason: string) => new UsageError(`invalid value "${raw}" for ${source}: ${reason}`);

@@ -1,10 +1,12 @@
 // The API server accepts what we ship: the static deploy/ files and the chart with non-default
 // values, applied with a server-side dry run (full validation and admission, nothing stored).
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { DEPLOY_DIR, helmTemplate, templateNames } from "../../scripts/render-manifests.ts";
+import { CHART_DIR, DEPLOY_DIR, helmTemplate, templateNames } from "../../scripts/render-manifests.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
+import { run } from "../../localcluster/exec.ts";
 
 /** "kind/name" of each object kubectl reports as created in the dry run. */
 function created(output: string): string[] {
@@ -79,5 +81,84 @@ describe("server-side dry-run apply", () => {
     assert.equal(objects.length, 23);
     assert.ok(objects.includes("daemonset.apps/local-ccm"));
     assert.ok(objects.includes("deployment.apps/node-lifecycle-controller"));
+  });
+
+  test("the chart with lists, --set numbers and every pod knob", async () => {
+    const affinity = {
+      nodeAffinity: {
+        requiredDuringSchedulingIgnoredDuringExecution: {
+          nodeSelectorTerms: [{ matchExpressions: [{ key: "topology.kubernetes.io/zone", operator: "In", values: ["a"] }] }],
+        },
+      },
+    };
+    const manifests = await helmTemplate(plane.binaries.helm, [
+      "--set=ipDetection.internalIPCIDR={198.18.0.0/15,fd00:198:18::/48}",
+      "--set=metadata.zoneRules={cidr:198.18.0.0/24=rack-1,cidr:198.18.1.0/24=rack-2}",
+      "--set=nodeLifecycleController.controller.protectedLabels={example.com/keep=yes,example.com/pin}",
+      "--set=nodeLifecycleController.controller.unhealthyThreshold=0.5",
+      "--set-string=nodeLifecycleController.controller.kubeletPort=10251",
+      "--set=csrApproval.enabled=true",
+      "--set=csrApproval.rules.ipAllowlist={198.18.0.0/15}",
+      "--set=imagePullSecrets[0].name=regcred",
+      "--set=podLabels.team=net",
+      "--set=podAnnotations.example\\.com/owner=net",
+      "--set=nodeLifecycleController.podLabels.team=ops",
+      "--set=nodeLifecycleController.podAnnotations.example\\.com/owner=ops",
+      `--set-json=affinity=${JSON.stringify(affinity)}`,
+      `--set-json=nodeLifecycleController.affinity=${JSON.stringify(affinity)}`,
+    ]);
+    const objects = created(await plane.kubectl(["apply", "--dry-run=server", "-f", "-"], manifests));
+    // The default 23 and the approver's grants: a ClusterRole, a Role and their bindings.
+    assert.equal(objects.length, 27);
+    for (const kind of ["clusterrole", "clusterrolebinding", "role", "rolebinding"])
+      assert.ok(objects.includes(`${kind}.rbac.authorization.k8s.io/node-lifecycle-controller-csr-approver`), kind);
+  });
+
+  test("helm install's notes say what to check next", async () => {
+    const helmInstall = (...values: string[]) =>
+      run(plane.binaries.helm, [
+        "install",
+        "local-ccm",
+        CHART_DIR,
+        "--dry-run=server",
+        "--namespace=kube-system",
+        `--kubeconfig=${plane.kubeconfigPath}`,
+        ...values,
+      ]);
+    const notes = (await helmInstall()).replace(/^[\s\S]*?\nNOTES:\n/, "");
+    for (const line of [
+      "kubectl -n kube-system rollout status daemonset/local-ccm",
+      "node.cloudprovider.kubernetes.io/uninitialized",
+      "kubectl get events -n default --field-selector involvedObject.kind=Node,source=local-ccm",
+      "kubectl -n kube-system rollout status deployment/node-lifecycle-controller",
+      "kubectl -n kube-system get lease node-lifecycle-controller",
+      "README.md",
+    ])
+      assert.ok(notes.includes(line), `notes hold ${line}: ${notes}`);
+    const agentOnly = await helmInstall("--set=nodeLifecycleController.enabled=false");
+    assert.doesNotMatch(agentOnly.replace(/^[\s\S]*?\nNOTES:\n/, ""), /lease|node-lifecycle-controller/);
+  });
+
+  test("helm install refuses conflicting options with one line and creates nothing", async () => {
+    const install = spawnSync(
+      plane.binaries.helm,
+      [
+        "install",
+        "local-ccm",
+        CHART_DIR,
+        "--namespace=kube-system",
+        `--kubeconfig=${plane.kubeconfigPath}`,
+        "--set=ipDetection.externalIPTarget=1.1.1.1",
+        "--set=ipDetection.externalIPInterface=eth0",
+      ],
+      { encoding: "utf8" },
+    );
+    assert.notEqual(install.status, 0, install.stdout);
+    assert.match(
+      install.stderr,
+      /^Error: INSTALLATION FAILED: execution error at \(local-ccm\/templates\/daemonset\.yaml:\d+:\d+\): ipDetection\.externalIPTarget and ipDetection\.externalIPInterface both choose how ExternalIPs are found: set one$/m,
+    );
+    const left = await plane.kubectl(["get", "daemonsets,secrets", "-n", "kube-system", "-o", "name"]);
+    assert.doesNotMatch(left, /local-ccm/, "no workload and no release record");
   });
 });

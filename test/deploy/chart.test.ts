@@ -30,11 +30,15 @@ import { run } from "../../localcluster/exec.ts";
 
 type Program = keyof typeof PROGRAM_FLAGS;
 type Values = Record<string, unknown>;
+interface PodMetadata {
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+}
 interface KubeObject {
   apiVersion: string;
   kind: string;
   metadata: { name: string; namespace?: string };
-  spec?: { template?: { spec: PodSpec } } & Record<string, unknown>;
+  spec?: { template?: { metadata?: PodMetadata; spec: PodSpec } } & Record<string, unknown>;
   [key: string]: unknown;
 }
 
@@ -53,6 +57,9 @@ const POD_ENV: Record<Program, Record<string, string>> = {
 
 const helmFlags = (program: Program): FlagSpec[] =>
   (PROGRAM_FLAGS[program] as readonly FlagSpec[]).filter((spec) => spec.helm !== undefined);
+
+/** String flags that the program reads as comma lists (key or key=value items): the chart takes YAML lists too. */
+const COMMA_LISTS = new Set(["protected-labels", "protected-annotations"]);
 
 /** The value of a flag as a Helm value: booleans and numbers typed, the rest as the flag's text. */
 function helmValue(spec: FlagSpec, text: string): unknown {
@@ -156,6 +163,96 @@ async function helmFailure(helm: string, args: string[]): Promise<string> {
   return result.stderr;
 }
 
+/** The one line a failed render ends with: Helm's "Error: execution error at (<template>): <message>". */
+function errorLine(stderr: string): string {
+  const lines = stderr.split("\n").filter((line) => line.startsWith("Error: "));
+  assert.equal(lines.length, 1, `one error line in: ${stderr}`);
+  return lines[0] as string;
+}
+
+/**
+ * Options the programs refuse together (or a duration out of the range its flag accepts): the values, the line
+ * the chart fails with, and the program's own flags for them (undefined: a rule of the chart alone).
+ */
+const REFUSALS: { values: Record<string, unknown>; line: string; program?: Program; args?: string[] }[] = [
+  {
+    values: { "ipDetection.externalIPTarget": "1.1.1.1", "ipDetection.externalIPInterface": "eth0" },
+    line: "ipDetection.externalIPTarget and ipDetection.externalIPInterface both choose how ExternalIPs are found: set one",
+    program: "local-ccm",
+    args: ["--external-ip-target=1.1.1.1", "--external-ip-interface=eth0"],
+  },
+  {
+    values: { "ipDetection.externalIPCIDR": ["198.18.0.0/15"], "ipDetection.externalIPInterface": ["eth0"] },
+    line: "ipDetection.externalIPCIDR and ipDetection.externalIPInterface both choose how ExternalIPs are found: set one",
+    program: "local-ccm",
+    args: ["--external-ip-cidr=198.18.0.0/15", "--external-ip-interface=eth0"],
+  },
+  {
+    values: { "ipDetection.internalIPTarget": "10.0.0.1", "ipDetection.internalIPCIDR": "10.0.0.0/8" },
+    line: "ipDetection.internalIPTarget and ipDetection.internalIPCIDR both choose how InternalIPs are found: set one",
+    program: "local-ccm",
+    args: ["--internal-ip-target=10.0.0.1", "--internal-ip-cidr=10.0.0.0/8"],
+  },
+  {
+    values: { "nodeLifecycleController.controller.leaderElection.renewDeadline": "20s" },
+    line:
+      "nodeLifecycleController.controller.leaderElection.leaseDuration=15s must be longer than " +
+      "nodeLifecycleController.controller.leaderElection.renewDeadline=20s",
+    program: "node-lifecycle-controller",
+    args: ["--leader-elect-renew-deadline=20s"],
+  },
+  {
+    values: { "nodeLifecycleController.controller.leaderElection.retryPeriod": "10000ms" },
+    line:
+      "nodeLifecycleController.controller.leaderElection.renewDeadline=10s must be longer than " +
+      "nodeLifecycleController.controller.leaderElection.retryPeriod=10000ms",
+    program: "node-lifecycle-controller",
+    args: ["--leader-elect-retry-period=10000ms"],
+  },
+  {
+    values: { "nodeLifecycleController.controller.pingTimeout": "0s" },
+    line: "nodeLifecycleController.controller.pingTimeout=0s: --ping-timeout must be greater than 0",
+    program: "node-lifecycle-controller",
+    args: ["--ping-timeout=0s"],
+  },
+  {
+    values: { "metadata.timeout": "596h31m23.648s" },
+    line: "metadata.timeout=596h31m23.648s: --metadata-timeout is too long (at most 596h)",
+    program: "local-ccm",
+    args: ["--metadata-timeout=596h31m23.648s"],
+  },
+  {
+    values: { "csrApproval.rules.maxExpiration": "9m59s" },
+    line: "csrApproval.rules.maxExpiration=9m59s: --csr-max-expiration must be at least 600s",
+    program: "node-lifecycle-controller",
+    args: ["--csr-max-expiration=9m59s"],
+  },
+  {
+    values: { "controller.healthBindAddress": "127.0.0.1:65536" },
+    line: "controller.healthBindAddress=127.0.0.1:65536: the port must be at most 65535",
+    program: "local-ccm",
+    args: ["--health-bind-address=127.0.0.1:65536"],
+  },
+  {
+    values: { "ipDetection.internalIPCIDR": ["10.0.0.0/8", "::ffff:10.0.0.0/104"] },
+    line: 'ipDetection.internalIPCIDR: "::ffff:10.0.0.0/104" is an IPv4-mapped IPv6 address, which Kubernetes refuses: write it as IPv4',
+    program: "local-ccm",
+    args: ["--internal-ip-cidr=10.0.0.0/8,::ffff:10.0.0.0/104"],
+  },
+  {
+    values: { "ipDetection.externalIPTarget": ["8.8.8.8", "0:0::0"] },
+    line: 'ipDetection.externalIPTarget: "0:0::0" is the unspecified address, not a target',
+    program: "local-ccm",
+    args: ["--external-ip-target=8.8.8.8,0:0::0"],
+  },
+  {
+    values: { "nodeLifecycleController.enabled": false, "csrApproval.enabled": true },
+    line:
+      "csrApproval.enabled needs nodeLifecycleController.enabled: the approver runs in the " +
+      "node-lifecycle-controller Deployment",
+  },
+];
+
 const CONTROL_PLANE_AFFINITY = {
   nodeAffinity: {
     requiredDuringSchedulingIgnoredDuringExecution: {
@@ -242,20 +339,22 @@ describe("Helm chart", () => {
         const child = (node?.properties as Values | undefined)?.[key] as Values | undefined;
         return child && resolve(child);
       }, schema);
-    const jsonType: Record<FlagSpec["type"], string> = {
-      bool: "boolean",
-      int: "integer",
-      float: "number",
-      duration: "string",
-      string: "string",
-      list: "string",
+    // Numbers also as strings (--set makes decimals strings, --set-string everything); lists also as YAML lists.
+    const jsonType: Record<FlagSpec["type"], string[]> = {
+      bool: ["boolean"],
+      int: ["integer", "string"],
+      float: ["number", "string"],
+      duration: ["string"],
+      string: ["string"],
+      list: ["string", "array"],
     };
+    const types = (spec: FlagSpec) => (COMMA_LISTS.has(spec.name) ? jsonType.list : jsonType[spec.type]);
     for (const program of PROGRAMS) {
       for (const spec of helmFlags(program)) {
         const node = schemaAt(spec.helm as string);
         assert.ok(node, `schema has ${spec.helm}`);
-        const types = node.enum ? (node.enum as unknown[]).map((item) => typeof item) : [node.type];
-        assert.deepEqual(new Set(types), new Set([jsonType[spec.type]]), spec.helm);
+        const found = node.enum ? (node.enum as unknown[]).map((item) => typeof item) : [node.type].flat();
+        assert.deepEqual(new Set(found), new Set(types(spec)), spec.helm);
         const parent = schemaAt((spec.helm as string).replace(/\.[^.]+$/, ""));
         assert.equal(parent?.additionalProperties, false, `${spec.helm}: its section rejects unknown keys`);
       }
@@ -692,5 +791,195 @@ describe("Helm chart", () => {
       const message = await helmFailure(helm, setJson(set));
       assert.ok(message.includes(expected), `${JSON.stringify(set)}: ${message}`);
     }
+  });
+
+  test("options the programs refuse together fail the render with one line, as the program refuses them", async () => {
+    await Promise.all(
+      REFUSALS.map(async ({ values: set, line, program, args }) => {
+        const stderr = await helmFailure(helm, setJson(set));
+        assert.match(errorLine(stderr), /^Error: execution error at \(local-ccm\/templates\/[^)]+\): /);
+        assert.ok(errorLine(stderr).endsWith(`: ${line}`), `${JSON.stringify(set)}: ${stderr}`);
+        if (program) assert.equal(accepts(program, args ?? []), false, `${program} refuses ${args?.join(" ")}`);
+      }),
+    );
+    // The edges: what the programs accept renders.
+    const accepted: Record<string, unknown>[] = [
+      { "ipDetection.externalIPTarget": "", "ipDetection.externalIPInterface": "eth0" },
+      { "ipDetection.externalIPTarget": "8.8.8.8", "ipDetection.externalIPCIDR": "198.18.0.0/15" },
+      { "metadata.timeout": "596h31m23.647s", "csrApproval.rules.maxExpiration": "10m" },
+      { "nodeLifecycleController.controller.notReadyTimeout": "0s", "controller.healthBindAddress": ":65535" },
+      { "nodeLifecycleController.controller.leaderElection.renewDeadline": "14.999s" },
+      { "nodeLifecycleController.enabled": false, "nodeLifecycleController.controller.leaderElection.renewDeadline": "1h" },
+    ];
+    await Promise.all(accepted.map((set) => render(setJson(set))));
+  });
+
+  test("the schema refuses a CIDR, IP or number the program refuses, from --set as from a values file", async () => {
+    const cases: [string[], string][] = [
+      [["--set", "ipDetection.internalIPCIDR=10.0.0.0/33"], "at '/ipDetection/internalIPCIDR': '10.0.0.0/33' does not match"],
+      [["--set", "ipDetection.internalIPCIDR={10.0.0.0/8,fd00::/129}"], "at '/ipDetection/internalIPCIDR/1': 'fd00::/129'"],
+      [["--set", "ipDetection.externalIPTarget=010.0.0.1"], "at '/ipDetection/externalIPTarget': '010.0.0.1' does not"],
+      [["--set", "csrApproval.rules.ipAllowlist={10.0.0.0/8,fe80::1%eth0/64}"], "at '/csrApproval/rules/ipAllowlist/1'"],
+      [
+        ["--set", "nodeLifecycleController.controller.unhealthyThreshold=1.5"],
+        "at '/nodeLifecycleController/controller/unhealthyThreshold': '1.5' does not match",
+      ],
+      [
+        ["--set-json", "nodeLifecycleController.controller.unhealthyThreshold=1.5"],
+        "at '/nodeLifecycleController/controller/unhealthyThreshold': maximum: got 1.5, want 1",
+      ],
+      [
+        ["--set-string", "nodeLifecycleController.controller.kubeletPort=65536"],
+        "at '/nodeLifecycleController/controller/kubeletPort': '65536' does not match",
+      ],
+      [["--set-string", "controller.verbosity=6"], "at '/controller/verbosity': '6' does not match"],
+      [["--set", "nodeLifecycleController.controller.probes={icmp,udp}"], "at '/nodeLifecycleController/controller/probes/1'"],
+      [["--set-string", "nodeLifecycleController.controller.probes=tcp\\,tcp"], "at '/nodeLifecycleController/controller/probes': 'tcp,tcp'"],
+      [["--set", "nodeLifecycleController.controller.probes={tcp,tcp}"], "at '/nodeLifecycleController/controller/probes': items at 0 and 1 are equal"],
+      [["--set", "metadata.providerID=local://{hostname}"], "at '/metadata/providerID': 'local://{hostname}' does not match"],
+      [["--set", "controller.healthBindAddress=999.0.0.1:10263"], "at '/controller/healthBindAddress': '999.0.0.1:10263'"],
+      [["--set", "metadata.zoneRules={cidr:10.0.0.0/33=rack-1}"], "at '/metadata/zoneRules/0': 'cidr:10.0.0.0/33=rack-1'"],
+    ];
+    await Promise.all(
+      cases.map(async ([args, expected]) => {
+        const stderr = await helmFailure(helm, args);
+        assert.ok(stderr.includes(expected), `${args.join(" ")}: ${stderr}`);
+      }),
+    );
+    const refusedByProgram: [Program, string][] = [
+      ["local-ccm", "--internal-ip-cidr=10.0.0.0/33"],
+      ["local-ccm", "--internal-ip-cidr=10.0.0.0/8,fd00::/129"],
+      ["local-ccm", "--external-ip-target=010.0.0.1"],
+      ["node-lifecycle-controller", "--csr-ip-allowlist=10.0.0.0/8,fe80::1%eth0/64"],
+      ["node-lifecycle-controller", "--unhealthy-threshold=1.5"],
+      ["node-lifecycle-controller", "--kubelet-port=65536"],
+      ["local-ccm", "--v=6"],
+      ["node-lifecycle-controller", "--probes=icmp,udp"],
+      ["node-lifecycle-controller", "--probes=tcp,tcp"],
+      ["local-ccm", "--provider-id=local://{hostname}"],
+      ["local-ccm", "--health-bind-address=999.0.0.1:10263"],
+      ["local-ccm", "--zone-rules=cidr:10.0.0.0/33=rack-1"],
+    ];
+    for (const [program, arg] of refusedByProgram) assert.equal(accepts(program, [arg]), false, arg);
+  });
+
+  test("numbers as --set and --set-string give them reach the programs", async () => {
+    const objects = await render([
+      "--set",
+      "nodeLifecycleController.controller.unhealthyThreshold=0.5",
+      "--set",
+      "nodeLifecycleController.controller.pingCount=4",
+      "--set-string",
+      "nodeLifecycleController.controller.kubeletPort=10251",
+      "--set-string",
+      "nodeLifecycleController.controller.maxDeletionsPerMinute=20",
+      "--set-string",
+      "controller.verbosity=3",
+    ]);
+    const nlcArgs = container(objects, "node-lifecycle-controller").args ?? [];
+    assert.deepEqual(nlcArgs, [
+      "--ping-count=4",
+      "--kubelet-port=10251",
+      "--max-deletions-per-minute=20",
+      "--unhealthy-threshold=0.5",
+    ]);
+    const agentArgs = container(objects, "local-ccm").args ?? [];
+    assert.deepEqual(agentArgs, ["--v=3"]);
+    const lifecycle = parseLifecycleFlags(nlcArgs, POD_ENV["node-lifecycle-controller"], () => undefined);
+    assert.equal(lifecycle.unhealthyThreshold, 0.5);
+    assert.equal(parseAgentFlags(agentArgs, POD_ENV["local-ccm"]).verbosity, 3);
+  });
+
+  test("lists and comma strings give the same flags, and the same admission policy", async () => {
+    for (const program of PROGRAMS) {
+      const lists = helmFlags(program).filter((spec) => spec.type === "list" || COMMA_LISTS.has(spec.name));
+      await Promise.all(
+        lists.map(async (spec) => {
+          const text = nonDefaultValue(program, spec);
+          const items = text.split(",").map((item) => item.trim());
+          const [asText, asList] = await Promise.all([
+            render(setJson({ [spec.helm as string]: text })),
+            render(setJson({ [spec.helm as string]: items })),
+          ]);
+          const flags = (objects: KubeObject[]) =>
+            parseFlags(PROGRAM_FLAGS[program], container(objects, program).args ?? [], POD_ENV[program]).values;
+          assert.deepEqual(flags(asList), flags(asText), spec.helm);
+          const policies = (objects: KubeObject[]) => objects.filter((obj) => obj.kind === "ValidatingAdmissionPolicy");
+          assert.deepEqual(policies(asList), policies(asText), spec.helm);
+        }),
+      );
+    }
+    // The issue's own example, as --set writes a list.
+    const objects = await render(["--set", "metadata.zoneRules={cidr:10.1.0.0/24=rack-1,cidr:10.2.0.0/24=rack-2}"]);
+    assert.deepEqual(container(objects, "local-ccm").args, ["--zone-rules=cidr:10.1.0.0/24=rack-1,cidr:10.2.0.0/24=rack-2"]);
+  });
+
+  test("knobs: pull secrets, pod labels and annotations, priority class, affinity on each component", async () => {
+    const defaults = await render();
+    assert.equal(podSpec(defaults, "local-ccm").priorityClassName, "system-node-critical");
+    assert.equal(podSpec(defaults, "node-lifecycle-controller").priorityClassName, "system-cluster-critical");
+    for (const program of PROGRAMS) {
+      assert.equal(podSpec(defaults, program).imagePullSecrets, undefined);
+      const { kind, name } = WORKLOAD[program];
+      assert.equal(find(defaults, kind, name).spec?.template?.metadata?.annotations, undefined);
+    }
+    const zone = { key: "topology.kubernetes.io/zone", operator: "In", values: ["a"] };
+    const spread = { podAntiAffinity: { preferredDuringSchedulingIgnoredDuringExecution: [] } };
+    const objects = await render(
+      setJson({
+        imagePullSecrets: [{ name: "regcred" }],
+        podLabels: { team: "net", "app.kubernetes.io/name": "overridden" },
+        podAnnotations: { "example.com/scrape": "false" },
+        priorityClassName: "node-agents",
+        affinity: { nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: [{ matchExpressions: [zone] }] } } },
+        "nodeLifecycleController.podLabels": { team: "ops" },
+        "nodeLifecycleController.podAnnotations": { "example.com/owner": "ops" },
+        "nodeLifecycleController.priorityClassName": "",
+        "nodeLifecycleController.affinity": {
+          ...spread,
+          nodeAffinity: {
+            requiredDuringSchedulingIgnoredDuringExecution: {
+              nodeSelectorTerms: [{ matchExpressions: [zone] }, { matchFields: [{ key: "metadata.name", operator: "In", values: ["cp-1"] }] }],
+            },
+          },
+        },
+      }),
+    );
+    const podMetadata = (program: Program) => {
+      const { kind, name } = WORKLOAD[program];
+      return find(objects, kind, name).spec?.template?.metadata;
+    };
+    assert.deepEqual(podMetadata("local-ccm")?.labels, {
+      "app.kubernetes.io/name": "local-ccm",
+      "app.kubernetes.io/part-of": "local-ccm",
+      "app.kubernetes.io/version": appVersion,
+      team: "net",
+    });
+    assert.deepEqual(podMetadata("local-ccm")?.annotations, { "example.com/scrape": "false" });
+    assert.equal(podMetadata("node-lifecycle-controller")?.labels?.team, "ops");
+    assert.deepEqual(podMetadata("node-lifecycle-controller")?.annotations, { "example.com/owner": "ops" });
+    const agent = podSpec(objects, "local-ccm");
+    const nlc = podSpec(objects, "node-lifecycle-controller");
+    for (const pod of [agent, nlc]) assert.deepEqual(pod.imagePullSecrets, [{ name: "regcred" }]);
+    assert.equal(agent.priorityClassName, "node-agents");
+    assert.equal(nlc.priorityClassName, undefined);
+    assert.deepEqual(agent.affinity, {
+      nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: [{ matchExpressions: [zone] }] } },
+    });
+    // The controller stays on control-plane nodes: the expression is added to each term (terms are ORed).
+    const controlPlane = { key: "node-role.kubernetes.io/control-plane", operator: "Exists" };
+    assert.deepEqual(nlc.affinity, {
+      ...spread,
+      nodeAffinity: {
+        requiredDuringSchedulingIgnoredDuringExecution: {
+          nodeSelectorTerms: [
+            { matchExpressions: [zone, controlPlane] },
+            { matchFields: [{ key: "metadata.name", operator: "In", values: ["cp-1"] }], matchExpressions: [controlPlane] },
+          ],
+        },
+      },
+    });
+    const anywhere = await render(setJson({ "nodeLifecycleController.placement": "any", "nodeLifecycleController.affinity": spread }));
+    assert.deepEqual(podSpec(anywhere, "node-lifecycle-controller").affinity, spread);
   });
 });

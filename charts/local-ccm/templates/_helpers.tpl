@@ -9,6 +9,19 @@ app.kubernetes.io/part-of: local-ccm
 app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
 {{- end }}
 
+{{/*
+A pod template's metadata: the component's podLabels under the chart's labels (which the selector needs, so
+they win), and its podAnnotations. Input: dict "name" <program> "root" $ "pod" <component's values>.
+*/}}
+{{- define "local-ccm.podMetadata" -}}
+labels:
+  {{- merge (include "local-ccm.labels" . | fromYaml) (.pod.podLabels | default dict) | toYaml | nindent 2 }}
+{{- with .pod.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
 {{- define "local-ccm.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
@@ -30,7 +43,8 @@ externalIPCIDR). Input: dict "root" $ "program" "<name>". Output: YAML list item
 
 {{/*
 The value at a dotted path as the flag would be written. Values files give whole numbers as float64:
-print them as integers, never 1e+06.
+print them as integers, never 1e+06. A YAML list (values file, --set 'a={x,y}') is the flag's comma
+list; a string is passed as written, so comma strings keep working.
 */}}
 {{- define "local-ccm.value" -}}
 {{- $value := .values }}
@@ -40,7 +54,116 @@ print them as integers, never 1e+06.
 {{- if and (kindIs "float64" $value) (eq $value (floor $value)) }}
 {{- $value = int64 $value }}
 {{- end }}
+{{- if kindIs "slice" $value }}
+{{- $value = join "," $value }}
+{{- end }}
 {{- $value }}
+{{- end }}
+
+{{/*
+A Go duration ("1m30s", "500ms", "0") in seconds, as a float. The schema has checked its form; units are
+tried longest first, so "ms" is never "m" then "s".
+*/}}
+{{- define "local-ccm.durationSeconds" -}}
+{{- $units := dict "ns" 1e-9 "us" 1e-6 "µs" 1e-6 "μs" 1e-6 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- $seconds := 0.0 }}
+{{- range regexFindAll "[0-9]*\\.?[0-9]*(ns|us|µs|μs|ms|s|m|h)" . -1 }}
+{{- $unit := regexFind "(ns|us|µs|μs|ms|s|m|h)$" . }}
+{{- $seconds = addf $seconds (mulf (float64 (trimSuffix $unit .)) (get $units $unit)) }}
+{{- end }}
+{{- $seconds }}
+{{- end }}
+
+{{/*
+An IPv4-mapped IPv6 address or CIDR (::ffff:10.0.0.1, 0::ffff:a00:1/120), among those the schema's ip and cidr
+patterns accept: kube-apiserver and the programs refuse it, and it has too many spellings to leave out of
+those patterns. test/deploy/schema-patterns.test.ts checks the two together against the programs.
+*/}}
+{{- define "local-ccm.ipv4MappedIPv6" -}}
+^((0{1,4}:){5}|(0{1,4}:){0,4}:(0{1,4}:){0,4}|::(0{1,4}:){0,4})[fF]{4}:((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}|[0-9A-Fa-f]{1,4}:[0-9A-Fa-f]{1,4}|:|[0-9A-Fa-f]{1,4}::|:[0-9A-Fa-f]{1,4})(/[0-9]+)?$
+{{- end }}
+
+{{/*
+Options the programs refuse together, or that they read as numbers out of range, fail the render with one
+line naming the values (helm template and helm install exit non-zero), instead of pods that crash-loop
+while Helm reports "deployed". Each mirrors a check of the programs' flag parsing (src/agent/flags.ts,
+src/lifecycle/flags.ts);
+the schema has checked each value's form.
+*/}}
+{{- define "local-ccm.checks" -}}
+{{- $flags := .Files.Get "flags.yaml" | fromYaml }}
+{{- $programs := list "local-ccm" }}
+{{- if .Values.nodeLifecycleController.enabled }}{{ $programs = append $programs "node-lifecycle-controller" }}{{ end }}
+{{- range $program := $programs }}
+{{- range index $flags $program }}
+{{- $value := include "local-ccm.value" (dict "values" $.Values "path" .value) }}
+{{- if hasKey . "maxSeconds" }}
+{{- $seconds := include "local-ccm.durationSeconds" $value | float64 }}
+{{- if gt $seconds .maxSeconds }}
+{{- fail (printf "%s=%s: --%s is too long (at most %dh)" .value $value .flag (div (int .maxSeconds) 3600)) }}
+{{- end }}
+{{- if and (hasKey . "aboveSeconds") (le $seconds .aboveSeconds) }}
+{{- fail (printf "%s=%s: --%s must be greater than 0" .value $value .flag) }}
+{{- end }}
+{{- if and (hasKey . "atLeastSeconds") (lt $seconds .atLeastSeconds) }}
+{{- fail (printf "%s=%s: --%s must be at least %ds" .value $value .flag (int .atLeastSeconds)) }}
+{{- end }}
+{{- end }}
+{{- if and (hasSuffix "healthBindAddress" .value) (gt (include "local-ccm.healthPort" $value | default "0" | int) 65535) }}
+{{- fail (printf "%s=%s: the port must be at most 65535" .value $value) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* src/net/ip.ts ipProblem and cidrProblem: an IPv4-mapped IPv6 address is refused, as kube-apiserver refuses it. */}}
+{{- $mapped := include "local-ccm.ipv4MappedIPv6" . }}
+{{- $addressValues := list "ipDetection.internalIPTarget" "ipDetection.internalIPCIDR" "ipDetection.externalIPTarget" "ipDetection.externalIPCIDR" }}
+{{- if .Values.nodeLifecycleController.enabled }}{{ $addressValues = append $addressValues "csrApproval.rules.ipAllowlist" }}{{ end }}
+{{- range $path := $addressValues }}
+{{- range splitList "," (include "local-ccm.value" (dict "values" $.Values "path" $path)) }}
+{{- if regexMatch $mapped (trim .) }}
+{{- fail (printf "%s: %q is an IPv4-mapped IPv6 address, which Kubernetes refuses: write it as IPv4" $path (trim .)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* src/agent/flags.ts targetProblem: a target is an address to reach, never the unspecified one (all zeros). */}}
+{{- range $path := list "ipDetection.internalIPTarget" "ipDetection.externalIPTarget" }}
+{{- range splitList "," (include "local-ccm.value" (dict "values" $.Values "path" $path)) }}
+{{- if regexMatch "^[0:.]+$" (trim .) }}
+{{- fail (printf "%s: %q is the unspecified address, not a target" $path (trim .)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* src/agent/flags.ts detection(): per address type, one method; a default left alone is not given. */}}
+{{- range $type := list "internal" "external" }}
+{{- $chosen := list }}
+{{- range $method := list "Target" "CIDR" "Interface" }}
+{{- $path := printf "ipDetection.%sIP%s" $type $method }}
+{{- $flag := printf "%s-ip-%s" $type (lower $method) }}
+{{- $value := include "local-ccm.value" (dict "values" $.Values "path" $path) }}
+{{- range index $flags "local-ccm" }}
+{{- if and (eq .flag $flag) (ne $value .default) (ne $value "") }}{{ $chosen = append $chosen $path }}{{ end }}
+{{- end }}
+{{- end }}
+{{- if gt (len $chosen) 1 }}
+{{- fail (printf "%s both choose how %s are found: set one" (join " and " $chosen) (ternary "InternalIPs" "ExternalIPs" (eq $type "internal"))) }}
+{{- end }}
+{{- end }}
+{{- if .Values.nodeLifecycleController.enabled }}
+{{- /* src/lifecycle/flags.ts, the elector's own rule: lease duration > renew deadline > retry period. */}}
+{{- $election := .Values.nodeLifecycleController.controller.leaderElection }}
+{{- $lease := include "local-ccm.durationSeconds" $election.leaseDuration | float64 }}
+{{- $renew := include "local-ccm.durationSeconds" $election.renewDeadline | float64 }}
+{{- $retry := include "local-ccm.durationSeconds" $election.retryPeriod | float64 }}
+{{- $prefix := "nodeLifecycleController.controller.leaderElection" }}
+{{- if not (gt $lease $renew) }}
+{{- fail (printf "%s.leaseDuration=%s must be longer than %s.renewDeadline=%s" $prefix $election.leaseDuration $prefix $election.renewDeadline) }}
+{{- end }}
+{{- if not (gt $renew $retry) }}
+{{- fail (printf "%s.renewDeadline=%s must be longer than %s.retryPeriod=%s" $prefix $election.renewDeadline $prefix $election.retryPeriod) }}
+{{- end }}
+{{- else if .Values.csrApproval.enabled }}
+{{- fail "csrApproval.enabled needs nodeLifecycleController.enabled: the approver runs in the node-lifecycle-controller Deployment" }}
+{{- end }}
 {{- end }}
 
 {{/* A program's container command: node, Node's own flags (nodeFlags), the program's bundle. */}}
@@ -200,7 +323,7 @@ list of [key] and [key, value] lists.
 */}}
 {{- define "local-ccm.keyValueMatchers" -}}
 {{- $matchers := list }}
-{{- range splitList "," . }}
+{{- range splitList "," (join "," .) }}
 {{- $item := trim . }}
 {{- if $item }}
 {{- $equals := regexFind "=" $item }}

@@ -1,0 +1,126 @@
+// The README's Helm examples tried as written: each `helm install` command of its sh blocks, and the values
+// file it names (the yaml block that begins with "# <file name>"), rendered with `helm template`; each example
+// must change something real (flags the programs accept, not the defaults).
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+import { parseAllDocuments } from "yaml";
+import type { Container } from "kubernetes-types/core/v1.js";
+import { parseAgentFlags } from "../../src/agent/flags.ts";
+import { parseLifecycleFlags } from "../../src/lifecycle/flags.ts";
+import { ensureBinaries } from "../../localcluster/build.ts";
+import { run } from "../../localcluster/exec.ts";
+
+const ROOT = path.resolve(import.meta.dirname, "../..");
+
+/** Fenced blocks of one language, in order. */
+function blocks(markdown: string, language: string): string[] {
+  return [...markdown.matchAll(new RegExp("^```" + language + "\\n([\\s\\S]*?)^```$", "gm"))].map((m) => m[1] as string);
+}
+
+/** The words of a shell command as sh splits them: blanks, backslash-newline, single and double quotes. */
+function shellWords(command: string): string[] {
+  const words: string[] = [];
+  let [word, quote, started] = ["", "", false];
+  const text = command.replace(/\\\n/g, " ");
+  for (let i = 0; i < text.length; i++) {
+    const char = text[i] as string;
+    if (quote) {
+      if (char === quote) quote = "";
+      else word += char;
+    } else if (char === "'" || char === '"') [quote, started] = [char, true];
+    else if (char === "\\") [word, started, i] = [word + (text[i + 1] ?? ""), true, i + 1];
+    else if (/\s/.test(char)) {
+      if (started || word) words.push(word);
+      [word, started] = ["", false];
+    } else word += char;
+  }
+  assert.equal(quote, "", `unclosed quote in: ${command}`);
+  if (started || word) words.push(word);
+  return words;
+}
+
+/** `helm install` commands of the README's sh blocks (continuation lines joined). */
+function helmInstalls(markdown: string): string[][] {
+  return blocks(markdown, "sh")
+    .flatMap((block) => block.replace(/\\\n/g, " ").split("\n"))
+    .map((line) => line.replace(/\s+#.*$/, ""))
+    .filter((line) => line.startsWith("helm install "))
+    .map(shellWords);
+}
+
+let helm: string;
+let readme: string;
+const dir = mkdtempSync(path.join(os.tmpdir(), "local-ccm-readme-"));
+before(async () => {
+  ({ helm } = await ensureBinaries());
+  readme = await readFile(path.join(ROOT, "README.md"), "utf8");
+  // The values files the README shows, under the names their first line gives.
+  for (const block of blocks(readme, "yaml")) {
+    const name = /^# (values[-\w]*\.yaml)\n/.exec(block)?.[1];
+    if (name) writeFileSync(path.join(dir, name), block);
+  }
+});
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Each program's args in `helm template` output. */
+async function renderedArgs(words: string[]): Promise<Record<string, string[]>> {
+  const [command, verb, release, chart, ...rest] = words;
+  assert.deepEqual([command, verb], ["helm", "install"]);
+  // `helm template` takes the same release, chart and value options; the chart path is the repository's.
+  const output = await run(helm, ["template", release as string, path.join(ROOT, chart as string), ...rest], {
+    cwd: dir,
+  });
+  const args: Record<string, string[]> = {};
+  for (const doc of parseAllDocuments(output)) {
+    const obj = doc.toJS() as { kind?: string; spec?: { template?: { spec?: { containers?: Container[] } } } } | null;
+    if (obj?.kind !== "DaemonSet" && obj?.kind !== "Deployment") continue;
+    const container = obj.spec?.template?.spec?.containers?.[0] as Container;
+    args[container.name] = container.args ?? [];
+  }
+  return args;
+}
+
+test("the README's helm install commands render, each changing flags the programs accept", async () => {
+  const installs = helmInstalls(readme);
+  assert.ok(installs.length >= 2, `helm install examples found: ${installs.length}`);
+  for (const words of installs) {
+    const args = await renderedArgs(words);
+    const agent = args["local-ccm"] ?? [];
+    const controller = args["node-lifecycle-controller"] ?? [];
+    assert.ok(agent.length + controller.length > 0, `${words.join(" ")} changes no flag`);
+    parseAgentFlags(agent, { NODE_NAME: "node-a" });
+    parseLifecycleFlags(controller, { POD_NAMESPACE: "kube-system" }, () => undefined);
+  }
+});
+
+test("the quick start sets InternalIP CIDRs as a --set list and the controller's dry run", async () => {
+  const [quickStart] = helmInstalls(readme);
+  const args = await renderedArgs(quickStart as string[]);
+  assert.deepEqual(args["local-ccm"], ["--internal-ip-cidr=10.0.0.0/24,fd00:10::/64"]);
+  assert.deepEqual(args["node-lifecycle-controller"], ["--dry-run=true"]);
+});
+
+test("the values file example gives its rules as lists, reaching the agent and the controller", async () => {
+  const install = helmInstalls(readme).find((words) => words.includes("-f"));
+  assert.ok(install, "a helm install with a values file");
+  const args = await renderedArgs(install);
+  assert.deepEqual(args["local-ccm"], [
+    "--internal-ip-cidr=10.0.0.0/16",
+    "--provider-id=local://{nodeName}",
+    "--region-rules=name:^([a-z]+)-=$1",
+    "--zone-rules=cidr:10.0.1.0/24=rack-1,cidr:10.0.2.0/24=rack-2",
+  ]);
+  const flags = parseAgentFlags(args["local-ccm"] ?? [], { NODE_NAME: "node-a" });
+  assert.deepEqual(
+    flags.metadata.rules.rules.map((rule) => rule.field),
+    ["region", "zone", "zone"],
+  );
+  const lifecycle = parseLifecycleFlags(args["node-lifecycle-controller"] ?? [], {}, () => undefined);
+  assert.equal(lifecycle.watchAutoscalerTaint, false);
+  assert.equal(lifecycle.unhealthyThreshold, 0.4);
+  assert.equal(lifecycle.protectedLabels.length, 2);
+});
