@@ -1,8 +1,8 @@
 // The local-ccm program: flags → client → (one reconcile | watch + netlink + resync loop) → health.
 import type { Node } from "kubernetes-types/core/v1.js";
-import { startHealthServer } from "../cli/health.ts";
 import { createLogger } from "../cli/log.ts";
 import type { MainContext } from "../cli/main.ts";
+import { startEndpoints } from "../cli/serving.ts";
 import { KubeClient } from "../kube/client.ts";
 import { loadClientConfig } from "../kube/config.ts";
 import { EventRecorder } from "../kube/events.ts";
@@ -70,21 +70,21 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   const cached = () => informer.get(flags.nodeName);
   const reconcile = () => agent.trigger(cached);
   informer.addHandlers({ onAdd: reconcile, onUpdate: reconcile });
-  const health = flags.healthBindAddress
-    ? await startHealthServer({
-        address: flags.healthBindAddress,
-        metrics: metrics.registry,
-        ready: () => {
-          if (!informer.hasSynced()) return { ok: false, reason: "node watch not synced yet" };
-          if (!cached()) return { ok: false, reason: `node "${flags.nodeName}" not found` };
-          if (agent.lastError) {
-            return { ok: false, reason: `last reconcile failed: ${(agent.lastError as Error).message}` };
-          }
-          return { ok: true };
-        },
-      })
-    : undefined;
-  if (health) ctx.onShutdown(() => health.close());
+  const endpoints = await startEndpoints(flags, {
+    program: PROGRAM,
+    registry: metrics.registry,
+    client,
+    log,
+    ready: () => {
+      if (!informer.hasSynced()) return { ok: false, reason: "node watch not synced yet" };
+      if (!cached()) return { ok: false, reason: `node "${flags.nodeName}" not found` };
+      if (agent.lastError) {
+        return { ok: false, reason: `last reconcile failed: ${(agent.lastError as Error).message}` };
+      }
+      return { ok: true };
+    },
+  });
+  ctx.onShutdown(() => endpoints.close());
   // Stops run in reverse (see cli/main.ts): the triggers first, then a reconcile in flight is awaited.
   ctx.onShutdown(() => agent.idle());
   informer.start();
@@ -93,7 +93,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   ctx.onShutdown(() => changes.close());
   const resync = setInterval(reconcile, flags.reconcileIntervalMs);
   ctx.onShutdown(() => clearInterval(resync));
-  log.info(`${PROGRAM} started`, { node: flags.nodeName, health: health?.address ?? "off" });
+  log.info(`${PROGRAM} started`, { node: flags.nodeName, health: endpoints.health, metrics: endpoints.metrics });
   await Promise.race([informer.waitForSync(), ctx.untilStopped()]);
   if (!ctx.signal.aborted && !cached()) {
     log.warn("node not found yet; waiting for it to be registered", { node: flags.nodeName });
