@@ -3,7 +3,6 @@
 // authorizes for get /metrics (deploy/metrics.yaml's reader ClusterRole); its probes answer on the health address
 // without credentials. The audit log counts what the reviews cost.
 import assert from "node:assert/strict";
-import { readFile } from "node:fs/promises";
 import http from "node:http";
 import https from "node:https";
 import path from "node:path";
@@ -11,6 +10,7 @@ import tls from "node:tls";
 import { after, before, test } from "node:test";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { auditedRequests } from "../../localcluster/audit.ts";
+import { metricsScraperToken } from "../../localcluster/metrics.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { ControllerProcess, RBAC_FILE, SERVICE_ACCOUNT } from "./world.ts";
 
@@ -34,20 +34,12 @@ function httpGet(address: string, pathname: string): Promise<Reply> {
   });
 }
 
-/** A token of a ServiceAccount, as Prometheus would have one mounted. */
-async function tokenOf(plane: ControlPlane, name: string): Promise<string> {
-  const kubeconfig = await plane.serviceAccountKubeconfig({ namespace: "monitoring", name });
-  const config = JSON.parse(await readFile(kubeconfig, "utf8")) as { users: { user: { token: string } }[] };
-  return config.users[0]?.user.token as string;
-}
-
 let plane: ControlPlane;
 let nlc: ControllerProcess | undefined;
 
 before(async () => {
   plane = await startControlPlane({ audit: true });
   await plane.kubectl(["apply", "-f", RBAC_FILE, "-f", READER_FILE]);
-  await plane.kubectl(["create", "namespace", "monitoring"]);
 });
 
 after(async () => {
@@ -56,15 +48,8 @@ after(async () => {
 });
 
 test("/metrics over HTTPS: 401 without a token or with a bad one, 403 without the grant, 200 with it; probes open", async () => {
-  const prometheus = await tokenOf(plane, "prometheus");
-  const nobody = await tokenOf(plane, "nobody");
-  await plane.kubectl([
-    "create",
-    "clusterrolebinding",
-    "prometheus-metrics",
-    "--clusterrole=local-ccm-metrics-reader",
-    "--serviceaccount=monitoring:prometheus",
-  ]);
+  const prometheus = await metricsScraperToken(plane, "prometheus", { granted: true });
+  const nobody = await metricsScraperToken(plane, "nobody", { granted: false });
   const kubeconfig = await plane.serviceAccountKubeconfig(SERVICE_ACCOUNT);
   nlc = new ControllerProcess({}, [
     `--kubeconfig=${kubeconfig}`,
