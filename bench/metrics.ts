@@ -35,7 +35,11 @@ try {
       args: [`--metrics-bind-address=${health}`, "--secure-metrics=false"],
       url: `http://${health}/metrics`,
     },
-    { name: "secure /metrics (HTTPS, reviews)", args: [`--metrics-bind-address=${at}:10265`], url: `https://${at}:10265/metrics` },
+    {
+      name: "secure /metrics (HTTPS, reviews)",
+      args: [`--metrics-bind-address=${at}:10265`],
+      url: `https://${at}:10265/metrics`,
+    },
   ];
   const user = "system:serviceaccount:kube-system:local-ccm";
   for (const layout of layouts) {
@@ -59,9 +63,10 @@ try {
       const memory = processMemory(agent.child.pid as number);
       const counts = await auditedRequests(world.plane.auditLogPath as string, { user, since });
       const reviews = (counts.get("create tokenreviews") ?? 0) + (counts.get("create subjectaccessreviews") ?? 0);
+      const mib = (bytes: number) => `${(bytes / MiB).toFixed(1)} MiB`;
+      const scraped = layout.url ? `${scrapes} scrapes, ${reviews} reviews` : "not scraped";
       console.log(
-        `${layout.name.padEnd(40)} RSS ${(memory.rss / MiB).toFixed(1)} MiB / anonymous ${(memory.anon / MiB).toFixed(1)} MiB,` +
-          ` peak ${(memory.peak / MiB).toFixed(1)} MiB; ${layout.url ? `${scrapes} scrapes, ${reviews} reviews` : "not scraped"}`,
+        `${layout.name.padEnd(40)} RSS ${mib(memory.rss)} / anonymous ${mib(memory.anon)}, peak ${mib(memory.peak)}; ${scraped}`,
       );
     } finally {
       await agent.stop();

@@ -23,19 +23,18 @@ export async function metricsScraperToken(
   options: { granted: boolean },
 ): Promise<string> {
   const namespace = "monitoring";
-  await plane.admin.request({ method: "POST", path: "/api/v1/namespaces", body: { metadata: { name: namespace } } }).catch(
-    (err: unknown) => {
-      if (!isApiError(err, "AlreadyExists")) throw err;
-    },
-  );
+  const namespaceBody = { metadata: { name: namespace } };
+  await plane.admin.request({ method: "POST", path: "/api/v1/namespaces", body: namespaceBody }).catch((err: unknown) => {
+    if (!isApiError(err, "AlreadyExists")) throw err;
+  });
   await plane.admin.request({
     method: "POST",
     path: `/api/v1/namespaces/${namespace}/serviceaccounts`,
     body: { metadata: { name } },
   });
   if (options.granted) {
-    const binding = `--serviceaccount=${namespace}:${name}`;
-    await plane.kubectl(["create", "clusterrolebinding", `${name}-metrics`, "--clusterrole=local-ccm-metrics-reader", binding]);
+    const role = "--clusterrole=local-ccm-metrics-reader";
+    await plane.kubectl(["create", "clusterrolebinding", `${name}-metrics`, role, `--serviceaccount=${namespace}:${name}`]);
   }
   const request = await plane.admin.request<{ status: { token: string } }>({
     method: "POST",

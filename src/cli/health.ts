@@ -99,8 +99,8 @@ export function startHealthServer(options: HealthServerOptions): Promise<HealthS
 
 /** /metrics alone: over HTTPS and for authorized readers only when secure, plain and open otherwise. */
 export function startMetricsServer(options: MetricsServerOptions): Promise<HealthServer> {
-  const { authorize, metrics, onRefused } = options;
-  const server = options.tls ? https.createServer({ cert: options.tls.cert, key: options.tls.key }) : http.createServer();
+  const { authorize, metrics, onRefused, tls } = options;
+  const server = tls ? https.createServer({ cert: tls.cert, key: tls.key }) : http.createServer();
   return serve(server, options.address, {
     "/metrics": async (req) => {
       if (!authorize) return metricsReply(metrics);
@@ -113,7 +113,11 @@ export function startMetricsServer(options: MetricsServerOptions): Promise<Healt
   });
 }
 
-const metricsReply = (metrics: Registry): Reply => ({ status: 200, body: metrics.expose(), type: METRICS_CONTENT_TYPE });
+const metricsReply = (metrics: Registry): Reply => ({
+  status: 200,
+  body: metrics.expose(),
+  type: METRICS_CONTENT_TYPE,
+});
 
 async function serve(server: http.Server | https.Server, address: BindAddress, routes: Routes): Promise<HealthServer> {
   server.on("request", (req: http.IncomingMessage, res: http.ServerResponse) => {

@@ -66,7 +66,9 @@ function oid(dotted: string): Buffer {
   const bytes = [first * 40 + second];
   for (const arc of rest) {
     const base128 = [arc & 0x7f];
-    for (let value = Math.floor(arc / 128); value > 0; value = Math.floor(value / 128)) base128.unshift(0x80 | (value & 0x7f));
+    for (let value = Math.floor(arc / 128); value > 0; value = Math.floor(value / 128)) {
+      base128.unshift(0x80 | (value & 0x7f));
+    }
     bytes.push(...base128);
   }
   return tlv(0x06, Buffer.from(bytes));

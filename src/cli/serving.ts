@@ -23,7 +23,13 @@ export interface Endpoints {
 
 export async function startEndpoints(
   flags: Pick<CommonFlags, "healthBindAddress" | "metrics">,
-  parts: { program: string; registry: Registry; ready: () => Readiness | Promise<Readiness>; client: KubeClient; log: Logger },
+  parts: {
+    program: string;
+    registry: Registry;
+    ready: () => Readiness | Promise<Readiness>;
+    client: KubeClient;
+    log: Logger;
+  },
 ): Promise<Endpoints> {
   const { metrics } = flags;
   const started: HealthServer[] = [];
