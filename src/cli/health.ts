@@ -107,11 +107,12 @@ export function startMetricsServer(options: MetricsServerOptions): Promise<Healt
       const access = await authorize(req.headers.authorization, "/metrics");
       if (access.allowed) return metricsReply(metrics);
       onRefused?.(access);
-      const text = { 401: "Unauthorized", 403: "Forbidden", 500: "Internal Server Error" }[access.status];
-      return { status: access.status, body: `${text}: ${access.reason}\n` };
+      return { status: access.status, body: `${REFUSALS[access.status]}: ${access.reason}\n` };
     },
   });
 }
+
+const REFUSALS = { 401: "Unauthorized", 403: "Forbidden", 429: "Too Many Requests", 500: "Internal Server Error" };
 
 const metricsReply = (metrics: Registry): Reply => ({
   status: 200,

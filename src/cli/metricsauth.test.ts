@@ -150,15 +150,43 @@ describe("MetricsAuthorizer", () => {
     assert.deepEqual(calls, { token: 2, access: 1 });
   });
 
-  test("made-up tokens are each reviewed once per period and the cache stays bounded", async () => {
+  test("made-up tokens: each reviewed once per period, at most 60 new ones a minute, the cache bounded", async () => {
     const { reviewer, calls } = fakeReviewer(users, new Set(["prom"]));
-    const authorizer = new MetricsAuthorizer(reviewer, ttls, () => 0);
-    for (let i = 0; i < 1000; i++) await authorizer.decide(`Bearer junk-${i % 100}`, "/metrics");
-    assert.equal(calls.token, 100);
-    for (let i = 0; i < 1000; i++) await authorizer.decide(`Bearer more-${i}`, "/metrics");
-    // The oldest were forgotten: junk-0 is reviewed again; the last ones are still remembered.
-    await authorizer.decide("Bearer junk-0", "/metrics");
-    await authorizer.decide("Bearer more-999", "/metrics");
-    assert.equal(calls.token, 1101);
+    let now = 0;
+    const authorizer = new MetricsAuthorizer(reviewer, ttls, () => now);
+    for (let i = 0; i < 1000; i++) await authorizer.decide(`Bearer junk-${i % 50}`, "/metrics");
+    assert.equal(calls.token, 50);
+    // The 61st new token within the minute is refused without a review; the next minute has room again.
+    for (let i = 0; i < 10; i++) assert.equal((await authorizer.decide(`Bearer new-${i}`, "/metrics")).allowed, false);
+    assert.equal(calls.token, 60);
+    assert.deepEqual(await authorizer.decide("Bearer t-prom", "/metrics"), {
+      allowed: false,
+      status: 429,
+      rule: "review-rate",
+      reason: "too many new tokens: at most 60 reviewed a minute",
+    });
+    now = 59_999;
+    assert.equal((await authorizer.decide("Bearer t-prom", "/metrics")).allowed, false);
+    now = 60_000;
+    assert.deepEqual(await authorizer.decide("Bearer t-prom", "/metrics"), { allowed: true, user: "prom" });
+    assert.equal(calls.token, 61);
+  });
+
+  test("the cache keeps the last 256 tokens, the oldest go first", async () => {
+    const { reviewer, calls } = fakeReviewer(users, new Set(["prom"]));
+    let now = 0;
+    // Answers kept for hours: only the bound forgets them.
+    const authorizer = new MetricsAuthorizer(reviewer, { tokenMs: 36_000_000, allowMs: 60_000, denyMs: 10_000 }, () => now);
+    for (let i = 0; i < 300; i++) {
+      now = i * 1000; // 60 a minute, within the rate
+      await authorizer.decide(`Bearer token-${i}`, "/metrics");
+    }
+    assert.equal(calls.token, 300);
+    now += 60_000;
+    await authorizer.decide("Bearer token-299", "/metrics"); // still remembered
+    await authorizer.decide("Bearer token-44", "/metrics"); // the 256 kept are token-44 to token-299
+    assert.equal(calls.token, 300);
+    await authorizer.decide("Bearer token-43", "/metrics"); // forgotten
+    assert.equal(calls.token, 301);
   });
 });

@@ -2,8 +2,9 @@
 // (filters.WithAuthenticationAndAuthorization) and kube-rbac-proxy. The scraper's bearer token is reviewed by the
 // API server (authentication.k8s.io/v1 TokenReview), then the user it names is checked for `get` on the
 // non-resource URL /metrics (authorization.k8s.io/v1 SubjectAccessReview). Both answers are cached briefly, so a
-// scrape every 15-30 s costs about one review of each per cache period, and a flood of made-up tokens costs at
-// most one TokenReview per distinct token per period, with a bounded number remembered.
+// scrape every 15-30 s costs about one review of each per cache period. Made-up tokens each need a TokenReview:
+// new ones are limited to a number a minute, so anyone who reaches the port cannot turn it into load on the API
+// server.
 import { createHash } from "node:crypto";
 import type { KubeClient } from "../kube/client.ts";
 
@@ -36,8 +37,11 @@ export interface Reviewer {
 
 export type Access =
   | { allowed: true; user: string }
-  /** 401: no or an unauthenticated token; 403: a user without the grant; 500: the reviews failed. */
-  | { allowed: false; status: 401 | 403 | 500; rule: string; reason: string };
+  /**
+   * 401: no or an unauthenticated token; 403: a user without the grant; 429: too many new tokens to review;
+   * 500: the reviews failed.
+   */
+  | { allowed: false; status: 401 | 403 | 429 | 500; rule: string; reason: string };
 
 /**
  * The bearer token of an Authorization header, read as the API server's bearer token authenticator reads it:
@@ -83,6 +87,11 @@ export interface CacheTtls {
 
 export const DEFAULT_TTLS: CacheTtls = { tokenMs: 60_000, allowMs: 60_000, denyMs: 10_000 };
 
+/** New tokens reviewed in any minute: a few Prometheus replicas need a few; more is someone trying tokens. */
+export const TOKEN_REVIEWS_PER_MINUTE = 60;
+
+class ReviewLimit extends Error {}
+
 /** How many distinct tokens and users are remembered; the oldest go first. */
 const CACHE_ENTRIES = 256;
 
@@ -117,11 +126,15 @@ class ReviewCache<T> {
 export class MetricsAuthorizer {
   readonly #tokens: ReviewCache<TokenReviewStatus>;
   readonly #access: ReviewCache<AccessReviewStatus>;
+  /** When the token reviews of the last minute started. */
+  readonly #recentReviews: number[] = [];
   readonly reviewer: Reviewer;
   readonly ttls: CacheTtls;
+  readonly now: () => number;
   constructor(reviewer: Reviewer, ttls: CacheTtls = DEFAULT_TTLS, now: () => number = () => performance.now()) {
     this.reviewer = reviewer;
     this.ttls = ttls;
+    this.now = now;
     this.#tokens = new ReviewCache(now);
     this.#access = new ReviewCache(now);
   }
@@ -132,7 +145,7 @@ export class MetricsAuthorizer {
     try {
       // The cache keys on a hash: the process never keeps a scraper's token.
       const key = createHash("sha256").update(token).digest("base64");
-      const reviewed = await this.#tokens.get(key, () => this.reviewer.reviewToken(token), () => this.ttls.tokenMs);
+      const reviewed = await this.#tokens.get(key, () => this.#reviewToken(token), () => this.ttls.tokenMs);
       const user = decideAuthentication(reviewed);
       if ("allowed" in user) return user;
       const status = await this.#access.get(
@@ -142,9 +155,21 @@ export class MetricsAuthorizer {
       );
       return decideAuthorization(user, status, path);
     } catch (err) {
+      if (err instanceof ReviewLimit) return { allowed: false, status: 429, rule: "review-rate", reason: err.message };
       const reason = `reviewing the request failed: ${err instanceof Error ? err.message : String(err)}`;
       return { allowed: false, status: 500, rule: "review", reason };
     }
+  }
+
+  /** A TokenReview, unless the last minute already had TOKEN_REVIEWS_PER_MINUTE (a refusal is not cached). */
+  #reviewToken(token: string): Promise<TokenReviewStatus> {
+    const now = this.now();
+    while (this.#recentReviews.length > 0 && now - (this.#recentReviews[0] as number) >= 60_000) this.#recentReviews.shift();
+    if (this.#recentReviews.length >= TOKEN_REVIEWS_PER_MINUTE) {
+      return Promise.reject(new ReviewLimit(`too many new tokens: at most ${TOKEN_REVIEWS_PER_MINUTE} reviewed a minute`));
+    }
+    this.#recentReviews.push(now);
+    return this.reviewer.reviewToken(token);
   }
 }
 
