@@ -393,6 +393,8 @@ async function measure(world: World, nodeArgs: string[], run: number, approver: 
       "--leader-elect-resource-namespace=kube-system",
       "--v=2",
       `--health-bind-address=${world.proberIP}:0`,
+      `--metrics-bind-address=${world.proberIP}:0`,
+      "--secure-metrics=false",
       ...(approver ? ["--controllers=*,kubelet-serving-csr"] : []),
     ],
     { entry, nodeArgs },

@@ -1,4 +1,7 @@
 // Reading what a program serves on /metrics (Prometheus text format), for tests, benchmarks and the demo.
+import https from "node:https";
+import { isApiError } from "../src/kube/errors.ts";
+import type { ControlPlane } from "./controlplane.ts";
 
 /** The metrics at http://<address>/metrics, as series (name and labels, as printed) → value. */
 export async function scrapeMetrics(address: string): Promise<Map<string, number>> {
@@ -11,4 +14,50 @@ export async function scrapeMetrics(address: string): Promise<Map<string, number
       return [line.slice(0, space), Number(line.slice(space + 1))];
     }),
   );
+}
+
+/** A Prometheus stand-in's ServiceAccount token, bound (granted) or not to the chart's metrics-reader ClusterRole. */
+export async function metricsScraperToken(
+  plane: Pick<ControlPlane, "admin" | "kubectl">,
+  name: string,
+  options: { granted: boolean },
+): Promise<string> {
+  const namespace = "monitoring";
+  const namespaceBody = { metadata: { name: namespace } };
+  await plane.admin.request({ method: "POST", path: "/api/v1/namespaces", body: namespaceBody }).catch((err: unknown) => {
+    if (!isApiError(err, "AlreadyExists")) throw err;
+  });
+  await plane.admin.request({
+    method: "POST",
+    path: `/api/v1/namespaces/${namespace}/serviceaccounts`,
+    body: { metadata: { name } },
+  });
+  if (options.granted) {
+    const role = "--clusterrole=local-ccm-metrics-reader";
+    await plane.kubectl(["create", "clusterrolebinding", `${name}-metrics`, role, `--serviceaccount=${namespace}:${name}`]);
+  }
+  const request = await plane.admin.request<{ status: { token: string } }>({
+    method: "POST",
+    path: `/api/v1/namespaces/${namespace}/serviceaccounts/${name}/token`,
+    body: { apiVersion: "authentication.k8s.io/v1", kind: "TokenRequest", spec: { expirationSeconds: 3600 } },
+  });
+  return request.status.token;
+}
+
+/**
+ * GET a secure /metrics URL with a bearer token (none: no Authorization header). The self-signed certificate is
+ * accepted unverified, as a ServiceMonitor's insecureSkipVerify does.
+ */
+export function scrapeSecure(url: string, token?: string): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const headers = token === undefined ? {} : { authorization: `Bearer ${token}` };
+    https
+      .get(url, { headers, rejectUnauthorized: false, agent: false, timeout: 10_000 }, (res) => {
+        let body = "";
+        res.setEncoding("utf8");
+        res.on("data", (chunk: string) => (body += chunk));
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+      })
+      .on("error", reject);
+  });
 }

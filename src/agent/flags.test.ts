@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { flagsMarkdown, HelpRequested, UsageError } from "../cli/flags.ts";
-import { AGENT_HEALTH_PORT, agentFlagTable, parseAgentFlags } from "./flags.ts";
+import { AGENT_HEALTH_PORT, AGENT_METRICS_PORT, agentFlagTable, parseAgentFlags } from "./flags.ts";
 
 const parse = (argv: string[], env: Record<string, string> = { NODE_NAME: "node-1" }) =>
   parseAgentFlags(argv, env);
@@ -29,6 +29,7 @@ describe("parseAgentFlags", () => {
       verbosity: 0,
       logFormat: "text",
       healthBindAddress: { port: AGENT_HEALTH_PORT },
+      metrics: { address: { port: AGENT_METRICS_PORT }, secure: true, withHealth: false },
     });
   });
 
@@ -54,6 +55,8 @@ describe("parseAgentFlags", () => {
         "--v=4",
         "--log-format=json",
         "--health-bind-address=[::1]:0",
+        "--metrics-bind-address=[::1]:0",
+        "--secure-metrics=false",
       ],
       {},
     );
@@ -94,6 +97,7 @@ describe("parseAgentFlags", () => {
       verbosity: 4,
       logFormat: "json",
       healthBindAddress: { host: "::1", port: 0 },
+      metrics: { address: { host: "::1", port: 0 }, secure: false, withHealth: true },
     });
   });
 
@@ -144,6 +148,40 @@ describe("parseAgentFlags", () => {
 
   test("an empty health bind address disables the server", () => {
     assert.equal(parse(["--health-bind-address="]).healthBindAddress, undefined);
+  });
+
+  test("metrics: off, on their own address, given files, or with health only when not secure", () => {
+    assert.equal(parse(["--metrics-bind-address="]).metrics, undefined);
+    assert.deepEqual(parse(["--metrics-bind-address=[10.0.0.7]:9443", "--metrics-cert-file=/c", "--metrics-key-file=/k"]).metrics, {
+      address: { host: "10.0.0.7", port: 9443 },
+      secure: true,
+      withHealth: false,
+      certFile: "/c",
+      keyFile: "/k",
+    });
+    // As before the metrics flags existed: one plain HTTP server at the health address.
+    assert.deepEqual(parse(["--metrics-bind-address=:10263", "--secure-metrics=false"]).metrics, {
+      address: { port: 10263 },
+      secure: false,
+      withHealth: true,
+    });
+    rejects(
+      ["--metrics-bind-address=:10263"],
+      "--metrics-bind-address=:10263 is --health-bind-address: secure metrics (HTTPS) need an address of their own, " +
+        "or --secure-metrics=false to serve both over plain HTTP",
+    );
+    // Any free port twice is two ports: secure metrics beside health.
+    assert.deepEqual(parse(["--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0"]).metrics, {
+      address: { host: "127.0.0.1", port: 0 },
+      secure: true,
+      withHealth: false,
+    });
+    rejects(["--metrics-cert-file=/c"], "--metrics-cert-file and --metrics-key-file go together: give both or neither");
+    rejects(["--metrics-key-file=/k"], "--metrics-cert-file and --metrics-key-file go together: give both or neither");
+    rejects(
+      ["--secure-metrics=false", "--metrics-cert-file=/c", "--metrics-key-file=/k"],
+      "--metrics-cert-file needs --secure-metrics (HTTPS)",
+    );
   });
 
   test("conflicting detection methods for one address type", () => {
@@ -289,6 +327,10 @@ describe("the agent's flag table", () => {
         "v",
         "log-format",
         "health-bind-address",
+        "metrics-bind-address",
+        "secure-metrics",
+        "metrics-cert-file",
+        "metrics-key-file",
       ],
     );
   });
@@ -321,6 +363,10 @@ describe("the agent's flag table", () => {
       v: "controller.verbosity",
       "log-format": "controller.logFormat",
       "health-bind-address": "controller.healthBindAddress",
+      "metrics-bind-address": "controller.metricsBindAddress",
+      "secure-metrics": "controller.secureMetrics",
+      "metrics-cert-file": undefined,
+      "metrics-key-file": undefined,
     });
   });
 

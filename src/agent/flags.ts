@@ -14,6 +14,7 @@ export const PROGRAM = "local-ccm";
 
 /** Between the control-plane components' ports (10257-10259) and anything common on a hostNetwork node. */
 export const AGENT_HEALTH_PORT = 10263;
+export const AGENT_METRICS_PORT = 10265;
 
 export interface AgentFlags extends CommonFlags {
   nodeName: string;
@@ -197,7 +198,7 @@ export const agentFlagTable = [
       "address of this host; a Node with no IP yet is written. false: manage a Node from another machine on purpose.",
   }),
   ...metadataFlags,
-  ...commonFlagTable({ healthPort: AGENT_HEALTH_PORT, helmPrefix: "controller." }),
+  ...commonFlagTable({ healthPort: AGENT_HEALTH_PORT, metricsPort: AGENT_METRICS_PORT, helmPrefix: "controller." }),
 ] as const;
 
 export function parseAgentFlags(argv: readonly string[], env: Env): AgentFlags {

@@ -1,8 +1,8 @@
 // The local-ccm program: flags → client → (one reconcile | watch + netlink + resync loop) → health.
 import type { Node } from "kubernetes-types/core/v1.js";
-import { startHealthServer } from "../cli/health.ts";
 import { createLogger } from "../cli/log.ts";
 import type { MainContext } from "../cli/main.ts";
+import { startEndpoints } from "../cli/serving.ts";
 import { KubeClient } from "../kube/client.ts";
 import { loadClientConfig } from "../kube/config.ts";
 import { EventRecorder } from "../kube/events.ts";
@@ -73,21 +73,21 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   const cached = () => informer.get(flags.nodeName);
   const reconcile = () => agent.trigger(cached);
   informer.addHandlers({ onAdd: reconcile, onUpdate: reconcile });
-  const health = flags.healthBindAddress
-    ? await startHealthServer({
-        address: flags.healthBindAddress,
-        metrics: metrics.registry,
-        ready: () =>
-          agentReadiness({
-            nodeName: flags.nodeName,
-            synced: informer.hasSynced(),
-            found: cached() !== undefined,
-            error: agent.lastError === undefined ? undefined : (agent.lastError as Error).message,
-            result: agent.lastResult,
-          }),
-      })
-    : undefined;
-  if (health) ctx.onShutdown(() => health.close());
+  const endpoints = await startEndpoints(flags, {
+    program: PROGRAM,
+    registry: metrics.registry,
+    client,
+    log,
+    ready: () =>
+      agentReadiness({
+        nodeName: flags.nodeName,
+        synced: informer.hasSynced(),
+        found: cached() !== undefined,
+        error: agent.lastError === undefined ? undefined : (agent.lastError as Error).message,
+        result: agent.lastResult,
+      }),
+  });
+  ctx.onShutdown(() => endpoints.close());
   // Stops run in reverse (see cli/main.ts): the triggers first, then a reconcile in flight is awaited.
   ctx.onShutdown(() => agent.idle());
   informer.start();
@@ -96,7 +96,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   ctx.onShutdown(() => changes.close());
   const resync = setInterval(reconcile, flags.reconcileIntervalMs);
   ctx.onShutdown(() => clearInterval(resync));
-  log.info(`${PROGRAM} started`, { node: flags.nodeName, health: health?.address ?? "off" });
+  log.info(`${PROGRAM} started`, { node: flags.nodeName, health: endpoints.health, metrics: endpoints.metrics });
   await Promise.race([informer.waitForSync(), ctx.untilStopped()]);
   if (!ctx.signal.aborted && !cached()) {
     log.warn("node not found yet; waiting for it to be registered", { node: flags.nodeName });

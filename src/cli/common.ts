@@ -1,6 +1,6 @@
-// The flags both programs share (kubeconfig, verbosity, logging, health endpoint), so their names,
+// The flags both programs share (kubeconfig, verbosity, logging, health and metrics endpoints), so their names,
 // defaults and checks are written once.
-import { flag } from "./flags.ts";
+import { flag, UsageError } from "./flags.ts";
 import { type BindAddress, parseBindAddress } from "./health.ts";
 import { LOG_FORMATS, type LogFormat } from "./log.ts";
 import { inRange, oneOf, parses } from "./validate.ts";
@@ -12,10 +12,23 @@ export interface CommonFlags {
   logFormat: LogFormat;
   /** undefined = no health server. */
   healthBindAddress: BindAddress | undefined;
+  /** undefined = no /metrics. */
+  metrics: MetricsFlags | undefined;
+}
+
+export interface MetricsFlags {
+  address: BindAddress;
+  /** HTTPS, TokenReview + SubjectAccessReview; false: plain HTTP, anyone may read. */
+  secure: boolean;
+  /** Served by the health server (not secure, same address as --health-bind-address), as before the flag existed. */
+  withHealth: boolean;
+  /** Both or neither; neither: a self-signed certificate made at start. */
+  certFile?: string;
+  keyFile?: string;
 }
 
 /** `helmPrefix` ends with a dot: "controller.", "nodeLifecycleController.controller.". */
-export function commonFlagTable(options: { healthPort: number; helmPrefix: string }) {
+export function commonFlagTable(options: { healthPort: number; metricsPort: number; helmPrefix: string }) {
   return [
     flag({
       name: "kubeconfig",
@@ -44,10 +57,41 @@ export function commonFlagTable(options: { healthPort: number; helmPrefix: strin
       type: "string",
       default: `:${options.healthPort}`,
       help:
-        "Address serving /healthz, /readyz and /metrics: host:port, [ipv6]:port, :port for all addresses; " +
-        "empty disables it.",
+        "Address serving /healthz and /readyz over HTTP, unauthenticated (kubelet's probes): host:port, " +
+        "[ip]:port, :port for all addresses; empty disables it.",
       helm: `${options.helmPrefix}healthBindAddress`,
       validate: parses(parseBindAddress),
+    }),
+    flag({
+      name: "metrics-bind-address",
+      type: "string",
+      default: `:${options.metricsPort}`,
+      help:
+        "Address serving /metrics, as --health-bind-address; empty disables it. The same address as " +
+        "--health-bind-address with --secure-metrics=false: one plain HTTP server for both.",
+      helm: `${options.helmPrefix}metricsBindAddress`,
+      validate: parses(parseBindAddress),
+    }),
+    flag({
+      name: "secure-metrics",
+      type: "bool",
+      default: "true",
+      help:
+        "Serve /metrics over HTTPS to callers whose bearer token the API server authenticates (TokenReview) and " +
+        "authorizes for get on the non-resource URL /metrics (SubjectAccessReview). false: plain HTTP, no checks.",
+      helm: `${options.helmPrefix}secureMetrics`,
+    }),
+    flag({
+      name: "metrics-cert-file",
+      type: "string",
+      default: "",
+      help: "PEM certificate (chain) for secure /metrics, with --metrics-key-file. Empty: self-signed, made at start.",
+    }),
+    flag({
+      name: "metrics-key-file",
+      type: "string",
+      default: "",
+      help: "PEM private key of --metrics-cert-file.",
     }),
   ] as const;
 }
@@ -58,11 +102,38 @@ export function commonFlags(values: {
   v: number;
   "log-format": string;
   "health-bind-address": string;
+  "metrics-bind-address": string;
+  "secure-metrics": boolean;
+  "metrics-cert-file": string;
+  "metrics-key-file": string;
 }): CommonFlags {
   return {
     kubeconfig: values.kubeconfig,
     verbosity: values.v,
     logFormat: values["log-format"] as LogFormat, // checked by oneOf(LOG_FORMATS)
     healthBindAddress: parseBindAddress(values["health-bind-address"]),
+    metrics: metricsFlags(values),
   };
+}
+
+function metricsFlags(values: Parameters<typeof commonFlags>[0]): MetricsFlags | undefined {
+  const address = parseBindAddress(values["metrics-bind-address"]);
+  const secure = values["secure-metrics"];
+  const certFile = values["metrics-cert-file"] || undefined;
+  const keyFile = values["metrics-key-file"] || undefined;
+  if ((certFile === undefined) !== (keyFile === undefined)) {
+    throw new UsageError("--metrics-cert-file and --metrics-key-file go together: give both or neither");
+  }
+  if (!address) return undefined;
+  if (!secure && certFile) throw new UsageError("--metrics-cert-file needs --secure-metrics (HTTPS)");
+  const sameAddress = values["metrics-bind-address"] === values["health-bind-address"];
+  const withHealth = sameAddress && !secure;
+  // Port 0 asks for any free port: two servers get two.
+  if (sameAddress && secure && address.port !== 0) {
+    throw new UsageError(
+      `--metrics-bind-address=${values["metrics-bind-address"]} is --health-bind-address: secure metrics (HTTPS) ` +
+        "need an address of their own, or --secure-metrics=false to serve both over plain HTTP",
+    );
+  }
+  return { address, secure, withHealth, ...(certFile && keyFile ? { certFile, keyFile } : {}) };
 }

@@ -1,7 +1,16 @@
 import assert from "node:assert/strict";
 import http from "node:http";
 import { describe, test } from "node:test";
-import { type HealthServer, parseBindAddress, type Readiness, startHealthServer } from "./health.ts";
+import https from "node:https";
+import {
+  type HealthServer,
+  parseBindAddress,
+  type Readiness,
+  startHealthServer,
+  startMetricsServer,
+} from "./health.ts";
+import type { Access } from "./metricsauth.ts";
+import { selfSignedCertificate } from "./selfsigned.ts";
 import { METRICS_CONTENT_TYPE, Registry } from "./metrics.ts";
 
 describe("parseBindAddress", () => {
@@ -12,6 +21,8 @@ describe("parseBindAddress", () => {
     assert.deepEqual(parseBindAddress(":10263"), { port: 10263 });
     assert.deepEqual(parseBindAddress("0.0.0.0:1"), { host: "0.0.0.0", port: 1 });
     assert.equal(parseBindAddress(""), undefined);
+    // As Go's net.SplitHostPort: brackets around IPv4 too, so "[$(POD_IP)]:port" fits either family.
+    assert.deepEqual(parseBindAddress("[10.0.0.7]:10263"), { host: "10.0.0.7", port: 10263 });
   });
 
   const bad: [string, RegExp][] = [
@@ -23,7 +34,8 @@ describe("parseBindAddress", () => {
     ["127.0.0.1:65536", /port 65536 is out of range/],
     ["localhost:80", /"localhost" is not an IP address/],
     ["300.0.0.1:80", /is not an IP address/],
-    ["[127.0.0.1]:80", /is not an IP address \(IPv6 goes in brackets/],
+    ["[localhost]:80", /"localhost" is not an IP address/],
+    ["[]:80", /must be host:port/],
   ];
   for (const [text, message] of bad) {
     test(`"${text}" is rejected`, () => assert.throws(() => parseBindAddress(text), message));
@@ -210,6 +222,67 @@ describe("health server", () => {
       await refused("127.0.0.1", server.port);
     } finally {
       agent.destroy();
+    }
+  });
+});
+
+describe("metrics server", () => {
+  test("without metrics, the health server has no /metrics", async () => {
+    const server = await startHealthServer({ address: { host: "127.0.0.1", port: 0 }, ready: () => ({ ok: true }) });
+    try {
+      assert.equal((await get("127.0.0.1", server.port, "/metrics")).status, 404);
+      assert.equal((await get("127.0.0.1", server.port, "/healthz")).status, 200);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("secure: HTTPS with the given certificate, each request authorized from its Authorization header", async () => {
+    const { certPem, keyPem } = selfSignedCertificate({ commonName: "t", dnsNames: [], ips: ["127.0.0.1"], validForMs: 3_600_000 });
+    const registry = new Registry();
+    registry.counter({ name: "reconciles_total", help: "Reconciles." }).inc();
+    const refusals: string[] = [];
+    const decide = async (header: string | undefined, path: string): Promise<Access> => {
+      if (header === "Bearer good") return { allowed: true, user: "prom" };
+      if (header === "Bearer broken") throw new Error("never reached: decide reports failures as 500");
+      return header
+        ? { allowed: false, status: 403, rule: "authorization", reason: `user "bob" may not get ${path}` }
+        : { allowed: false, status: 401, rule: "bearer-token", reason: "no bearer token" };
+    };
+    const server = await startMetricsServer({
+      address: { host: "127.0.0.1", port: 0 },
+      metrics: registry,
+      tls: { cert: certPem, key: keyPem },
+      authorize: decide,
+      onRefused: (refusal) => refusals.push(`${refusal.status} ${refusal.rule}`),
+    });
+    const scrape = (authorization?: string) =>
+      new Promise<Response>((resolve, reject) => {
+        const headers = authorization ? { authorization } : undefined;
+        https
+          .get({ host: "127.0.0.1", port: server.port, path: "/metrics", ca: certPem, agent: false, headers }, (res) => {
+            let body = "";
+            res.on("data", (chunk: Buffer) => (body += chunk.toString()));
+            res.on("end", () => resolve({ status: res.statusCode ?? 0, type: res.headers["content-type"], body }));
+          })
+          .on("error", reject);
+      });
+    try {
+      assert.deepEqual(await scrape(), { status: 401, type: "text/plain; charset=utf-8", body: "Unauthorized: no bearer token\n" });
+      assert.deepEqual(await scrape("Bearer other"), {
+        status: 403,
+        type: "text/plain; charset=utf-8",
+        body: 'Forbidden: user "bob" may not get /metrics\n',
+      });
+      const ok = await scrape("Bearer good");
+      assert.equal(ok.status, 200);
+      assert.equal(ok.type, METRICS_CONTENT_TYPE);
+      assert.match(ok.body, /\nreconciles_total 1\n/);
+      assert.deepEqual(refusals, ["401 bearer-token", "403 authorization"]);
+      // Plain HTTP on the TLS port gets no metrics.
+      await assert.rejects(get("127.0.0.1", server.port, "/metrics"));
+    } finally {
+      await server.close();
     }
   });
 });

@@ -3,6 +3,7 @@ import { describe, test } from "node:test";
 import { HelpRequested, UsageError } from "../cli/flags.ts";
 import {
   LIFECYCLE_HEALTH_PORT,
+  LIFECYCLE_METRICS_PORT,
   lifecycleFlagTable,
   parseLifecycleFlags,
 } from "./flags.ts";
@@ -52,6 +53,7 @@ describe("parseLifecycleFlags", () => {
       verbosity: 0,
       logFormat: "text",
       healthBindAddress: { port: LIFECYCLE_HEALTH_PORT },
+      metrics: { address: { port: LIFECYCLE_METRICS_PORT }, secure: true, withHealth: false },
     });
   });
 
@@ -86,6 +88,7 @@ describe("parseLifecycleFlags", () => {
       "--v=2",
       "--log-format=json",
       "--health-bind-address=127.0.0.1:0",
+      "--metrics-bind-address=[::1]:0",
     ]);
     assert.deepEqual(flags, {
       watchAutoscalerTaint: false,
@@ -130,6 +133,7 @@ describe("parseLifecycleFlags", () => {
       verbosity: 2,
       logFormat: "json",
       healthBindAddress: { host: "127.0.0.1", port: 0 },
+      metrics: { address: { host: "::1", port: 0 }, secure: true, withHealth: false },
     });
   });
 
@@ -280,6 +284,10 @@ describe("the controller's flag table", () => {
       v: `${prefix}verbosity`,
       "log-format": `${prefix}logFormat`,
       "health-bind-address": `${prefix}healthBindAddress`,
+      "metrics-bind-address": `${prefix}metricsBindAddress`,
+      "secure-metrics": `${prefix}secureMetrics`,
+      "metrics-cert-file": undefined,
+      "metrics-key-file": undefined,
     });
   });
 });

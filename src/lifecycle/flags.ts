@@ -32,6 +32,7 @@ export const PROGRAM = "node-lifecycle-controller";
 
 /** Next to the agent's 10263, so both fit on one host even when run with hostNetwork. */
 export const LIFECYCLE_HEALTH_PORT = 10264;
+export const LIFECYCLE_METRICS_PORT = 10266;
 
 /**
  * The controllers this program hosts, and whether `*` runs each. The CSR approver is off unless named:
@@ -329,7 +330,7 @@ export const lifecycleFlagTable = [
     helm: `${CSR_HELM}pendingTimeout`,
     validate: positive,
   }),
-  ...commonFlagTable({ healthPort: LIFECYCLE_HEALTH_PORT, helmPrefix: HELM }),
+  ...commonFlagTable({ healthPort: LIFECYCLE_HEALTH_PORT, metricsPort: LIFECYCLE_METRICS_PORT, helmPrefix: HELM }),
 ] as const;
 
 export function parseLifecycleFlags(

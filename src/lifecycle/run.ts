@@ -7,9 +7,9 @@ import os from "node:os";
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
 import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
-import { startHealthServer } from "../cli/health.ts";
 import { createLogger, type Logger } from "../cli/log.ts";
 import type { MainContext } from "../cli/main.ts";
+import { startEndpoints } from "../cli/serving.ts";
 import {
   API_SERVER_SLICES,
   endpointSliceTransform,
@@ -121,16 +121,17 @@ export async function runLifecycleController(ctx: MainContext): Promise<void> {
     : undefined;
   const cluster = csrInformer && clusterInformers(client, log);
   const informers = [informer, ...(csrInformer && cluster ? [csrInformer, ...Object.values(cluster)] : [])];
-  if (flags.healthBindAddress) {
-    const health = await startHealthServer({
-      address: flags.healthBindAddress,
-      metrics: metrics.registry,
-      ready: () =>
-        informers.every((each) => each.hasSynced()) ? { ok: true } : { ok: false, reason: "caches not synced yet" },
-    });
-    ctx.onShutdown(() => health.close());
-    log.info("serving /healthz, /readyz and /metrics", { address: health.address });
-  }
+  const endpoints = await startEndpoints(flags, {
+    program: PROGRAM,
+    registry: metrics.registry,
+    client,
+    log,
+    ready: () =>
+      informers.every((each) => each.hasSynced()) ? { ok: true } : { ok: false, reason: "caches not synced yet" },
+  });
+  ctx.onShutdown(() => endpoints.close());
+  if (flags.metrics?.withHealth) log.info("serving /healthz, /readyz and /metrics", { address: endpoints.health });
+  else log.info("serving /healthz and /readyz, and /metrics", { address: endpoints.health, metrics: endpoints.metrics });
   const events = new EventRecorder(client, {
     component: PROGRAM,
     host: identity,

@@ -261,7 +261,7 @@ export interface AgentOptions {
 /** Runs the agent in the node's namespace. */
 export function startAgent(node: NodeHost, args: string[], options: AgentOptions = {}): AgentProcess {
   const { entry = AGENT, nodeArgs = [], unprivileged = false, kubeconfig = node.kubeconfig } = options;
-  const agentArgv = [process.execPath, ...nodeArgs, entry, `--kubeconfig=${kubeconfig}`, "--health-bind-address=", ...args];
+  const agentArgv = [process.execPath, ...nodeArgs, entry, `--kubeconfig=${kubeconfig}`, "--health-bind-address=", "--metrics-bind-address=", ...args];
   const [program, ...rest] = unprivileged ? [...UNPRIVILEGED, ...agentArgv] : agentArgv;
   const [command, argv] = node.host.wrap(program as string, rest);
   const child = spawn(command, argv, { stdio: ["ignore", "pipe", "pipe"] });

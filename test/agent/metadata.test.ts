@@ -86,6 +86,8 @@ describe("node metadata from instance metadata services and rules", () => {
       `--node-name=${name}`,
       ...AIR_GAPPED,
       `--health-bind-address=${node.reachableAt}:${HEALTH_PORT}`,
+      `--metrics-bind-address=${node.reachableAt}:${HEALTH_PORT}`,
+      "--secure-metrics=false",
       "--reconcile-interval=500ms",
       ...args,
     ];

@@ -38,6 +38,7 @@ function startApprover(name: string, ...extra: string[]): ControllerProcess {
     "--leader-elect-retry-period=500ms",
     "--v=2",
     "--health-bind-address=127.0.0.1:0",
+    "--metrics-bind-address=",
     ...extra,
   ];
   const process = new ControllerProcess({}, args, { env: { POD_NAME: name } });

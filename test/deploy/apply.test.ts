@@ -34,6 +34,7 @@ describe("server-side dry-run apply", () => {
     const files = (await templateNames()).flatMap((name) => ["-f", path.join(DEPLOY_DIR, name)]);
     assert.deepEqual(created(await plane.kubectl(["apply", "--dry-run=server", ...files])), [
       "clusterrole.rbac.authorization.k8s.io/local-ccm",
+      "clusterrole.rbac.authorization.k8s.io/local-ccm-metrics-reader",
       "clusterrole.rbac.authorization.k8s.io/node-lifecycle-controller",
       "clusterrolebinding.rbac.authorization.k8s.io/local-ccm",
       "clusterrolebinding.rbac.authorization.k8s.io/node-lifecycle-controller",
@@ -76,9 +77,10 @@ describe("server-side dry-run apply", () => {
       "--set=podSecurity.runAsUser=1000",
       "--set=podSecurity.runAsGroup=1000",
       "--set=image.tag=dev",
+      "--set=metrics.tlsSecretName=metrics-tls", // the Secret's volume and mounts, as the server validates them
     ]);
     const objects = created(await plane.kubectl(["apply", "--dry-run=server", "-f", "-"], manifests));
-    assert.equal(objects.length, 23);
+    assert.equal(objects.length, 24);
     assert.ok(objects.includes("daemonset.apps/local-ccm"));
     assert.ok(objects.includes("deployment.apps/node-lifecycle-controller"));
   });

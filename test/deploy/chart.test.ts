@@ -27,6 +27,7 @@ import {
 } from "../../scripts/render-manifests.ts";
 import { ensureBinaries } from "../../localcluster/build.ts";
 import { run } from "../../localcluster/exec.ts";
+import { AGENT_DEFAULT_ARGS } from "./shipped.ts";
 
 type Program = keyof typeof PROGRAM_FLAGS;
 type Values = Record<string, unknown>;
@@ -51,8 +52,18 @@ const WORKLOAD: Record<Program, { kind: string; name: string }> = {
 };
 /** What the downward API gives each program in a pod (for parsing its rendered args). */
 const POD_ENV: Record<Program, Record<string, string>> = {
-  "local-ccm": { NODE_NAME: "node-a" },
+  "local-ccm": { NODE_NAME: "node-a", POD_IP: "198.18.0.7" },
   "node-lifecycle-controller": { POD_NAMESPACE: "kube-system", POD_NAME: "nlc-0" },
+};
+
+/**
+ * The only values the chart sets apart from their flag's default, on purpose: on the host network the agent
+ * binds health and metrics to the node IP kubelet probes ($(POD_IP), downward API status.podIP), not to every
+ * address of the host. Everything else left at its default is not passed.
+ */
+const CHART_DEFAULTS: Record<string, string> = {
+  "controller.healthBindAddress": "[$(POD_IP)]:10263",
+  "controller.metricsBindAddress": "[$(POD_IP)]:10265",
 };
 
 const helmFlags = (program: Program): FlagSpec[] =>
@@ -92,7 +103,12 @@ function accepts(program: Program, args: string[]): boolean {
   }
 }
 
-function parseProgram(program: Program, args: string[]): void {
+/** Rendered args as the program gets them: kubelet expands $(VAR) from the container's environment. */
+const expand = (program: Program, args: string[]) =>
+  args.map((arg) => arg.replace(/\$\((\w+)\)/g, (whole, name: string) => POD_ENV[program][name] ?? whole));
+
+function parseProgram(program: Program, rendered: string[]): void {
+  const args = expand(program, rendered);
   if (program === "local-ccm") parseAgentFlags(args, POD_ENV[program]);
   else parseLifecycleFlags(args, POD_ENV[program], () => undefined);
 }
@@ -321,7 +337,8 @@ describe("Helm chart", () => {
   test("values.yaml holds each flag's Helm value at the flag's default, and nothing else beside", () => {
     const specs = PROGRAMS.flatMap(helmFlags);
     for (const spec of specs) {
-      assert.deepEqual(at(values, spec.helm as string), helmValue(spec, spec.default), spec.helm);
+      const expected = CHART_DEFAULTS[spec.helm as string] ?? spec.default;
+      assert.deepEqual(at(values, spec.helm as string), helmValue(spec, expected), spec.helm);
     }
     // Objects that hold flag values hold nothing else.
     const flagParents = new Set(specs.map((spec) => (spec.helm as string).replace(/\.[^.]+$/, "")));
@@ -398,10 +415,9 @@ describe("Helm chart", () => {
       }
     });
 
-    test("no flag is passed: every program runs with its own defaults", () => {
-      for (const program of PROGRAMS) {
-        assert.equal(container(objects, program).args, undefined, program);
-      }
+    test("no flag is passed but the agent's bind addresses: every program runs with its own defaults", () => {
+      assert.deepEqual(container(objects, "local-ccm").args, AGENT_DEFAULT_ARGS);
+      assert.equal(container(objects, "node-lifecycle-controller").args, undefined);
     });
 
     test("the agent DaemonSet: host network, own node name, every node, hardened, small", () => {
@@ -426,6 +442,7 @@ describe("Helm chart", () => {
       assert.deepEqual(agent.command, ["node", "--optimize-for-size", "--jitless", "/app/dist/local-ccm.cjs"]);
       assert.deepEqual(agent.env, [
         { name: "NODE_NAME", valueFrom: { fieldRef: { fieldPath: "spec.nodeName" } } },
+        { name: "POD_IP", valueFrom: { fieldRef: { fieldPath: "status.podIP" } } },
       ]);
       assert.deepEqual(agent.securityContext, {
         allowPrivilegeEscalation: false,
@@ -437,7 +454,11 @@ describe("Helm chart", () => {
         requests: { cpu: "10m", memory: "48Mi" },
         limits: { memory: "96Mi" },
       });
-      assert.deepEqual(agent.ports, [{ name: "health", containerPort: 10263, protocol: "TCP" }]);
+      assert.deepEqual(agent.ports, [
+        { name: "health", containerPort: 10263, protocol: "TCP" },
+        { name: "metrics", containerPort: 10265, protocol: "TCP" },
+      ]);
+      // No host: kubelet probes the pod IP, which on the host network is the node IP the server binds.
       assert.deepEqual(agent.livenessProbe, { httpGet: { path: "/healthz", port: "health" } });
       assert.deepEqual(agent.readinessProbe, { httpGet: { path: "/readyz", port: "health" } });
     });
@@ -484,7 +505,10 @@ describe("Helm chart", () => {
         { name: "POD_NAMESPACE", valueFrom: { fieldRef: { fieldPath: "metadata.namespace" } } },
         { name: "POD_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
       ]);
-      assert.deepEqual(nlc.ports, [{ name: "health", containerPort: 10264, protocol: "TCP" }]);
+      assert.deepEqual(nlc.ports, [
+        { name: "health", containerPort: 10264, protocol: "TCP" },
+        { name: "metrics", containerPort: 10266, protocol: "TCP" },
+      ]);
       assert.deepEqual(nlc.readinessProbe, { httpGet: { path: "/readyz", port: "health" } });
       const budget = find(objects, "PodDisruptionBudget", "node-lifecycle-controller");
       assert.deepEqual(budget.spec, {
@@ -504,12 +528,19 @@ describe("Helm chart", () => {
 
     test("RBAC: the agent and the controller get exactly their verbs; Events only in default", () => {
       const rules = (kind: string, name: string) => find(objects, kind, name).rules;
+      // Secure metrics (the default): each program reviews its scrapers' tokens and access.
+      const reviews = [
+        { apiGroups: ["authentication.k8s.io"], resources: ["tokenreviews"], verbs: ["create"] },
+        { apiGroups: ["authorization.k8s.io"], resources: ["subjectaccessreviews"], verbs: ["create"] },
+      ];
       assert.deepEqual(rules("ClusterRole", "local-ccm"), [
         { apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch", "patch"] },
         { apiGroups: [""], resources: ["nodes/status"], verbs: ["update"] },
+        ...reviews,
       ]);
       assert.deepEqual(rules("ClusterRole", "node-lifecycle-controller"), [
         { apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch", "delete"] },
+        ...reviews,
       ]);
       // Its own Lease by name; create cannot be limited by name in RBAC (nlc-policy.yaml limits it).
       assert.deepEqual(rules("Role", "node-lifecycle-controller"), [
@@ -540,8 +571,13 @@ describe("Helm chart", () => {
           const text = nonDefaultValue(program, spec);
           const objects = await render(setJson({ [spec.helm as string]: helmValue(spec, text) }));
           const args = container(objects, program).args;
-          assert.deepEqual(args, [`--${spec.name}=${text}`], spec.helm);
-          const parsed = parseFlags(PROGRAM_FLAGS[program], args ?? [], POD_ENV[program]).values as Values;
+          const others = program === "local-ccm" ? AGENT_DEFAULT_ARGS.filter((arg) => !arg.startsWith(`--${spec.name}=`)) : [];
+          assert.deepEqual(
+            args?.filter((arg) => !others.includes(arg)),
+            [`--${spec.name}=${text}`],
+            spec.helm,
+          );
+          const parsed = parseFlags(PROGRAM_FLAGS[program], expand(program, args ?? []), POD_ENV[program]).values as Values;
           const defaults = parseFlags(PROGRAM_FLAGS[program], [], POD_ENV[program]).values as Values;
           assert.notDeepEqual(parsed[spec.name], defaults[spec.name], `${spec.helm} changes --${spec.name}`);
           parseProgram(program, args ?? []);
@@ -641,6 +677,7 @@ describe("Helm chart", () => {
       [
         "ServiceAccount",
         "ClusterRole",
+        "ClusterRole", // local-ccm-metrics-reader
         "ClusterRoleBinding",
         "Role",
         "RoleBinding",
@@ -711,8 +748,8 @@ describe("Helm chart", () => {
       await writeFile(file, stringify(overrides));
       const objects = await render(["--namespace=ops", "-f", file]);
       const agent = container(objects, "local-ccm");
-      assert.deepEqual(agent.args, ["--health-bind-address="]);
-      assert.equal(agent.ports, undefined);
+      assert.deepEqual(agent.args, ["--health-bind-address=", "--metrics-bind-address=[$(POD_IP)]:10265"]);
+      assert.deepEqual(agent.ports, [{ name: "metrics", containerPort: 10265, protocol: "TCP" }]);
       assert.equal(agent.livenessProbe, undefined);
       const nlc = container(objects, "node-lifecycle-controller");
       assert.deepEqual(nlc.args, [
@@ -721,7 +758,10 @@ describe("Helm chart", () => {
         "--leader-elect-resource-namespace=leases",
         "--health-bind-address=[::1]:9100",
       ]);
-      assert.deepEqual(nlc.ports, [{ name: "health", containerPort: 9100, protocol: "TCP" }]);
+      assert.deepEqual(nlc.ports, [
+        { name: "health", containerPort: 9100, protocol: "TCP" },
+        { name: "metrics", containerPort: 10266, protocol: "TCP" },
+      ]);
       assert.equal(find(objects, "Deployment", "node-lifecycle-controller").spec?.replicas, 3);
       const nlcPod = podSpec(objects, "node-lifecycle-controller");
       assert.equal(nlcPod.securityContext?.runAsUser, 1000000);
@@ -884,10 +924,10 @@ describe("Helm chart", () => {
       "--unhealthy-threshold=0.5",
     ]);
     const agentArgs = container(objects, "local-ccm").args ?? [];
-    assert.deepEqual(agentArgs, ["--v=3"]);
+    assert.deepEqual(agentArgs, ["--v=3", ...AGENT_DEFAULT_ARGS]);
     const lifecycle = parseLifecycleFlags(nlcArgs, POD_ENV["node-lifecycle-controller"], () => undefined);
     assert.equal(lifecycle.unhealthyThreshold, 0.5);
-    assert.equal(parseAgentFlags(agentArgs, POD_ENV["local-ccm"]).verbosity, 3);
+    assert.equal(parseAgentFlags(expand("local-ccm", agentArgs), POD_ENV["local-ccm"]).verbosity, 3);
   });
 
   test("lists and comma strings give the same flags, and the same admission policy", async () => {
@@ -902,7 +942,8 @@ describe("Helm chart", () => {
             render(setJson({ [spec.helm as string]: items })),
           ]);
           const flags = (objects: KubeObject[]) =>
-            parseFlags(PROGRAM_FLAGS[program], container(objects, program).args ?? [], POD_ENV[program]).values;
+            parseFlags(PROGRAM_FLAGS[program], expand(program, container(objects, program).args ?? []), POD_ENV[program])
+              .values;
           assert.deepEqual(flags(asList), flags(asText), spec.helm);
           const policies = (objects: KubeObject[]) => objects.filter((obj) => obj.kind === "ValidatingAdmissionPolicy");
           assert.deepEqual(policies(asList), policies(asText), spec.helm);
@@ -911,7 +952,10 @@ describe("Helm chart", () => {
     }
     // The issue's own example, as --set writes a list.
     const objects = await render(["--set", "metadata.zoneRules={cidr:10.1.0.0/24=rack-1,cidr:10.2.0.0/24=rack-2}"]);
-    assert.deepEqual(container(objects, "local-ccm").args, ["--zone-rules=cidr:10.1.0.0/24=rack-1,cidr:10.2.0.0/24=rack-2"]);
+    assert.deepEqual(container(objects, "local-ccm").args, [
+      "--zone-rules=cidr:10.1.0.0/24=rack-1,cidr:10.2.0.0/24=rack-2",
+      ...AGENT_DEFAULT_ARGS,
+    ]);
   });
 
   test("knobs: pull secrets, pod labels and annotations, priority class, affinity on each component", async () => {
@@ -981,5 +1025,111 @@ describe("Helm chart", () => {
     });
     const anywhere = await render(setJson({ "nodeLifecycleController.placement": "any", "nodeLifecycleController.affinity": spread }));
     assert.deepEqual(podSpec(anywhere, "node-lifecycle-controller").affinity, spread);
+  });
+
+  describe("metrics", () => {
+    const reviewRules = (objects: KubeObject[], role: string) =>
+      ((find(objects, "ClusterRole", role).rules ?? []) as { resources?: string[] }[]).flatMap((rule) => rule.resources ?? []);
+
+    test("default: no ServiceMonitor, a reader ClusterRole for Prometheus, the review grants", async () => {
+      const objects = await render();
+      assert.deepEqual(
+        objects.filter((obj) => ["Service", "ServiceMonitor"].includes(obj.kind)),
+        [],
+        "no Service, no ServiceMonitor unless asked",
+      );
+      assert.deepEqual(find(objects, "ClusterRole", "local-ccm-metrics-reader").rules, [
+        { nonResourceURLs: ["/metrics"], verbs: ["get"] },
+      ]);
+      for (const role of ["local-ccm", "node-lifecycle-controller"]) {
+        assert.deepEqual(reviewRules(objects, role).slice(-2), ["tokenreviews", "subjectaccessreviews"], role);
+      }
+    });
+
+    test("serviceMonitor.enabled: per program a headless Service and a ServiceMonitor scraping https with the token", async () => {
+      const objects = await render(
+        setJson({ "metrics.serviceMonitor.enabled": true, "metrics.serviceMonitor.labels": { release: "kps" } }),
+      );
+      for (const [program, port] of [
+        ["local-ccm", 10265],
+        ["node-lifecycle-controller", 10266],
+      ] as const) {
+        const service = find(objects, "Service", `${program}-metrics`);
+        assert.equal(service.metadata.namespace, "kube-system");
+        assert.deepEqual(service.spec, {
+          clusterIP: "None",
+          selector: { "app.kubernetes.io/name": program },
+          ports: [{ name: "metrics", port, targetPort: "metrics", protocol: "TCP" }],
+        });
+        const monitor = find(objects, "ServiceMonitor", program);
+        assert.equal(monitor.apiVersion, "monitoring.coreos.com/v1");
+        assert.equal((monitor.metadata as { labels?: Record<string, string> }).labels?.release, "kps");
+        assert.deepEqual(monitor.spec, {
+          selector: { matchLabels: { "app.kubernetes.io/name": program, "app.kubernetes.io/component": "metrics" } },
+          endpoints: [
+            {
+              port: "metrics",
+              path: "/metrics",
+              interval: "30s",
+              scheme: "https",
+              bearerTokenFile: "/var/run/secrets/kubernetes.io/serviceaccount/token",
+              tlsConfig: { insecureSkipVerify: true },
+            },
+          ],
+        });
+        // The Service's selector matches the pods it is for.
+        const { kind, name } = WORKLOAD[program];
+        const labels = (find(objects, kind, name).spec?.template as unknown as { metadata: { labels: Record<string, string> } })
+          .metadata.labels;
+        assert.equal(labels["app.kubernetes.io/name"], program);
+      }
+    });
+
+    test("secureMetrics false on the health address: plain http on the health port, no review grants, no reader role", async () => {
+      const objects = await render(
+        setJson({
+          "metrics.serviceMonitor.enabled": true,
+          "controller.secureMetrics": false,
+          "controller.metricsBindAddress": "[$(POD_IP)]:10263",
+          "nodeLifecycleController.controller.secureMetrics": false,
+        }),
+      );
+      assert.deepEqual(container(objects, "local-ccm").ports, [{ name: "health", containerPort: 10263, protocol: "TCP" }]);
+      const agentEndpoint = (find(objects, "ServiceMonitor", "local-ccm").spec as { endpoints: unknown[] }).endpoints;
+      assert.deepEqual(agentEndpoint, [{ port: "health", path: "/metrics", interval: "30s", scheme: "http" }]);
+      const nlcEndpoint = (find(objects, "ServiceMonitor", "node-lifecycle-controller").spec as { endpoints: unknown[] })
+        .endpoints;
+      assert.deepEqual(nlcEndpoint, [{ port: "metrics", path: "/metrics", interval: "30s", scheme: "http" }]);
+      assert.deepEqual(reviewRules(objects, "local-ccm"), ["nodes", "nodes/status"]);
+      assert.deepEqual(reviewRules(objects, "node-lifecycle-controller"), ["nodes"]);
+      assert.equal(objects.find((obj) => obj.metadata.name === "local-ccm-metrics-reader"), undefined);
+      // The programs accept what the chart passes.
+      parseProgram("local-ccm", container(objects, "local-ccm").args ?? []);
+      parseProgram("node-lifecycle-controller", container(objects, "node-lifecycle-controller").args ?? []);
+    });
+
+    test("metrics off: no metrics port, no review grants, no ServiceMonitor for that program", async () => {
+      const objects = await render(
+        setJson({ "metrics.serviceMonitor.enabled": true, "controller.metricsBindAddress": "" }),
+      );
+      assert.deepEqual(container(objects, "local-ccm").ports, [{ name: "health", containerPort: 10263, protocol: "TCP" }]);
+      assert.deepEqual(reviewRules(objects, "local-ccm"), ["nodes", "nodes/status"]);
+      assert.equal(objects.find((obj) => obj.kind === "ServiceMonitor" && obj.metadata.name === "local-ccm"), undefined);
+      find(objects, "ServiceMonitor", "node-lifecycle-controller");
+    });
+
+    test("tlsSecretName: the Secret mounted read-only in both programs and passed as the cert and key files", async () => {
+      const objects = await render(setJson({ "metrics.tlsSecretName": "metrics-tls" }));
+      for (const program of PROGRAMS) {
+        const c = container(objects, program);
+        assert.deepEqual(c.args?.slice(-2), [
+          "--metrics-cert-file=/etc/local-ccm/metrics-tls/tls.crt",
+          "--metrics-key-file=/etc/local-ccm/metrics-tls/tls.key",
+        ]);
+        assert.deepEqual(c.volumeMounts, [{ name: "metrics-tls", mountPath: "/etc/local-ccm/metrics-tls", readOnly: true }]);
+        assert.deepEqual(podSpec(objects, program).volumes, [{ name: "metrics-tls", secret: { secretName: "metrics-tls" } }]);
+        parseProgram(program, c.args ?? []);
+      }
+    });
   });
 });

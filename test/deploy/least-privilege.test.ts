@@ -30,12 +30,34 @@ import {
 } from "../lifecycle/world.ts";
 import { approverRbac, nodeClient, requestCertificate } from "../csr/world.ts";
 import { waitFor } from "../../localcluster/wait.ts";
+import { metricsScraperToken, scrapeSecure } from "../../localcluster/metrics.ts";
 import { shippedCommand } from "./shipped.ts";
 import { isUninitialized } from "../../src/kube/nodes.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
 const AGENT_RBAC_FILE = path.join(ROOT, "deploy/rbac.yaml");
+/** The ClusterRole a Prometheus is bound to for secure metrics. */
+const METRICS_READER_FILE = path.join(ROOT, "deploy/metrics.yaml");
 const AGENT_ACCOUNT = { namespace: "kube-system", name: "local-ccm" };
+
+/**
+ * Secure metrics as the shipped programs serve them, at the https `url` the program serves: a scraper without
+ * the grant gets 403, one bound to the metrics-reader ClusterRole 200 (each a TokenReview and a
+ * SubjectAccessReview by the program). Returns a scrape with the granted token, for more.
+ */
+async function scrapeAsPrometheus(plane: LifecycleWorld["plane"], url: string, names: string) {
+  await plane.kubectl(["apply", "-f", METRICS_READER_FILE]);
+  const granted = await metricsScraperToken(plane, `${names}-reader`, { granted: true });
+  const denied = await metricsScraperToken(plane, `${names}-other`, { granted: false });
+  assert.equal((await scrapeSecure(url, denied)).status, 403);
+  const scrape = async () => {
+    const ok = await scrapeSecure(url, granted);
+    assert.equal(ok.status, 200, ok.body);
+    return ok.body;
+  };
+  await scrape();
+  return scrape;
+}
 
 /**
  * A verb on [group/]resource[/subresource] (or on a non-resource URL, "url /path"), in one
@@ -214,7 +236,12 @@ test("the comparison finds unused grants and missing ones, and reads only the ac
     JSON.stringify({ user: { username }, verb: "get", requestURI: "/version?timeout=32s" }),
   ].join("\n");
   assert.deepEqual(privilegeGaps(usedPermissions(audit, username), grantedPermissions(manifests, NLC_ACCOUNT)), {
-    unused: ["patch events in default", "update coordination.k8s.io/leases named node-lifecycle-controller in kube-system"],
+    unused: [
+      "create authentication.k8s.io/tokenreviews cluster-wide", // secure metrics' reviews, unused here
+      "create authorization.k8s.io/subjectaccessreviews cluster-wide",
+      "patch events in default",
+      "update coordination.k8s.io/leases named node-lifecycle-controller in kube-system",
+    ],
     missing: [
       "get coordination.k8s.io/leases named kube-scheduler in kube-system",
       "get coordination.k8s.io/leases named node-lifecycle-controller in default",
@@ -241,7 +268,9 @@ describe("the agent under deploy/rbac.yaml", () => {
 
     // Loop mode: LIST + WATCH of its Node, PUT nodes/status, the taint's JSON PATCH, Events created.
     const shipped = await asShipped("local-ccm");
-    const agent = startAgent(node, [`--node-name=${name}`], shipped);
+    // Secure metrics (the chart's default) on the address the test reaches: the agent reviews its scrapers.
+    const metricsAddress = `${node.reachableAt}:10265`;
+    const agent = startAgent(node, [`--node-name=${name}`, `--metrics-bind-address=${metricsAddress}`], shipped);
     try {
       const expected = [`InternalIP=${kubeletIP}`, `ExternalIP=${node.external.v4}`, `Hostname=${name}`];
       const addressEvent = async () =>
@@ -262,6 +291,8 @@ describe("the agent under deploy/rbac.yaml", () => {
       await world.nodes.patch(name, "merge", { status: { addresses: kubeletAddresses } }, { subresource: "status" });
       await waitFor("the repeated event counted", async () => (await addressEvent())?.count === 2);
       assert.deepEqual(addressesOf(await world.nodes.get(name)), expected);
+      const scrape = await scrapeAsPrometheus(world.plane, `https://${metricsAddress}/metrics`, "agent-scraper");
+      assert.match(await scrape(), /^local_ccm_reconciles_total/m);
       assert.equal(await agent.stop(), 0, agent.output());
     } finally {
       await agent.stop();
@@ -298,9 +329,10 @@ describe("the node-lifecycle-controller under deploy/nlc-rbac.yaml", () => {
     for (const node of nodes) await world.nodes.create(node);
 
     // Default lease name and namespace (kube-system), as the shipped Deployment runs it.
+    // Secure metrics, as shipped (the test flags' plain metrics turned secure, on a port of their own).
     nlc = new ControllerProcess(
       world,
-      controllerFlags(world, { notReadyTimeout: "3s", reconcileInterval: "1s" }),
+      controllerFlags(world, { notReadyTimeout: "3s", reconcileInterval: "1s" }, "--secure-metrics=true"),
       await asShipped("node-lifecycle-controller"),
     );
     await nlc.waitForLog("started leading");
@@ -316,11 +348,11 @@ describe("the node-lifecycle-controller under deploy/nlc-rbac.yaml", () => {
     // Ready for a pass (its event stage is forgotten), then NotReady again: once that expires, the
     // same probe result records the same event again, and the recorder PATCHes its count.
     await setReady(world, "reachable-node", "True");
-    const serving = await nlc.waitForLog("serving /healthz, /readyz and /metrics");
-    await waitFor("a pass that saw the node Ready", async () => {
-      const metrics = await (await fetch(`http://${serving.address}/metrics`)).text();
-      return /^node_lifecycle_controller_skipped_total\{class="ready"\} [1-9]/m.test(metrics);
-    });
+    const serving = await nlc.waitForLog("serving /healthz and /readyz, and /metrics");
+    const scrape = await scrapeAsPrometheus(world.plane, serving.metrics as string, "nlc-scraper");
+    await waitFor("a pass that saw the node Ready", async () =>
+      /^node_lifecycle_controller_skipped_total\{class="ready"\} [1-9]/m.test(await scrape()),
+    );
     await setReady(world, "reachable-node", "Unknown");
     await waitFor("the repeated event counted", async () => (await skipEvent())?.count === 2);
 

@@ -132,7 +132,10 @@ export function controllerFlags(
     "--ping-count=2",
     ...leaderElection,
     "--v=2",
+    // Metrics as before secure metrics: plain, at the health address (tests scrape them there).
     `--health-bind-address=${world.proberIP}:0`,
+    `--metrics-bind-address=${world.proberIP}:0`,
+    "--secure-metrics=false",
     ...extra,
   ];
 }

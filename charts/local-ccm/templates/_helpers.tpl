@@ -176,6 +176,78 @@ the schema has checked each value's form.
 {{- regexFind "[0-9]+$" . }}
 {{- end }}
 
+{{/*
+Secure metrics' certificate, mounted from metrics.tlsSecretName: the flags, the volume and its mount.
+Input: the root context. Each output is "" without a Secret.
+*/}}
+{{- define "local-ccm.metricsTlsArgs" -}}
+{{- if .Values.metrics.tlsSecretName }}
+- "--metrics-cert-file=/etc/local-ccm/metrics-tls/tls.crt"
+- "--metrics-key-file=/etc/local-ccm/metrics-tls/tls.key"
+{{- end }}
+{{- end }}
+
+{{- define "local-ccm.metricsTlsVolume" -}}
+{{- if .Values.metrics.tlsSecretName -}}
+volumes:
+  - name: metrics-tls
+    secret:
+      secretName: {{ .Values.metrics.tlsSecretName }}
+{{- end }}
+{{- end }}
+
+{{- define "local-ccm.metricsTlsMount" -}}
+{{- if .Values.metrics.tlsSecretName -}}
+volumeMounts:
+  - name: metrics-tls
+    mountPath: /etc/local-ccm/metrics-tls
+    readOnly: true
+{{- end }}
+{{- end }}
+
+{{/*
+The container ports of a program: "health" (the probes') and, on an address of its own, "metrics".
+Input: the program's flag values (controller or nodeLifecycleController.controller).
+*/}}
+{{- define "local-ccm.ports" -}}
+{{- $health := include "local-ccm.healthPort" .healthBindAddress }}
+{{- $metrics := include "local-ccm.healthPort" .metricsBindAddress }}
+{{- if or $health $metrics -}}
+ports:
+  {{- if $health }}
+  - name: health
+    containerPort: {{ $health }}
+    protocol: TCP
+  {{- end }}
+  {{- if and $metrics (ne .metricsBindAddress .healthBindAddress) }}
+  - name: metrics
+    containerPort: {{ $metrics }}
+    protocol: TCP
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The port name /metrics is served on: "metrics", or "health" when both share an address; "" when off. */}}
+{{- define "local-ccm.metricsPortName" -}}
+{{- if .metricsBindAddress }}{{ if eq .metricsBindAddress .healthBindAddress }}health{{ else }}metrics{{ end }}{{ end }}
+{{- end }}
+
+{{/*
+The review grants secure metrics need (TokenReview, SubjectAccessReview), as ClusterRole rules; "" when
+the program's metrics are off or not secure. Input: the program's flag values.
+*/}}
+{{- define "local-ccm.metricsReviewRules" -}}
+{{- if and .metricsBindAddress .secureMetrics -}}
+# Secure metrics: each scraper's token is reviewed, then its access to /metrics.
+- apiGroups: ["authentication.k8s.io"]
+  resources: ["tokenreviews"]
+  verbs: ["create"]
+- apiGroups: ["authorization.k8s.io"]
+  resources: ["subjectaccessreviews"]
+  verbs: ["create"]
+{{- end }}
+{{- end }}
+
 {{/* Liveness and readiness probes on the named "health" port. */}}
 {{- define "local-ccm.probes" -}}
 livenessProbe:
