@@ -234,7 +234,14 @@ describe("local-ccm agent in a network namespace against the real control plane"
     assert.match(last, /; run the agent on that node, or pass --require-local-node=false to manage it from elsewhere on purpose$/);
 
     const health = `${node.reachableAt}:10263`;
-    const agent = startAgent(node, ["--node-name=node-8", "--reconcile-interval=300ms", `--health-bind-address=${health}`]);
+    // Plain metrics beside health (the layout before secure metrics): this test reads a counter, not access rules.
+    const agent = startAgent(node, [
+      "--node-name=node-8",
+      "--reconcile-interval=300ms",
+      `--health-bind-address=${health}`,
+      `--metrics-bind-address=${health}`,
+      "--secure-metrics=false",
+    ]);
     try {
       const notReady = await waitFor("/readyz saying why", async () => {
         const answer = await readyz(health);

@@ -110,8 +110,8 @@ describe("server-side dry-run apply", () => {
       `--set-json=nodeLifecycleController.affinity=${JSON.stringify(affinity)}`,
     ]);
     const objects = created(await plane.kubectl(["apply", "--dry-run=server", "-f", "-"], manifests));
-    // The default 23 and the approver's grants: a ClusterRole, a Role and their bindings.
-    assert.equal(objects.length, 27);
+    // The default 24 and the approver's grants: a ClusterRole, a Role and their bindings.
+    assert.equal(objects.length, 28);
     for (const kind of ["clusterrole", "clusterrolebinding", "role", "rolebinding"])
       assert.ok(objects.includes(`${kind}.rbac.authorization.k8s.io/node-lifecycle-controller-csr-approver`), kind);
   });

@@ -27,7 +27,6 @@ import {
 } from "../../scripts/render-manifests.ts";
 import { ensureBinaries } from "../../localcluster/build.ts";
 import { run } from "../../localcluster/exec.ts";
-import { AGENT_DEFAULT_ARGS } from "./shipped.ts";
 
 type Program = keyof typeof PROGRAM_FLAGS;
 type Values = Record<string, unknown>;
@@ -54,16 +53,6 @@ const WORKLOAD: Record<Program, { kind: string; name: string }> = {
 const POD_ENV: Record<Program, Record<string, string>> = {
   "local-ccm": { NODE_NAME: "node-a", POD_IP: "198.18.0.7" },
   "node-lifecycle-controller": { POD_NAMESPACE: "kube-system", POD_NAME: "nlc-0" },
-};
-
-/**
- * The only values the chart sets apart from their flag's default, on purpose: on the host network the agent
- * binds health and metrics to the node IP kubelet probes ($(POD_IP), downward API status.podIP), not to every
- * address of the host. Everything else left at its default is not passed.
- */
-const CHART_DEFAULTS: Record<string, string> = {
-  "controller.healthBindAddress": "[$(POD_IP)]:10263",
-  "controller.metricsBindAddress": "[$(POD_IP)]:10265",
 };
 
 const helmFlags = (program: Program): FlagSpec[] =>
@@ -337,8 +326,7 @@ describe("Helm chart", () => {
   test("values.yaml holds each flag's Helm value at the flag's default, and nothing else beside", () => {
     const specs = PROGRAMS.flatMap(helmFlags);
     for (const spec of specs) {
-      const expected = CHART_DEFAULTS[spec.helm as string] ?? spec.default;
-      assert.deepEqual(at(values, spec.helm as string), helmValue(spec, expected), spec.helm);
+      assert.deepEqual(at(values, spec.helm as string), helmValue(spec, spec.default), spec.helm);
     }
     // Objects that hold flag values hold nothing else.
     const flagParents = new Set(specs.map((spec) => (spec.helm as string).replace(/\.[^.]+$/, "")));
@@ -415,8 +403,8 @@ describe("Helm chart", () => {
       }
     });
 
-    test("no flag is passed but the agent's bind addresses: every program runs with its own defaults", () => {
-      assert.deepEqual(container(objects, "local-ccm").args, AGENT_DEFAULT_ARGS);
+    test("no flag is passed: every program runs with its own defaults", () => {
+      assert.equal(container(objects, "local-ccm").args, undefined);
       assert.equal(container(objects, "node-lifecycle-controller").args, undefined);
     });
 
@@ -571,12 +559,7 @@ describe("Helm chart", () => {
           const text = nonDefaultValue(program, spec);
           const objects = await render(setJson({ [spec.helm as string]: helmValue(spec, text) }));
           const args = container(objects, program).args;
-          const others = program === "local-ccm" ? AGENT_DEFAULT_ARGS.filter((arg) => !arg.startsWith(`--${spec.name}=`)) : [];
-          assert.deepEqual(
-            args?.filter((arg) => !others.includes(arg)),
-            [`--${spec.name}=${text}`],
-            spec.helm,
-          );
+          assert.deepEqual(args, [`--${spec.name}=${text}`], spec.helm);
           const parsed = parseFlags(PROGRAM_FLAGS[program], expand(program, args ?? []), POD_ENV[program]).values as Values;
           const defaults = parseFlags(PROGRAM_FLAGS[program], [], POD_ENV[program]).values as Values;
           assert.notDeepEqual(parsed[spec.name], defaults[spec.name], `${spec.helm} changes --${spec.name}`);
@@ -748,7 +731,7 @@ describe("Helm chart", () => {
       await writeFile(file, stringify(overrides));
       const objects = await render(["--namespace=ops", "-f", file]);
       const agent = container(objects, "local-ccm");
-      assert.deepEqual(agent.args, ["--health-bind-address=", "--metrics-bind-address=[$(POD_IP)]:10265"]);
+      assert.deepEqual(agent.args, ["--health-bind-address="]);
       assert.deepEqual(agent.ports, [{ name: "metrics", containerPort: 10265, protocol: "TCP" }]);
       assert.equal(agent.livenessProbe, undefined);
       const nlc = container(objects, "node-lifecycle-controller");
@@ -924,7 +907,7 @@ describe("Helm chart", () => {
       "--unhealthy-threshold=0.5",
     ]);
     const agentArgs = container(objects, "local-ccm").args ?? [];
-    assert.deepEqual(agentArgs, ["--v=3", ...AGENT_DEFAULT_ARGS]);
+    assert.deepEqual(agentArgs, ["--v=3"]);
     const lifecycle = parseLifecycleFlags(nlcArgs, POD_ENV["node-lifecycle-controller"], () => undefined);
     assert.equal(lifecycle.unhealthyThreshold, 0.5);
     assert.equal(parseAgentFlags(expand("local-ccm", agentArgs), POD_ENV["local-ccm"]).verbosity, 3);
@@ -952,10 +935,7 @@ describe("Helm chart", () => {
     }
     // The issue's own example, as --set writes a list.
     const objects = await render(["--set", "metadata.zoneRules={cidr:10.1.0.0/24=rack-1,cidr:10.2.0.0/24=rack-2}"]);
-    assert.deepEqual(container(objects, "local-ccm").args, [
-      "--zone-rules=cidr:10.1.0.0/24=rack-1,cidr:10.2.0.0/24=rack-2",
-      ...AGENT_DEFAULT_ARGS,
-    ]);
+    assert.deepEqual(container(objects, "local-ccm").args, ["--zone-rules=cidr:10.1.0.0/24=rack-1,cidr:10.2.0.0/24=rack-2"]);
   });
 
   test("knobs: pull secrets, pod labels and annotations, priority class, affinity on each component", async () => {
@@ -1090,7 +1070,7 @@ describe("Helm chart", () => {
         setJson({
           "metrics.serviceMonitor.enabled": true,
           "controller.secureMetrics": false,
-          "controller.metricsBindAddress": "[$(POD_IP)]:10263",
+          "controller.metricsBindAddress": ":10263",
           "nodeLifecycleController.controller.secureMetrics": false,
         }),
       );

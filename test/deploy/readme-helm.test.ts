@@ -13,7 +13,6 @@ import { parseAgentFlags } from "../../src/agent/flags.ts";
 import { parseLifecycleFlags } from "../../src/lifecycle/flags.ts";
 import { ensureBinaries } from "../../localcluster/build.ts";
 import { run } from "../../localcluster/exec.ts";
-import { AGENT_DEFAULT_ARGS } from "./shipped.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
 
@@ -80,8 +79,7 @@ async function renderedArgs(words: string[]): Promise<Record<string, string[]>> 
     const obj = doc.toJS() as { kind?: string; spec?: { template?: { spec?: { containers?: Container[] } } } } | null;
     if (obj?.kind !== "DaemonSet" && obj?.kind !== "Deployment") continue;
     const container = obj.spec?.template?.spec?.containers?.[0] as Container;
-    // What the example changes: the agent's bind addresses are the chart's own, in every render.
-    args[container.name] = (container.args ?? []).filter((arg) => !AGENT_DEFAULT_ARGS.includes(arg));
+    args[container.name] = container.args ?? [];
   }
   return args;
 }

@@ -27,6 +27,3 @@ export function shippedCommand(container: string): ShippedCommand {
   if (executable !== "node" || script < 0) throw new Error(`deploy/: no \`node … script\` command for ${container}`);
   return { nodeArgs: args.slice(0, script), script: args[script] as string };
 }
-
-/** The agent's args with default values: the chart binds health and metrics to the node IP kubelet probes. */
-export const AGENT_DEFAULT_ARGS = ["--health-bind-address=[$(POD_IP)]:10263", "--metrics-bind-address=[$(POD_IP)]:10265"];

@@ -6,7 +6,7 @@
 // node's own routes and kubelet's --node-ip first among the InternalIPs, with `kubectl logs` working. The pod's own
 // projected token can write only its own Node's addresses (the node-scope admission policy), and an
 // agent started with a cold page cache initialises its node within 5 s under the shipped memory limit. Its health
-// and metrics listen on the node IP kubelet probes only.
+// and metrics listen on every address of the node, metrics answering nobody without a granted token.
 // Memory figures of the pods go to the diagnostics.
 import assert from "node:assert/strict";
 import { readdir, readFile } from "node:fs/promises";
@@ -108,15 +108,19 @@ describe("the agent on real kubelets", () => {
 
       const logs = await cluster.kubectl(["logs", "-n", NAMESPACE, pod.metadata?.name ?? ""]);
       assert.match(logs, new RegExp(`local-ccm started.*node="?${node.name}\\b`));
-      // Health (which kubelet's probes just passed: the pod is Ready) and secure metrics listen on the node IP
-      // kubelet probes, the pod IP, and on none of the node's other addresses: not its public one.
+      // Health (which kubelet's probes just passed: the pod is Ready) and secure metrics listen on every
+      // address (the agent starts before its Node has one); on the public address /metrics refuses a caller
+      // without a token.
       assert.equal(pod.status?.podIP, node.ip);
-      assert.match(logs, new RegExp(`metrics="?https://${node.ip.replaceAll(".", "\\.")}:10265/metrics`));
       const listening = (await node.exec("ss", ["-Hltn"]))
         .split("\n")
         .map((line) => line.trim().split(/\s+/)[3] ?? "")
         .filter((local) => /:1026[35]$/.test(local));
-      assert.deepEqual(listening.sort(), [`${node.ip}:10263`, `${node.ip}:10265`]);
+      assert.deepEqual(listening.sort(), ["*:10263", "*:10265"]);
+      const anonymous = await node.exec("curl", [
+        "-sk", "-o", "/dev/null", "-w", "%{http_code}", `https://${node.publicIP}:10265/metrics`,
+      ]);
+      assert.equal(anonymous, "401");
       t.diagnostic(`${node.name}: agent ${formatMemory(await podMemory(cluster, pod))}`);
     }
   }
