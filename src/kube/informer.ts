@@ -78,11 +78,6 @@ export class Informer<T extends KubeObject> {
     return [...this.cache.values()];
   }
 
-  /** The resourceVersion the cache reflects (for tests and diagnostics). */
-  lastResourceVersion(): string | undefined {
-    return this.resourceVersion;
-  }
-
   private async run(): Promise<void> {
     const signal = this.abort.signal;
     let failures = 0;
