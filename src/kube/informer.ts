@@ -2,7 +2,7 @@
 // last resourceVersion (bookmarks keep it fresh), relist on 410 Gone, reconnect with backoff when
 // the connection drops or the apiserver restarts. No periodic relist: the watch is the only
 // steady-state traffic.
-import { backoffDelay, sleep } from "./backoff.ts";
+import { backoffDelay, sleep } from "../time/backoff.ts";
 import { isApiError } from "./errors.ts";
 import type { KubeObject, Resource, Selectors } from "./resource.ts";
 
