@@ -7,7 +7,7 @@
 import { existsSync } from "node:fs";
 import { mkdir, readFile } from "node:fs/promises";
 import path from "node:path";
-import { writeImageTarball } from "../scripts/oci-image.ts";
+import { writeImageTarball } from "./oci-image.ts";
 import { CACHE_DIR, ensureBinaries, kubernetesModule } from "./build.ts";
 import { AGNHOST_VERSION, KUBERNETES_VERSION } from "./versions.ts";
 

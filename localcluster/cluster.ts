@@ -63,7 +63,7 @@ import {
 import { copyFile, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
-import { sleep } from "../src/kube/backoff.ts";
+import { sleep } from "../src/time/backoff.ts";
 import type { KubeClient } from "../src/kube/client.ts";
 import { buildImage } from "../scripts/image.ts";
 import { ensureAgnhostImage } from "./agnhost.ts";

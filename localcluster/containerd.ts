@@ -4,7 +4,7 @@
 // unless detached; a cluster node's runs in the node's network namespace (CNI sets pods up there).
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { sleep } from "../src/kube/backoff.ts";
+import { sleep } from "../src/time/backoff.ts";
 import { run } from "./exec.ts";
 import { logTail, running, type Service, startService, stopService } from "./service.ts";
 

@@ -1,7 +1,7 @@
 // `npm run controlplane -- up|down|status|build`: a local control plane for people, in .controlplane/.
 import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { sleep } from "../src/kube/backoff.ts";
+import { sleep } from "../src/time/backoff.ts";
 import { KubeClient } from "../src/kube/client.ts";
 import { loadClientConfig } from "../src/kube/config.ts";
 import { alive } from "./exec.ts";

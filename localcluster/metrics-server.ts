@@ -13,7 +13,7 @@ import path from "node:path";
 import type { Deployment } from "kubernetes-types/apps/v1.js";
 import type { Service as KubeService } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
-import { writeImageTarball } from "../scripts/oci-image.ts";
+import { writeImageTarball } from "./oci-image.ts";
 import { CACHE_DIR, ensureBinaries } from "./build.ts";
 import { CONTROL_PLANE_TAINT, type Cluster } from "./cluster.ts";
 import { run } from "./exec.ts";

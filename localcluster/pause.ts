@@ -4,7 +4,7 @@
 import { existsSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import path from "node:path";
-import { writeImageTarball } from "../scripts/oci-image.ts";
+import { writeImageTarball } from "./oci-image.ts";
 import { CACHE_DIR, kubernetesModule } from "./build.ts";
 import { run } from "./exec.ts";
 import { KUBERNETES_VERSION } from "./versions.ts";

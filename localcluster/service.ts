@@ -5,7 +5,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { openSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import path from "node:path";
-import { sleep } from "../src/kube/backoff.ts";
+import { sleep } from "../src/time/backoff.ts";
 
 export interface Service {
   name: string;

@@ -12,7 +12,7 @@ import path from "node:path";
 import { parse } from "yaml";
 import { alive } from "../localcluster/exec.ts";
 import { bundleProgram } from "./bundle.ts";
-import { type ImageConfig, type ImageFile, writeImageTarball } from "./oci-image.ts";
+import { type ImageConfig, type ImageFile, writeImageTarball } from "../localcluster/oci-image.ts";
 import { CHART_DIR } from "./render-manifests.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "..");

@@ -4,7 +4,7 @@
 // another right after, so the last change is never missed.
 import type { Node, NodeAddress, Taint } from "kubernetes-types/core/v1.js";
 import type { Logger } from "../cli/log.ts";
-import { backoffDelay, sleep } from "../kube/backoff.ts";
+import { backoffDelay, sleep } from "../time/backoff.ts";
 import { isApiError } from "../kube/errors.ts";
 import { type EventRecorder, nodeReference } from "../kube/events.ts";
 import { isUninitialized, UNINITIALIZED_TAINT } from "../kube/nodes.ts";

@@ -11,7 +11,7 @@ import type { CertificateSigningRequest, CertificateSigningRequestCondition } fr
 import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import type { Logger } from "../cli/log.ts";
-import type { BackoffOptions } from "../kube/backoff.ts";
+import type { BackoffOptions } from "../time/backoff.ts";
 import { isApiError } from "../kube/errors.ts";
 import { csrReference, type EventRecorder } from "../kube/events.ts";
 import type { InformerHandlers } from "../kube/informer.ts";

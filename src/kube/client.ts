@@ -4,7 +4,7 @@ import http, { type IncomingMessage } from "node:http";
 import https from "node:https";
 import type { Status } from "kubernetes-types/meta/v1.js";
 import packageJson from "../../package.json" with { type: "json" };
-import { backoffDelay, sleep } from "./backoff.ts";
+import { backoffDelay, sleep } from "../time/backoff.ts";
 import type { ClientConfig, Credentials } from "./config.ts";
 import { ApiError, isApiError, isConnectionError, isTransient } from "./errors.ts";
 

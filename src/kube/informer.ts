@@ -2,7 +2,7 @@
 // last resourceVersion (bookmarks keep it fresh), relist on 410 Gone, reconnect with backoff when
 // the connection drops or the apiserver restarts. No periodic relist: the watch is the only
 // steady-state traffic.
-import { backoffDelay, sleep } from "./backoff.ts";
+import { backoffDelay, sleep } from "../time/backoff.ts";
 import { isApiError } from "./errors.ts";
 import type { KubeObject, Resource, Selectors } from "./resource.ts";
 
@@ -76,11 +76,6 @@ export class Informer<T extends KubeObject> {
 
   list(): T[] {
     return [...this.cache.values()];
-  }
-
-  /** The resourceVersion the cache reflects (for tests and diagnostics). */
-  lastResourceVersion(): string | undefined {
-    return this.resourceVersion;
   }
 
   private async run(): Promise<void> {

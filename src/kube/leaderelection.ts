@@ -7,7 +7,7 @@
 // - on shutdown the leader releases the lease so a successor need not wait for it to expire.
 import { performance } from "node:perf_hooks";
 import type { Lease, LeaseSpec } from "kubernetes-types/coordination/v1.js";
-import { sleep } from "./backoff.ts";
+import { sleep } from "../time/backoff.ts";
 import type { KubeClient } from "./client.ts";
 import { isApiError } from "./errors.ts";
 import { Resource } from "./resource.ts";

@@ -5,7 +5,7 @@
 // forgets the key's failures. stop() lets the syncs under way finish and starts no other.
 // Syncs start on the next turn of the event loop, never inside add(): a burst of informer events (a relist)
 // is taken in whole first, so what the syncs share (an index of every Node) is built once for the burst.
-import { type BackoffOptions, backoffDelay } from "./backoff.ts";
+import { type BackoffOptions, backoffDelay } from "../time/backoff.ts";
 
 export interface WorkQueueOptions {
   /** What one key's work is; throwing retries the key later (backoff). */

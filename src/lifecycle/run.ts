@@ -26,7 +26,7 @@ import {
   csrTransform,
   KUBELET_SERVING_SELECTOR,
 } from "../csr/controller.ts";
-import { sleep } from "../kube/backoff.ts";
+import { sleep } from "../time/backoff.ts";
 import { KubeClient } from "../kube/client.ts";
 import { loadClientConfig } from "../kube/config.ts";
 import { isApiError } from "../kube/errors.ts";

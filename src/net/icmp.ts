@@ -5,7 +5,7 @@
 import { randomBytes } from "node:crypto";
 import { createRequire } from "node:module";
 import { isIP } from "node:net";
-import { sleep } from "../kube/backoff.ts";
+import { sleep } from "../time/backoff.ts";
 
 type Handle = { readonly icmpSocket: unique symbol };
 

@@ -34,6 +34,10 @@ function agentRequests(world: World, since: number, name?: string): string[] {
     .map((e) => `${e.verb} ${e.objectRef?.resource ?? ""}${e.objectRef?.subresource ? `/${e.objectRef.subresource}` : ""} ${e.responseStatus?.code}`);
 }
 
+/** Health and plain-HTTP /metrics on one address, for a test to scrape. */
+const servingMetrics = (address: string) =>
+  [`--health-bind-address=${address}`, `--metrics-bind-address=${address}`, "--secure-metrics=false"];
+
 /** Someone else rewrites the Node's addresses without the ExternalIP (what the agent manages here). */
 async function dropExternalIPs(world: World, name: string): Promise<void> {
   const n = await world.nodes.get(name);
@@ -54,28 +58,35 @@ describe("local-ccm agent in a network namespace against the real control plane"
     await world?.stop();
   });
 
-  test("a kubelet-like Node gets its ExternalIP, keeps kubelet's addresses, loses the taint; then drift is repaired and nothing is written at rest", async () => {
+  test("a kubelet-like Node gets its ExternalIP, keeps kubelet's addresses, loses the taint; then drift is repaired and nothing is written at rest", async (t) => {
     const node = await world.nodeHost(0);
     await registerNode(world.nodes, "node-0", "198.18.100.10", { on: node });
-    const agent = startAgent(node, ["--node-name=node-0", "--reconcile-interval=1s"]);
+    const health = `${node.reachableAt}:10263`;
+    const agent = startAgent(node, ["--node-name=node-0", "--reconcile-interval=1s", ...servingMetrics(health)]);
     try {
       const expected = ["InternalIP=198.18.100.10", `ExternalIP=${node.external.v4}`, "Hostname=node-0"];
       const ready = await waitFor("addresses and taint", async () => {
         const n = await world.nodes.get("node-0");
         return !isUninitialized(n) && addressesOf(n).join() === expected.join() && n;
-      });
+      }, 60_000);
       assert.deepEqual(addressesOf(ready), expected);
       await waitFor("events", async () => (await reasonsFor("node-0")).includes("TaintRemoved"));
       assert.deepEqual((await reasonsFor("node-0")).sort(), ["AddressesUpdated", "TaintRemoved"]);
 
       // Someone overwrites the addresses: the watch sees it and the agent repairs them.
+      const dropped = Date.now();
       await dropExternalIPs(world, "node-0");
       await waitFor("drift repaired", async () => addressesOf(await world.nodes.get("node-0")).join() === expected.join() || undefined);
+      // Settled once the repair's Event is written too: it is the last request the repair makes.
+      await waitFor("the repair's Event", () => agentRequests(world, dropped).some((r) => /^(create|patch) events /.test(r)),
+        60_000, 200);
 
-      // At rest (several resync intervals), the agent writes nothing and reads nothing.
-      await new Promise((resolve) => setTimeout(resolve, 1500));
+      // At rest (five reconcile passes, several resync intervals), the agent writes nothing and reads nothing.
+      const ok = 'local_ccm_reconciles_total{result="ok"}';
       const quietFrom = Date.now();
-      await new Promise((resolve) => setTimeout(resolve, 4000));
+      const before = (await scrapeMetrics(health)).get(ok) ?? 0;
+      await waitFor("five passes", async () => ((await scrapeMetrics(health)).get(ok) ?? 0) >= before + 5, 60_000, 200);
+      t.diagnostic(`five passes at rest in ${Date.now() - quietFrom} ms`);
       assert.deepEqual(agentRequests(world, quietFrom), [], "no API request at rest");
     } finally {
       await agent.stop();
@@ -234,14 +245,7 @@ describe("local-ccm agent in a network namespace against the real control plane"
     assert.match(last, /; run the agent on that node, or pass --require-local-node=false to manage it from elsewhere on purpose$/);
 
     const health = `${node.reachableAt}:10263`;
-    // Plain metrics beside health (the layout before secure metrics): this test reads a counter, not access rules.
-    const agent = startAgent(node, [
-      "--node-name=node-8",
-      "--reconcile-interval=300ms",
-      `--health-bind-address=${health}`,
-      `--metrics-bind-address=${health}`,
-      "--secure-metrics=false",
-    ]);
+    const agent = startAgent(node, ["--node-name=node-8", "--reconcile-interval=300ms", ...servingMetrics(health)]);
     try {
       const notReady = await waitFor("/readyz saying why", async () => {
         const answer = await readyz(health);

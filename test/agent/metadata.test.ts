@@ -4,7 +4,6 @@
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { setTimeout as delay } from "node:timers/promises";
 import type { Event, Node } from "kubernetes-types/core/v1.js";
 import { scrapeMetrics } from "../../localcluster/metrics.ts";
 import { Resource } from "../../src/kube/resource.ts";
@@ -73,11 +72,15 @@ describe("node metadata from instance metadata services and rules", () => {
     const kubeconfig = await world.podBoundKubeconfig(node, name);
     const started = performance.now();
     const agent = startAgent(node, [`--node-name=${name}`, "--run-once", ...AIR_GAPPED, ...args], { kubeconfig });
-    const hung = setTimeout(() => void agent.stop(), RUN_ONCE_LIMIT_MS);
+    let stoppedByGuard = false;
+    const hung = setTimeout(() => {
+      stoppedByGuard = true;
+      void agent.stop();
+    }, RUN_ONCE_LIMIT_MS);
     const code = await agent.exited;
     clearTimeout(hung);
     const elapsedMs = performance.now() - started;
-    return { code, elapsedMs, output: agent.output(), node: await world.nodes.get(name) };
+    return { code, elapsedMs, stoppedByGuard, output: agent.output(), node: await world.nodes.get(name) };
   }
 
   /** The agent `name` running on `node`, with its health server (and /metrics) at node.reachableAt. */
@@ -271,7 +274,8 @@ describe("node metadata from instance metadata services and rules", () => {
 
     const agent = await startLongRunning(node, name, ["--instance-metadata=azure", "--metadata-timeout=1s"]);
     try {
-      await new Promise((resolve) => setTimeout(resolve, 2000));
+      const unavailable = 'local_ccm_metadata_lookups_total{provider="azure",result="unavailable"}';
+      await waitFor("two lookups that failed", async () => (await metricOf(node, unavailable)) >= 2, 60_000, 200);
       assert.equal(isUninitialized(await world.nodes.get(name)), true, "no taint removal without metadata");
       const server = await startMetadataServer(node, ["azure"]);
       try {
@@ -280,10 +284,12 @@ describe("node metadata from instance metadata services and rules", () => {
           return !isUninitialized(n) && n;
         }, 30_000, 200);
         assert.deepEqual(metadataOf(initialised), { providerID: INSTANCES.azure.providerID, labels: INSTANCES.azure.labels });
-        // At rest (several resyncs) the answer kept is used: no more requests to the service.
+        // At rest (three resyncs) the answer kept is used: no more requests to the service.
         const asked = server.requests();
         assert.deepEqual(asked, ["GET /metadata/instance/compute?api-version=2021-02-01&format=json 200"]);
-        await new Promise((resolve) => setTimeout(resolve, 2000));
+        const ok = 'local_ccm_reconciles_total{result="ok"}';
+        const from = await metricOf(node, ok);
+        await waitFor("three more resyncs", async () => (await metricOf(node, ok)) >= from + 3, 60_000, 200);
         assert.deepEqual(server.requests(), asked);
       } finally {
         await server.stop();
@@ -301,9 +307,11 @@ describe("node metadata from instance metadata services and rules", () => {
       try {
         const name = `meta-${fault}`;
         const once = await runOnce(node, name, ["--instance-metadata=aws", "--metadata-timeout=3s"]);
+        // Exiting by itself, not stopped by runOnce's 30 s guard: the bound ended the exchange.
+        assert.equal(once.stoppedByGuard, false, `${fault}: still running after ${RUN_ONCE_LIMIT_MS} ms`);
         assert.equal(once.code, 1, once.output);
         t.diagnostic(`${fault}: --run-once exited after ${Math.round(once.elapsedMs)} ms`);
-        assert.ok(once.elapsedMs >= 3000 && once.elapsedMs < 9000, `${fault}: exited after ${once.elapsedMs} ms`);
+        assert.ok(once.elapsedMs >= 3000, `${fault}: gave up after ${once.elapsedMs} ms, before the bound`);
         const reason =
           "^local-ccm: node metadata not applied: aws instance metadata did not answer within 3000 ms " +
           "\\(aws: PUT /latest/api/token: no complete answer [^\\n]+\\)$";
@@ -348,14 +356,16 @@ describe("node metadata from instance metadata services and rules", () => {
     });
   });
 
-  test("auto where no connection opens (link-local packets vanish): skipped within the bound, initialised", async () => {
+  test("auto where no connection opens (link-local packets vanish): skipped within the bound, initialised", async (t) => {
     const node = await nodeHost();
     // As on bare metal whose default route swallows link-local packets: the SYN goes nowhere, no error comes back.
     await node.host.ip("route", "add", `${METADATA_IP}/32`, "dev", "lo");
     await node.host.exec("iptables", ["-A", "OUTPUT", "-d", `${METADATA_IP}/32`, "-j", "DROP"]);
     const result = await runOnce(node, "meta-auto-void", ["--instance-metadata=auto", "--metadata-timeout=5s"]);
+    // Done by itself: a connect left to the kernel takes minutes, and runOnce's 30 s guard would have stopped it.
+    assert.equal(result.stoppedByGuard, false, `still running after ${RUN_ONCE_LIMIT_MS} ms`);
     assert.equal(result.code, 0, result.output);
-    assert.ok(result.elapsedMs < 15_000, `took ${result.elapsedMs} ms`);
+    t.diagnostic(`--run-once exited after ${Math.round(result.elapsedMs)} ms`);
     assert.equal(isUninitialized(result.node), false);
     const skipped = (await eventsFor("meta-auto-void")).filter((e) => e.startsWith("MetadataSkipped: "));
     assert.match(skipped.join("\n"), /no instance metadata service answered .*no connection within 2000 ms/);
@@ -386,21 +396,21 @@ describe("node metadata from instance metadata services and rules", () => {
     );
   });
 
-  test("a service answering 503 for a while: asked again with growing pauses; answering, initialised", async (t) => {
+  // The pauses' growth is the schedule's, proven whatever the jitter in src/agent/metadata/client.test.ts; here,
+  // what load cannot change: the service is asked again after a lookup gave up, and not hammered meanwhile.
+  test("a service answering 503 for a while: asked again, with pauses; answering, initialised", async (t) => {
     const node = await nodeHost();
     await withFailingService(node, "meta-503", "gce", "503", async (server) => {
-      const windowMs = 8000;
-      await delay(windowMs);
-      const arrivals = server.arrivals();
+      const arrivals = await waitFor("asked again after a lookup (3 s bound) gave up", () => {
+        const sofar = server.arrivals();
+        return sofar.length >= 3 && sofar.some((at) => at > (sofar[0] as number) + 3000) && sofar;
+      }, 60_000, 100);
       assert.ok(server.requests().every((request) => request.endsWith(" 503")));
-      // Without backoff a local 503 costs about a millisecond: thousands of requests in the window.
-      assert.ok(arrivals.length >= 3 && arrivals.length <= 25, `${arrivals.length} requests in ${windowMs} ms`);
-      assert.ok(arrivals.some((at) => at > (arrivals[0] as number) + 3000), "asked again after a lookup gave up");
       const pauses = arrivals.slice(1).map((at, i) => at - (arrivals[i] as number));
-      const [shortest, longest] = [Math.min(...pauses), Math.max(...pauses)];
-      t.diagnostic(`${arrivals.length} requests in ${windowMs} ms, pauses ${pauses.join(", ")} ms`);
-      // A fixed interval, even jittered by half, keeps the longest pause under twice the shortest.
-      assert.ok(shortest >= 80 && longest >= 3 * shortest, `pauses ${pauses.join(", ")} ms`);
+      const spanMs = (arrivals.at(-1) as number) - (arrivals[0] as number);
+      t.diagnostic(`${arrivals.length} requests in ${spanMs} ms, pauses ${pauses.join(", ")} ms`);
+      // Without backoff a local 503 costs about a millisecond: thousands of requests over those seconds.
+      assert.ok(arrivals.length <= 25, `${arrivals.length} requests in ${spanMs} ms`);
       const tainted = await world.nodes.get("meta-503");
       assert.equal(isUninitialized(tainted), true);
 

@@ -23,7 +23,7 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { bundle } from "../../scripts/bundle.ts";
 import { buildImage, NODE_DIR, type BuiltImage } from "../../scripts/image.ts";
-import { readImageTarball, type ImageContents, type LayerEntry } from "../../scripts/oci-image.ts";
+import { readImageTarball, type ImageContents, type LayerEntry } from "../../localcluster/oci-image.ts";
 import { onExit } from "../../localcluster/cleanup.ts";
 import { startContainerd } from "../../localcluster/containerd.ts";
 import { runtimeMissing } from "../../localcluster/runtime.ts";

@@ -9,6 +9,7 @@ import { after, before, describe, test } from "node:test";
 import { KubeClient } from "../../src/kube/client.ts";
 import { type ClientConfig, ConfigError, loadClientConfig } from "../../src/kube/config.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
+import { waitFor } from "../../localcluster/wait.ts";
 
 async function whoami(config: ClientConfig): Promise<string> {
   const client = new KubeClient(config, { component: "config-test", maxRetries: 0 });
@@ -136,6 +137,7 @@ n=$(wc -l < "${runs}"); echo run >> "${runs}"
 token=$(sed -n "$((n + 1))p" "${tokens}")
 expires=$(date -u -d "+$EXPIRES_IN seconds" +%Y-%m-%dT%H:%M:%SZ)
 echo "$KUBERNETES_EXEC_INFO" > "${dir}/exec-info"
+echo "$expires" > "${dir}/exec-expires"
 printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"%s","expirationTimestamp":"%s"}}' "$token" "$expires"
 `,
     );
@@ -145,7 +147,8 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
         exec: {
           apiVersion: "client.authentication.k8s.io/v1",
           command: "./plugin.sh",
-          env: [{ name: "EXPIRES_IN", value: "3" }],
+          // Long enough that the reuse below happens before expiry even on a loaded machine.
+          env: [{ name: "EXPIRES_IN", value: "10" }],
           interactiveMode: "Never",
         },
       }),
@@ -157,7 +160,8 @@ printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
     assert.equal(JSON.parse(readFileSync(path.join(dir, "exec-info"), "utf8")).spec.interactive, false);
     assert.equal(await whoami(config), "system:serviceaccount:default:exec-a");
     assert.equal(runCount(), 2, "a credential that has not expired is reused");
-    await new Promise((resolve) => setTimeout(resolve, 3500));
+    const expires = Date.parse(readFileSync(path.join(dir, "exec-expires"), "utf8").trim());
+    await waitFor("the credential's expirationTimestamp to pass", () => Date.now() >= expires, 60_000, 100);
     assert.equal(await whoami(config), "system:serviceaccount:default:exec-b");
     assert.equal(runCount(), 3, "an expired credential is fetched again");
   });

@@ -4,6 +4,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
+import { backoffDelay } from "../../time/backoff.ts";
 import {
   askAgain,
   InstanceMetadataSource,
@@ -11,6 +12,7 @@ import {
   type Lookup,
   type lookupOnce,
   requestBound,
+  ROUND_BACKOFF,
 } from "./client.ts";
 
 describe("requestBound", () => {
@@ -76,6 +78,31 @@ function scripted(answers: Lookup[], mode: "aws" | "auto" = "aws") {
   const source = new InstanceMetadataSource(mode, 3000, { ask, now: () => clock.now, onLookup: (l) => seen.push(l) });
   return { source, clock, asked, seen };
 }
+
+describe("pauses between the rounds of one lookup", () => {
+  test("grow: from 100-200 ms to 1-2 s, the fourth at least three times the first whatever the jitter", (t) => {
+    const jitters = fc.array(fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }), {
+      minLength: 6,
+      maxLength: 6,
+    });
+    fc.assert(
+      fc.property(jitters, (draws) => {
+        const random = t.mock.method(Math, "random", () => draws[random.mock.callCount()] as number);
+        try {
+          const pauses = draws.map((_, round) => backoffDelay(round, ROUND_BACKOFF));
+          for (const [round, pause] of pauses.entries()) {
+            const ceiling = Math.min(2000, 200 * 2 ** round);
+            assert.ok(pause >= ceiling / 2 && pause <= ceiling, `round ${round}: ${pause} ms`);
+          }
+          // A fixed interval, even jittered by half, keeps the longest pause under twice the shortest.
+          assert.ok((pauses[3] as number) >= 3 * (pauses[0] as number), `pauses ${pauses.join(", ")} ms`);
+        } finally {
+          random.mock.restore();
+        }
+      }),
+    );
+  });
+});
 
 describe("InstanceMetadataSource", () => {
   test("an answer is kept for good: the service is asked once", async () => {

@@ -3,7 +3,7 @@
 // it; each request bounded as a whole; retried with backoff until --metadata-timeout. The result is kept for
 // the agent's lifetime: an instance's identity does not change, and a node at rest costs no requests.
 import http from "node:http";
-import { backoffDelay, sleep } from "../../kube/backoff.ts";
+import { backoffDelay, sleep } from "../../time/backoff.ts";
 import {
   AUTO_ORDER,
   type InstanceMetadata,

@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
-import { type NodeFacts, parseRule, type Rule, type RulesConfig, resolveMetadata, templateProblem } from "./rules.ts";
+import { type HostFacts, parseRule, type Rule, type RulesConfig, resolveMetadata, templateProblem } from "./rules.ts";
 
-const facts: NodeFacts = {
+const facts: HostFacts = {
   nodeName: "fra-rack2-07",
   systemUUID: "4C4C4544-0042-3510-8052-B4C04F384E32",
   machineID: "0f3a6d9b2c1e4f5a8b7c6d5e4f3a2b1c",

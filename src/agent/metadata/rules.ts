@@ -8,7 +8,7 @@ export type LabelField = "region" | "zone" | "instanceType";
 export const LABEL_FIELDS: readonly LabelField[] = ["region", "zone", "instanceType"];
 
 /** What a Node says about itself (status.nodeInfo, its InternalIPs) and the host's DMI product name. */
-export interface NodeFacts {
+export interface HostFacts {
   nodeName: string;
   systemUUID: string;
   machineID: string;
@@ -78,7 +78,7 @@ export function templateProblem(template: string): string | undefined {
 }
 
 /** The template filled in, or why not (a fact it needs is empty). */
-export function fillTemplate(template: string, facts: NodeFacts): { value: string } | { problem: string } {
+export function fillTemplate(template: string, facts: HostFacts): { value: string } | { problem: string } {
   const missing = [...template.matchAll(/\{([^}]*)\}/g)].find(([, name]) => !facts[name as TemplateFact]);
   if (missing)
     return { problem: `providerID template ${template} needs {${missing[1]}}, which this node does not report` };
@@ -86,7 +86,7 @@ export function fillTemplate(template: string, facts: NodeFacts): { value: strin
 }
 
 /** The first rule for `field` that matches, with its value (groups substituted), or undefined. */
-function firstMatch(rules: Rule[], field: LabelField, facts: NodeFacts): { rule: Rule; value: string } | undefined {
+function firstMatch(rules: Rule[], field: LabelField, facts: HostFacts): { rule: Rule; value: string } | undefined {
   for (const rule of rules.filter((r) => r.field === field)) {
     if (rule.cidr) {
       // A Node's addresses are read as Kubernetes reads them ("010.0.0.1" is 10.0.0.1), then contained as netip does.
@@ -107,7 +107,7 @@ const FIELD_NAMES: Record<LabelField, string> = { region: "region", zone: "zone"
  * The instance metadata service's answer, completed by the template and the rules: the service wins
  * where it said something (the cloud is the authority on its own instance), rules fill the rest.
  */
-export function resolveMetadata(service: InstanceMetadata, facts: NodeFacts, config: RulesConfig): Resolved {
+export function resolveMetadata(service: InstanceMetadata, facts: HostFacts, config: RulesConfig): Resolved {
   const metadata: InstanceMetadata = { ...service };
   const sources: Resolved["sources"] = {};
   for (const key of Object.keys(service) as (keyof InstanceMetadata)[]) sources[key] = "instance-metadata";
@@ -136,7 +136,7 @@ export function resolveMetadata(service: InstanceMetadata, facts: NodeFacts, con
   return { metadata, sources, notes };
 }
 
-function describeFacts(facts: NodeFacts): string {
+function describeFacts(facts: HostFacts): string {
   const ips = facts.internalIPs.join(", ") || "none";
   return `InternalIPs ${ips}, product name "${facts.productName}"`;
 }

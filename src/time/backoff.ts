@@ -1,4 +1,5 @@
-// Jittered exponential backoff and an abortable sleep, shared by every retry loop.
+// Jittered exponential backoff and an abortable sleep, shared by every retry loop. The lowest layer: net/, kube/,
+// the programs and localcluster/ all wait with it, so it imports nothing of ours.
 
 export interface BackoffOptions {
   baseMs: number;

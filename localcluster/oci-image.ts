@@ -10,7 +10,7 @@ import { createHash, type Hash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import { open, readFile, rename, rm, stat, type FileHandle } from "node:fs/promises";
 import path from "node:path";
-import { run } from "../localcluster/exec.ts";
+import { run } from "./exec.ts";
 
 export interface ImageFile {
   /** Absolute path in the image. */
@@ -76,7 +76,7 @@ export async function writeImageTarball(spec: ImageSpec, out: string): Promise<{
       created: EPOCH,
       config: spec.config,
       rootfs: { type: "layers", diff_ids: [layer.digest] },
-      history: [{ created: EPOCH, created_by: "scripts/oci-image.ts" }],
+      history: [{ created: EPOCH, created_by: "localcluster/oci-image.ts" }],
     });
     const manifest = jsonBlob(MEDIA_TYPES.manifest, {
       schemaVersion: 2,

@@ -5,14 +5,14 @@ import { chmodSync, mkdtempSync, readFileSync, readlinkSync, rmSync, writeFileSy
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { run } from "../localcluster/exec.ts";
+import { run } from "../../localcluster/exec.ts";
 import {
   readImageTarball,
   writeImageTarball,
   type ImageContents,
   type ImageSpec,
   type LayerEntry,
-} from "./oci-image.ts";
+} from "../../localcluster/oci-image.ts";
 
 describe("writeImageTarball", () => {
   let temp: string;
