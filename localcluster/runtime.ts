@@ -27,6 +27,9 @@ const PACKAGES: RuntimePackage[] = [
   // The pause image is compiled here from upstream's pause.c, statically.
   { name: "gcc", files: ["/usr/bin/gcc"] },
   { name: "libc6-dev", files: ["/usr/include/stdio.h"] },
+  // Not the cluster's: test/ci/workflows.test.ts has actionlint check the workflows' run: scripts with it, and
+  // npm test must work on a fresh machine.
+  { name: "shellcheck", files: ["/usr/bin/shellcheck"] },
 ];
 
 /** The packages of which a file is missing. */

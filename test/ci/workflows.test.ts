@@ -42,7 +42,7 @@ describe("GitHub workflows", () => {
   before(async () => {
     ({ actionlint } = await ensureBinaries());
     const found = onPath("shellcheck");
-    assert.ok(found, "actionlint checks run: scripts with shellcheck: apt-get install shellcheck (.ci/run installs it)");
+    assert.ok(found, "actionlint checks run: scripts with shellcheck: apt-get install shellcheck (npm test's pretest installs it as root)");
     shellcheck = found;
   });
   after(() => rmSync(scratch, { recursive: true, force: true }));
