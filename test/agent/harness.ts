@@ -147,7 +147,10 @@ export async function registerNode(
   const now = new Date().toISOString();
   const ready = { type: "Ready", status: "True", reason: "KubeletReady", lastHeartbeatTime: now, lastTransitionTime: now };
   const nodeInfo = registration.nodeInfo && { ...KUBELET_NODE_INFO, ...registration.nodeInfo };
-  return nodes.update({ ...node, status: { addresses, conditions: [ready], nodeInfo } }, { subresource: "status" });
+  // A strategic merge patch, as kubelet writes its status: an agent that saw the Node appear may have written
+  // it in between (an update would conflict), and its addresses of other types stay.
+  const status = { addresses, conditions: [ready], ...(nodeInfo ? { nodeInfo } : {}) };
+  return nodes.patch(node.metadata?.name ?? name, "strategic", { status }, { subresource: "status" });
 }
 
 /** Gives the node's namespace `ip` (on its loopback, where it changes no route), unless it has it already. */
