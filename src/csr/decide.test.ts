@@ -762,31 +762,35 @@ function owners(nodes: NodeFacts[], san: { ip: string } | { dns: string }, patte
   return nodes.filter(given).map((n) => n.name);
 }
 
+/** A CSR of `requester` whose request parsed into these SANs (IPs canonical, as request.ts hands them over). */
+function parsedFacts(requester: string, dnsNames: string[], ips: string[], created: Date): CsrFacts {
+  return {
+    name: "csr",
+    signerName: "kubernetes.io/kubelet-serving",
+    username: `system:node:${requester}`,
+    groups: ["system:nodes"],
+    usages: ["digital signature", "server auth"],
+    created,
+    request: {
+      ok: true,
+      commonNames: [`system:node:${requester}`],
+      organizations: ["system:nodes"],
+      otherSubjectAttributes: [],
+      dnsNames,
+      ipAddresses: ips.map((ip) => canonicalIp(ip) ?? assert.fail(ip)),
+      emailAddresses: [],
+      otherSans: [],
+    },
+  };
+}
+
 test("property: never approves an IP or DNS SAN that is another node's or no node's", () => {
   let approvals = 0;
   fc.assert(
     fc.property(
       nodesArb.chain((nodes) => fc.tuple(fc.constant(nodes), sanArb(nodes))),
       ([nodes, { requester, dnsNames, ips, pattern, allowlist, ageMs }]) => {
-        const facts: CsrFacts = {
-          name: "csr",
-          signerName: "kubernetes.io/kubelet-serving",
-          username: `system:node:${requester}`,
-          groups: ["system:nodes"],
-          usages: ["digital signature", "server auth"],
-          created: new Date(NOW.getTime() - ageMs),
-          request: {
-            ok: true,
-            commonNames: [`system:node:${requester}`],
-            organizations: ["system:nodes"],
-            otherSubjectAttributes: [],
-            dnsNames,
-            // As request.ts hands them over.
-            ipAddresses: ips.map((ip) => canonicalIp(ip) ?? assert.fail(ip)),
-            emailAddresses: [],
-            otherSans: [],
-          },
-        };
+        const facts = parsedFacts(requester, dnsNames, ips, new Date(NOW.getTime() - ageMs));
         const config: CsrConfig = {
           ...CONFIG,
           ipAllowlist: cidrs(...allowlist),
@@ -932,24 +936,7 @@ test("property: never approves an IP SAN in the cluster's addresses, whatever th
             },
           ],
         });
-        const facts: CsrFacts = {
-          name: "csr",
-          signerName: "kubernetes.io/kubelet-serving",
-          username: `system:node:${requester}`,
-          groups: ["system:nodes"],
-          usages: ["digital signature", "server auth"],
-          created: NOW,
-          request: {
-            ok: true,
-            commonNames: [`system:node:${requester}`],
-            organizations: ["system:nodes"],
-            otherSubjectAttributes: [],
-            dnsNames: [],
-            ipAddresses: asked.map((ip) => canonicalIp(ip) ?? assert.fail(ip)),
-            emailAddresses: [],
-            otherSans: [],
-          },
-        };
+        const facts = parsedFacts(requester, [], asked, NOW);
         const decision = decideCSR(facts, index(nodes), CONFIG, NOW, cluster);
         if (decision.rule === "cluster-ip") clusterDenials++;
         if (decision.action !== "approve") return;
