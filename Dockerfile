@@ -4,7 +4,7 @@
 # `node --optimize-for-size --jitless /app/dist/local-ccm.cjs` (DaemonSet) and the same for
 # /app/dist/node-lifecycle-controller.cjs (Deployment).
 # test/deploy/image.test.ts runs the bundles from exactly the files the runtime stage copies.
-# `npm run image` (scripts/image.ts) writes the same layout without Docker: its APP_FILES are these
+# `npm run image` (localcluster/image.ts) writes the same layout without Docker: its APP_FILES are these
 # COPY lines, and node sits in /nodejs/bin as in the base; the test checks that both agree.
 
 FROM node:24-bookworm AS build

@@ -8,7 +8,7 @@ import { setTimeout as delay } from "node:timers/promises";
 import type { Node } from "kubernetes-types/core/v1.js";
 import { isApiError } from "../src/kube/errors.ts";
 import { Informer } from "../src/kube/informer.ts";
-import { bundleProgram } from "../scripts/bundle.ts";
+import { bundleProgram } from "../localcluster/bundle.ts";
 import { addressesOf, registerNode, startAgent, startWorld } from "../test/agent/harness.ts";
 import { auditEvents } from "../localcluster/audit.ts";
 import { processMemory } from "./proc.ts";

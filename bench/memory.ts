@@ -1,13 +1,13 @@
 // `npm run bench:memory`: steady-state memory of a process that loads the API layer and keeps an
 // informer on one Node, beside a bare Node 24 process and one that only holds an HTTPS connection
 // (the floor under any Kubernetes client on Node), sampled together for BENCH_SECONDS (60 s). Each
-// runs as bundled CommonJS (scripts/bundle.ts), as the image does, under plain `node` and under the
+// runs as bundled CommonJS (localcluster/bundle.ts), as the image does, under plain `node` and under the
 // DaemonSet's Node flags. The parent reads /proc; the children have no IPC channel (it costs ~5 MiB).
 // Budget (issue 3): 48 MiB RSS.
 import { type ChildProcess, spawn } from "node:child_process";
 import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
-import { bundle } from "../scripts/bundle.ts";
+import { bundle } from "../localcluster/bundle.ts";
 import { startControlPlane } from "../localcluster/controlplane.ts";
 import { type ProcessMemory, processMemory } from "./proc.ts";
 import { shippedCommand } from "../test/deploy/shipped.ts";

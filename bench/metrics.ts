@@ -6,7 +6,7 @@
 // the reviews per scrape from the audit log.
 import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
-import { bundleProgram } from "../scripts/bundle.ts";
+import { bundleProgram } from "../localcluster/bundle.ts";
 import { registerNode, startAgent, startWorld } from "../test/agent/harness.ts";
 import { shippedCommand } from "../test/deploy/shipped.ts";
 import { auditedRequests } from "../localcluster/audit.ts";

@@ -20,7 +20,7 @@ import { setImmediate as nextTurn } from "node:timers/promises";
 import { setTimeout as delay } from "node:timers/promises";
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
 import type { Node } from "kubernetes-types/core/v1.js";
-import { bundleProgram } from "../scripts/bundle.ts";
+import { bundleProgram } from "../localcluster/bundle.ts";
 import { run } from "../localcluster/exec.ts";
 import { scrapeMetrics } from "../localcluster/metrics.ts";
 import {

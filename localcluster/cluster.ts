@@ -17,7 +17,7 @@
 //
 // Every node carries the pause image (built from upstream's pause.c), upstream's e2e test image
 // registry.k8s.io/e2e-test-images/agnhost (agnhost.ts) and, unless `projectImage: false`,
-// the project image under the reference the chart and deploy/ use (scripts/image.ts), so
+// the project image under the reference the chart and deploy/ use (image.ts), so
 // `helm install charts/local-ccm` and `kubectl apply -f deploy/` run unchanged (imagePullPolicy
 // IfNotPresent or Never: there is no registry).
 //
@@ -65,7 +65,7 @@ import os from "node:os";
 import path from "node:path";
 import { sleep } from "../src/time/backoff.ts";
 import type { KubeClient } from "../src/kube/client.ts";
-import { buildImage } from "../scripts/image.ts";
+import { buildImage } from "./image.ts";
 import { ensureAgnhostImage } from "./agnhost.ts";
 import { ensureBinaries } from "./build.ts";
 import { onExit } from "./cleanup.ts";
@@ -95,7 +95,7 @@ export interface ClusterOptions {
   dir?: string;
   /** Leave everything running when this process exits (the CLI's `up`); `down` removes it. */
   detached?: boolean;
-  /** Import the project image (scripts/image.ts) on every node; default true. */
+  /** Import the project image (image.ts) on every node; default true. */
   projectImage?: boolean;
   /** kube-controller-manager's --node-monitor-grace-period: how long after its kubelet stops posting
    * status a Node becomes NotReady. 20s here (kcm's default is 50s) so power-loss tests are quick. */

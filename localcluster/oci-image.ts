@@ -65,7 +65,7 @@ interface Descriptor {
 /** Writes the image tarball to `out` (atomically) and returns its manifest digest (sha256:…). */
 export async function writeImageTarball(spec: ImageSpec, out: string): Promise<{ digest: string }> {
   const tag = referenceTag(spec.reference);
-  // Per process: concurrent builds of the same tarball each write their own (scripts/image.ts).
+  // Per process: concurrent builds of the same tarball each write their own (image.ts).
   const layerFile = `${out}.${process.pid}.layer.tmp`;
   const partial = `${out}.${process.pid}.tmp`;
   try {

@@ -1,7 +1,7 @@
 // `npm run build`: one bundled file per program in dist/, what the package's `bin` and the
 // container image run.
 import path from "node:path";
-import { bundleProgram } from "./bundle.ts";
+import { bundleProgram } from "../localcluster/bundle.ts";
 
 export const PROGRAMS = ["local-ccm", "node-lifecycle-controller"] as const;
 

@@ -12,9 +12,10 @@ import { type FlagSpec, MAX_TIMER_MS } from "../src/cli/flags.ts";
 import { lifecycleFlagTable } from "../src/lifecycle/flags.ts";
 import { ensureBinaries } from "../localcluster/build.ts";
 import { run } from "../localcluster/exec.ts";
+import { CHART_DIR } from "../localcluster/project.ts";
 
 const root = path.resolve(import.meta.dirname, "..");
-export const CHART_DIR = path.join(root, "charts/local-ccm");
+export { CHART_DIR };
 export const DEPLOY_DIR = path.join(root, "deploy");
 export const FLAGS_FILE = path.join(CHART_DIR, "flags.yaml");
 /** The namespace of the static manifests, as cozystack/local-ccm's. */

@@ -1,4 +1,4 @@
-// What is running: the package's version, the commit its bundle was built from (scripts/bundle.ts defines
+// What is running: the package's version, the commit its bundle was built from (localcluster/bundle.ts defines
 // LOCAL_CCM_REVISION; "source" when run from the .ts sources), and the runtime. --version prints it and each
 // program's …_build_info metric carries it, so a bug report and a dashboard say which build they saw.
 import packageJson from "../../package.json" with { type: "json" };

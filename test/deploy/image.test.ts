@@ -21,8 +21,8 @@ import {
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import { bundle } from "../../scripts/bundle.ts";
-import { buildImage, NODE_DIR, type BuiltImage } from "../../scripts/image.ts";
+import { bundle } from "../../localcluster/bundle.ts";
+import { buildImage, NODE_DIR, type BuiltImage } from "../../localcluster/image.ts";
 import { readImageTarball, type ImageContents, type LayerEntry } from "../../localcluster/oci-image.ts";
 import { onExit } from "../../localcluster/cleanup.ts";
 import { startContainerd } from "../../localcluster/containerd.ts";

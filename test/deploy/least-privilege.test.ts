@@ -8,7 +8,7 @@ import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Event } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
-import { bundleProgram } from "../../scripts/bundle.ts";
+import { bundleProgram } from "../../localcluster/bundle.ts";
 import { Resource } from "../../src/kube/resource.ts";
 import {
   addressesOf,
