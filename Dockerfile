@@ -16,6 +16,8 @@ COPY package.json package-lock.json ./
 COPY native/icmp/ native/icmp/
 RUN npm ci
 COPY scripts/ scripts/
+# The bundler, which `npm run build` shares with the local cluster's image builder.
+COPY localcluster/bundle.ts localcluster/bundle.ts
 COPY src/ src/
 # The commit --version and the build_info metric name (no .git in the context): docker build --build-arg.
 ARG LOCAL_CCM_REVISION=unknown
