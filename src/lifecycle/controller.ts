@@ -1,16 +1,22 @@
-// The node-lifecycle-controller's reconcile loop. It works from the informer's cache of all nodes
-// (never a LIST): every --reconcile-interval, and shortly after a node changes in a way a decision
-// can see, it decides for each watched node. Expired nodes are probed (a bounded number at once,
-// one probe per node); a node no probe reached is fetched fresh, decided again with the probe's
-// result, and deleted with preconditions on that fresh copy. Only the leader probes and deletes.
+// The node-lifecycle-controller's loop, in the informer → work queue → sync shape (kube/workqueue.ts), keyed by
+// node name. The informer's handlers queue a node when it changes in a way a decision can see; a full pass queues
+// every cached node at start, every --reconcile-interval and on taking the lead. A sync decides one node from the
+// cache (never a LIST), with the mass-deletion guard computed over all cached nodes once per burst of changes.
+// A node whose answer only time can change is queued again then: at its NotReady timeout, or when the rate window
+// frees a slot; a change of the guard's verdict queues every node. An expired node is probed in its sync (the
+// queue's workers bound the probes in flight, and a node never has two), then fetched fresh, decided again with
+// the probe's result, and deleted with preconditions on that fresh copy. A failed probe, GET or DELETE throws, and
+// the queue retries the node with backoff. Only the leader probes and deletes.
 import type { Node } from "kubernetes-types/core/v1.js";
 import type { Logger } from "../cli/log.ts";
 import { isApiError } from "../kube/errors.ts";
 import { type EventRecorder, type EventType, nodeReference } from "../kube/events.ts";
 import type { InformerHandlers } from "../kube/informer.ts";
 import type { Resource } from "../kube/resource.ts";
+import { WorkQueue } from "../kube/workqueue.ts";
 import { uniqueIPs } from "../net/ip.ts";
 import type { ProbeResult } from "../net/probe.ts";
+import type { BackoffOptions } from "../time/backoff.ts";
 import type { NodeLifecycleMetrics } from "./metrics.ts";
 import { type SharedProviderID, sharedProviderIDs } from "./providerid.ts";
 import {
@@ -83,11 +89,14 @@ export function decisionInputsChanged(before: Node, after: Node): boolean {
 
 /** The informer satisfies this: the cache of all nodes, trimmed by nodeTransform. */
 export interface NodeCache {
+  get(name: string): Node | undefined;
   list(): Node[];
 }
 
 export interface ControllerOptions {
   config: LifecycleConfig;
+  /** Every node is synced again this often: expired nodes that answered are probed again, and time-bound
+   * answers are checked even if the wall clock stepped since their timer was set. */
   reconcileIntervalMs: number;
   dryRun: boolean;
   cache: NodeCache;
@@ -99,10 +108,10 @@ export interface ControllerOptions {
   events: Pick<EventRecorder, "record">;
   log: Logger;
   metrics: NodeLifecycleMetrics;
-  /** Nodes probed at once (default 10); a node never has two probes in flight. */
+  /** Nodes synced, hence probed, at once (default 10); a node never has two probes in flight. */
   maxConcurrentProbes?: number;
-  /** After a node change, the pass it triggers waits this long to take in further changes (default 1 s). */
-  debounceMs?: number;
+  /** Retry delays of a node whose probe, fresh GET or DELETE failed (default 1 s doubling to 60 s). */
+  retryBackoff?: BackoffOptions;
   now?: () => Date;
 }
 
@@ -119,108 +128,130 @@ const EVENTED_SKIPS = new Set<SkipClass>(["protected", "paused", "rate-limited"]
 export class Controller {
   private readonly options: Required<Omit<ControllerOptions, "now">> & { now: () => Date };
   private readonly abort = new AbortController();
-  private readonly queued = new Map<string, Node>();
-  private readonly checking = new Map<string, Promise<void>>();
+  private readonly queue: WorkQueue;
+  /** The guard's verdict over all cached nodes; undefined once a node changed (computed again by the next sync). */
+  private health: ClusterHealth | undefined;
   /** When this controller deleted nodes, for the per-minute limit. */
   private deletionTimes: Date[] = [];
-  /** The stage last evented per node uid, so a node is evented when its stage changes, not every pass. */
-  private readonly evented = new Map<string, Stage>();
+  /** The uid of each node this controller deleted, by name, until the cache shows it gone: our own DELETE
+   * reaches the cache a moment later, and until then the cached copy is not probed again. */
+  private readonly deleted = new Map<string, string | undefined>();
+  /** The stage last evented per node name (and the uid it was for), so a node is evented when its stage changes. */
+  private readonly evented = new Map<string, { uid: string | undefined; stage: Stage }>();
   /** "uid providerID" of the Nodes reported for sharing a providerID, so each is reported once while it lasts. */
   private sharedReported = new Set<string>();
   private paused: boolean | undefined;
   private icmpUnavailableLogged = false;
   private interval: NodeJS.Timeout | undefined;
-  private debounce: NodeJS.Timeout | undefined;
 
   constructor(options: ControllerOptions) {
-    this.options = { maxConcurrentProbes: 10, debounceMs: 1000, now: () => new Date(), ...options };
-  }
-
-  /** Informer handlers: a node added, deleted, or changed where a decision can see it, triggers a pass. */
-  readonly handlers: InformerHandlers<Node> = {
-    onAdd: () => this.trigger(),
-    onUpdate: (before, after) => {
-      if (decisionInputsChanged(before, after)) this.trigger();
-    },
-    onDelete: () => this.trigger(),
-  };
-
-  /** Runs a pass now and then every reconcile interval (call once the cache has synced). */
-  start(): void {
-    if (this.interval || this.abort.signal.aborted) return;
-    this.interval = setInterval(() => this.reconcile(), this.options.reconcileIntervalMs);
-    this.reconcile();
-  }
-
-  /** A pass after the debounce delay; further triggers until then join it. */
-  trigger(): void {
-    if (this.debounce || !this.interval || this.abort.signal.aborted) return;
-    this.debounce = setTimeout(() => {
-      this.debounce = undefined;
-      this.reconcile();
-    }, this.options.debounceMs);
-  }
-
-  /** Stops passes, aborts probes, and waits for checks in flight (a DELETE already sent completes). */
-  async stop(): Promise<void> {
-    clearInterval(this.interval);
-    clearTimeout(this.debounce);
-    this.abort.abort();
-    this.queued.clear();
-    await this.idle();
-  }
-
-  /** Resolves once no check is queued or running. */
-  async idle(): Promise<void> {
-    while (this.checking.size > 0) await Promise.all(this.checking.values());
-  }
-
-  /** One pass over the cache: health, then a decision for each watched node; expired ones are queued. */
-  reconcile(): void {
-    if (this.abort.signal.aborted) return;
-    const { config, metrics } = this.options;
-    const now = this.options.now();
-    const nodes = this.options.cache.list();
-    const health = this.updateHealth(nodes);
-    const shared = sharedProviderIDs(nodes);
-    metrics.sharedProviderID.set(shared.reduce((sum, group) => sum + group.nodes.length, 0));
-    metrics.reconciles.inc();
-    // Followers keep the cache and the gauges current, for a quick takeover; nothing more (their Events
-    // would repeat the leader's).
-    if (!this.options.isLeader()) return;
-    this.reportShared(shared);
-    const deletionTimes = this.recentDeletions(now);
-    const current = new Set<string>();
-    for (const node of nodes) {
-      if (!isWatched(node, config)) continue;
-      const uid = node.metadata?.uid ?? "";
-      current.add(uid);
-      const decision = decide(node, now, config, { health, deletionTimes });
-      if (decision.action === "probe") {
-        this.enqueue(node);
-      } else if (decision.action === "skip") {
-        metrics.skipped.with({ class: decision.class }).inc();
-        if (EVENTED_SKIPS.has(decision.class)) this.skipped(node, decision.class, decision.reason);
-        else this.evented.delete(uid); // back to normal: its next skip or deletion is news again
-      }
-    }
-    for (const uid of this.evented.keys()) if (!current.has(uid)) this.evented.delete(uid);
-    this.options.log.v(4)?.("reconciled", {
-      nodes: nodes.length,
-      queued: this.queued.size,
-      probing: this.checking.size,
+    this.options = {
+      maxConcurrentProbes: 10,
+      retryBackoff: { baseMs: 1000, capMs: 60_000 },
+      now: () => new Date(),
+      ...options,
+    };
+    this.queue = new WorkQueue({
+      workers: this.options.maxConcurrentProbes,
+      backoff: this.options.retryBackoff,
+      sync: (name) => this.sync(name),
+      onError: (name, err, retryInMs) => this.options.log.error("checking node failed", { node: name, err, retryInMs }),
     });
   }
 
-  private updateHealth(nodes: Node[]): ClusterHealth {
-    const health = clusterHealth(nodes, this.options.config.unhealthyThreshold);
-    this.options.metrics.paused.set(health.paused ? 1 : 0);
+  /** Informer handlers: a node added, deleted, or changed where a decision can see it, is queued. */
+  readonly handlers: InformerHandlers<Node> = {
+    onAdd: (node) => this.changed(node),
+    onUpdate: (before, after) => {
+      if (decisionInputsChanged(before, after)) this.changed(after);
+    },
+    onDelete: (node) => this.changed(node),
+  };
+
+  /** A pass now and then every reconcile interval (call once the cache has synced; changes before are ignored). */
+  start(): void {
+    if (this.interval || this.abort.signal.aborted) return;
+    this.interval = setInterval(() => this.trigger(), this.options.reconcileIntervalMs);
+    this.trigger();
+  }
+
+  /** A pass: every cached node is queued, and the guard's verdict computed afresh (e.g. on taking the lead). */
+  trigger(): void {
+    if (this.abort.signal.aborted) return;
+    this.health = undefined;
+    this.options.metrics.reconciles.inc();
+    this.queueAll();
+  }
+
+  /** Stops passes, aborts probes, and waits for syncs in flight (a DELETE already sent completes). */
+  async stop(): Promise<void> {
+    clearInterval(this.interval);
+    this.abort.abort();
+    await this.queue.stop();
+  }
+
+  /** Resolves once no node is queued or being synced (nodes queued for later do not count). */
+  idle(): Promise<void> {
+    return this.queue.idle();
+  }
+
+  private changed(node: Node): void {
+    if (!this.interval) return; // start()'s pass takes in the initial list
+    this.health = undefined; // any node counts in the guard (and in the providerIDs reported)
+    this.queue.add(nameOf(node));
+  }
+
+  private queueAll(): void {
+    for (const node of this.options.cache.list()) this.queue.add(nameOf(node));
+  }
+
+  /** Decides one node from the cache; an expired one is probed and checked (check), which may throw. */
+  private async sync(name: string): Promise<void> {
+    const { config, metrics, cache } = this.options;
+    const leader = this.options.isLeader();
+    const health = (this.health ??= this.clusterChanged(cache.list(), leader));
+    const node = cache.get(name);
+    if (!node || !isWatched(node, config)) {
+      this.evented.delete(name); // gone or unwatched: when it is back, its news is news again
+      this.deleted.delete(name);
+      return;
+    }
+    if (this.deleted.has(name) && this.deleted.get(name) === node.metadata?.uid) return;
+    // Followers keep the cache and the gauges current, for a quick takeover; nothing more (their Events
+    // would repeat the leader's).
+    if (!leader) return;
+    const now = this.options.now();
+    const decision = decide(node, now, config, { health, deletionTimes: this.recentDeletions(now) });
+    if (decision.action === "probe") return this.check(node);
+    if (decision.action !== "skip") return;
+    metrics.skipped.with({ class: decision.class }).inc();
+    if (EVENTED_SKIPS.has(decision.class)) this.skipped(node, decision.class, decision.reason);
+    else this.evented.delete(name); // back to normal: its next skip or deletion is news again
+    this.recheckAt(name, decision.until, now);
+  }
+
+  /** Queues the node again when its decision may change by time alone (a millisecond past, so it has passed). */
+  private recheckAt(name: string, until: Date | undefined, now: Date): void {
+    if (until) this.queue.addAfter(name, until.getTime() - now.getTime() + 1);
+  }
+
+  /**
+   * After a change: the guard's verdict and the providerIDs shared, over every cached node. A new verdict
+   * queues every node, since each one's decision may follow it.
+   */
+  private clusterChanged(nodes: Node[], leader: boolean): ClusterHealth {
+    const { metrics, config, log } = this.options;
+    const health = clusterHealth(nodes, config.unhealthyThreshold);
+    metrics.paused.set(health.paused ? 1 : 0);
     if (health.paused !== this.paused) {
-      const { log } = this.options;
       if (health.paused) log.warn("mass-deletion guard", { state: health.reason });
       else if (this.paused !== undefined) log.info("mass-deletion guard", { state: health.reason });
+      if (this.paused !== undefined) this.queueAll();
       this.paused = health.paused;
     }
+    const shared = sharedProviderIDs(nodes);
+    metrics.sharedProviderID.set(shared.reduce((sum, group) => sum + group.nodes.length, 0));
+    if (leader) this.reportShared(shared);
     return health;
   }
 
@@ -247,34 +278,11 @@ export class Controller {
     return this.deletionTimes;
   }
 
-  private enqueue(node: Node): void {
-    const name = node.metadata?.name ?? "";
-    if (this.checking.has(name)) return;
-    this.queued.set(name, node);
-    this.pump();
-  }
-
-  /** Starts queued checks while fewer than maxConcurrentProbes run. */
-  private pump(): void {
-    for (const [name, node] of this.queued) {
-      if (this.checking.size >= this.options.maxConcurrentProbes || this.abort.signal.aborted) return;
-      this.queued.delete(name);
-      const check = this.check(node)
-        .catch((err: unknown) => this.options.log.error("checking node failed", { node: name, err }))
-        .finally(() => {
-          this.checking.delete(name);
-          this.pump();
-        });
-      this.checking.set(name, check);
-    }
-  }
-
   /** Probe, then a fresh GET decided again with the probe's result, then DELETE on that fresh copy. */
   private async check(cached: Node): Promise<void> {
     const { options } = this;
-    const name = cached.metadata?.name ?? "";
+    const name = nameOf(cached);
     const log = options.log.with({ node: name });
-    if (!options.isLeader()) return;
     const addresses = probeAddresses(cached);
     log.v(2)?.("probing", { addresses: addresses.join(",") });
     const probe = await options.probe(addresses, this.abort.signal);
@@ -290,12 +298,13 @@ export class Controller {
     try {
       fresh = await options.nodes.get(name, { signal: this.abort.signal });
     } catch (err) {
+      if (this.abort.signal.aborted) return; // stopping: nothing failed
       if (!isApiError(err, "NotFound")) throw err;
       log.v(2)?.("node is gone");
       return;
     }
     if (fresh.metadata?.uid !== cached.metadata?.uid || probeAddresses(fresh).join() !== addresses.join()) {
-      // The probe was about another object or other addresses: the next pass starts over with it.
+      // The probe was about another object or other addresses: its informer event queues it afresh.
       options.metrics.skipped.with({ class: "changed" }).inc();
       this.skipped(fresh, "changed", "changed while it was probed (uid or addresses)");
       return;
@@ -309,6 +318,7 @@ export class Controller {
     if (decision.action === "skip") {
       options.metrics.skipped.with({ class: decision.class }).inc();
       this.skipped(fresh, decision.class, decision.reason);
+      this.recheckAt(name, decision.until, now);
     } else if (decision.action === "delete" && options.dryRun) {
       options.metrics.deletions.with({ result: "dry-run" }).inc();
       const message = `would delete (dry run): ${decision.reason}`;
@@ -347,12 +357,14 @@ export class Controller {
         log.v(2)?.("node is gone");
         return;
       }
-      // Unknown whether it was deleted (e.g. a timeout): the reservation stays, to be safe.
+      // Refused by the apiserver (a 4xx: RBAC, an admission policy, throttling): nothing was deleted. Otherwise
+      // (a timeout, a 5xx) it is unknown whether it was, and the reservation stays, to be safe.
+      if (isApiError(err) && err.code < 500) unreserve();
       options.metrics.deletions.with({ result: "error" }).inc();
-      log.error("deleting node failed", { err });
       options.events.record(nodeReference(node), "Warning", "DeletionFailed", (err as Error).message);
-      return;
+      throw new Error("deleting failed", { cause: err }); // the queue tries the node again, with backoff
     }
+    this.deleted.set(name, uid);
     options.metrics.deletions.with({ result: "deleted" }).inc();
     log.info("deleted node", { reason });
     options.events.record(nodeReference(node), "Normal", "DeletingNode", `Deleting node: ${reason}`);
@@ -369,13 +381,16 @@ export class Controller {
 
   /** Records the event unless this node's last event was for the same stage; true when recorded. */
   private eventOnce(node: Node, stage: Stage, type: EventType, reason: string, message: string): boolean {
-    const uid = node.metadata?.uid ?? "";
-    if (this.evented.get(uid) === stage) return false;
-    this.evented.set(uid, stage);
+    const { uid } = node.metadata ?? {};
+    const last = this.evented.get(nameOf(node));
+    if (last?.uid === uid && last?.stage === stage) return false;
+    this.evented.set(nameOf(node), { uid, stage });
     this.options.events.record(nodeReference(node), type, reason, message);
     return true;
   }
 }
+
+const nameOf = (node: Node) => node.metadata?.name ?? "";
 
 function probeResultLabel(probe: ProbeResult): string {
   if (probe.inconclusive) return "inconclusive";

@@ -22,6 +22,7 @@ import {
 
 const NOW = new Date("2026-01-01T12:00:00Z");
 const ago = (ms: number) => new Date(NOW.getTime() - ms).toISOString();
+const at = (fromNowMs: number) => new Date(NOW.getTime() + fromNowMs);
 const MINUTE = 60_000;
 
 const AUTOSCALER: Taint = { key: "ToBeDeletedByClusterAutoscaler", effect: "NoSchedule" };
@@ -254,7 +255,7 @@ test("decide: every rule, with its reason", () => {
       { labels: { keep: "" }, transition: ago(2 * MINUTE) },
       {},
       { probe: UNREACHABLE },
-      { action: "skip", class: "not-expired", reason: "NotReady for 2m0s, timeout 5m0s" },
+      { action: "skip", class: "not-expired", reason: "NotReady for 2m0s, timeout 5m0s", until: at(3 * MINUTE) },
     ],
     [
       "protected and being deleted (by someone else)",
@@ -304,21 +305,21 @@ test("decide: every rule, with its reason", () => {
       { transition: ago(2 * MINUTE + 10_500) },
       {},
       { probe: UNREACHABLE },
-      { action: "skip", class: "not-expired", reason: "NotReady for 2m10s, timeout 5m0s" },
+      { action: "skip", class: "not-expired", reason: "NotReady for 2m10s, timeout 5m0s", until: at(2 * MINUTE + 49_500) },
     ],
     [
       "one millisecond before the timeout",
       { transition: ago(5 * MINUTE - 1) },
       {},
       { probe: UNREACHABLE },
-      { action: "skip", class: "not-expired", reason: "NotReady for 4m59s, timeout 5m0s" },
+      { action: "skip", class: "not-expired", reason: "NotReady for 4m59s, timeout 5m0s", until: at(1) },
     ],
     [
       "transition in the future (clock skew)",
       { transition: ago(-MINUTE) },
       { notReadyTimeoutMs: 0 },
       {},
-      { action: "skip", class: "not-expired", reason: "NotReady for 0s, timeout 0s" },
+      { action: "skip", class: "not-expired", reason: "NotReady for 0s, timeout 0s", until: at(MINUTE) },
     ],
     [
       "paused cluster",
@@ -332,14 +333,19 @@ test("decide: every rule, with its reason", () => {
       {},
       {},
       { deletionTimes: [new Date(ago(59_999)), new Date(ago(1000))], probe: UNREACHABLE },
-      { action: "skip", class: "rate-limited", reason: "rate limit: 2 deletions in the last minute" },
+      {
+        action: "skip",
+        class: "rate-limited",
+        reason: "rate limit: 2 deletions in the last minute",
+        until: at(1), // when the older of the two leaves the window
+      },
     ],
     [
       "a deletion in the future still counts",
       {},
       { maxDeletionsPerMinute: 1 },
       { deletionTimes: [new Date(ago(-5000))], probe: UNREACHABLE },
-      { action: "skip", class: "rate-limited", reason: "rate limit: 1 deletions in the last minute" },
+      { action: "skip", class: "rate-limited", reason: "rate limit: 1 deletions in the last minute", until: at(65_000) },
     ],
     [
       "no deletion allowed at all",

@@ -4,7 +4,8 @@
 //
 // Deciding takes two calls. Without a probe result, decide() answers "probe" when every rule but
 // reachability says delete (probing is the expensive part). With the probe result it answers
-// "delete" only for a node that every rule allows and that no probe reached.
+// "delete" only for a node that every rule allows and that no probe reached. A skip that only time
+// can end says until when, so the controller need not ask again before.
 import type { Node } from "kubernetes-types/core/v1.js";
 import { formatDuration } from "../cli/duration.ts";
 import {
@@ -48,7 +49,9 @@ export type SkipClass =
   | "inconclusive";
 
 export type Decision =
-  | { action: "skip"; class: SkipClass; reason: string }
+  /** `until`: when the same node and cluster may be decided otherwise (its timeout ends, a deletion leaves
+   * the rate window); the controller decides the node again then. */
+  | { action: "skip"; class: SkipClass; reason: string; until?: Date }
   | { action: "probe"; reason: string }
   | { action: "delete"; reason: string };
 
@@ -150,11 +153,19 @@ export function recentDeletions(deletionTimes: Date[], now: Date): Date[] {
   return deletionTimes.filter((time) => time.getTime() > now.getTime() - RATE_WINDOW_MS);
 }
 
+/** When enough of the deletions have left the rate window for one more; undefined when none ever may. */
+function rateWindowOpens(recent: Date[], limit: number): Date | undefined {
+  if (limit <= 0) return undefined;
+  const oldest = recent.map((time) => time.getTime()).sort((a, b) => a - b);
+  return new Date((oldest[oldest.length - limit] as number) + RATE_WINDOW_MS);
+}
+
 export function decide(node: Node, now: Date, config: LifecycleConfig, context: DecisionContext): Decision {
-  const skip = (skipClass: SkipClass, reason: string): Decision => ({
+  const skip = (skipClass: SkipClass, reason: string, until?: Date): Decision => ({
     action: "skip",
     class: skipClass,
     reason,
+    ...(until ? { until } : {}),
   });
   const unwatched = unwatchedReason(node, config);
   if (unwatched) return skip("unwatched", unwatched);
@@ -167,15 +178,18 @@ export function decide(node: Node, now: Date, config: LifecycleConfig, context: 
       : skip("not-expired", "NotReady since an unknown time (no lastTransitionTime)");
   const notReadyFor = Math.max(0, Math.floor((now.getTime() - since.getTime()) / 1000) * 1000);
   const timing = `NotReady for ${formatDuration(notReadyFor)}, timeout ${formatDuration(config.notReadyTimeoutMs)}`;
-  if (now.getTime() - since.getTime() < config.notReadyTimeoutMs) return skip("not-expired", timing);
+  const expiry = new Date(since.getTime() + config.notReadyTimeoutMs);
+  if (now < expiry) return skip("not-expired", timing, expiry);
   // After the timing: "protected" then means the protection is what keeps this dead node (and is evented).
   const protection = protectionReason(node, config);
   if (protection) return skip("protected", `${protection} (${timing})`);
 
   if (context.health.paused) return skip("paused", context.health.reason);
-  const recent = recentDeletions(context.deletionTimes, now).length;
-  if (recent >= config.maxDeletionsPerMinute)
-    return skip("rate-limited", `rate limit: ${recent} deletions in the last minute`);
+  const recent = recentDeletions(context.deletionTimes, now);
+  if (recent.length >= config.maxDeletionsPerMinute) {
+    const reason = `rate limit: ${recent.length} deletions in the last minute`;
+    return skip("rate-limited", reason, rateWindowOpens(recent, config.maxDeletionsPerMinute));
+  }
 
   const { probe } = context;
   if (!probe) return { action: "probe", reason: timing };

@@ -1,8 +1,9 @@
-// The reconcile loop against fakes of its adapters (cache, API, probe, events): what it probes,
-// what it deletes and with which preconditions, what it events, and its bounds (leadership, probe
-// concurrency, one probe per node, rate limit, guard, dry-run, debounced triggers).
+// The controller against fakes of its adapters (cache, API, probe, events): what it probes, what it
+// deletes and with which preconditions, what it events, and its bounds (leadership, probe concurrency,
+// one probe per node, rate limit, guard, dry-run), what queues a node (changes, passes, its expiry) and
+// how a failure is retried.
 import assert from "node:assert/strict";
-import { test } from "node:test";
+import { afterEach, test } from "node:test";
 import type { Node } from "kubernetes-types/core/v1.js";
 import type { Preconditions } from "kubernetes-types/meta/v1.js";
 import { createLogger } from "../../src/cli/log.ts";
@@ -145,7 +146,13 @@ function harness(
     config,
     reconcileIntervalMs: 3_600_000,
     dryRun: false,
-    cache: { list: () => [...api.values()].map(trim) },
+    cache: {
+      get: (name) => {
+        const node = api.get(name);
+        return node && trim(node);
+      },
+      list: () => [...api.values()].map(trim),
+    },
     nodes: {
       get: async (name) => {
         h.gets.push(name);
@@ -176,15 +183,23 @@ function harness(
     log: createLogger({ verbosity: 2, format: "text", write: (line) => h.logs.push(line) }),
     metrics: createNodeLifecycleMetrics(registry),
     now: () => NOW,
+    // Retries at once (a test waits for them, not for a delay).
+    retryBackoff: { baseMs: 1, capMs: 1 },
     ...options,
   });
+  running.push(controller);
   return { ...h, controller };
 }
 
-/** Runs passes and lets every started check finish. */
+const running: Controller[] = [];
+afterEach(async () => {
+  await Promise.all(running.splice(0).map((controller) => controller.stop()));
+});
+
+/** Runs passes and lets every sync they queued finish. */
 async function settle(h: Harness, passes = 1): Promise<void> {
   for (let i = 0; i < passes; i++) {
-    h.controller.reconcile();
+    h.controller.trigger();
     await h.controller.idle();
   }
 }
@@ -407,7 +422,8 @@ test("Nodes sharing a providerID: a Warning on each once, a gauge, a log line; f
 
 test("the DELETE's preconditions are the fresh copy's, not the cache's", async () => {
   const cached = kubeletNode("n1");
-  const h = harness([cached], { cache: { list: () => [nodeTransform(CONFIG)(cached)] } });
+  const trimmed = nodeTransform(CONFIG)(cached);
+  const h = harness([cached], { cache: { get: () => trimmed, list: () => [trimmed] } });
   const moved = structuredClone(cached);
   (moved.metadata as { resourceVersion: string }).resourceVersion = "5000"; // e.g. a status update since
   h.api.set("n1", moved);
@@ -415,6 +431,22 @@ test("the DELETE's preconditions are the fresh copy's, not the cache's", async (
   assert.deepEqual(h.deletes, [
     { name: "n1", preconditions: { uid: cached.metadata?.uid, resourceVersion: "5000" } },
   ]);
+});
+
+test("a node it deleted is not probed again while the cache still shows it", async () => {
+  const dead = kubeletNode("n1");
+  const trimmed = nodeTransform(CONFIG)(dead);
+  let cached: Node | undefined = trimmed; // the watch's DELETED event is on its way
+  const h = harness([dead], { cache: { get: () => cached, list: () => (cached ? [cached] : []) } });
+  await settle(h, 3);
+  assert.deepEqual([h.probes.length, h.deletes.length], [1, 1]);
+  cached = undefined; // the event arrives, then the machine registers again under the name
+  await settle(h);
+  const reborn = kubeletNode("n1");
+  h.api.set("n1", reborn);
+  cached = nodeTransform(CONFIG)(reborn);
+  await settle(h);
+  assert.deepEqual([h.probes.length, h.deletes.length], [2, 2], "the new object is decided as any other");
 });
 
 test("the fresh copy is decided again: a node now Ready, or another object, is not deleted", async () => {
@@ -460,12 +492,12 @@ test("only the leader probes, and leadership is checked again right before the D
 
   let calls = 0;
   const lost = harness([kubeletNode("n1")], {
-    isLeader: () => ++calls < 4, // the pass, the check's start, after the probe: leader; at the DELETE: not
+    isLeader: () => ++calls < 3, // the sync, after the probe: leader; at the DELETE: not
   });
   await settle(lost);
   assert.equal(lost.gets.length, 1);
   assert.deepEqual(lost.deletes, []);
-  assert.equal(calls, 4);
+  assert.equal(calls, 3);
 });
 
 test("probes run concurrently but at most 10 at once, and never twice at once for one node", async () => {
@@ -473,31 +505,34 @@ test("probes run concurrently but at most 10 at once, and never twice at once fo
     ...Array.from({ length: 25 }, (_, i) => kubeletNode(`n${i}`, { address: `198.18.6.${i}` })),
     ...healthy(25),
   ];
-  const pending: ((result: ProbeResult) => void)[] = [];
-  let inFlight = 0;
+  const pending: (() => void)[] = [];
+  const inFlight = new Set<string>();
+  const twice: string[] = [];
   let most = 0;
   const h = harness(nodes, {
-    probeResult: () =>
+    probeResult: ([address = ""]) =>
       new Promise<ProbeResult>((resolve) => {
-        most = Math.max(most, ++inFlight);
-        pending.push((result) => {
-          inFlight--;
-          resolve(result);
+        if (inFlight.has(address)) twice.push(address);
+        inFlight.add(address);
+        most = Math.max(most, inFlight.size);
+        pending.push(() => {
+          inFlight.delete(address);
+          resolve(REACHABLE);
         });
       }),
   });
-  h.controller.reconcile();
+  h.controller.trigger();
   await waitFor("10 probes to start", () => pending.length === 10);
-  h.controller.reconcile(); // a second pass while they run adds nothing
-  h.controller.reconcile();
-  assert.equal(pending.length, 10);
-  for (let released = 0; released < 25; released++) {
-    await waitFor(`probe ${released + 1}`, () => pending.length > released);
-    pending[released]?.(REACHABLE);
+  // Two more passes while they run: a node being probed is synced once more after, the others once.
+  h.controller.trigger();
+  h.controller.trigger();
+  for (let released = 0; released < 35; released++) {
+    await waitFor(`probe ${released + 1}`, () => pending.length > 0);
+    pending.shift()?.();
   }
   await h.controller.idle();
-  assert.equal(most, 10);
-  assert.equal(h.probes.length, 25);
+  assert.deepEqual([most, twice, pending.length], [10, [], 0]);
+  assert.equal(h.probes.length, 35);
   assert.equal(new Set(h.probes.map((a) => a[0])).size, 25);
 });
 
@@ -528,6 +563,7 @@ test("the rate limit holds across concurrent checks, and a refused DELETE gives 
 });
 
 test("the guard pauses deletions with an event per held node, a gauge and a log line", async () => {
+  const trim = nodeTransform(CONFIG);
   const h = harness([
     kubeletNode("dead"),
     kubeletNode("w1", { tainted: false }),
@@ -547,8 +583,14 @@ test("the guard pauses deletions with an event per held node, a gauge and a log 
   ]);
   assert.equal(h.logs.filter((l) => /^W.*mass-deletion guard state="deletions paused/.test(l)).length, 1);
 
+  // Only w1's own event: the guard's new verdict queues every node.
+  h.controller.start(); // a pass, and handlers from now on
+  await h.controller.idle();
+  assert.equal(h.deletes.length, 0);
+  const w1 = h.api.get("w1") as Node;
   h.api.set("w1", kubeletNode("w1", { ready: "True", tainted: false }));
-  await settle(h);
+  h.controller.handlers.onUpdate?.(trim(w1), trim(h.api.get("w1") as Node));
+  await waitFor("the held node deleted", () => h.deletes.length === 1);
   assert.equal(h.metric("node_lifecycle_controller_deletions_paused"), 0);
   assert.deepEqual(h.deletes.map((d) => d.name), ["dead"]);
   assert.ok(h.logs.some((l) => /^I.*mass-deletion guard state="deletions allowed/.test(l)));
@@ -578,33 +620,99 @@ test("ICMP unavailable is logged once, as a warning; TCP's answer still decides"
   assert.deepEqual(h.deletes, []);
 });
 
-test("node changes trigger one debounced pass; changes a decision cannot see trigger none", async (t) => {
-  t.mock.timers.enable({ apis: ["setTimeout", "setInterval"] });
+test("a change a decision can see queues its node, a heartbeat none; a NotReady node is decided again at its expiry", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout", "setInterval", "Date"], now: NOW });
   const node = kubeletNode("n1", { ready: "True" });
-  const h = harness([node], { debounceMs: 1000, reconcileIntervalMs: 30_000 });
+  const h = harness([node, ...healthy(3)], { reconcileIntervalMs: 30 * MINUTE, now: () => new Date() });
   const trim = nodeTransform(CONFIG);
-  const reconciles = () => h.metric("node_lifecycle_controller_reconciles_total");
-  h.controller.handlers.onAdd?.(trim(node)); // before start (the initial list): ignored
+  const skipped = (rule: string) => h.metric(`node_lifecycle_controller_skipped_total{class="${rule}"}`);
+  h.controller.handlers.onAdd?.(trim(node)); // before start (the initial list): start()'s pass takes it in
+  await h.controller.idle();
+  assert.equal(skipped("ready"), 0);
   h.controller.start();
-  assert.equal(reconciles(), 1);
+  await h.controller.idle();
+  assert.equal(skipped("ready"), 1);
 
   const heartbeat = structuredClone(node);
   (heartbeat.metadata as { resourceVersion: string }).resourceVersion = "77777";
+  h.api.set("n1", heartbeat);
   h.controller.handlers.onUpdate?.(trim(node), trim(heartbeat));
-  t.mock.timers.tick(5000);
-  assert.equal(reconciles(), 1);
+  await h.controller.idle();
+  assert.equal(skipped("ready"), 1, "a heartbeat decides nothing");
 
+  // Its kubelet stops: decided at once (not expired), then at its expiry and not a millisecond before.
   const notReady = kubeletNode("n1", { notReadyForMs: 0 });
-  for (let i = 0; i < 5; i++) h.controller.handlers.onUpdate?.(trim(node), trim(notReady));
-  h.controller.handlers.onDelete?.(trim(node));
-  t.mock.timers.tick(999);
+  h.api.set("n1", notReady);
+  h.controller.handlers.onUpdate?.(trim(heartbeat), trim(notReady));
+  await h.controller.idle();
+  assert.equal(skipped("not-expired"), 1);
+  t.mock.timers.tick(5 * MINUTE - 1);
+  await h.controller.idle();
+  assert.deepEqual(h.probes, []);
+  t.mock.timers.tick(2);
+  await h.controller.idle();
+  assert.deepEqual(h.probes, [["198.18.5.9"]]);
+  assert.deepEqual(h.deletes.map((d) => d.name), ["n1"]);
+
+  const reconciles = () => h.metric("node_lifecycle_controller_reconciles_total");
   assert.equal(reconciles(), 1);
-  t.mock.timers.tick(1);
+  h.api.set("n2", kubeletNode("n2", { ready: "True" })); // an event the informer missed
+  t.mock.timers.tick(30 * MINUTE);
+  await h.controller.idle();
   assert.equal(reconciles(), 2);
-  t.mock.timers.tick(30_000 - 5000 - 1000);
-  assert.equal(reconciles(), 3, "and the interval keeps running");
+  assert.equal(skipped("ready"), 2, "the interval's pass queues every cached node");
   await h.controller.stop();
-  h.controller.handlers.onAdd?.(trim(node));
-  t.mock.timers.tick(60_000);
-  assert.equal(reconciles(), 3, "nothing after stop");
+  h.controller.handlers.onAdd?.(trim(kubeletNode("n2")));
+  t.mock.timers.tick(60 * MINUTE);
+  await h.controller.idle();
+  assert.equal(reconciles(), 2, "nothing after stop");
+  assert.equal(h.probes.length, 1);
+});
+
+test("a probe that throws is retried with the queue's backoff, and logged with the node", async () => {
+  let failures = 1;
+  const h = harness([kubeletNode("n1"), ...healthy(3)], {
+    probeResult: () => {
+      if (failures-- > 0) throw new Error("socket exploded");
+      return UNREACHABLE;
+    },
+  });
+  h.controller.trigger();
+  await waitFor("the retry's DELETE", () => h.deletes.length === 1);
+  assert.equal(h.probes.length, 2);
+  assert.ok(
+    h.logs.some((line) => /^E.* checking node failed node=n1 err="socket exploded" retryInMs=\d+$/.test(line)),
+    h.logs.join("\n"),
+  );
+});
+
+test("a DELETE the apiserver refused gives its rate slot back and is retried; one that may have happened keeps it", async () => {
+  const refused = new ApiError(403, { reason: "Forbidden", message: "policy says no" }, "delete nodes/n1");
+  let refusals = 2;
+  const h = harness([kubeletNode("n1"), ...healthy(3)], {
+    config: { ...CONFIG, maxDeletionsPerMinute: 1 },
+    onDelete: () => {
+      if (refusals-- > 0) throw refused;
+    },
+  });
+  h.controller.trigger();
+  await waitFor("deleted on the third attempt", () => !h.api.has("n1"));
+  assert.equal(h.deletes.length, 3);
+  assert.equal(h.metric('node_lifecycle_controller_deletions_total{result="error"}'), 2);
+  assert.equal(h.events.filter((e) => e.reason === "DeletionFailed").length, 2);
+  assert.match(h.events.find((e) => e.reason === "DeletionFailed")?.message ?? "", /Forbidden \(403\): policy says no/);
+
+  // A 503 (or a timeout) may have deleted it: the slot stays taken, so the retry meets the rate limit.
+  let unavailable = 1;
+  const unsure = harness([kubeletNode("n1"), ...healthy(3)], {
+    config: { ...CONFIG, maxDeletionsPerMinute: 1 },
+    onDelete: () => {
+      if (unavailable-- > 0) throw new ApiError(503, undefined, "delete nodes/n1");
+    },
+  });
+  unsure.controller.trigger();
+  const limited = 'node_lifecycle_controller_skipped_total{class="rate-limited"}';
+  await waitFor("the retry held by the rate limit", () => unsure.metric(limited) === 1);
+  assert.equal(unsure.deletes.length, 1);
+  assert.ok(unsure.api.has("n1"));
 });

@@ -381,12 +381,14 @@ describe("node-lifecycle-controller against a real control plane", () => {
     ]);
     try {
       const nlc = start(flags(world, `--kubeconfig=${kubeconfig}`));
-      const failed = await nlc.waitForLog("deleting node failed", { node: "forbidden-node" });
+      const failed = await nlc.waitForLog("checking node failed", { node: "forbidden-node" });
       assert.equal(failed.level, "error");
       assert.match(
         String(failed.err),
-        new RegExp(`User "system:serviceaccount:kube-system:${name}" cannot delete resource "nodes"`),
+        new RegExp(`^deleting failed: .*User "system:serviceaccount:kube-system:${name}" cannot delete resource "nodes"`),
       );
+      // Refused, so nothing was deleted: retried with backoff (not held by the rate limit its first try reserved).
+      await waitFor("a second attempt", () => nlc.find("checking node failed", { node: "forbidden-node" }).length >= 2);
       assert.equal(await exists("forbidden-node"), true);
       await waitFor("the DeletionFailed event", async () =>
         (await eventsAbout(world, "forbidden-node")).some(
