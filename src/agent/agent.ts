@@ -1,7 +1,8 @@
 // The agent's reconcile loop around the pure rules: detect (netlink, no API call) → desiredAddresses
 // → write only what differs. Triggers: the watched Node, netlink address/route changes, and a resync
-// timer that re-runs only the local detection. Reconciles never overlap; a trigger during one runs
-// another right after, so the last change is never missed.
+// timer that re-runs only the local detection. They queue the one key, this node, on the work queue
+// (kube/workqueue.ts): reconciles never overlap, a trigger during one runs another right after (the
+// last change is never missed), and a failed one is retried with backoff.
 import type { Node, NodeAddress, Taint } from "kubernetes-types/core/v1.js";
 import type { Logger } from "../cli/log.ts";
 import { backoffDelay, sleep } from "../time/backoff.ts";
@@ -9,6 +10,7 @@ import { isApiError } from "../kube/errors.ts";
 import { type EventRecorder, nodeReference } from "../kube/events.ts";
 import { isUninitialized, UNINITIALIZED_TAINT } from "../kube/nodes.ts";
 import type { Resource } from "../kube/resource.ts";
+import { WorkQueue } from "../kube/workqueue.ts";
 import type { Netlink } from "../net/netlink.ts";
 import { desiredAddresses, hasInternalIP, parseProvidedNodeIPs, sameAddresses } from "./addresses.ts";
 import { type Detection, type DetectionConfig, detectAddresses } from "./detect.ts";
@@ -89,8 +91,9 @@ export class NodeNotFoundError extends Error {
 export class Agent {
   private readonly options: AgentOptions;
   private readonly deps: AgentDeps;
-  private running: Promise<void> | undefined;
-  private again = false;
+  private readonly queue: WorkQueue;
+  /** The informer's copy of the Node, as the last trigger gave it. */
+  private cached: () => Node | undefined = () => undefined;
   /** Findings of the previous reconcile: each is reported when it appears, not on every pass (no writes at rest). */
   private findings = new Set<string>();
   /** Outcome of the last reconcile, for /readyz: its error, or its result. */
@@ -102,6 +105,10 @@ export class Agent {
   constructor(options: AgentOptions, deps: AgentDeps) {
     this.options = options;
     this.deps = deps;
+    this.queue = new WorkQueue({
+      sync: () => this.sync(),
+      onError: (_, err, retryInMs) => this.report(err, retryInMs),
+    });
   }
 
   /**
@@ -109,32 +116,25 @@ export class Agent {
    * changes); conflicts fall back to fresh reads.
    */
   trigger(cached: () => Node | undefined): void {
-    if (this.running) {
-      this.again = true;
-      return;
-    }
-    this.running = (async () => {
-      do {
-        this.again = false;
-        await this.reconcile(cached).then(
-          (result) => {
-            this.lastError = undefined;
-            this.lastResult = result;
-          },
-          (err: unknown) => {
-            this.lastError = err;
-            this.lastResult = undefined;
-            this.report(err);
-          },
-        );
-      } while (this.again);
-      this.running = undefined;
-    })();
+    this.cached = cached;
+    this.queue.add(this.options.nodeName);
   }
 
-  /** Resolves when no reconcile is running (tests and shutdown). */
-  async idle(): Promise<void> {
-    while (this.running) await this.running;
+  /** No reconcile starts after this (a retry waiting is dropped); resolves when the one under way has ended. */
+  stop(): Promise<void> {
+    return this.queue.stop();
+  }
+
+  /** The queue's sync: one reconcile, its outcome kept for /readyz; a failure throws, to be retried. */
+  private async sync(): Promise<void> {
+    try {
+      this.lastResult = await this.reconcile(this.cached);
+      this.lastError = undefined;
+    } catch (err) {
+      this.lastError = err;
+      this.lastResult = undefined;
+      throw err;
+    }
   }
 
   /** One reconcile: detect locally, then bring the Node in line, re-reading it on conflicts. */
@@ -326,11 +326,11 @@ export class Agent {
     this.findings = current;
   }
 
-  private report(err: unknown): void {
+  private report(err: unknown, retryInMs: number): void {
     const reason = isApiError(err) ? err.reason : err instanceof NodeNotFoundError ? "NodeNotFound" : "Error";
     this.deps.metrics.reconciles.with({ result: "error" }).inc();
     this.deps.metrics.errors.with({ reason }).inc();
-    this.deps.log.error("reconcile failed", { node: this.options.nodeName, reason, err });
+    this.deps.log.error("reconcile failed", { node: this.options.nodeName, reason, err, retryInMs });
   }
 }
 

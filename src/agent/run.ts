@@ -88,8 +88,9 @@ export async function runAgent(ctx: MainContext): Promise<void> {
       }),
   });
   ctx.onShutdown(() => endpoints.close());
-  // Stops run in reverse (see cli/main.ts): the triggers first, then a reconcile in flight is awaited.
-  ctx.onShutdown(() => agent.idle());
+  // Stops run in reverse (see cli/main.ts): the triggers first, then the agent's queue (a reconcile in flight
+  // is awaited).
+  ctx.onShutdown(() => agent.stop());
   informer.start();
   ctx.onShutdown(() => informer.stop());
   const changes = netlink.watchChanges(reconcile, NETLINK_DEBOUNCE_MS);
