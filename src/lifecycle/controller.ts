@@ -95,8 +95,10 @@ export interface NodeCache {
 
 export interface ControllerOptions {
   config: LifecycleConfig;
-  /** Every node is synced again this often: expired nodes that answered are probed again, and time-bound
-   * answers are checked even if the wall clock stepped since their timer was set. */
+  /**
+   * Every node is synced again this often: expired nodes that answered are probed again, and time-bound
+   * answers are checked even if the wall clock stepped since their timer was set.
+   */
   reconcileIntervalMs: number;
   dryRun: boolean;
   cache: NodeCache;
@@ -133,8 +135,10 @@ export class Controller {
   private health: ClusterHealth | undefined;
   /** When this controller deleted nodes, for the per-minute limit. */
   private deletionTimes: Date[] = [];
-  /** The uid of each node this controller deleted, by name, until the cache shows it gone: our own DELETE
-   * reaches the cache a moment later, and until then the cached copy is not probed again. */
+  /**
+   * The uid of each node this controller deleted, by name, until the cache shows it gone: our own DELETE
+   * reaches the cache a moment later, and until then the cached copy is not probed again.
+   */
   private readonly deleted = new Map<string, string | undefined>();
   /** The stage last evented per node name (and the uid it was for), so a node is evented when its stage changes. */
   private readonly evented = new Map<string, { uid: string | undefined; stage: Stage }>();

@@ -605,3 +605,35 @@ test("property: over a run of reconciles, no 60 s window ever holds more than th
     { numRuns: 500 },
   );
 });
+
+test("property: a skip's `until` is the moment time alone changes it, never later and never sooner", () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 0, max: 10 * MINUTE }),
+      fc.integer({ min: 0, max: 4 }),
+      fc.array(fc.integer({ min: -5000, max: 2 * MINUTE }), { maxLength: 6 }),
+      (notReadyForMs, max, deletionsAgo) => {
+        const config = { ...CONFIG, maxDeletionsPerMinute: max };
+        const candidate = node({ transition: ago(notReadyForMs) });
+        const context = { health: HEALTHY, deletionTimes: deletionsAgo.map((ms) => new Date(ago(ms))) };
+        const decision = decide(candidate, NOW, config, context);
+        if (decision.action !== "skip") return;
+        const { until } = decision;
+        if (until === undefined) {
+          // Time alone never ends "no deletion at all"; a known NotReady time always has an expiry.
+          assert.notEqual(decision.class, "not-expired");
+          if (decision.class === "rate-limited") assert.equal(max, 0);
+          return;
+        }
+        assert.ok(until > NOW);
+        const ruleAt = (ms: number) => {
+          const later = decide(candidate, new Date(ms), config, context);
+          return later.action === "skip" ? later.class : later.action;
+        };
+        assert.equal(ruleAt(until.getTime() - 1), decision.class, "still held a millisecond before");
+        assert.notEqual(ruleAt(until.getTime()), decision.class, "let go at `until`");
+      },
+    ),
+    { numRuns: 1000 },
+  );
+});

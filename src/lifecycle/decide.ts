@@ -49,8 +49,10 @@ export type SkipClass =
   | "inconclusive";
 
 export type Decision =
-  /** `until`: when the same node and cluster may be decided otherwise (its timeout ends, a deletion leaves
-   * the rate window); the controller decides the node again then. */
+  /**
+   * `until`: when the same node and cluster may be decided otherwise (its timeout ends, a deletion leaves
+   * the rate window); the controller decides the node again then.
+   */
   | { action: "skip"; class: SkipClass; reason: string; until?: Date }
   | { action: "probe"; reason: string }
   | { action: "delete"; reason: string };

@@ -620,7 +620,7 @@ test("ICMP unavailable is logged once, as a warning; TCP's answer still decides"
   assert.deepEqual(h.deletes, []);
 });
 
-test("a change a decision can see queues its node, a heartbeat none; a NotReady node is decided again at its expiry", async (t) => {
+test("a visible change queues its node, a heartbeat none; a NotReady node is decided at its expiry", async (t) => {
   t.mock.timers.enable({ apis: ["setTimeout", "setInterval", "Date"], now: NOW });
   const node = kubeletNode("n1", { ready: "True" });
   const h = harness([node, ...healthy(3)], { reconcileIntervalMs: 30 * MINUTE, now: () => new Date() });
@@ -686,7 +686,7 @@ test("a probe that throws is retried with the queue's backoff, and logged with t
   );
 });
 
-test("a DELETE the apiserver refused gives its rate slot back and is retried; one that may have happened keeps it", async () => {
+test("a refused DELETE gives its rate slot back and is retried; one that may have happened keeps it", async () => {
   const refused = new ApiError(403, { reason: "Forbidden", message: "policy says no" }, "delete nodes/n1");
   let refusals = 2;
   const h = harness([kubeletNode("n1"), ...healthy(3)], {
