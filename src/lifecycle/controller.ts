@@ -179,9 +179,12 @@ export class Controller {
     this.trigger();
   }
 
-  /** A pass: every cached node is queued, and the guard's verdict computed afresh (e.g. on taking the lead). */
+  /**
+   * A pass: every cached node is queued, and the guard's verdict computed afresh (e.g. on taking the lead).
+   * Not before start(): the guard must never be computed over a cache still filling.
+   */
   trigger(): void {
-    if (this.abort.signal.aborted) return;
+    if (!this.interval || this.abort.signal.aborted) return;
     this.health = undefined;
     this.options.metrics.reconciles.inc();
     this.queueAll();
