@@ -33,7 +33,7 @@ test("projection keeps the paths named (and the fields a filter reads), whole wh
 });
 
 test("projection unions element filters that both match one element", () => {
-  const trim = projection([
+  const trim = projection<typeof node>([
     ["status", "conditions", EACH, "type"],
     ["status", "conditions", { where: { type: "Ready" } }, "status"],
   ]);

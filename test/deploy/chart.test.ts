@@ -14,7 +14,8 @@ import { parse, parseAllDocuments, stringify } from "yaml";
 import { parseAgentFlags } from "../../src/agent/flags.ts";
 import { type FlagSpec, parseFlags, UsageError } from "../../src/cli/flags.ts";
 import { LOG_FORMATS } from "../../src/cli/log.ts";
-import { parseLifecycleFlags } from "../../src/lifecycle/flags.ts";
+import { nodeLifecycle } from "../../src/lifecycle/definition.ts";
+import { configOf, parseManagerFlags } from "../../src/manager/flags.ts";
 import {
   CHART_DIR,
   chartFlagsYaml,
@@ -99,7 +100,7 @@ const expand = (program: Program, args: string[]) =>
 function parseProgram(program: Program, rendered: string[]): void {
   const args = expand(program, rendered);
   if (program === "local-ccm") parseAgentFlags(args, POD_ENV[program]);
-  else parseLifecycleFlags(args, POD_ENV[program], () => undefined);
+  else parseManagerFlags(args, POD_ENV[program], () => undefined);
 }
 
 /** Values a user might set, by flag type; the first one a flag accepts (and is not its default) is used. */
@@ -908,7 +909,10 @@ describe("Helm chart", () => {
     ]);
     const agentArgs = container(objects, "local-ccm").args ?? [];
     assert.deepEqual(agentArgs, ["--v=3"]);
-    const lifecycle = parseLifecycleFlags(nlcArgs, POD_ENV["node-lifecycle-controller"], () => undefined);
+    const lifecycle = configOf(
+      parseManagerFlags(nlcArgs, POD_ENV["node-lifecycle-controller"], () => undefined),
+      nodeLifecycle,
+    );
     assert.equal(lifecycle.unhealthyThreshold, 0.5);
     assert.equal(parseAgentFlags(expand("local-ccm", agentArgs), POD_ENV["local-ccm"]).verbosity, 3);
   });
