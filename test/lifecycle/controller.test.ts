@@ -214,6 +214,7 @@ test("the cache keeps only what decisions read, and decides exactly as the full 
       uid: full.metadata?.uid,
       resourceVersion: full.metadata?.resourceVersion,
       labels: { "kubernetes.io/hostname": "n1", keep: "" },
+      annotations: {},
       creationTimestamp: full.metadata?.creationTimestamp,
     },
     spec: { taints: [AUTOSCALER] },
