@@ -1,6 +1,8 @@
 // `npm run manifests`: the files generated from the programs' flag tables and the Helm chart.
 // - charts/local-ccm/flags.yaml: each program's flags with their Helm value path and default, which
 //   the chart's templates turn into container args (so the flag tables stay the single source);
+// - charts/local-ccm/controllers.yaml: node-lifecycle-controller's registered controllers with the Helm value
+//   that runs each (if any) and the RBAC rules each needs, which nlc-rbac.yaml grants while it runs;
 // - deploy/*.yaml: `helm template` of the chart with default values into kube-system, one file per
 //   template (templates/rbac.yaml → deploy/rbac.yaml), for `kubectl apply` without Helm.
 // test/deploy/ fails when a committed file differs from what this script writes.
@@ -10,6 +12,7 @@ import { stringify } from "yaml";
 import { agentFlagTable } from "../src/agent/flags.ts";
 import { type FlagSpec, MAX_TIMER_MS } from "../src/cli/flags.ts";
 import { managerFlagTable } from "../src/manager/flags.ts";
+import { CONTROLLERS } from "../src/manager/registry.ts";
 import { ensureBinaries } from "../localcluster/build.ts";
 import { run } from "../localcluster/exec.ts";
 
@@ -17,6 +20,7 @@ const root = path.resolve(import.meta.dirname, "..");
 export const CHART_DIR = path.join(root, "charts/local-ccm");
 export const DEPLOY_DIR = path.join(root, "deploy");
 export const FLAGS_FILE = path.join(CHART_DIR, "flags.yaml");
+export const CONTROLLERS_FILE = path.join(CHART_DIR, "controllers.yaml");
 /** The namespace of the static manifests, as cozystack/local-ccm's. */
 export const NAMESPACE = "kube-system";
 
@@ -45,6 +49,18 @@ export function chartFlagsYaml(): string {
   );
   const header = `# ${GENERATED} from the programs' flag tables (src/*/flags.ts); do not edit.\n`;
   return `${header}${stringify(programs)}`;
+}
+
+/** charts/local-ccm/controllers.yaml: each controller's Helm switch (if any) and RBAC rules, in registry order. */
+export function chartControllersYaml(): string {
+  const controllers = CONTROLLERS.map(({ name, helmEnabled, rbac }) => ({
+    name,
+    ...(helmEnabled ? { helmEnabled } : {}),
+    clusterRules: rbac.cluster,
+    namespacedRules: rbac.namespaced ?? {},
+  }));
+  const header = `# ${GENERATED} from the controller registry (src/manager/registry.ts); do not edit.\n`;
+  return `${header}${stringify({ controllers })}`;
 }
 
 /**
@@ -108,6 +124,8 @@ async function main(): Promise<void> {
   const { helm } = await ensureBinaries();
   await writeFile(FLAGS_FILE, chartFlagsYaml());
   console.log(path.relative(root, FLAGS_FILE));
+  await writeFile(CONTROLLERS_FILE, chartControllersYaml());
+  console.log(path.relative(root, CONTROLLERS_FILE));
   for (const [name, content] of await renderDeployFiles(helm)) {
     await writeFile(path.join(DEPLOY_DIR, name), content);
     console.log(path.relative(root, path.join(DEPLOY_DIR, name)));
