@@ -97,8 +97,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   const resync = setInterval(reconcile, flags.reconcileIntervalMs);
   ctx.onShutdown(() => clearInterval(resync));
   log.info(`${PROGRAM} started`, { node: flags.nodeName, health: endpoints.health, metrics: endpoints.metrics });
-  await Promise.race([informer.waitForSync(), ctx.untilStopped()]);
-  if (!ctx.signal.aborted && !cached()) {
+  if ((await ctx.unlessStopped(informer.waitForSync())) && !cached()) {
     log.warn("node not found yet; waiting for it to be registered", { node: flags.nodeName });
   }
   await ctx.untilStopped();

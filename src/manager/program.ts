@@ -122,8 +122,7 @@ export async function runManager(ctx: MainContext): Promise<void> {
   });
   informers.start();
   ctx.onShutdown(() => informers.stop());
-  await Promise.race([informers.waitForSync(), ctx.untilStopped()]);
-  if (ctx.signal.aborted) return;
+  if (!(await ctx.unlessStopped(informers.waitForSync()))) return;
   log.info("caches synced", informers.counts());
   // Candidates campaign only with full caches, so that a new leader decides from all objects at once.
   if (elector) ctx.onShutdown(campaign(elector));

@@ -741,10 +741,11 @@ describe("Helm chart", () => {
       assert.deepEqual(agent.ports, [{ name: "metrics", containerPort: 10265, protocol: "TCP" }]);
       assert.equal(agent.livenessProbe, undefined);
       const nlc = container(objects, "node-lifecycle-controller");
+      // In the flag table's order: the program's own flags, then each controller's, then the common ones.
       assert.deepEqual(nlc.args, [
-        "--max-deletions-per-minute=1000000",
         "--leader-elect-resource-name=nlc-leader",
         "--leader-elect-resource-namespace=leases",
+        "--max-deletions-per-minute=1000000",
         "--health-bind-address=[::1]:9100",
       ]);
       assert.deepEqual(nlc.ports, [
