@@ -57,6 +57,7 @@ export const kubeletServingCsr = defineController({
     // The apiserver's CertificateApproval admission checks "approve" on signers/<signerName> for every approval
     // and denial. Its Events, about cluster-scoped CSRs, go to "default".
     cluster: [
+      { apiGroups: [""], resources: ["nodes"], verbs: ["list", "watch"] },
       { apiGroups: ["certificates.k8s.io"], resources: ["certificatesigningrequests"], verbs: ["list", "watch"] },
       { apiGroups: ["certificates.k8s.io"], resources: ["certificatesigningrequests/approval"], verbs: ["update"] },
       {

@@ -586,6 +586,7 @@ describe("Helm chart", () => {
     // The approver's cluster-wide rules join the program's ClusterRole (from controllers.yaml, after the
     // node-lifecycle controller's); its rules in "default" are a Role named after it.
     const approverRules = [
+      { apiGroups: [""], resources: ["nodes"], verbs: ["list", "watch"] },
       { apiGroups: ["certificates.k8s.io"], resources: ["certificatesigningrequests"], verbs: ["list", "watch"] },
       { apiGroups: ["certificates.k8s.io"], resources: ["certificatesigningrequests/approval"], verbs: ["update"] },
       {

@@ -120,7 +120,8 @@ test("the values file example gives its rules as lists, reaching the agent and t
     flags.metadata.rules.rules.map((rule) => rule.field),
     ["region", "zone", "zone"],
   );
-  const lifecycle = configOf(parseManagerFlags(args["node-lifecycle-controller"] ?? [], {}, () => undefined), nodeLifecycle);
+  const parsed = parseManagerFlags(args["node-lifecycle-controller"] ?? [], {}, () => undefined);
+  const lifecycle = configOf(parsed, nodeLifecycle);
   assert.equal(lifecycle.watchAutoscalerTaint, false);
   assert.equal(lifecycle.unhealthyThreshold, 0.4);
   assert.equal(lifecycle.protectedLabels.length, 2);
