@@ -49,7 +49,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   );
   ctx.onShutdown(() => client.close());
   ctx.onShutdown(() => netlink.close());
-  ctx.onShutdown(() => events.flush());
+  ctx.onShutdown(() => events.flushAtShutdown());
 
   if (flags.runOnce) {
     const result = await agent.reconcile(() => undefined);
@@ -68,7 +68,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   const informer = new Informer(nodes, {
     fieldSelector: `metadata.name=${flags.nodeName}`,
     watchTimeoutSeconds: { min: 1800, max: 3600 },
-    onError: (err) => log.warn("watching the node failed; retrying", { err }),
+    onError: (err) => log.error("watching the node failed", { err }),
   });
   const cached = () => informer.get(flags.nodeName);
   const reconcile = () => agent.trigger(cached);

@@ -13,13 +13,9 @@ import { isApiError } from "../kube/errors.ts";
 import { EventRecorder } from "../kube/events.ts";
 import { LeaderElector } from "../kube/leaderelection.ts";
 import { SharedInformers } from "../kube/sharedinformers.ts";
-import { sleep } from "../time/backoff.ts";
 import type { AnyController, Caches, RunningController } from "./controller.ts";
 import { type ManagerFlags, PROGRAM, parseManagerFlags } from "./flags.ts";
 import { createMetrics } from "./metrics.ts";
-
-/** How long shutdown waits for queued Events before it closes the client. */
-const EVENT_FLUSH_MS = 5_000;
 
 /** As client-go's: the pod (or host) name and a random part, so a restarted pod is a new candidate. */
 function leaderIdentity(env: NodeJS.ProcessEnv): string {
@@ -32,7 +28,8 @@ function logLeaseError(log: Logger, err: unknown): void {
   else log.error("leader election failed", { err });
 }
 
-interface Shared {
+/** What every controller is created from: one of each per process. */
+interface SharedParts {
   client: KubeClient;
   informers: SharedInformers;
   events: EventRecorder;
@@ -43,7 +40,7 @@ interface Shared {
 }
 
 /** Creates one controller from its definition: its watches registered on the shared informers, not started. */
-function createController(definition: AnyController, config: unknown, shared: Shared): RunningController {
+function createController(definition: AnyController, config: unknown, shared: SharedParts): RunningController {
   const { name } = definition;
   const watches = definition.watches(config);
   const caches = Object.fromEntries(
@@ -98,9 +95,9 @@ export async function runManager(ctx: MainContext): Promise<void> {
     host: identity,
     onError: (err) => log.error("recording an event failed", { err }),
   });
-  ctx.onShutdown(() => Promise.race([events.flush(), sleep(EVENT_FLUSH_MS)]));
+  ctx.onShutdown(() => events.flushAtShutdown());
 
-  const shared: Shared = {
+  const shared: SharedParts = {
     client,
     informers,
     events,
@@ -137,7 +134,7 @@ export async function runManager(ctx: MainContext): Promise<void> {
 /** The elector on --leader-elect-resource-*, or undefined (and leading) without leader election. */
 function leaderElector(
   flags: ManagerFlags,
-  parts: Pick<Shared, "client" | "log" | "metrics"> & { identity: string; controllers: RunningController[] },
+  parts: Pick<SharedParts, "client" | "log" | "metrics"> & { identity: string; controllers: RunningController[] },
 ): LeaderElector | undefined {
   const { leaderElection } = flags;
   const { log, metrics, identity } = parts;
