@@ -54,18 +54,26 @@ export class SharedInformers {
     this.onError = options.onError;
   }
 
-  /** A cache of what `watch` selects, for `consumer` (named in errors). Call before start(). */
+  /**
+   * A cache of what `watch` selects, for `consumer` (named in errors). Call before start(). Throws a one-line
+   * Error when it cannot share the resource's watch with the consumers registered before it.
+   */
   watch<T extends KubeObject>(consumer: string, watch: Watch<T> | AnyWatch): Cache<T> {
     if (this.informers.size > 0) throw new Error(`${consumer}: watches are registered before the informers start`);
     const key = resourceKey(watch.resource);
     const view = new View<KubeObject>();
-    const group = this.registrations.get(key) ?? [];
-    group.push({ consumer, watch: watch as unknown as Watch<KubeObject>, view });
+    const group = [
+      ...(this.registrations.get(key) ?? []),
+      { consumer, watch: watch as unknown as Watch<KubeObject>, view },
+    ];
+    // Refused here, at registration, rather than when the watches start: the registering consumer's create fails.
+    for (const each of group) filterFor(group, each.watch);
+    transformFor(group, sameSelection(group));
     this.registrations.set(key, group);
     return view as unknown as Cache<T>;
   }
 
-  /** Starts one informer per resource; throws a one-line Error for watches that cannot share one. */
+  /** Starts one informer per resource. */
   start(): void {
     for (const [key, group] of this.registrations) {
       const informer = this.informerFor(group);
