@@ -4,9 +4,9 @@
 //
 // Three small watches feed it (declared in definition.ts): the ServiceCIDRs, the kubernetes Service in default
 // (its ClusterIPs stand in where no ServiceCIDR objects exist) and that Service's EndpointSlices (the API
-// server's own addresses). Each object is trimmed to what is read here (the *_FIELDS below), and clusterAddresses() turns the three
-// lists into the facts decideCSR() takes. Loopback, unspecified, link-local and multicast addresses are the
-// cluster's too: no host may prove them its own.
+// server's own addresses). Each object is trimmed to what is read here (the *_FIELDS below), and
+// clusterAddresses() turns the three lists into the facts decideCSR() takes. Loopback, unspecified, link-local
+// and multicast addresses are the cluster's too: no host may prove them its own.
 //
 // Containment is compared on 16 bytes, IPv4 as IPv4-mapped IPv6: a range written either way then covers both
 // spellings of its addresses (a ServiceCIDR of ::ffff:10.96.0.0/108 still covers the SAN 10.96.0.1, which is

@@ -113,7 +113,7 @@ export class SharedInformers {
     return new Informer(resource, {
       ...(shared ? { labelSelector: first.watch.labelSelector, fieldSelector: first.watch.fieldSelector } : {}),
       transform: transformFor(group, shared),
-      onError: (err) => this.onError(namespace ? `${first.watch.resource.plural} in ${namespace}` : cluster.plural, err),
+      onError: (err) => this.onError(shared && namespace ? `${cluster.plural} in ${namespace}` : cluster.plural, err),
     });
   }
 }

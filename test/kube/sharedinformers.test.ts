@@ -49,6 +49,12 @@ describe("SharedInformers against the real apiserver", () => {
       onAdd: (cm) => seen.push(`add ${cm.metadata?.name}`),
       onDelete: (cm) => seen.push(`delete ${cm.metadata?.name}`),
     });
+    const seenWide: string[] = [];
+    wide.addHandlers({
+      onAdd: (cm) => seenWide.push(`add ${cm.metadata?.name}`),
+      onUpdate: (_, cm) => seenWide.push(`update ${cm.metadata?.name}`),
+      onDelete: (cm) => seenWide.push(`delete ${cm.metadata?.name}`),
+    });
     const listsBefore = verbs.filter((verb) => verb === "list").length;
     informers.start();
     try {
@@ -62,10 +68,19 @@ describe("SharedInformers against the real apiserver", () => {
       assert.deepEqual(names, ["default/kubernetes-like", "shared-a/other"]);
       assert.deepEqual(wide.get("shared-a/other")?.data, { b: "2" });
       assert.equal(narrow.get("shared-a/other"), undefined);
-      // Leaving a view by a change is a delete to its consumer.
       await configMaps("default").delete("kubernetes-like");
       await waitFor("the narrow view's delete", () => seen.includes("delete kubernetes-like"));
       assert.deepEqual(seen, ["add kubernetes-like", "delete kubernetes-like"]);
+      // Entering a view by a change is an add to its consumer, leaving it a delete.
+      await configMaps("shared-a").create({ metadata: { name: "late" } });
+      await configMaps("shared-a").patch("late", "merge", { metadata: { labels: { app: "z" } } });
+      await configMaps("shared-a").patch("late", "merge", { data: { c: "3" } });
+      await configMaps("shared-a").patch("late", "merge", { metadata: { labels: { app: null } } });
+      await waitFor("late leaving the wide view", () => seenWide.includes("delete late"));
+      assert.deepEqual(
+        seenWide.filter((line) => line.endsWith(" late")),
+        ["add late", "update late", "delete late"],
+      );
     } finally {
       await informers.stop();
     }
