@@ -400,7 +400,7 @@ async function measure(world: World, nodeArgs: string[], run: number, approver: 
     { entry, nodeArgs },
   );
   try {
-    const synced = await nlc.waitForLog("node cache synced", {}, 120_000);
+    const synced = await nlc.waitForLog("caches synced", {}, 120_000);
     await nlc.waitForLog("started leading", {}, 60_000);
     await delay(10_000); // start-up allocations settle
 

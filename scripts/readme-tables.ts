@@ -1,23 +1,26 @@
 // `npm run readme`: rewrites the README's generated tables from their single sources in the code:
-// each program's flag table (between <!-- flags:PROGRAM --> and <!-- /flags -->) and its metrics
-// (between <!-- metrics:PROGRAM --> and <!-- /metrics -->). test/docs checks they agree.
+// each program's flag table (between <!-- flags:PROGRAM --> and <!-- /flags -->), its metrics
+// (between <!-- metrics:PROGRAM --> and <!-- /metrics -->) and node-lifecycle-controller's controllers (between
+// <!-- controllers:PROGRAM --> and <!-- /controllers -->). test/docs checks they agree.
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { createMetrics as createAgentMetrics } from "../src/agent/metrics.ts";
 import { agentFlagTable } from "../src/agent/flags.ts";
 import { flagsMarkdown } from "../src/cli/flags.ts";
 import { metricsMarkdown } from "../src/cli/metrics.ts";
-import { lifecycleFlagTable } from "../src/lifecycle/flags.ts";
-import { createMetrics as createLifecycleMetrics } from "../src/lifecycle/metrics.ts";
+import { managerFlagTable } from "../src/manager/flags.ts";
+import { createMetrics as createManagerMetrics } from "../src/manager/metrics.ts";
+import { controllersMarkdown } from "../src/manager/registry.ts";
 
 export const README = path.resolve(import.meta.dirname, "../README.md");
 
 /** Each generated table: its marker kind, the program, and its Markdown. */
 const TABLES = [
   ["flags", "local-ccm", () => flagsMarkdown(agentFlagTable)],
-  ["flags", "node-lifecycle-controller", () => flagsMarkdown(lifecycleFlagTable)],
+  ["flags", "node-lifecycle-controller", () => flagsMarkdown(managerFlagTable)],
+  ["controllers", "node-lifecycle-controller", () => controllersMarkdown()],
   ["metrics", "local-ccm", () => metricsMarkdown(createAgentMetrics().registry)],
-  ["metrics", "node-lifecycle-controller", () => metricsMarkdown(createLifecycleMetrics().registry)],
+  ["metrics", "node-lifecycle-controller", () => metricsMarkdown(createManagerMetrics().registry)],
 ] as const;
 
 /** README text with every marked table regenerated. */

@@ -49,7 +49,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   );
   ctx.onShutdown(() => client.close());
   ctx.onShutdown(() => netlink.close());
-  ctx.onShutdown(() => events.flush());
+  ctx.onShutdown(() => events.flushAtShutdown());
 
   if (flags.runOnce) {
     const result = await agent.reconcile(() => undefined);
@@ -68,7 +68,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   const informer = new Informer(nodes, {
     fieldSelector: `metadata.name=${flags.nodeName}`,
     watchTimeoutSeconds: { min: 1800, max: 3600 },
-    onError: (err) => log.warn("watching the node failed; retrying", { err }),
+    onError: (err) => log.error("watching the node failed", { err }),
   });
   const cached = () => informer.get(flags.nodeName);
   const reconcile = () => agent.trigger(cached);
@@ -98,8 +98,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   const resync = setInterval(reconcile, flags.reconcileIntervalMs);
   ctx.onShutdown(() => clearInterval(resync));
   log.info(`${PROGRAM} started`, { node: flags.nodeName, health: endpoints.health, metrics: endpoints.metrics });
-  await Promise.race([informer.waitForSync(), ctx.untilStopped()]);
-  if (!ctx.signal.aborted && !cached()) {
+  if ((await ctx.unlessStopped(informer.waitForSync())) && !cached()) {
     log.warn("node not found yet; waiting for it to be registered", { node: flags.nodeName });
   }
   await ctx.untilStopped();

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
-// node-lifecycle-controller: deletes Nodes of machines that are gone (Deployment). See src/lifecycle/run.ts.
+// node-lifecycle-controller: hosts the central controllers (Deployment). See src/manager/program.ts.
 import { runMain } from "../cli/main.ts";
-import { PROGRAM } from "../lifecycle/flags.ts";
-import { runLifecycleController } from "../lifecycle/run.ts";
+import { PROGRAM } from "../manager/flags.ts";
+import { runManager } from "../manager/program.ts";
 
-runMain(PROGRAM, runLifecycleController);
+runMain(PROGRAM, runManager);

@@ -52,6 +52,14 @@ runMain("fixture", async (ctx) => {
       await ctx.untilStopped();
       ctx.onShutdown(() => print("hook added during shutdown ran"));
       return;
+    case "wait-for": {
+      setInterval(() => {}, 60_000);
+      const quick = await ctx.unlessStopped(pause(1));
+      print(`ready (quick work done: ${quick})`);
+      const endless = await ctx.unlessStopped(new Promise(() => {}));
+      print(`endless work done: ${endless}`);
+      return;
+    }
     case "stuck":
       setInterval(() => {}, 60_000);
       ctx.onShutdown(async () => {

@@ -216,6 +216,14 @@ describe("runMain in a real process", () => {
     });
   }
 
+  test("unlessStopped: true when the work ends first, false when a signal comes first", async () => {
+    assert.deepEqual(await runFixture(["--mode=wait-for"], [["ready (quick work done: true)", "SIGTERM"]]), {
+      code: 0,
+      stdout: "ready (quick work done: true)\nendless work done: false\nhook 2 ran (stopped: true)\nhook 1 ran\n",
+      stderr: "",
+    });
+  });
+
   test("a second signal during shutdown: one line, exit 1 at once", async () => {
     assert.deepEqual(
       await runFixture(["--mode=stuck"], [

@@ -19,6 +19,11 @@ export interface MainContext {
   /** Resolves when `signal` aborts: a long-running program ends with `await ctx.untilStopped()`. */
   untilStopped(): Promise<void>;
   /**
+   * Resolves true once `work` resolves, false if the program is stopped first: a start-up wait (caches
+   * syncing) that a signal ends, written once for every program.
+   */
+  unlessStopped(work: Promise<unknown>): Promise<boolean>;
+  /**
    * Adds a hook run before the process exits (on a signal, or when the program returns or fails):
    * hooks run one at a time, the last added first. A failing hook does not stop the others; the
    * first failure is the program's one-line error (exit 1) unless it already failed otherwise.
@@ -105,6 +110,7 @@ export function runMain(program: string, fn: (ctx: MainContext) => void | Promis
     env: process.env,
     signal: stop.signal,
     untilStopped: () => stopped,
+    unlessStopped: (work) => Promise.race([work.then(() => true), stopped.then(() => false)]),
     onShutdown: (hook) => {
       hooks.push(hook);
     },

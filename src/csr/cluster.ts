@@ -2,17 +2,18 @@
 // a kubelet or agent may write any address into its own Node's status.addresses (kubernetes/kubernetes#50635),
 // and a certificate of the cluster CA for, say, the kubernetes Service's ClusterIP verifies in every pod.
 //
-// Three small watches feed it (wired in lifecycle/run.ts): the ServiceCIDRs, the kubernetes Service in default
+// Three small watches feed it (declared in definition.ts): the ServiceCIDRs, the kubernetes Service in default
 // (its ClusterIPs stand in where no ServiceCIDR objects exist) and that Service's EndpointSlices (the API
-// server's own addresses). Each object is trimmed to what is read here, and clusterAddresses() turns the three
-// lists into the facts decideCSR() takes. Loopback, unspecified, link-local and multicast addresses are the
-// cluster's too: no host may prove them its own.
+// server's own addresses). Each object is trimmed to what is read here (the *_FIELDS below), and
+// clusterAddresses() turns the three lists into the facts decideCSR() takes. Loopback, unspecified, link-local
+// and multicast addresses are the cluster's too: no host may prove them its own.
 //
 // Containment is compared on 16 bytes, IPv4 as IPv4-mapped IPv6: a range written either way then covers both
 // spellings of its addresses (a ServiceCIDR of ::ffff:10.96.0.0/108 still covers the SAN 10.96.0.1, which is
 // how Go writes ::ffff:10.96.0.1 into a certificate).
 import type { Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
+import { EACH, type FieldPath } from "../kube/fields.ts";
 import type { KubeObject, ResourceRef } from "../kube/resource.ts";
 import { canonicalIp, ipToBytes } from "../net/ip.ts";
 
@@ -116,27 +117,16 @@ export function clusterAddresses(
   return { serviceCidrs: cidrs, addresses };
 }
 
-// ---- the informers' transforms: each cache keeps what clusterAddresses() reads ----
+// ---- the fields each watch keeps: what clusterAddresses() reads ----
 
-export function serviceCidrTransform({ metadata, spec }: ServiceCidr): ServiceCidr {
-  const { name, resourceVersion } = metadata ?? {};
-  return { metadata: { name, resourceVersion }, spec: { cidrs: spec?.cidrs } };
-}
+export const SERVICE_CIDR_FIELDS: readonly FieldPath[] = [["spec", "cidrs"]];
 
-export function kubernetesServiceTransform({ metadata, spec }: Service): Service {
-  const { name, namespace, resourceVersion } = metadata ?? {};
-  const { clusterIP, clusterIPs } = spec ?? {};
-  return { metadata: { name, namespace, resourceVersion }, spec: { clusterIP, clusterIPs } };
-}
+export const KUBERNETES_SERVICE_FIELDS: readonly FieldPath[] = [
+  ["spec", "clusterIP"],
+  ["spec", "clusterIPs"],
+];
 
-export function endpointSliceTransform({ metadata, addressType, endpoints }: EndpointSlice): EndpointSlice {
-  const { name, namespace, resourceVersion } = metadata ?? {};
-  return {
-    metadata: { name, namespace, resourceVersion },
-    addressType,
-    endpoints: (endpoints ?? []).map(({ addresses }) => ({ addresses })),
-  };
-}
+export const ENDPOINT_SLICE_FIELDS: readonly FieldPath[] = [["addressType"], ["endpoints", EACH, "addresses"]];
 
 // ---- 16-byte ranges ----
 

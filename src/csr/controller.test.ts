@@ -44,7 +44,7 @@ function world() {
     isLeader: () => true,
     events: { record: () => {} },
     log: createLogger({ verbosity: 0, format: "text", write: () => {} }),
-    metrics: createCsrApproverMetrics(new Registry()),
+    metrics: createCsrApproverMetrics(new Registry(), "csr_"),
   });
   const addCsr = (name: string, node: string, sans: string) => {
     const object = csrObject(opensslCsr({ subject: `/O=system:nodes/CN=system:node:${node}`, sans }), {

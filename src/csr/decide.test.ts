@@ -5,16 +5,17 @@ import fc from "fast-check";
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
 import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
+import { type FieldPath, IDENTITY_FIELDS, projection } from "../kube/fields.ts";
 import { UNINITIALIZED_TAINT } from "../kube/nodes.ts";
 import { canonicalIp, ipToBytes, parseCidr } from "../net/ip.ts";
 import {
   type ClusterAddresses,
   clusterAddresses,
-  endpointSliceTransform,
-  kubernetesServiceTransform,
+  ENDPOINT_SLICE_FIELDS,
+  KUBERNETES_SERVICE_FIELDS,
   NO_CLUSTER_ADDRESSES,
   type ServiceCidr,
-  serviceCidrTransform,
+  SERVICE_CIDR_FIELDS,
 } from "./cluster.ts";
 import { csrObject, type OpensslRequest, opensslCsr } from "./csr.fixture.ts";
 import { type CsrConfig, type CsrDecision, type CsrFacts, csrFacts, decideCSR } from "./decide.ts";
@@ -96,11 +97,15 @@ const CLUSTER_OBJECTS: { serviceCidrs: ServiceCidr[]; services: Service[]; endpo
     },
   ],
 };
+/** As the shared cache trims each object, by the fields its watch keeps (definition.ts). */
+function trimmed<T>(fields: readonly FieldPath[]): (obj: T) => T {
+  return projection<T>([...IDENTITY_FIELDS, ...fields]);
+}
 const clusterOf = (objects: Partial<typeof CLUSTER_OBJECTS>): ClusterAddresses =>
   clusterAddresses(
-    (objects.serviceCidrs ?? []).map(serviceCidrTransform),
-    (objects.services ?? []).map(kubernetesServiceTransform),
-    (objects.endpointSlices ?? []).map(endpointSliceTransform),
+    (objects.serviceCidrs ?? []).map(trimmed(SERVICE_CIDR_FIELDS)),
+    (objects.services ?? []).map(trimmed(KUBERNETES_SERVICE_FIELDS)),
+    (objects.endpointSlices ?? []).map(trimmed(ENDPOINT_SLICE_FIELDS)),
   );
 const CLUSTER = clusterOf(CLUSTER_OBJECTS);
 const IN_SERVICE_CIDR = 'is in the Service CIDR 10.96.0.0/12 (ServiceCIDR "kubernetes")';
@@ -812,26 +817,26 @@ test("property: never approves an IP or DNS SAN that is another node's or no nod
   assert.ok(approvals > 100, `only ${approvals} approvals: the generators hardly reach the interesting side`);
 });
 
-test("cluster addresses: the transforms keep only what is read, and the facts name the object of each address", () => {
-  const trimmed = {
-    serviceCidrs: CLUSTER_OBJECTS.serviceCidrs.map(serviceCidrTransform),
-    services: CLUSTER_OBJECTS.services.map(kubernetesServiceTransform),
-    endpointSlices: CLUSTER_OBJECTS.endpointSlices.map(endpointSliceTransform),
+test("cluster addresses: the watches keep only what is read, and the facts name the object of each address", () => {
+  const kept = {
+    serviceCidrs: CLUSTER_OBJECTS.serviceCidrs.map(trimmed(SERVICE_CIDR_FIELDS)),
+    services: CLUSTER_OBJECTS.services.map(trimmed(KUBERNETES_SERVICE_FIELDS)),
+    endpointSlices: CLUSTER_OBJECTS.endpointSlices.map(trimmed(ENDPOINT_SLICE_FIELDS)),
   };
-  assert.deepEqual(trimmed.serviceCidrs, [
+  assert.deepEqual(kept.serviceCidrs, [
     {
-      metadata: { name: "kubernetes", resourceVersion: undefined },
+      metadata: { name: "kubernetes" },
       spec: { cidrs: ["10.96.0.0/12", "fd00:10:96::/112"] },
     },
   ]);
-  assert.deepEqual(trimmed.services, [
+  assert.deepEqual(kept.services, [
     {
-      metadata: { name: "kubernetes", namespace: "default", resourceVersion: undefined },
+      metadata: { name: "kubernetes", namespace: "default" },
       spec: { clusterIP: "10.96.0.1", clusterIPs: ["10.96.0.1", "fd00:10:96::1"] },
     },
   ]);
-  assert.deepEqual(trimmed.endpointSlices[0], {
-    metadata: { name: "kubernetes", namespace: "default", resourceVersion: undefined },
+  assert.deepEqual(kept.endpointSlices[0], {
+    metadata: { name: "kubernetes", namespace: "default" },
     addressType: "IPv4",
     endpoints: [{ addresses: ["192.0.2.10"] }],
   });

@@ -1,11 +1,11 @@
 // The kubelet-serving CSR approver's Prometheus metrics (served by node-lifecycle-controller's /metrics).
 import type { Registry } from "../cli/metrics.ts";
 
-/** What the approver's loop counts (controller.ts). */
-export function createCsrApproverMetrics(registry: Registry) {
+/** What the approver's loop counts (controller.ts), each named `prefix` + name. */
+export function createCsrApproverMetrics(registry: Registry, prefix: string) {
   return {
     decisions: registry.counter({
-      name: "node_lifecycle_controller_csr_decisions_total",
+      name: `${prefix}decisions_total`,
       help:
         "Decisions on kubelet-serving CSRs, by result (approved, denied, would-approve, would-deny, conflict, " +
         "error) and rule (approved, or the first failed rule: identity, request, usages, cluster-ip, node-missing, " +
@@ -13,18 +13,18 @@ export function createCsrApproverMetrics(registry: Registry) {
       labels: ["result", "rule"],
     }),
     decisionSeconds: registry.histogram({
-      name: "node_lifecycle_controller_csr_decision_seconds",
+      name: `${prefix}decision_seconds`,
       help:
         "Time from a CSR's creation (whole seconds, as the API keeps it) to its approval or denial being " +
         "written (or logged, in dry run).",
       buckets: [0.5, 1, 2, 5, 10, 30, 60, 300, 600, 1800],
     }),
     pending: registry.gauge({
-      name: "node_lifecycle_controller_csr_pending",
+      name: `${prefix}pending`,
       help: "Kubelet-serving CSRs neither approved, denied nor issued yet, in this replica's cache.",
     }),
     waiting: registry.gauge({
-      name: "node_lifecycle_controller_csr_waiting",
+      name: `${prefix}waiting`,
       help: "Of those, the CSRs held back for their uninitialized or missing Node (rule 9).",
     }),
   };

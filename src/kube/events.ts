@@ -7,6 +7,10 @@ import type { Event, Node, ObjectReference } from "kubernetes-types/core/v1.js";
 import type { KubeClient } from "./client.ts";
 import { isApiError } from "./errors.ts";
 import { Resource } from "./resource.ts";
+import { sleep } from "../time/backoff.ts";
+
+/** How long a program's shutdown waits for queued Events before it closes the client. */
+const SHUTDOWN_FLUSH_MS = 5_000;
 
 export type EventType = "Normal" | "Warning";
 
@@ -104,6 +108,16 @@ export class EventRecorder {
   /** Resolves when every recorded event has been written (or dropped). */
   async flush(): Promise<void> {
     while (this.draining) await this.draining;
+  }
+
+  /**
+   * The programs' last flush, at shutdown: as flush(), but at most SHUTDOWN_FLUSH_MS, since an API server that
+   * does not answer must not hold the process past its grace period.
+   */
+  async flushAtShutdown(): Promise<void> {
+    const done = new AbortController();
+    await Promise.race([this.flush(), sleep(SHUTDOWN_FLUSH_MS, done.signal)]);
+    done.abort();
   }
 
   private async drain(): Promise<void> {

@@ -38,56 +38,13 @@ export function probeAddresses(node: Node): string[] {
   return uniqueIPs(addresses.map((a) => a.address));
 }
 
-/**
- * The informer's transform: only what decisions read (this controller's and the CSR approver's, which shares
- * the program's one node cache), so 5,000 cached nodes stay small. Labels are kept whole (selectors may name
- * any), annotations only where --protected-annotations names them, taints by key and effect, every address,
- * the Ready condition without its heartbeat (which changes every few minutes and decides nothing), and the
- * providerID (shared ones are reported).
- */
-export function nodeTransform(config: LifecycleConfig): (node: Node) => Node {
-  const annotationKeys = config.protectedAnnotations.map((matcher) => matcher.key);
-  return (node) => {
-    const meta = node.metadata ?? {};
-    const annotations = Object.fromEntries(
-      annotationKeys.flatMap((key) => {
-        const value = meta.annotations?.[key];
-        return value === undefined ? [] : [[key, value]];
-      }),
-    );
-    const ready = node.status?.conditions?.find((condition) => condition.type === "Ready");
-    return {
-      metadata: {
-        name: meta.name,
-        uid: meta.uid,
-        resourceVersion: meta.resourceVersion,
-        labels: meta.labels,
-        annotations,
-        creationTimestamp: meta.creationTimestamp,
-        deletionTimestamp: meta.deletionTimestamp,
-      },
-      spec: {
-        providerID: node.spec?.providerID,
-        taints: node.spec?.taints?.map(({ key, effect }) => ({ key, effect })),
-      },
-      status: {
-        conditions: ready
-          ? [{ type: "Ready", status: ready.status, lastTransitionTime: ready.lastTransitionTime }]
-          : [],
-        // All of them: the CSR approver, which shares this cache, checks DNS SANs against the DNS addresses.
-        addresses: node.status?.addresses?.map(({ type, address }) => ({ type, address })),
-      },
-    };
-  };
-}
-
 /** Whether a decision could differ between two trimmed copies (resourceVersion alone decides nothing). */
 export function decisionInputsChanged(before: Node, after: Node): boolean {
   const strip = (node: Node) => ({ ...node, metadata: { ...node.metadata, resourceVersion: undefined } });
   return JSON.stringify(strip(before)) !== JSON.stringify(strip(after));
 }
 
-/** The informer satisfies this: the cache of all nodes, trimmed by nodeTransform. */
+/** The shared node cache satisfies this: all nodes, trimmed to the fields definition.ts declares. */
 export interface NodeCache {
   get(name: string): Node | undefined;
   list(): Node[];

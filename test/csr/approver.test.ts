@@ -97,7 +97,7 @@ describe("two replicas, leader election", () => {
     const flags = ["--csr-ip-allowlist=198.18.0.0/16,fd00:198:18::/48", "--csr-max-expiration=1h", "--csr-pending-timeout=8s"];
     replicas = [startApprover("replica-a", ...flags), startApprover("replica-b", ...flags)];
     leader = await waitFor("a leader", () => replicas.find((replica) => replica.find("started leading").length));
-    for (const replica of replicas) await replica.waitForLog("CSR cache synced");
+    for (const replica of replicas) await replica.waitForLog("caches synced");
   });
 
   test("a node's valid request is approved, with a Normal event, and gets a certificate with its SANs", async () => {
@@ -255,7 +255,7 @@ describe("a change of the cluster's addresses", () => {
   test("a new ServiceCIDR denies at once a CSR that waits for its Node to hold an address inside it", async () => {
     // A pending timeout far beyond the test's bounds: only the ServiceCIDR's arrival can decide the CSR.
     const approver = startApprover("cluster-change", "--leader-elect=false", "--csr-pending-timeout=10m");
-    await approver.waitForLog("CSR cache synced");
+    await approver.waitForLog("caches synced");
     await world.addNode("grows", ["grows"], { uninitialized: true });
     const csr = await world.requestCertificate("grows", { sans: "DNS:grows,IP:10.97.0.5" });
     const waiting = 'waiting for node "grows" to be initialized: rule 5 (IP SANs): 10.97.0.5 is not an address of node "grows"';

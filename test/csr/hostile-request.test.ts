@@ -61,7 +61,7 @@ test("kind 1 and kind 4 requests are denied by rule request, an honest one made 
     "--leader-elect=false",
     "--health-bind-address=127.0.0.1:0",
   ]);
-  await approver.waitForLog("CSR cache synced");
+  await approver.waitForLog("caches synced");
 
   const honest = opensslCsr({ subject: "/O=system:nodes/CN=system:node:h1", sans: "DNS:h1,IP:198.18.60.1" });
   const hostile = opensslCsr({

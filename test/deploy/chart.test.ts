@@ -14,11 +14,14 @@ import { parse, parseAllDocuments, stringify } from "yaml";
 import { parseAgentFlags } from "../../src/agent/flags.ts";
 import { type FlagSpec, parseFlags, UsageError } from "../../src/cli/flags.ts";
 import { LOG_FORMATS } from "../../src/cli/log.ts";
-import { parseLifecycleFlags } from "../../src/lifecycle/flags.ts";
+import { nodeLifecycle } from "../../src/lifecycle/definition.ts";
+import { configOf, parseManagerFlags } from "../../src/manager/flags.ts";
 import {
   CHART_DIR,
   chartFlagsYaml,
   DEPLOY_DIR,
+  CONTROLLERS_FILE,
+  chartControllersYaml,
   FLAGS_FILE,
   helmTemplate,
   PROGRAM_FLAGS,
@@ -99,7 +102,7 @@ const expand = (program: Program, args: string[]) =>
 function parseProgram(program: Program, rendered: string[]): void {
   const args = expand(program, rendered);
   if (program === "local-ccm") parseAgentFlags(args, POD_ENV[program]);
-  else parseLifecycleFlags(args, POD_ENV[program], () => undefined);
+  else parseManagerFlags(args, POD_ENV[program], () => undefined);
 }
 
 /** Values a user might set, by flag type; the first one a flag accepts (and is not its default) is used. */
@@ -368,8 +371,9 @@ describe("Helm chart", () => {
     }
   });
 
-  test("flags.yaml is generated from the flag tables", async () => {
+  test("flags.yaml is generated from the flag tables, controllers.yaml from the controller registry", async () => {
     assert.equal(await readFile(FLAGS_FILE, "utf8"), chartFlagsYaml(), "run `npm run manifests`");
+    assert.equal(await readFile(CONTROLLERS_FILE, "utf8"), chartControllersYaml(), "run `npm run manifests`");
   });
 
   test("deploy/ is the chart rendered with default values", async () => {
@@ -579,8 +583,10 @@ describe("Helm chart", () => {
       "--csr-pending-timeout=1m",
       "--controllers=*,kubelet-serving-csr",
     ]);
-    const name = "node-lifecycle-controller-csr-approver";
-    assert.deepEqual(find(objects, "ClusterRole", name).rules, [
+    // The approver's cluster-wide rules join the program's ClusterRole (from controllers.yaml, after the
+    // node-lifecycle controller's); its rules in "default" are a Role named after it.
+    const approverRules = [
+      { apiGroups: [""], resources: ["nodes"], verbs: ["list", "watch"] },
       { apiGroups: ["certificates.k8s.io"], resources: ["certificatesigningrequests"], verbs: ["list", "watch"] },
       { apiGroups: ["certificates.k8s.io"], resources: ["certificatesigningrequests/approval"], verbs: ["update"] },
       {
@@ -590,10 +596,11 @@ describe("Helm chart", () => {
         verbs: ["approve"],
       },
       { apiGroups: ["networking.k8s.io"], resources: ["servicecidrs"], verbs: ["list", "watch"] },
-    ]);
-    assert.deepEqual(find(objects, "ClusterRoleBinding", name).subjects, [
-      { kind: "ServiceAccount", name: "node-lifecycle-controller", namespace: "kube-system" },
-    ]);
+    ];
+    const program = "node-lifecycle-controller";
+    const programRules = find(objects, "ClusterRole", program).rules as unknown[];
+    assert.deepEqual(programRules.slice(1, 1 + approverRules.length), approverRules);
+    const name = "node-lifecycle-controller-kubelet-serving-csr";
     // The cluster's own addresses in "default": the kubernetes Service by name, and the EndpointSlices.
     const role = find(objects, "Role", name);
     assert.equal(role.metadata.namespace, "default");
@@ -611,7 +618,7 @@ describe("Helm chart", () => {
       list.filter((obj) => /servicecidrs|endpointslices|"services"/.test(JSON.stringify(obj))).map((obj) => obj.kind);
     assert.deepEqual(clusterAddressGrants(objects), ["ClusterRole", "Role"]);
     assert.deepEqual(clusterAddressGrants(defaults), [], "off: no grant about the cluster's addresses");
-    assert.deepEqual(certificates(objects), [name]);
+    assert.deepEqual(certificates(objects), [program]);
   });
 
   test("the admission policies name the release's ServiceAccounts, the Lease and the protected lists", async () => {
@@ -735,10 +742,11 @@ describe("Helm chart", () => {
       assert.deepEqual(agent.ports, [{ name: "metrics", containerPort: 10265, protocol: "TCP" }]);
       assert.equal(agent.livenessProbe, undefined);
       const nlc = container(objects, "node-lifecycle-controller");
+      // In the flag table's order: the program's own flags, then each controller's, then the common ones.
       assert.deepEqual(nlc.args, [
-        "--max-deletions-per-minute=1000000",
         "--leader-elect-resource-name=nlc-leader",
         "--leader-elect-resource-namespace=leases",
+        "--max-deletions-per-minute=1000000",
         "--health-bind-address=[::1]:9100",
       ]);
       assert.deepEqual(nlc.ports, [
@@ -908,7 +916,10 @@ describe("Helm chart", () => {
     ]);
     const agentArgs = container(objects, "local-ccm").args ?? [];
     assert.deepEqual(agentArgs, ["--v=3"]);
-    const lifecycle = parseLifecycleFlags(nlcArgs, POD_ENV["node-lifecycle-controller"], () => undefined);
+    const lifecycle = configOf(
+      parseManagerFlags(nlcArgs, POD_ENV["node-lifecycle-controller"], () => undefined),
+      nodeLifecycle,
+    );
     assert.equal(lifecycle.unhealthyThreshold, 0.5);
     assert.equal(parseAgentFlags(expand("local-ccm", agentArgs), POD_ENV["local-ccm"]).verbosity, 3);
   });

@@ -214,6 +214,23 @@ async function assertLeastPrivilege(
   );
 }
 
+/** How many LISTs of Nodes node-lifecycle-controller's account made, from the audit log. */
+async function nodeLists(auditLogPath: string | undefined): Promise<number> {
+  assert.ok(auditLogPath, "the control plane writes an audit log");
+  const username = `system:serviceaccount:${NLC_ACCOUNT.namespace}:${NLC_ACCOUNT.name}`;
+  return (await readFile(auditLogPath, "utf8"))
+    .split("\n")
+    .filter(Boolean)
+    .map((line) => JSON.parse(line) as AuditEntry & { stage: string })
+    .filter(
+      (entry) =>
+        entry.user.username === username &&
+        entry.verb === "list" &&
+        entry.objectRef?.resource === "nodes" &&
+        entry.stage === "ResponseComplete",
+    ).length;
+}
+
 test("the comparison finds unused grants and missing ones, and reads only the account's requests", async () => {
   const manifests = await readFile(NLC_RBAC_FILE, "utf8");
   const username = `system:serviceaccount:${NLC_ACCOUNT.namespace}:${NLC_ACCOUNT.name}`;
@@ -369,6 +386,7 @@ describe("the node-lifecycle-controller under deploy/nlc-rbac.yaml", () => {
     await writeFile(rbacFile, await approverRbac(world.plane.binaries.helm));
     await world.plane.kubectl(["apply", "-f", rbacFile]);
     await world.nodes.create(nodeObject("dead-node-2", { address: await world.deadAddress(), since: apiTimeAgo(60_000) }));
+    const nodeListsBefore = await nodeLists(world.plane.auditLogPath);
     nlc = new ControllerProcess(
       world,
       controllerFlags(world, { notReadyTimeout: "3s", reconcileInterval: "1s" }, "--controllers=*,kubelet-serving-csr"),
@@ -391,5 +409,7 @@ describe("the node-lifecycle-controller under deploy/nlc-rbac.yaml", () => {
     }
     assert.equal(await nlc.stop(), 0);
     await assertLeastPrivilege(world.plane.auditLogPath, rbacFile, NLC_ACCOUNT);
+    // One watch per resource per process: both controllers read Nodes from one informer, which listed them once.
+    assert.equal((await nodeLists(world.plane.auditLogPath)) - nodeListsBefore, 1, "LISTs of Nodes in this run");
   });
 });

@@ -10,7 +10,8 @@ import { after, before, test } from "node:test";
 import { parseAllDocuments } from "yaml";
 import type { Container } from "kubernetes-types/core/v1.js";
 import { parseAgentFlags } from "../../src/agent/flags.ts";
-import { parseLifecycleFlags } from "../../src/lifecycle/flags.ts";
+import { nodeLifecycle } from "../../src/lifecycle/definition.ts";
+import { configOf, parseManagerFlags } from "../../src/manager/flags.ts";
 import { ensureBinaries } from "../../localcluster/build.ts";
 import { run } from "../../localcluster/exec.ts";
 
@@ -93,7 +94,7 @@ test("the README's helm install commands render, each changing flags the program
     const controller = args["node-lifecycle-controller"] ?? [];
     assert.ok(agent.length + controller.length > 0, `${words.join(" ")} changes no flag`);
     parseAgentFlags(agent, { NODE_NAME: "node-a" });
-    parseLifecycleFlags(controller, { POD_NAMESPACE: "kube-system" }, () => undefined);
+    parseManagerFlags(controller, { POD_NAMESPACE: "kube-system" }, () => undefined);
   }
 });
 
@@ -119,7 +120,8 @@ test("the values file example gives its rules as lists, reaching the agent and t
     flags.metadata.rules.rules.map((rule) => rule.field),
     ["region", "zone", "zone"],
   );
-  const lifecycle = parseLifecycleFlags(args["node-lifecycle-controller"] ?? [], {}, () => undefined);
+  const parsed = parseManagerFlags(args["node-lifecycle-controller"] ?? [], {}, () => undefined);
+  const lifecycle = configOf(parsed, nodeLifecycle);
   assert.equal(lifecycle.watchAutoscalerTaint, false);
   assert.equal(lifecycle.unhealthyThreshold, 0.4);
   assert.equal(lifecycle.protectedLabels.length, 2);

@@ -8,18 +8,16 @@ import type { Node } from "kubernetes-types/core/v1.js";
 import type { Preconditions } from "kubernetes-types/meta/v1.js";
 import { createLogger } from "../../src/cli/log.ts";
 import { Registry } from "../../src/cli/metrics.ts";
-import { nodeFacts } from "../../src/csr/nodes.ts";
 import { ApiError } from "../../src/kube/errors.ts";
 import { parseKeyValueList, parseLabelSelector } from "../../src/kube/labelselector.ts";
-import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
 import type { ProbeResult } from "../../src/net/probe.ts";
 import {
   Controller,
   type ControllerOptions,
   decisionInputsChanged,
-  nodeTransform,
   probeAddresses,
 } from "../../src/lifecycle/controller.ts";
+import { nodeTransform } from "../../src/lifecycle/definition.ts";
 import { decide, type LifecycleConfig } from "../../src/lifecycle/decide.ts";
 import { createNodeLifecycleMetrics } from "../../src/lifecycle/metrics.ts";
 import { waitFor } from "../../localcluster/wait.ts";
@@ -181,7 +179,7 @@ function harness(
       record: (object, type, reason, message) => h.events.push({ name: object.name, type, reason, message }),
     },
     log: createLogger({ verbosity: 2, format: "text", write: (line) => h.logs.push(line) }),
-    metrics: createNodeLifecycleMetrics(registry),
+    metrics: createNodeLifecycleMetrics(registry, "node_lifecycle_controller_"),
     now: () => NOW,
     // Retries at once (a test waits for them, not for a delay).
     retryBackoff: { baseMs: 1, capMs: 1 },
@@ -240,9 +238,8 @@ test("the cache keeps only what decisions read, and decides exactly as the full 
       labels: { "kubernetes.io/hostname": "n1", keep: "" },
       annotations: {},
       creationTimestamp: full.metadata?.creationTimestamp,
-      deletionTimestamp: undefined,
     },
-    spec: { providerID: undefined, taints: [AUTOSCALER] },
+    spec: { taints: [AUTOSCALER] },
     status: {
       conditions: [{ type: "Ready", status: "Unknown", lastTransitionTime: ago(10 * MINUTE) }],
       addresses: [
@@ -251,11 +248,6 @@ test("the cache keeps only what decisions read, and decides exactly as the full 
       ],
     },
   });
-  // The CSR approver, which shares this cache, sees each Node as in full (names, IPs, the uninitialized taint).
-  const uninitialized = kubeletNode("n3");
-  uninitialized.spec?.taints?.push({ key: UNINITIALIZED_TAINT, effect: "NoSchedule", value: "true" });
-  for (const node of [full, uninitialized]) assert.deepEqual(nodeFacts(trim(node)), nodeFacts(node));
-  assert.equal(nodeFacts(trim(uninitialized)).uninitialized, true);
   // A protected annotation is kept; others are not.
   const held = kubeletNode("n2");
   (held.metadata as { annotations: Record<string, string> }).annotations["example.com/hold"] = "yes";

@@ -57,7 +57,7 @@ test("three replicas: exactly one leads, probes and deletes; kill it and another
   const followers = replicas.filter((r) => r !== leader);
   for (const follower of followers) {
     assert.deepEqual(follower.find("probing"), [], "followers never probe");
-    await follower.waitForLog("node cache synced"); // and keep their cache warm for a takeover
+    await follower.waitForLog("caches synced"); // and keep their cache warm for a takeover
   }
   const gauge = async (replica: ControllerProcess) => {
     const serving = await replica.waitForLog("serving /healthz, /readyz and /metrics");
@@ -114,7 +114,7 @@ test("a SIGTERM'd leader releases its Lease: the other replica takes over at onc
   await waitFor("one of the pair to lead", () => leading().length === 1, 60_000);
   const [leader] = leading() as [ControllerProcess];
   const [follower] = pair.filter((r) => r !== leader) as [ControllerProcess];
-  await follower.waitForLog("node cache synced");
+  await follower.waitForLog("caches synced");
   const identity = leader.find("started leading")[0]?.identity;
   assert.equal((await leases.get(LEASE)).spec?.holderIdentity, identity);
 

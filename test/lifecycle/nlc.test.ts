@@ -171,7 +171,7 @@ describe("node-lifecycle-controller against a real control plane", () => {
     try {
       const args = flags(world, `--not-ready-timeout=${timeoutMs}ms`);
       const first = start(args);
-      await first.waitForLog("node cache synced");
+      await first.waitForLog("caches synced");
       assert.equal(await first.stop(), 0);
       assert.ok(Date.now() < expiry, "the first process stopped before the node expired: widen the margins");
       assert.deepEqual(first.find("probing"), []);

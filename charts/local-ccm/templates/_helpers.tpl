@@ -87,7 +87,7 @@ those patterns. test/deploy/schema-patterns.test.ts checks the two together agai
 Options the programs refuse together, or that they read as numbers out of range, fail the render with one
 line naming the values (helm template and helm install exit non-zero), instead of pods that crash-loop
 while Helm reports "deployed". Each mirrors a check of the programs' flag parsing (src/agent/flags.ts,
-src/lifecycle/flags.ts);
+src/manager/flags.ts and the controllers' flags.ts);
 the schema has checked each value's form.
 */}}
 {{- define "local-ccm.checks" -}}
@@ -149,7 +149,7 @@ the schema has checked each value's form.
 {{- end }}
 {{- end }}
 {{- if .Values.nodeLifecycleController.enabled }}
-{{- /* src/lifecycle/flags.ts, the elector's own rule: lease duration > renew deadline > retry period. */}}
+{{- /* src/manager/flags.ts, the elector's own rule: lease duration > renew deadline > retry period. */}}
 {{- $election := .Values.nodeLifecycleController.controller.leaderElection }}
 {{- $lease := include "local-ccm.durationSeconds" $election.leaseDuration | float64 }}
 {{- $renew := include "local-ccm.durationSeconds" $election.renewDeadline | float64 }}

@@ -1,19 +1,27 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { HelpRequested, UsageError } from "../cli/flags.ts";
-import {
-  LIFECYCLE_HEALTH_PORT,
-  LIFECYCLE_METRICS_PORT,
-  lifecycleFlagTable,
-  parseLifecycleFlags,
-} from "./flags.ts";
+import { kubeletServingCsr } from "../csr/definition.ts";
+import { nodeLifecycle } from "../lifecycle/definition.ts";
+import { configOf, MANAGER_HEALTH_PORT, MANAGER_METRICS_PORT, managerFlagTable, parseManagerFlags } from "./flags.ts";
 
 const noServiceAccount = () => undefined;
-const parse = (
+
+/** The parsed flags in one object: the program's, the enabled controllers' names, and each controller's config. */
+function parse(
   argv: string[],
   env: Record<string, string> = {},
   podNamespace: () => string | undefined = noServiceAccount,
-) => parseLifecycleFlags(argv, env, podNamespace);
+) {
+  const flags = parseManagerFlags(argv, env, podNamespace);
+  const { controllers, configs: _, ...program } = flags;
+  return {
+    ...configOf(flags, nodeLifecycle),
+    ...program,
+    controllers: new Set(controllers.map(({ name }) => name)),
+    csr: configOf(flags, kubeletServingCsr),
+  };
+}
 
 function rejects(argv: string[], message: string) {
   assert.throws(
@@ -23,7 +31,7 @@ function rejects(argv: string[], message: string) {
   );
 }
 
-describe("parseLifecycleFlags", () => {
+describe("parseManagerFlags, with the registered controllers' flags", () => {
   test("defaults are cozystack/local-ccm's, plus ours", () => {
     assert.deepEqual(parse([]), {
       watchAutoscalerTaint: true,
@@ -52,8 +60,8 @@ describe("parseLifecycleFlags", () => {
       kubeconfig: "",
       verbosity: 0,
       logFormat: "text",
-      healthBindAddress: { port: LIFECYCLE_HEALTH_PORT },
-      metrics: { address: { port: LIFECYCLE_METRICS_PORT }, secure: true, withHealth: false },
+      healthBindAddress: { port: MANAGER_HEALTH_PORT },
+      metrics: { address: { port: MANAGER_METRICS_PORT }, secure: true, withHealth: false },
     });
   });
 
@@ -248,10 +256,10 @@ describe("--controllers, as kube-controller-manager's", () => {
   });
 });
 
-describe("the controller's flag table", () => {
+describe("the program's flag table", () => {
   test("Helm values names sit under nodeLifecycleController.controller, the approver's under csrApproval.rules", () => {
     const helm = Object.fromEntries(
-      lifecycleFlagTable.map((spec) => [spec.name, "helm" in spec ? spec.helm : undefined]),
+      managerFlagTable.map((spec) => [spec.name, "helm" in spec ? spec.helm : undefined]),
     );
     const prefix = "nodeLifecycleController.controller.";
     assert.deepEqual(helm, {

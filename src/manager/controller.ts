@@ -1,0 +1,86 @@
+// What a controller hosted by node-lifecycle-controller is: one definition object, listed once in registry.ts.
+// From it come its flags (parsed into its config), its metrics names, its RBAC in the chart, the watches the
+// program shares between controllers, and the running controller itself. The program has no branch per
+// controller: anything a controller needs that is not here belongs in its definition.
+import type { FlagSpec, FlagValues } from "../cli/flags.ts";
+import type { Logger } from "../cli/log.ts";
+import type { Registry } from "../cli/metrics.ts";
+import type { KubeClient } from "../kube/client.ts";
+import type { EventRecorder } from "../kube/events.ts";
+import type { AnyWatch, Cache, Watch } from "../kube/sharedinformers.ts";
+
+/** A ClusterRole or Role rule, as the chart writes it. */
+export interface PolicyRule {
+  apiGroups: string[];
+  resources: string[];
+  resourceNames?: string[];
+  verbs: string[];
+}
+
+/** The rules a controller needs: cluster-wide, and in named namespaces (Roles). */
+export interface Rbac {
+  cluster: PolicyRule[];
+  namespaced?: Record<string, PolicyRule[]>;
+}
+
+/** A controller's watches by the name it reads its cache under. */
+export type Watches = Record<string, AnyWatch>;
+
+export type Caches<W extends Watches> = { [K in keyof W]: W[K] extends Watch<infer T> ? Cache<T> : never };
+
+export interface ControllerContext<M, W extends Watches> {
+  client: KubeClient;
+  /** One cache per declared watch, shared with other controllers' watches of the same resource. */
+  caches: Caches<W>;
+  events: Pick<EventRecorder, "record">;
+  /** With controller=<name>. */
+  log: Logger;
+  /** Its own metrics, named node_lifecycle_controller_<metricsSubsystem><name>. */
+  metrics: M;
+  /** True while this replica may act (always, without leader election). */
+  isLeader(): boolean;
+  dryRun: boolean;
+}
+
+/** A controller once created: the program starts it when the caches have synced and stops it at shutdown. */
+export interface RunningController {
+  /** Called once, when every cache has synced. */
+  start(): void;
+  /** Called when this replica starts leading: act on everything cached. */
+  resync(): void;
+  /** Stops acting, and waits for what is in flight (a write already sent completes). */
+  stop(): Promise<void>;
+}
+
+export interface ControllerDefinition<F extends readonly FlagSpec[], C, M, W extends Watches> {
+  /** The --controllers item and the `controller` log key. */
+  name: string;
+  /** Whether --controllers=* runs it. */
+  enabledByDefault: boolean;
+  /** The Helm value that runs it, for one off by default (the chart grants its RBAC only then). */
+  helmEnabled?: string;
+  /** One line for the README's table of controllers. */
+  summary: string;
+  /** Its flags, appended to the program's one table. */
+  flags: F;
+  /** Its config from its flags' parsed values (their validate checks have passed). */
+  parse(values: FlagValues<F>): C;
+  /** Its metrics names' part after node_lifecycle_controller_ ("" keeps the first controller's names). */
+  metricsSubsystem: string;
+  /** Registers its metrics, each named `prefix` + name. */
+  createMetrics(registry: Registry, prefix: string): M;
+  rbac: Rbac;
+  /** The resources it reads, with selectors and the fields it keeps. */
+  watches(config: C): W;
+  create(context: ControllerContext<M, W>, config: C): RunningController;
+}
+
+/** Any controller definition, as the registry lists them. */
+export type AnyController = ControllerDefinition<readonly FlagSpec[], unknown, unknown, Watches>;
+
+/** Identity that checks a definition against its own types. */
+export function defineController<const F extends readonly FlagSpec[], C, M, W extends Watches>(
+  definition: ControllerDefinition<F, C, M, W>,
+): ControllerDefinition<F, C, M, W> {
+  return definition;
+}

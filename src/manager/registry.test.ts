@@ -1,0 +1,44 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { managerFlagTable, parseManagerFlags } from "./flags.ts";
+import { CONTROLLERS } from "./registry.ts";
+
+test("controllers, their metrics subsystems and every flag of the program's table are named once", () => {
+  const once = (names: string[], what: string) =>
+    assert.deepEqual(
+      names.filter((name, i) => names.indexOf(name) !== i),
+      [],
+      `${what} named twice`,
+    );
+  once(
+    CONTROLLERS.map(({ name }) => name),
+    "controllers",
+  );
+  once(
+    CONTROLLERS.map(({ metricsSubsystem }) => metricsSubsystem),
+    "metrics subsystems",
+  );
+  once(
+    managerFlagTable.map(({ name }) => name),
+    "flags",
+  );
+});
+
+test("each controller's RBAC lets it list and watch every resource it watches, where it watches it", () => {
+  const configs = parseManagerFlags([], {}, () => undefined).configs;
+  for (const controller of CONTROLLERS) {
+    for (const [key, watch] of Object.entries(controller.watches(configs.get(controller.name)))) {
+      const { group, plural, namespace } = watch.resource;
+      const rules = [
+        ...controller.rbac.cluster,
+        ...(namespace === undefined ? [] : (controller.rbac.namespaced?.[namespace] ?? [])),
+      ];
+      for (const verb of ["list", "watch"]) {
+        assert.ok(
+          rules.some((rule) => rule.apiGroups.includes(group) && rule.resources.includes(plural) && rule.verbs.includes(verb)),
+          `${controller.name}: its watch "${key}" needs ${verb} on ${plural}${namespace ? ` in ${namespace}` : ""}`,
+        );
+      }
+    }
+  }
+});
