@@ -208,8 +208,8 @@ export function splitList(raw: string): string[] {
 const TRUE = new Set(["1", "t", "T", "true", "TRUE", "True"]);
 const FALSE = new Set(["0", "f", "F", "false", "FALSE", "False"]);
 
-/** Go's strconv.ParseBool. */
-function parseBool(raw: string): boolean | undefined {
+/** Go's strconv.ParseBool: undefined where Go returns an error. */
+export function parseBool(raw: string): boolean | undefined {
   if (TRUE.has(raw)) return true;
   if (FALSE.has(raw)) return false;
   return undefined;

@@ -1,0 +1,268 @@
+// The service controller's decisions in node-address mode, as pure functions of plain data.
+//
+// planIngress() looks at every Service of ours at once, because port conflicts make Services depend on each other:
+// oldest first, each gets the addresses of up to N eligible nodes (rendezvous hashing: rendezvous.ts), or a
+// refusal. decide() then tells, for one Service, whether it is ours and what it should hold: an ingress, nothing
+// (refused), or nothing and no finalizer (released). Every answer carries a rule id for metrics and a reason for
+// logs and Events.
+//
+// Addresses, per family of spec.ipFamilies in their order: the ExternalIPs of the chosen nodes, or their
+// InternalIPs when no candidate node has an ExternalIP of that family (decided per family, so that a cluster
+// with public IPv6 and private IPv4 offers both). One address per node and family, sorted, ipMode VIP: an
+// unchanged set is the same list, and writes nothing.
+import type { LoadBalancerIngress, Service } from "kubernetes-types/core/v1.js";
+import { type LabelSelector, matchesLabels, parseLabelSelector } from "../kube/labelselector.ts";
+import { ipToBytes } from "../net/ip.ts";
+import type { AddressType, IpFamily, NodeFacts } from "./nodes.ts";
+import { hashString, topByScore } from "./rendezvous.ts";
+
+export const NODE_ADDRESS_CLASS = "local-ccm.io/node-address";
+/** A label selector: only matching nodes carry this Service (on top of --lb-node-selector). */
+export const NODE_SELECTOR_ANNOTATION = "local-ccm.io/node-selector";
+/** k8s.io/cloud-provider's (service/helpers): kubectl users and the upstream e2e suite expect this one. */
+export const LB_FINALIZER = "service.kubernetes.io/load-balancer-cleanup";
+
+export interface PortRange {
+  from: number;
+  to: number;
+}
+
+export interface ServiceConfig {
+  /** Claim Services of type LoadBalancer without a loadBalancerClass too. */
+  claimClassless: boolean;
+  /** Nodes that carry no Service when they do not match (--lb-node-selector). */
+  nodeSelector?: LabelSelector;
+  /** Nodes per Service, at most. */
+  maxNodes: number;
+  /** Ports the nodes serve themselves: a Service on one of them would take it over. */
+  reservedPorts: PortRange[];
+}
+
+export interface ServicePort {
+  protocol: string;
+  port: number;
+}
+
+export interface ServiceFacts {
+  /** namespace/name */
+  key: string;
+  uid: string;
+  /** metadata.creationTimestamp as written (RFC 3339, whole seconds: compares as text). */
+  created: string;
+  type: string;
+  class: string | undefined;
+  deleting: boolean;
+  local: boolean;
+  ipFamilies: IpFamily[];
+  ports: ServicePort[];
+  /** The node selector annotation's text, if any. */
+  nodeSelector: string | undefined;
+  finalizer: boolean;
+  ingress: LoadBalancerIngress[];
+}
+
+export function serviceFacts(service: Service): ServiceFacts {
+  const { metadata = {}, spec = {}, status } = service;
+  const families = (spec.ipFamilies ?? []).filter(
+    (family): family is IpFamily => family === "IPv4" || family === "IPv6",
+  );
+  return {
+    key: `${metadata.namespace}/${metadata.name}`,
+    uid: metadata.uid ?? "",
+    created: metadata.creationTimestamp ?? "",
+    type: spec.type ?? "ClusterIP",
+    class: spec.loadBalancerClass,
+    deleting: Boolean(metadata.deletionTimestamp),
+    local: spec.externalTrafficPolicy === "Local",
+    ipFamilies: families.length ? families : ["IPv4"],
+    ports: (spec.ports ?? []).map(({ protocol, port }) => ({ protocol: protocol ?? "TCP", port })),
+    nodeSelector: metadata.annotations?.[NODE_SELECTOR_ANNOTATION],
+    finalizer: (metadata.finalizers ?? []).includes(LB_FINALIZER),
+    ingress: status?.loadBalancer?.ingress ?? [],
+  };
+}
+
+/** What planIngress() reads of a Service: when this text is unchanged, so is the plan. */
+export function planInputs(facts: ServiceFacts): string {
+  const { key, uid, created, type, class: lbClass, deleting, local, ipFamilies, ports, nodeSelector } = facts;
+  return JSON.stringify([key, uid, created, type, lbClass, deleting, local, ipFamilies, ports, nodeSelector]);
+}
+
+export type RefusalRule = "reserved-port" | "node-selector" | "port-conflict";
+
+/** What a Service of ours should hold. */
+export type Intent =
+  | {
+      action: "ensure";
+      /** no-nodes: no eligible node (or none with a ready endpoint, for Local): an empty ingress. */
+      rule: "ensured" | "no-nodes";
+      ingress: LoadBalancerIngress[];
+      nodes: string[];
+      /** Families of spec.ipFamilies that no chosen node has an address of: left out. */
+      missingFamilies: IpFamily[];
+      reason: string;
+    }
+  | { action: "refuse"; rule: RefusalRule; reason: string };
+
+export interface PlanInput {
+  services: Iterable<ServiceFacts>;
+  /** The eligible nodes only (facts.ineligible undefined). */
+  nodes: readonly NodeFacts[];
+  /** The nodes with a ready endpoint of a Service (for Local). */
+  readyNodes(serviceKey: string): Iterable<string>;
+  config: ServiceConfig;
+}
+
+/** Whether the plan holds this Service: ours, and not being deleted. */
+export function isPlanned(facts: ServiceFacts, config: ServiceConfig): boolean {
+  return facts.type === "LoadBalancer" && !facts.deleting && claims(facts.class, config);
+}
+
+const claims = (lbClass: string | undefined, config: ServiceConfig) =>
+  lbClass === NODE_ADDRESS_CLASS || (lbClass === undefined && config.claimClassless);
+
+/** Older first; Services created in the same second by key (namespace/name). */
+export function byAge(a: ServiceFacts, b: ServiceFacts): number {
+  if (a.created !== b.created) return a.created < b.created ? -1 : 1;
+  return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
+}
+
+/** Every planned Service's intent. Older Services claim their ports first: a newer one never takes them away. */
+export function planIngress({ services, nodes, readyNodes, config }: PlanInput): Map<string, Intent> {
+  const planned = [...services].filter((facts) => isPlanned(facts, config)).sort(byAge);
+  const byName = new Map(nodes.map((node) => [node.name, node]));
+  /** "TCP/80 on 192.0.2.1" → the Service holding it. */
+  const held = new Map<string, string>();
+  const plan = new Map<string, Intent>();
+  for (const facts of planned) {
+    const candidates = facts.local
+      ? [...readyNodes(facts.key)].flatMap((name) => byName.get(name) ?? [])
+      : nodes;
+    const intent = intentFor(facts, candidates, config);
+    plan.set(facts.key, intent.action === "ensure" ? claimPorts(facts, intent, held) : intent);
+  }
+  return plan;
+}
+
+function intentFor(facts: ServiceFacts, nodes: readonly NodeFacts[], config: ServiceConfig): Intent {
+  const reserved = reservedPort(facts.ports, config.reservedPorts);
+  if (reserved) return { action: "refuse", rule: "reserved-port", reason: reserved };
+  const selector = annotationSelector(facts.nodeSelector);
+  if (typeof selector === "string") return { action: "refuse", rule: "node-selector", reason: selector };
+  const candidates = selector ? nodes.filter((node) => matchesLabels(selector, node.labels)) : nodes;
+  return ingressFor(facts, candidates, config.maxNodes);
+}
+
+function reservedPort(ports: ServicePort[], reserved: PortRange[]): string | undefined {
+  for (const { protocol, port } of ports) {
+    const range = reserved.find(({ from, to }) => from <= port && port <= to);
+    if (range) return `port ${protocol}/${port} is one the nodes serve themselves (reserved: ${formatRange(range)})`;
+  }
+  return undefined;
+}
+
+export const formatRange = ({ from, to }: PortRange) => (from === to ? `${from}` : `${from}-${to}`);
+
+/** The annotation's selector, undefined without one, or the refusal's reason when it does not parse. */
+function annotationSelector(text: string | undefined): LabelSelector | string | undefined {
+  if (text === undefined) return undefined;
+  try {
+    return parseLabelSelector(text);
+  } catch (err) {
+    return `annotation ${NODE_SELECTOR_ANNOTATION}: ${(err as Error).message}`;
+  }
+}
+
+function ingressFor(facts: ServiceFacts, candidates: readonly NodeFacts[], maxNodes: number): Intent {
+  const kinds = new Map(facts.ipFamilies.map((family) => [family, addressType(candidates, family)] as const));
+  const usable = candidates.filter((node) => [...kinds].some(([family, type]) => node.ips[family][type]));
+  const chosen = topByScore(usable, hashString(facts.uid), maxNodes);
+  const ingress: LoadBalancerIngress[] = [];
+  const missingFamilies: IpFamily[] = [];
+  for (const [family, type] of kinds) {
+    const ips = chosen.flatMap((node) => node.ips[family][type] ?? []).sort(compareIps);
+    if (!ips.length) missingFamilies.push(family);
+    for (const ip of ips) ingress.push({ ip, ipMode: "VIP" });
+  }
+  const nodes = chosen.map((node) => node.name).sort();
+  if (!nodes.length) {
+    const where = facts.local ? "no eligible node has a ready endpoint of this Service" : "no node is eligible";
+    return { action: "ensure", rule: "no-nodes", ingress, nodes, missingFamilies: [], reason: where };
+  }
+  const reason = `addresses of ${nodes.length} node(s): ${nodes.join(", ")}`;
+  return { action: "ensure", rule: "ensured", ingress, nodes, missingFamilies, reason };
+}
+
+/** ExternalIPs where any candidate has one of this family, else InternalIPs. */
+function addressType(nodes: readonly NodeFacts[], family: IpFamily): AddressType {
+  return nodes.some((node) => node.ips[family].ExternalIP) ? "ExternalIP" : "InternalIP";
+}
+
+const compareIps = (a: string, b: string) => Buffer.compare(ipToBytes(a), ipToBytes(b));
+
+/** The ports on the intent's addresses, unless an older Service holds one of them: then a refusal naming it. */
+function claimPorts(facts: ServiceFacts, intent: Intent & { action: "ensure" }, held: Map<string, string>): Intent {
+  const wanted = facts.ports.flatMap(({ protocol, port }) =>
+    intent.ingress.map(({ ip }) => `${protocol}/${port} on ${ip}`),
+  );
+  for (const claim of wanted) {
+    const holder = held.get(claim);
+    if (holder !== undefined && holder !== facts.key)
+      return { action: "refuse", rule: "port-conflict", reason: `${claim} is held by the older Service ${holder}` };
+  }
+  for (const claim of wanted) held.set(claim, facts.key);
+  return intent;
+}
+
+export type ReleaseRule = "deleted" | "not-load-balancer" | "classless-off";
+export type IgnoreRule = "type" | "class" | "classless";
+
+export type ServiceDecision =
+  | { action: "ignore"; rule: IgnoreRule; reason: string }
+  | { action: "release"; rule: ReleaseRule; reason: string }
+  | Intent;
+
+export interface DecisionContext {
+  config: ServiceConfig;
+  /** The plan's intent for this Service (absent when not planned). */
+  intent: Intent | undefined;
+  /** This process saw the Service as ours (it may since have changed type, which clears its class). */
+  held: boolean;
+  /** Whether an address is some Node's: an ingress made only of these is one we wrote. */
+  isNodeAddress(ip: string): boolean;
+}
+
+/**
+ * One Service: ignore, release (status and finalizer go), or the plan's intent. The finalizer is shared by every
+ * controller built on k8s.io/cloud-provider, so a Service whose class does not name us is released only when it
+ * is surely ours: a class-less Service after --lb-claim-classless was turned off when its ingress is made of node
+ * addresses only (our signature; an empty one could be another controller's, which would re-add its finalizer
+ * and fight us), and a Service that changed type away from LoadBalancer (the API clears its class and status)
+ * when class-less ones are claimed or this process saw it ours.
+ */
+export function decide(facts: ServiceFacts, { config, intent, held, isNodeAddress }: DecisionContext): ServiceDecision {
+  if (facts.type !== "LoadBalancer") {
+    if (facts.finalizer && (held || config.claimClassless))
+      return { action: "release", rule: "not-load-balancer", reason: `type changed to ${facts.type}` };
+    return { action: "ignore", rule: "type", reason: `type ${facts.type}` };
+  }
+  if (facts.class !== undefined && facts.class !== NODE_ADDRESS_CLASS)
+    return { action: "ignore", rule: "class", reason: `loadBalancerClass ${facts.class} is not ours` };
+  if (facts.class === undefined && !config.claimClassless) {
+    const ours = facts.ingress.length > 0 && facts.ingress.every(({ ip }) => ip !== undefined && isNodeAddress(ip));
+    if (facts.finalizer && ours)
+      return { action: "release", rule: "classless-off", reason: "Services without a class are no longer claimed" };
+    return { action: "ignore", rule: "classless", reason: "no loadBalancerClass, and those are not claimed" };
+  }
+  if (facts.deleting) return { action: "release", rule: "deleted", reason: "the Service is being deleted" };
+  // The plan is built from the same cache as the facts, and again whenever a Service's planInputs() change.
+  if (!intent) throw new Error(`Service ${facts.key} is ours but not in the plan`);
+  return intent;
+}
+
+/** Whether the status already holds exactly this ingress (order included: the plan's order is stable). */
+export function sameIngress(current: LoadBalancerIngress[], wanted: LoadBalancerIngress[]): boolean {
+  const text = (ingress: LoadBalancerIngress[]) =>
+    JSON.stringify(ingress.map(({ ip, hostname, ipMode, ports }) => [ip, hostname, ipMode, ports]));
+  return text(current) === text(wanted);
+}
