@@ -3,7 +3,7 @@
 // never blocks or fails the caller: writes are queued, coalesced and dropped (with onError) when
 // the API refuses them.
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
-import type { Event, Node, ObjectReference } from "kubernetes-types/core/v1.js";
+import type { Event, Node, ObjectReference, Service } from "kubernetes-types/core/v1.js";
 import type { KubeClient } from "./client.ts";
 import { isApiError } from "./errors.ts";
 import { Resource } from "./resource.ts";
@@ -17,6 +17,12 @@ export type EventType = "Normal" | "Warning";
 /** What an Event about a Node refers to (cached Nodes may be trimmed of their apiVersion and kind). */
 export function nodeReference(node: Node): ObjectReference {
   return { apiVersion: "v1", kind: "Node", name: node.metadata?.name, uid: node.metadata?.uid };
+}
+
+/** What an Event about a Service refers to (its Events live in its namespace). */
+export function serviceReference(service: Service): ObjectReference {
+  const { namespace, name, uid, resourceVersion } = service.metadata ?? {};
+  return { apiVersion: "v1", kind: "Service", namespace, name, uid, resourceVersion };
 }
 
 /** What an Event about a CertificateSigningRequest refers to (cluster-scoped too: its Events live in "default"). */

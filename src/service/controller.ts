@@ -1,0 +1,415 @@
+// The service controller in node-address mode: Services, Nodes and EndpointSlices from informers → keyed work
+// queue (kube/workqueue.ts, per-key backoff) → sync one Service. The plan over all our Services (decide.ts) is
+// built once per burst of changes that can alter it and read by every sync after; the Nodes are reduced to
+// facts once per Node event (nodes.ts), the EndpointSlices to the nodes with a ready endpoint.
+//
+// Enqueued precisely: a Service event its own key and those of ours sharing a protocol/port with it (the port
+// conflicts); a Node change that alters eligibility, addresses or labels every Service of ours; an EndpointSlice
+// change its Service when that is ours and Local. Only the leader writes: the finalizer first (a JSON patch
+// pinned to the resourceVersion read), then status.loadBalancer (a merge patch of the status subresource), each
+// only when it differs, so that a restart or a resync writes nothing.
+import type { LoadBalancerIngress, Node, Service } from "kubernetes-types/core/v1.js";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
+import type { Logger } from "../cli/log.ts";
+import { isApiError } from "../kube/errors.ts";
+import { type EventRecorder, type EventType, serviceReference } from "../kube/events.ts";
+import type { InformerHandlers } from "../kube/informer.ts";
+import type { Resource } from "../kube/resource.ts";
+import { WorkQueue } from "../kube/workqueue.ts";
+import type { BackoffOptions } from "../time/backoff.ts";
+import {
+  decide,
+  type Intent,
+  isPlanned,
+  LB_FINALIZER,
+  planIngress,
+  planInputs,
+  sameIngress,
+  type ServiceConfig,
+  type ServiceDecision,
+  type ServiceFacts,
+  serviceFacts,
+} from "./decide.ts";
+import { type EndpointSliceFacts, endpointSliceFacts } from "./endpoints.ts";
+import type { ServiceMetrics } from "./metrics.ts";
+import { type NodeFacts, nodeFacts, sameNodeFacts } from "./nodes.ts";
+
+
+/** An informer satisfies this. */
+export interface Cache<T> {
+  get(key: string): T | undefined;
+  list(): T[];
+}
+
+export interface ServiceControllerOptions {
+  config: ServiceConfig;
+  dryRun: boolean;
+  services: Cache<Service>;
+  nodes: Cache<Node>;
+  endpointSlices: Cache<EndpointSlice>;
+  /** The Service resource of a namespace (patches of the object and of its status). */
+  serviceResource(namespace: string): Pick<Resource<Service>, "patch">;
+  /** True while this replica may write (always, without leader election). */
+  isLeader(): boolean;
+  events: Pick<EventRecorder, "record">;
+  log: Logger;
+  metrics: ServiceMetrics;
+  /** Services synced at once (default 4). */
+  workers?: number;
+  /** Retry delays of a Service whose write failed (default 1 s doubling to 5 min, as cloud-provider's). */
+  retryBackoff?: BackoffOptions;
+}
+
+type Write = "finalizer-add" | "finalizer-remove" | "status";
+
+export class ServiceController {
+  private readonly options: Required<ServiceControllerOptions>;
+  private readonly queue: WorkQueue;
+  private readonly nodeFacts = new Map<string, NodeFacts>();
+  /** Built when a sync needs it after a Node changed; the eligible nodes, and every Node's addresses. */
+  private eligible: { nodes: NodeFacts[]; addresses: Set<string> } | undefined;
+  private readonly slices = new Map<string, EndpointSliceFacts>();
+  /** Service key → its slices' keys. */
+  private readonly slicesOf = new Map<string, Set<string>>();
+  /** Each Service's planInputs() and, for ours, its facts (for the port-conflict enqueue). */
+  private readonly inputs = new Map<string, string>();
+  private readonly planned = new Map<string, ServiceFacts>();
+  /** Built when a sync needs it; undefined once an input of it changed. */
+  private plan: Map<string, Intent> | undefined;
+  /** UIDs of Services this process saw as ours (decide.ts: "held"). */
+  private readonly held = new Set<string>();
+  /** The resourceVersion each Service was last written from: not written again until the cache moves on. */
+  private readonly acted = new Map<string, string | undefined>();
+  /** The last warning told per Service (refusal, no nodes, family left out): told again only when it changes. */
+  private readonly warned = new Map<string, string>();
+  /** When a change first queued each Service, for the latency metric. */
+  private readonly queuedAt = new Map<string, number>();
+  private started = false;
+  private stopped = false;
+
+  constructor(options: ServiceControllerOptions) {
+    this.options = { workers: 4, retryBackoff: { baseMs: 1000, capMs: 300_000 }, ...options };
+    this.queue = new WorkQueue({
+      workers: this.options.workers,
+      backoff: this.options.retryBackoff,
+      sync: (key) => this.sync(key),
+      onError: (key, err, retryInMs) =>
+        this.options.log.error("syncing Service failed", { service: key, err, retryInMs }),
+    });
+  }
+
+  readonly serviceHandlers: InformerHandlers<Service> = {
+    onAdd: (service) => this.serviceChanged(serviceFacts(service)),
+    onUpdate: (_, service) => this.serviceChanged(serviceFacts(service)),
+    onDelete: (service) => this.serviceDeleted(serviceFacts(service)),
+  };
+
+  readonly nodeHandlers: InformerHandlers<Node> = {
+    onAdd: (node) => this.nodeChanged(node),
+    onUpdate: (_, node) => this.nodeChanged(node),
+    onDelete: (node) => {
+      if (this.nodeFacts.delete(node.metadata?.name ?? "")) this.nodesChanged();
+    },
+  };
+
+  readonly endpointSliceHandlers: InformerHandlers<EndpointSlice> = {
+    onAdd: (slice) => this.sliceChanged(endpointSliceFacts(slice)),
+    onUpdate: (_, slice) => this.sliceChanged(endpointSliceFacts(slice)),
+    onDelete: (slice) => this.sliceChanged({ ...endpointSliceFacts(slice), readyNodes: [] }, true),
+  };
+
+  /** Syncs every cached Service (call once the caches have synced). */
+  start(): void {
+    this.started = true;
+    this.resync();
+  }
+
+  /** Syncs every cached Service again: at start, and when this replica starts leading. */
+  resync(): void {
+    for (const service of this.options.services.list()) this.enqueue(serviceFacts(service).key);
+  }
+
+  /** Stops syncing, and waits for the writes in flight. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.queue.stop();
+  }
+
+  /** Resolves once no Service is queued or being synced (for tests and benchmarks). */
+  idle(): Promise<void> {
+    return this.queue.idle();
+  }
+
+  private serviceChanged(facts: ServiceFacts): void {
+    const inputs = planInputs(facts);
+    const before = this.planned.get(facts.key);
+    if (this.inputs.get(facts.key) !== inputs) {
+      this.inputs.set(facts.key, inputs);
+      if (isPlanned(facts, this.options.config)) this.planned.set(facts.key, facts);
+      else this.planned.delete(facts.key);
+      // Only a Service of ours, before or after, can change the plan.
+      if (before || this.planned.has(facts.key)) this.plan = undefined;
+      this.enqueueSharingPorts(facts, before);
+    }
+    if (this.planned.has(facts.key)) this.held.add(facts.uid);
+    this.enqueue(facts.key);
+  }
+
+  private serviceDeleted(facts: ServiceFacts): void {
+    const before = this.planned.get(facts.key);
+    this.inputs.delete(facts.key);
+    this.planned.delete(facts.key);
+    this.held.delete(facts.uid);
+    this.acted.delete(facts.key);
+    this.warned.delete(facts.key);
+    this.queuedAt.delete(facts.key);
+    if (!before) return;
+    this.plan = undefined;
+    this.enqueueSharingPorts(before, undefined);
+  }
+
+  /** Ours that share a protocol/port with either version: a conflict between them may have begun or ended. */
+  private enqueueSharingPorts(facts: ServiceFacts, before: ServiceFacts | undefined): void {
+    const ports = new Set([...facts.ports, ...(before?.ports ?? [])].map(portKey));
+    for (const other of this.planned.values())
+      if (other.key !== facts.key && other.ports.some((port) => ports.has(portKey(port)))) this.enqueue(other.key);
+  }
+
+  private nodeChanged(node: Node): void {
+    const facts = nodeFacts(node, this.options.config.nodeSelector);
+    const before = this.nodeFacts.get(facts.name);
+    this.nodeFacts.set(facts.name, facts);
+    if (!before || !sameNodeFacts(before, facts)) this.nodesChanged();
+  }
+
+  private nodesChanged(): void {
+    this.eligible = undefined;
+    this.plan = undefined;
+    for (const key of this.planned.keys()) this.enqueue(key);
+  }
+
+  private sliceChanged(facts: EndpointSliceFacts, deleted = false): void {
+    const before = this.slices.get(facts.key);
+    if (deleted) this.slices.delete(facts.key);
+    else this.slices.set(facts.key, facts);
+    if (before && before.service !== facts.service) this.slicesOf.get(before.service)?.delete(facts.key);
+    const keys = this.slicesOf.get(facts.service) ?? new Set<string>();
+    if (deleted) keys.delete(facts.key);
+    else keys.add(facts.key);
+    if (keys.size) this.slicesOf.set(facts.service, keys);
+    else this.slicesOf.delete(facts.service);
+    if (before && before.service === facts.service && before.readyNodes.join() === facts.readyNodes.join()) return;
+    for (const service of new Set([facts.service, before?.service ?? facts.service])) {
+      const ours = this.planned.get(service);
+      if (!ours?.local) continue;
+      this.plan = undefined;
+      this.enqueueSharingPorts(ours, undefined);
+      this.enqueue(service);
+    }
+  }
+
+  private readyNodes(service: string): Set<string> {
+    const nodes = new Set<string>();
+    for (const key of this.slicesOf.get(service) ?? [])
+      for (const node of this.slices.get(key)?.readyNodes ?? []) nodes.add(node);
+    return nodes;
+  }
+
+  /** Events before start() are taken in by its resync. */
+  private enqueue(key: string): void {
+    if (!this.started || this.stopped) return;
+    if (!this.queuedAt.has(key)) this.queuedAt.set(key, performance.now());
+    this.queue.add(key);
+  }
+
+  private currentPlan(): { plan: Map<string, Intent>; addresses: Set<string> } {
+    if (!this.eligible) {
+      const nodes = [...this.nodeFacts.values()].filter((node) => !node.ineligible);
+      const addresses = new Set<string>();
+      for (const node of this.nodeFacts.values())
+        for (const family of Object.values(node.ips)) for (const ip of Object.values(family)) addresses.add(ip);
+      this.eligible = { nodes, addresses };
+      this.options.metrics.eligibleNodes.set(nodes.length);
+    }
+    if (!this.plan) {
+      const started = performance.now();
+      this.plan = planIngress({
+        services: this.planned.values(),
+        nodes: this.eligible.nodes,
+        readyNodes: (service) => this.readyNodes(service),
+        config: this.options.config,
+      });
+      this.options.metrics.planSeconds.observe((performance.now() - started) / 1000);
+    }
+    return { plan: this.plan, addresses: this.eligible.addresses };
+  }
+
+  /** Decides one Service and writes what differs; a failed write throws and the queue retries the key. */
+  private async sync(key: string): Promise<void> {
+    const { options } = this;
+    // Followers keep their caches current, for a quick takeover (resync); nothing more.
+    if (!options.isLeader()) return this.settled(key);
+    const service = options.services.get(key);
+    if (!service) return;
+    const facts = serviceFacts(service);
+    const resourceVersion = service.metadata?.resourceVersion;
+    // Our own write reaches the cache a moment later: until then the cached copy is not written from again.
+    if (this.acted.has(key) && this.acted.get(key) === resourceVersion) return;
+    const { plan, addresses } = this.currentPlan();
+    const decision = decide(facts, {
+      config: options.config,
+      intent: plan.get(key),
+      held: this.held.has(facts.uid),
+      isNodeAddress: (ip) => addresses.has(ip),
+    });
+    if (decision.action !== "ignore")
+      options.metrics.syncs.with({ action: decision.action, rule: decision.rule }).inc();
+    const writes = this.writesFor(facts, decision);
+    this.warn(service, facts, decision);
+    if (!writes.length) return this.settled(key);
+    this.acted.set(key, resourceVersion);
+    try {
+      await this.write(service, facts, decision, writes);
+    } catch (err) {
+      this.acted.delete(key);
+      throw err;
+    }
+  }
+
+  private settled(key: string): void {
+    this.queuedAt.delete(key);
+  }
+
+  /** The writes that bring the Service to the decision, in order: finalizer before status, status before release. */
+  private writesFor(facts: ServiceFacts, decision: ServiceDecision): Write[] {
+    switch (decision.action) {
+      case "ignore":
+        return [];
+      case "release":
+        return [
+          ...(facts.ingress.length && !facts.deleting ? (["status"] as const) : []),
+          ...(facts.finalizer ? (["finalizer-remove"] as const) : []),
+        ];
+      case "refuse":
+        return facts.ingress.length ? ["status"] : [];
+      case "ensure":
+        return [
+          ...(facts.finalizer ? [] : (["finalizer-add"] as const)),
+          ...(sameIngress(facts.ingress, decision.ingress) ? [] : (["status"] as const)),
+        ];
+    }
+  }
+
+  private async write(
+    service: Service,
+    facts: ServiceFacts,
+    decision: ServiceDecision,
+    writes: Write[],
+  ): Promise<void> {
+    const { options } = this;
+    const log = options.log.with({ service: facts.key, rule: decision.rule });
+    const ingress = decision.action === "ensure" ? decision.ingress : [];
+    if (options.dryRun) {
+      for (const write of writes) options.metrics.writes.with({ write, result: "dry-run" }).inc();
+      log.info("would write (dry run)", { writes: writes.join(","), ingress: ipList(ingress), reason: decision.reason });
+      return this.settled(facts.key);
+    }
+    const event = (type: EventType, reason: string, message: string) =>
+      options.events.record(serviceReference(service), type, reason, message);
+    const releasing = decision.action === "release";
+    if (releasing) event("Normal", "DeletingLoadBalancer", `Deleting load balancer: ${decision.reason}`);
+    if (writes.includes("finalizer-add")) event("Normal", "EnsuringLoadBalancer", "Ensuring load balancer");
+    let resourceVersion = service.metadata?.resourceVersion;
+    for (const write of writes) {
+      // Leadership can lapse between the decision and a write: the last check is right before each call.
+      if (!options.isLeader()) return;
+      const written = await this.send(service, write, ingress, resourceVersion, log);
+      if (!written) return;
+      resourceVersion = written.metadata?.resourceVersion;
+    }
+    if (releasing) {
+      this.held.delete(facts.uid);
+      event("Normal", "DeletedLoadBalancer", "Deleted load balancer");
+      log.info("released Service", { reason: decision.reason });
+    } else if (writes.includes("status")) {
+      const first = facts.ingress.length === 0;
+      const [reason, verb] = first ? ["EnsuredLoadBalancer", "Ensured"] : ["UpdatedLoadBalancer", "Updated"];
+      event("Normal", reason, `${verb} load balancer: ${decision.reason}`);
+      log.info("wrote ingress", { ingress: ipList(ingress), reason: decision.reason });
+      const since = this.queuedAt.get(facts.key);
+      if (since !== undefined) options.metrics.ingressSeconds.observe((performance.now() - since) / 1000);
+    }
+    this.settled(facts.key);
+  }
+
+  /** One write; undefined when the Service changed or went meanwhile (its next version is synced afresh). */
+  private async send(
+    service: Service,
+    write: Write,
+    ingress: LoadBalancerIngress[],
+    resourceVersion: string | undefined,
+    log: Logger,
+  ): Promise<Service | undefined> {
+    const { metadata = {} } = service;
+    const resource = this.options.serviceResource(metadata.namespace ?? "");
+    const name = metadata.name ?? "";
+    const others = (metadata.finalizers ?? []).filter((finalizer) => finalizer !== LB_FINALIZER);
+    const finalizers = write === "finalizer-add" ? [...others, LB_FINALIZER] : others;
+    try {
+      const written =
+        write === "status"
+          ? await resource.patch(name, "merge", { status: { loadBalancer: { ingress } } }, { subresource: "status" })
+          : // Pinned to the version read: a finalizer list changed by someone else meanwhile is never overwritten.
+            await resource.patch(name, "json", [
+              { op: "replace", path: "/metadata/resourceVersion", value: resourceVersion },
+              { op: "add", path: "/metadata/finalizers", value: finalizers },
+            ]);
+      this.options.metrics.writes.with({ write, result: "ok" }).inc();
+      return written;
+    } catch (err) {
+      const result = isApiError(err, "Conflict") ? "conflict" : isApiError(err, "NotFound") ? "gone" : "error";
+      this.options.metrics.writes.with({ write, result }).inc();
+      if (result === "error") throw new Error(`${write} failed: ${(err as Error).message}`, { cause: err });
+      log.v(2)?.("Service changed meanwhile; syncing it again", { write, result });
+      this.acted.delete(`${metadata.namespace}/${name}`);
+      return undefined;
+    }
+  }
+
+  /** A Warning Event and log when what is wrong with a Service changes; nothing while it stays the same. */
+  private warn(service: Service, facts: ServiceFacts, decision: ServiceDecision): void {
+    const warning = warningFor(decision);
+    const before = this.warned.get(facts.key);
+    if (warning === undefined) {
+      this.warned.delete(facts.key);
+      return;
+    }
+    if (before === warning.message || !this.options.isLeader()) return;
+    this.warned.set(facts.key, warning.message);
+    const { log, events, dryRun } = this.options;
+    log.warn("Service not fully served", { service: facts.key, rule: decision.rule, reason: warning.message });
+    if (!dryRun) events.record(serviceReference(service), "Warning", warning.reason, warning.message);
+  }
+}
+
+/** The Event of a refusal, of no node, or of a family left out (cloud-provider's reasons where it has one). */
+function warningFor(decision: ServiceDecision): { reason: string; message: string } | undefined {
+  if (decision.action === "refuse")
+    return { reason: "SyncLoadBalancerFailed", message: `refused (${decision.rule}): ${decision.reason}` };
+  if (decision.action !== "ensure") return undefined;
+  if (decision.rule === "no-nodes")
+    return {
+      reason: "UnAvailableLoadBalancer",
+      message: `There are no available nodes for LoadBalancer: ${decision.reason}`,
+    };
+  if (decision.missingFamilies.length)
+    return {
+      reason: "IPFamilyWithoutAddresses",
+      message: `left out ${decision.missingFamilies.join(", ")}: no chosen node has an address of that family`,
+    };
+  return undefined;
+}
+
+const ipList = (ingress: LoadBalancerIngress[]) => ingress.map(({ ip }) => ip).join(",");
+
+const portKey = ({ protocol, port }: { protocol: string; port: number }) => `${protocol}/${port}`;
