@@ -82,6 +82,8 @@ export class ServiceController {
   private readonly acted = new Map<string, string | undefined>();
   /** The last warning told per Service (refusal, no nodes, family left out): told again only when it changes. */
   private readonly warned = new Map<string, string>();
+  /** Dry run: what was last logged as to be written, per Service. */
+  private readonly wouldWritten = new Map<string, string>();
   /** When a change first queued each Service, for the latency metric. */
   private readonly queuedAt = new Map<string, number>();
   private started = false;
@@ -162,6 +164,7 @@ export class ServiceController {
     this.held.delete(facts.uid);
     this.acted.delete(facts.key);
     this.warned.delete(facts.key);
+    this.wouldWritten.delete(facts.key);
     this.queuedAt.delete(facts.key);
     if (!before) return;
     this.plan = undefined;
@@ -267,6 +270,7 @@ export class ServiceController {
     const writes = this.writesFor(facts, decision);
     this.warn(service, facts, decision);
     if (!writes.length) return this.settled(key);
+    if (options.dryRun) return this.wouldWrite(facts, decision, writes);
     this.acted.set(key, resourceVersion);
     try {
       await this.write(service, facts, decision, writes);
@@ -309,11 +313,6 @@ export class ServiceController {
     const { options } = this;
     const log = options.log.with({ service: facts.key, rule: decision.rule });
     const ingress = decision.action === "ensure" ? decision.ingress : [];
-    if (options.dryRun) {
-      for (const write of writes) options.metrics.writes.with({ write, result: "dry-run" }).inc();
-      log.info("would write (dry run)", { writes: writes.join(","), ingress: ipList(ingress), reason: decision.reason });
-      return this.settled(facts.key);
-    }
     const event = (type: EventType, reason: string, message: string) =>
       options.events.record(serviceReference(service), type, reason, message);
     const releasing = decision.action === "release";
@@ -340,6 +339,19 @@ export class ServiceController {
       if (since !== undefined) options.metrics.ingressSeconds.observe((performance.now() - since) / 1000);
     }
     this.settled(facts.key);
+  }
+
+  /** Dry run: logs what would be written, once for as long as it stays the same. */
+  private wouldWrite(facts: ServiceFacts, decision: ServiceDecision, writes: Write[]): void {
+    const ingress = ipList(decision.action === "ensure" ? decision.ingress : []);
+    const text = `${writes.join(",")} ${ingress}`;
+    this.settled(facts.key);
+    if (this.wouldWritten.get(facts.key) === text) return;
+    this.wouldWritten.set(facts.key, text);
+    for (const write of writes) this.options.metrics.writes.with({ write, result: "dry-run" }).inc();
+    const { rule, reason } = decision;
+    const fields = { service: facts.key, rule, writes: writes.join(","), ingress, reason };
+    this.options.log.info("would write (dry run)", fields);
   }
 
   /** One write; undefined when the Service changed or went meanwhile (its next version is synced afresh). */

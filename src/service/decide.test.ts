@@ -109,6 +109,7 @@ function plan(
 const ips = (intent: Intent | undefined) => (intent?.action === "ensure" ? intent.ingress.map(({ ip }) => ip) : intent);
 
 describe("nodeFacts: which nodes carry LoadBalancer traffic, by rule", () => {
+  const EDGE_ONLY = { ...CONFIG, nodeSelector: parseLabelSelector("edge") };
   const cases: [string, NodeSpec, string | undefined, ServiceConfig?][] = [
     ["Ready", {}, undefined],
     ["cordoned stays (KEP-3836)", { unschedulable: true }, undefined],
@@ -127,8 +128,8 @@ describe("nodeFacts: which nodes carry LoadBalancer traffic, by rule", () => {
     ["exclusion label false", { labels: { [EXCLUDE_LABEL]: "false" } }, undefined],
     ["exclusion label F", { labels: { [EXCLUDE_LABEL]: "F" } }, undefined],
     ["exclusion label 0", { labels: { [EXCLUDE_LABEL]: "0" } }, undefined],
-    ["outside --lb-node-selector", { labels: {} }, "node-selector", { ...CONFIG, nodeSelector: parseLabelSelector("edge") }],
-    ["inside --lb-node-selector", { labels: { edge: "" } }, undefined, { ...CONFIG, nodeSelector: parseLabelSelector("edge") }],
+    ["outside --lb-node-selector", { labels: {} }, "node-selector", EDGE_ONLY],
+    ["inside --lb-node-selector", { labels: { edge: "" } }, undefined, EDGE_ONLY],
   ];
   for (const [what, spec, rule, config] of cases)
     test(what, () => assert.equal(node("n1", spec, config).ineligible?.rule, rule));
@@ -150,7 +151,10 @@ describe("nodeFacts: which nodes carry LoadBalancer traffic, by rule", () => {
       },
       undefined,
     );
-    assert.deepEqual(facts.ips, { IPv4: { InternalIP: "10.0.0.1", ExternalIP: "192.0.2.1" }, IPv6: { ExternalIP: "2001:db8::1" } });
+    assert.deepEqual(facts.ips, {
+      IPv4: { InternalIP: "10.0.0.1", ExternalIP: "192.0.2.1" },
+      IPv6: { ExternalIP: "2001:db8::1" },
+    });
   });
 });
 
@@ -163,23 +167,26 @@ describe("decide: whose Service, and release", () => {
     ...extra,
   });
   const ensure: Intent = { action: "ensure", rule: "ensured", ingress: [], nodes: [], missingFamilies: [], reason: "" };
-  const cases: [string, ServiceFacts, Partial<DecisionContext>, string, string][] = [
-    ["ClusterIP", service("a", { type: "ClusterIP", lbClass: null }), {}, "ignore", "type"],
-    ["another class, even with the finalizer", service("a", { lbClass: "other.io/lb", finalizer: true }), {}, "ignore", "class"],
-    ["class-less, not claimed", service("a", { lbClass: null }), {}, "ignore", "classless"],
-    ["class-less, claimed", service("a", { lbClass: null }), { config: { ...CONFIG, claimClassless: true } }, "ensure", "ensured"],
-    ["ours", service("a"), {}, "ensure", "ensured"],
-    ["ours, being deleted", service("a", { deleting: true, finalizer: true }), {}, "release", "deleted"],
-    ["type changed, held by this process", service("a", { type: "ClusterIP", lbClass: null, finalizer: true }), { held: true }, "release", "not-load-balancer"],
-    ["type changed, class-less claimed", service("a", { type: "NodePort", lbClass: null, finalizer: true }), { config: { ...CONFIG, claimClassless: true } }, "release", "not-load-balancer"],
-    ["type changed, not known ours", service("a", { type: "ClusterIP", lbClass: null, finalizer: true }), {}, "ignore", "type"],
-    ["class-less no longer claimed, our node addresses", service("a", { lbClass: null, finalizer: true, ingress: ["10.0.0.1"] }), {}, "release", "classless-off"],
-    ["class-less no longer claimed, other addresses", service("a", { lbClass: null, finalizer: true, ingress: ["198.51.100.7"] }), {}, "ignore", "classless"],
-    ["class-less no longer claimed, empty status (whose?)", service("a", { lbClass: null, finalizer: true }), {}, "ignore", "classless"],
+  const claimAll = { config: { ...CONFIG, claimClassless: true } };
+  const held = { finalizer: true, lbClass: null };
+  const retyped = { ...held, type: "ClusterIP" };
+  const cases: [string, ServiceSpec, Partial<DecisionContext>, string, string][] = [
+    ["ClusterIP", { type: "ClusterIP", lbClass: null }, {}, "ignore", "type"],
+    ["another class, even with the finalizer", { lbClass: "other.io/lb", finalizer: true }, {}, "ignore", "class"],
+    ["class-less, not claimed", { lbClass: null }, {}, "ignore", "classless"],
+    ["class-less, claimed", { lbClass: null }, claimAll, "ensure", "ensured"],
+    ["ours", {}, {}, "ensure", "ensured"],
+    ["ours, being deleted", { deleting: true, finalizer: true }, {}, "release", "deleted"],
+    ["type changed, held by this process", retyped, { held: true }, "release", "not-load-balancer"],
+    ["type changed, class-less claimed", { ...retyped, type: "NodePort" }, claimAll, "release", "not-load-balancer"],
+    ["type changed, not known ours", retyped, {}, "ignore", "type"],
+    ["class-less, not claimed now, node addresses", { ...held, ingress: ["10.0.0.1"] }, {}, "release", "classless-off"],
+    ["class-less, not claimed now, other addresses", { ...held, ingress: ["192.0.2.7"] }, {}, "ignore", "classless"],
+    ["class-less, no longer claimed, empty status (whose?)", held, {}, "ignore", "classless"],
   ];
-  for (const [what, facts, extra, action, rule] of cases)
+  for (const [what, spec, extra, action, rule] of cases)
     test(what, () => {
-      const decision = decide(facts, context(ensure, extra));
+      const decision = decide(service("a", spec), context(ensure, extra));
       assert.deepEqual([decision.action, decision.rule], [action, rule]);
     });
 
@@ -227,7 +234,11 @@ describe("planIngress: addresses", () => {
   });
 
   test("Local: only eligible nodes with a ready endpoint of the Service", () => {
-    const nodes = [node("n1", { internal: ["10.0.0.1"] }), node("n2", { internal: ["10.0.0.2"] }), node("n3", { ready: "False" })];
+    const nodes = [
+      node("n1", { internal: ["10.0.0.1"] }),
+      node("n2", { internal: ["10.0.0.2"] }),
+      node("n3", { ready: "False" }),
+    ];
     const result = plan([service("a", { local: true })], nodes, { ready: () => ["n2", "n3", "gone"] });
     assert.deepEqual(ips(result.get("ns/a")), ["10.0.0.2"]);
   });
@@ -286,7 +297,8 @@ describe("planIngress: refusals", () => {
   });
 
   test("another protocol or port on the same address is no conflict", () => {
-    const result = plan([service("a"), service("b", { ports: [["UDP", 80]] }), service("c", { ports: [["TCP", 81]] })], nodes);
+    const services = [service("a"), service("b", { ports: [["UDP", 80]] }), service("c", { ports: [["TCP", 81]] })];
+    const result = plan(services, nodes);
     assert.deepEqual([...result.values()].map(({ action }) => action), ["ensure", "ensure", "ensure"]);
   });
 });
@@ -307,7 +319,7 @@ describe("planIngress: properties", () => {
 
   test("a node joining or leaving changes at most its own entry of each Service", () => {
     fc.assert(
-      fc.property(arbitraryNodes, fc.integer({ min: 0, max: 59 }), fc.uuid(), fc.integer({ min: 1, max: 8 }), (nodes, at, uid, maxNodes) => {
+      fc.property(arbitraryNodes, fc.nat(59), fc.uuid(), fc.integer({ min: 1, max: 8 }), (nodes, at, uid, maxNodes) => {
         const config = { ...CONFIG, maxNodes };
         const chosen = (list: NodeFacts[]) => {
           const intent = plan([service("a", { uid })], list, { config }).get("ns/a");

@@ -1,0 +1,259 @@
+// The service controller against a real kube-apiserver, on real informers: which nodes' addresses a Service
+// gets, which Services it touches, its refusals, the finalizer's lifecycle, and that it writes only what differs
+// and only while leading. Each test's Services pick their test's nodes with the node selector annotation, so the
+// Nodes of one test never reach another's Services.
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import type { Service, ServicePort } from "kubernetes-types/core/v1.js";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
+import { Informer } from "../../src/kube/informer.ts";
+import { Resource } from "../../src/kube/resource.ts";
+import { LB_FINALIZER, NODE_ADDRESS_CLASS, NODE_SELECTOR_ANNOTATION } from "../../src/service/decide.ts";
+import { SERVICE_NAME_LABEL } from "../../src/service/endpoints.ts";
+import { AUTOSCALER_TAINT, EXCLUDE_LABEL } from "../../src/service/nodes.ts";
+import { SERVICE_RESOURCE } from "../../src/service/watches.ts";
+import { waitFor } from "../../localcluster/wait.ts";
+import { type NodeSpec, type RunningController, type ServiceWorld, startServiceWorld } from "./world.ts";
+
+const WAIT_MS = 60_000;
+
+let world: ServiceWorld;
+before(async () => {
+  world = await startServiceWorld();
+});
+after(async () => {
+  await world?.stop();
+});
+
+let groups = 0;
+
+/** A test's own nodes (labelled with its group) and namespace. */
+async function group(nodes: Record<string, Omit<NodeSpec, "labels"> & { labels?: Record<string, string> }>) {
+  const id = `g${++groups}`;
+  for (const [name, spec] of Object.entries(nodes))
+    await world.addNode(`${id}-${name}`, { ...spec, labels: { "test-group": id, ...spec.labels } });
+  const namespace = await world.namespace();
+  const services = world.services(namespace);
+  return {
+    id,
+    namespace,
+    services,
+    node: (name: string) => `${id}-${name}`,
+    /** A LoadBalancer Service of ours (unless `spec` says otherwise) on this group's nodes. */
+    create: (name: string, spec: Partial<Service["spec"]> & { ports?: ServicePort[] } = {}) =>
+      services.create({
+        metadata: { name, annotations: { [NODE_SELECTOR_ANNOTATION]: `test-group=${id}` } },
+        spec: { type: "LoadBalancer", loadBalancerClass: NODE_ADDRESS_CLASS, ports: [HTTP], ...spec },
+      }),
+    ingress: async (name: string) =>
+      ((await services.get(name)).status?.loadBalancer?.ingress ?? []).map(({ ip, ipMode }) => `${ip} ${ipMode}`),
+    finalizers: async (name: string) => (await services.get(name)).metadata?.finalizers ?? [],
+  };
+}
+
+const HTTP: ServicePort = { port: 80, protocol: "TCP" };
+const internal = (address: string) => ({ type: "InternalIP", address });
+const external = (address: string) => ({ type: "ExternalIP", address });
+
+/** Waits until `read` gives `expected` (deep-equal), and says what it last saw when it never does. */
+async function until<T>(what: string, read: () => Promise<T>, expected: T): Promise<void> {
+  let last: T | undefined;
+  try {
+    await waitFor(what, async () => JSON.stringify((last = await read())) === JSON.stringify(expected), WAIT_MS);
+  } catch (err) {
+    assert.fail(`${(err as Error).message}; last seen ${JSON.stringify(last)}`);
+  }
+}
+
+async function withController<T>(
+  options: Parameters<ServiceWorld["startController"]>[0],
+  body: (running: RunningController) => Promise<T>,
+): Promise<T> {
+  const running = await world.startController(options);
+  try {
+    return await body(running);
+  } finally {
+    await running.stop();
+  }
+}
+
+describe("service controller, node-address mode, against kube-apiserver", () => {
+  test("ExternalIPs where nodes have one, at most --lb-max-nodes; the finalizer before the status", async () => {
+    const g = await group({
+      a: { addresses: [internal("10.1.0.1"), external("203.0.113.1")] },
+      b: { addresses: [internal("10.1.0.2"), external("203.0.113.2")] },
+      c: { addresses: [internal("10.1.0.3"), external("203.0.113.3")] },
+      d: { addresses: [internal("10.1.0.4")] },
+    });
+    // Every version of the Service the API holds: none may carry an ingress without the finalizer.
+    const seen: Service[] = [];
+    const namespaced = { ...SERVICE_RESOURCE, namespace: g.namespace };
+    const watcher = new Informer(new Resource<Service>(world.plane.admin, namespaced));
+    watcher.addHandlers({ onAdd: (service) => seen.push(service), onUpdate: (_, service) => seen.push(service) });
+    watcher.start();
+    try {
+      await withController({ config: { maxNodes: 2 } }, async () => {
+        await g.create("web");
+        await waitFor("two ingress entries", async () => (await g.ingress("web")).length === 2, WAIT_MS);
+        const ingress = await g.ingress("web");
+        for (const entry of ingress) assert.match(entry, /^203\.0\.113\.[123] VIP$/);
+        assert.deepEqual(await g.finalizers("web"), [LB_FINALIZER]);
+        await waitFor("the Events", async () => {
+          const reasons = (await world.events(g.namespace, "web")).map(({ reason }) => reason);
+          return reasons.includes("EnsuringLoadBalancer") && reasons.includes("EnsuredLoadBalancer");
+        }, WAIT_MS);
+      });
+      const served = (service: Service) => Boolean(service.status?.loadBalancer?.ingress?.length);
+      await waitFor("the watcher saw the ingress", () => seen.some(served), WAIT_MS);
+      for (const service of seen)
+        if (served(service))
+          assert.deepEqual(service.metadata?.finalizers, [LB_FINALIZER], "status written before the finalizer");
+    } finally {
+      await watcher.stop();
+    }
+  });
+
+  test("InternalIPs when no eligible node has an ExternalIP", async () => {
+    const g = await group({ a: { addresses: [internal("10.2.0.1")] }, b: { addresses: [internal("10.2.0.2")] } });
+    await withController({}, async () => {
+      await g.create("web");
+      await until("both InternalIPs", () => g.ingress("web"), ["10.2.0.1 VIP", "10.2.0.2 VIP"]);
+    });
+  });
+
+  test("excluded (label true), autoscaler taint, NotReady leave; label false or absent, cordoned stay", async () => {
+    const g = await group({
+      excluded: { addresses: [internal("10.3.0.1")], labels: { [EXCLUDE_LABEL]: "true" } },
+      included: { addresses: [internal("10.3.0.2")], labels: { [EXCLUDE_LABEL]: "false" } },
+      plain: { addresses: [internal("10.3.0.3")] },
+      scaling: { addresses: [internal("10.3.0.4")], taints: [{ key: AUTOSCALER_TAINT, effect: "NoSchedule" }] },
+      cordoned: { addresses: [internal("10.3.0.5")], unschedulable: true },
+      down: { addresses: [internal("10.3.0.6")], ready: "False" },
+    });
+    await withController({}, async () => {
+      await g.create("web");
+      await until("the eligible nodes", () => g.ingress("web"), ["10.3.0.2 VIP", "10.3.0.3 VIP", "10.3.0.5 VIP"]);
+      await world.setReady(g.node("plain"), "False");
+      await until("the NotReady node gone", () => g.ingress("web"), ["10.3.0.2 VIP", "10.3.0.5 VIP"]);
+      await world.setReady(g.node("plain"), "True");
+      await until("the node back", () => g.ingress("web"), ["10.3.0.2 VIP", "10.3.0.3 VIP", "10.3.0.5 VIP"]);
+    });
+  });
+
+  test("externalTrafficPolicy Local: only nodes with a ready endpoint (unset counts as ready)", async () => {
+    const g = await group({
+      a: { addresses: [internal("10.4.0.1")] },
+      b: { addresses: [internal("10.4.0.2")] },
+      c: { addresses: [internal("10.4.0.3")] },
+    });
+    await withController({}, async () => {
+      await g.create("web", { externalTrafficPolicy: "Local" });
+      const slices = world.endpointSlices(g.namespace);
+      const slice: EndpointSlice = {
+        metadata: { name: "web-1", labels: { [SERVICE_NAME_LABEL]: "web" } },
+        addressType: "IPv4",
+        endpoints: [
+          { addresses: ["10.244.0.1"], nodeName: g.node("a"), conditions: { ready: false } },
+          { addresses: ["10.244.0.2"], nodeName: g.node("b"), conditions: { ready: true } },
+          { addresses: ["10.244.0.3"], nodeName: g.node("c"), conditions: {} },
+        ],
+        ports: [{ port: 8080, protocol: "TCP" }],
+      };
+      await slices.create(slice);
+      await until("the nodes with ready endpoints", () => g.ingress("web"), ["10.4.0.2 VIP", "10.4.0.3 VIP"]);
+      await slices.delete("web-1");
+      await until("no endpoint, no address", () => g.ingress("web"), []);
+    });
+  });
+
+  test("another class is never touched; class-less Services only when claimed", async () => {
+    const g = await group({ a: { addresses: [internal("10.5.0.1")] } });
+    await withController({}, async (running) => {
+      await g.create("other", { loadBalancerClass: "example.com/other" });
+      await g.create("classless", { loadBalancerClass: undefined, ports: [{ port: 81, protocol: "TCP" }] });
+      await g.create("ours", { ports: [{ port: 82, protocol: "TCP" }] });
+      await until("ours served", () => g.ingress("ours"), ["10.5.0.1 VIP"]);
+      await running.controller.idle();
+      for (const name of ["other", "classless"]) {
+        assert.deepEqual(await g.ingress(name), [], name);
+        assert.deepEqual(await g.finalizers(name), [], name);
+      }
+    });
+    await withController({ config: { claimClassless: true } }, async () => {
+      await until("class-less served", () => g.ingress("classless"), ["10.5.0.1 VIP"]);
+      assert.deepEqual(await g.ingress("other"), []);
+    });
+  });
+
+  test("refused: a reserved port, and the newer of two Services on one port; a Warning, no status", async () => {
+    const g = await group({ a: { addresses: [internal("10.6.0.1")] } });
+    await withController({}, async () => {
+      await g.create("ssh", { ports: [{ port: 22, protocol: "TCP" }] });
+      await g.create("first");
+      await until("the older served", () => g.ingress("first"), ["10.6.0.1 VIP"]);
+      await g.create("second");
+      const refusals = async (name: string) =>
+        (await world.events(g.namespace, name))
+          .filter(({ reason }) => reason === "SyncLoadBalancerFailed")
+          .map(({ message }) => message);
+      await until("the reserved port refused", () => refusals("ssh"), [
+        "refused (reserved-port): port TCP/22 is one the nodes serve themselves (reserved: 22)",
+      ]);
+      await until("the newer refused, naming the holder", () => refusals("second"), [
+        `refused (port-conflict): TCP/80 on 10.6.0.1 is held by the older Service ${g.namespace}/first`,
+      ]);
+      assert.deepEqual(await g.ingress("ssh"), []);
+      assert.deepEqual(await g.ingress("second"), []);
+      // The holder goes: the newer one gets the port.
+      await g.services.delete("first");
+      await until("the newer served once the older is gone", () => g.ingress("second"), ["10.6.0.1 VIP"]);
+    });
+  });
+
+  test("deleting the Service, or changing its type, removes our status and finalizer", async () => {
+    const g = await group({ a: { addresses: [internal("10.7.0.1")] } });
+    await withController({}, async () => {
+      await g.create("deleted");
+      await g.create("retyped", { ports: [{ port: 81, protocol: "TCP" }] });
+      for (const name of ["deleted", "retyped"])
+        await until(`${name} served`, () => g.ingress(name), ["10.7.0.1 VIP"]);
+      await g.services.delete("deleted");
+      await waitFor("the deleted Service gone", async () => {
+        try {
+          await g.services.get("deleted");
+          return false;
+        } catch {
+          return true;
+        }
+      }, WAIT_MS);
+      await g.services.patch("retyped", "merge", { spec: { type: "ClusterIP" } });
+      await until("the finalizer of the retyped Service removed", () => g.finalizers("retyped"), []);
+      assert.deepEqual(await g.ingress("retyped"), []);
+      const reasons = (await world.events(g.namespace, "retyped")).map(({ reason }) => reason);
+      assert.ok(reasons.includes("DeletedLoadBalancer"), reasons.join());
+    });
+  });
+
+  test("a restarted controller, and one that does not lead, write nothing", async () => {
+    const g = await group({ a: { addresses: [internal("10.8.0.1")] }, b: { addresses: [internal("10.8.0.2")] } });
+    await withController({}, async () => {
+      await g.create("web");
+      await until("served", () => g.ingress("web"), ["10.8.0.1 VIP", "10.8.0.2 VIP"]);
+    });
+    await withController({}, async (running) => {
+      await running.controller.idle();
+      assert.equal(running.writes(), 0);
+    });
+    await g.create("later", { ports: [{ port: 81, protocol: "TCP" }] });
+    await withController({ leader: false }, async (running) => {
+      await world.setReady(g.node("b"), "False");
+      await running.controller.idle();
+      assert.equal(running.writes(), 0, "a follower wrote");
+      assert.deepEqual(await g.finalizers("later"), []);
+      running.lead(true);
+      running.controller.resync();
+      await until("the new leader serves the new Service", () => g.ingress("later"), ["10.8.0.1 VIP"]);
+      await until("and removes the NotReady node", () => g.ingress("web"), ["10.8.0.1 VIP"]);
+    });
+  });
+});
