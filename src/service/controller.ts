@@ -76,6 +76,8 @@ export class ServiceController {
   private readonly planned = new Map<string, ServiceFacts>();
   /** Built when a sync needs it; undefined once an input of it changed. */
   private plan: Map<string, Intent> | undefined;
+  /** Each Service's intent before port conflicts (planIngress), kept until its inputs change. */
+  private readonly alone = new Map<string, Intent>();
   /** UIDs of Services this process saw as ours (decide.ts: "held"). */
   private readonly held = new Set<string>();
   /** The resourceVersion each Service was last written from: not written again until the cache moves on. */
@@ -150,6 +152,7 @@ export class ServiceController {
       if (isPlanned(facts, this.options.config)) this.planned.set(facts.key, facts);
       else this.planned.delete(facts.key);
       // Only a Service of ours, before or after, can change the plan.
+      this.alone.delete(facts.key);
       if (before || this.planned.has(facts.key)) this.plan = undefined;
       this.enqueueSharingPorts(facts, before);
     }
@@ -166,6 +169,7 @@ export class ServiceController {
     this.warned.delete(facts.key);
     this.wouldWritten.delete(facts.key);
     this.queuedAt.delete(facts.key);
+    this.alone.delete(facts.key);
     if (!before) return;
     this.plan = undefined;
     this.enqueueSharingPorts(before, undefined);
@@ -187,6 +191,7 @@ export class ServiceController {
 
   private nodesChanged(): void {
     this.eligible = undefined;
+    this.alone.clear();
     this.plan = undefined;
     for (const key of this.planned.keys()) this.enqueue(key);
   }
@@ -205,6 +210,7 @@ export class ServiceController {
     for (const service of new Set([facts.service, before?.service ?? facts.service])) {
       const ours = this.planned.get(service);
       if (!ours?.local) continue;
+      this.alone.delete(service);
       this.plan = undefined;
       this.enqueueSharingPorts(ours, undefined);
       this.enqueue(service);
@@ -241,7 +247,7 @@ export class ServiceController {
         nodes: this.eligible.nodes,
         readyNodes: (service) => this.readyNodes(service),
         config: this.options.config,
-      });
+      }, this.alone);
       this.options.metrics.planSeconds.observe((performance.now() - started) / 1000);
     }
     return { plan: this.plan, addresses: this.eligible.addresses };

@@ -127,18 +127,32 @@ export function byAge(a: ServiceFacts, b: ServiceFacts): number {
   return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
 }
 
-/** Every planned Service's intent. Older Services claim their ports first: a newer one never takes them away. */
-export function planIngress({ services, nodes, readyNodes, config }: PlanInput): Map<string, Intent> {
+/**
+ * Every planned Service's intent. Older Services claim their ports first: a newer one never takes them away.
+ * `alone` holds each Service's intent before port conflicts, filled here and reused when given: a caller that
+ * plans after every burst of changes drops only the entries whose inputs changed (all of them when a Node did),
+ * and the conflict pass over the rest costs little.
+ */
+export function planIngress(
+  { services, nodes, readyNodes, config }: PlanInput,
+  alone = new Map<string, Intent>(),
+): Map<string, Intent> {
   const planned = [...services].filter((facts) => isPlanned(facts, config)).sort(byAge);
-  const byName = new Map(nodes.map((node) => [node.name, node]));
+  let byName: Map<string, NodeFacts> | undefined;
+  const endpointNodes = (key: string) => {
+    byName ??= new Map(nodes.map((node) => [node.name, node]));
+    const index = byName;
+    return [...readyNodes(key)].flatMap((name) => index.get(name) ?? []);
+  };
   /** "TCP/80 on 192.0.2.1" → the Service holding it. */
   const held = new Map<string, string>();
   const plan = new Map<string, Intent>();
   for (const facts of planned) {
-    const candidates = facts.local
-      ? [...readyNodes(facts.key)].flatMap((name) => byName.get(name) ?? [])
-      : nodes;
-    const intent = intentFor(facts, candidates, config);
+    let intent = alone.get(facts.key);
+    if (!intent) {
+      intent = intentFor(facts, facts.local ? endpointNodes(facts.key) : nodes, config);
+      alone.set(facts.key, intent);
+    }
     plan.set(facts.key, intent.action === "ensure" ? claimPorts(facts, intent, held) : intent);
   }
   return plan;
@@ -174,13 +188,13 @@ function annotationSelector(text: string | undefined): LabelSelector | string | 
 }
 
 function ingressFor(facts: ServiceFacts, candidates: readonly NodeFacts[], maxNodes: number): Intent {
-  const kinds = new Map(facts.ipFamilies.map((family) => [family, addressType(candidates, family)] as const));
-  const usable = candidates.filter((node) => [...kinds].some(([family, type]) => node.ips[family][type]));
+  const kinds = facts.ipFamilies.map((family) => [family, addressType(candidates, family)] as const);
+  const usable = candidates.filter((node) => kinds.some(([family, type]) => node.ips[family][type] !== undefined));
   const chosen = topByScore(usable, hashString(facts.uid), maxNodes);
   const ingress: LoadBalancerIngress[] = [];
   const missingFamilies: IpFamily[] = [];
   for (const [family, type] of kinds) {
-    const ips = chosen.flatMap((node) => node.ips[family][type] ?? []).sort(compareIps);
+    const ips = sortIps(chosen.flatMap((node) => node.ips[family][type] ?? []));
     if (!ips.length) missingFamilies.push(family);
     for (const ip of ips) ingress.push({ ip, ipMode: "VIP" });
   }
@@ -198,7 +212,11 @@ function addressType(nodes: readonly NodeFacts[], family: IpFamily): AddressType
   return nodes.some((node) => node.ips[family].ExternalIP) ? "ExternalIP" : "InternalIP";
 }
 
-const compareIps = (a: string, b: string) => Buffer.compare(ipToBytes(a), ipToBytes(b));
+/** In numeric order (each address read once). */
+function sortIps(ips: string[]): string[] {
+  const keyed = ips.map((ip) => ({ ip, bytes: ipToBytes(ip) }));
+  return keyed.sort((a, b) => Buffer.compare(a.bytes, b.bytes)).map(({ ip }) => ip);
+}
 
 /** The ports on the intent's addresses, unless an older Service holds one of them: then a refusal naming it. */
 function claimPorts(facts: ServiceFacts, intent: Intent & { action: "ensure" }, held: Map<string, string>): Intent {
