@@ -327,7 +327,10 @@ export class ServiceController {
     let resourceVersion = service.metadata?.resourceVersion;
     for (const write of writes) {
       // Leadership can lapse between the decision and a write: the last check is right before each call.
-      if (!options.isLeader()) return;
+      if (!options.isLeader()) {
+        this.acted.delete(facts.key); // synced afresh by the resync when it leads again
+        return;
+      }
       const written = await this.send(service, write, ingress, resourceVersion, log);
       if (!written) return;
       resourceVersion = written.metadata?.resourceVersion;

@@ -1,0 +1,170 @@
+// The controller's loop with fake caches and a fake API: what replans and what does not (the plan is the costly
+// part at 5,000 nodes), dry run, and a write that lost leadership being done after a resync.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { Node, Service } from "kubernetes-types/core/v1.js";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
+import { createLogger } from "../cli/log.ts";
+import { Registry } from "../cli/metrics.ts";
+import { ServiceController } from "./controller.ts";
+import { LB_FINALIZER, NODE_ADDRESS_CLASS, type ServiceConfig } from "./decide.ts";
+import { SERVICE_NAME_LABEL } from "./endpoints.ts";
+import { createServiceMetrics } from "./metrics.ts";
+
+const CONFIG: ServiceConfig = { claimClassless: false, maxNodes: 16, reservedPorts: [] };
+
+class FakeCache<T extends { metadata?: { namespace?: string; name?: string } }> {
+  readonly items = new Map<string, T>();
+  get = (key: string) => this.items.get(key);
+  list = () => [...this.items.values()];
+  put(item: T): void {
+    const { namespace, name } = item.metadata ?? {};
+    this.items.set(namespace ? `${namespace}/${name}` : String(name), item);
+  }
+}
+
+function nodeObject(name: string, ready: string, heartbeat = "2026-01-01T00:00:00Z"): Node {
+  return {
+    metadata: { name, resourceVersion: heartbeat },
+    status: {
+      conditions: [{ type: "Ready", status: ready, lastHeartbeatTime: heartbeat }],
+      addresses: [{ type: "InternalIP", address: `10.0.0.${name.slice(1)}` }],
+    },
+  };
+}
+
+function serviceObject(name: string, local = false): Service {
+  return {
+    metadata: {
+      namespace: "ns", name, uid: `uid-${name}`, resourceVersion: "1",
+      creationTimestamp: "2026-01-01T00:00:00Z",
+    },
+    spec: {
+      type: "LoadBalancer",
+      loadBalancerClass: NODE_ADDRESS_CLASS,
+      externalTrafficPolicy: local ? "Local" : "Cluster",
+      ipFamilies: ["IPv4"],
+      ports: [{ port: Number(name.slice(1)), protocol: "TCP" }],
+    },
+  };
+}
+
+function world(options: { dryRun?: boolean; leader?: () => boolean } = {}) {
+  const services = new FakeCache<Service>();
+  const nodes = new FakeCache<Node>();
+  const endpointSlices = new FakeCache<EndpointSlice>();
+  const patches: { name: string; body: unknown }[] = [];
+  const logs: Record<string, unknown>[] = [];
+  const registry = new Registry();
+  const controller = new ServiceController({
+    config: CONFIG,
+    dryRun: options.dryRun ?? false,
+    services,
+    nodes,
+    endpointSlices,
+    // The API's answer, and its watch event: the Service with the finalizers or status written, a new version.
+    serviceResource: (namespace) => ({
+      patch: async (name, _type, body) => {
+        patches.push({ name, body });
+        const before = services.get(`${namespace}/${name}`) as Service;
+        const finalizers = Array.isArray(body) ? (body[1] as { value: string[] }).value : before.metadata?.finalizers;
+        const status = Array.isArray(body) ? before.status : (body as Service).status;
+        const resourceVersion = String(patches.length + 1);
+        const after: Service = { ...before, metadata: { ...before.metadata, finalizers, resourceVersion }, status };
+        services.put(after);
+        setImmediate(() => controller.serviceHandlers.onUpdate?.(before, after));
+        return after;
+      },
+    }),
+    isLeader: options.leader ?? (() => true),
+    events: { record: () => {} },
+    log: createLogger({ verbosity: 0, format: "json", write: (line) => logs.push(JSON.parse(line)) }),
+    metrics: createServiceMetrics(registry, "test_service"),
+  });
+  const plans = () => Number(/test_service_plan_seconds_count (\d+)/.exec(registry.expose())?.[1]);
+  const addNode = (node: Node) => {
+    const before = nodes.get(node.metadata?.name ?? "");
+    nodes.put(node);
+    if (before) controller.nodeHandlers.onUpdate?.(before, node);
+    else controller.nodeHandlers.onAdd?.(node);
+  };
+  const addService = (service: Service) => {
+    services.put(service);
+    controller.serviceHandlers.onAdd?.(service);
+  };
+  const addSlice = (slice: EndpointSlice) => {
+    const before = endpointSlices.get(`${slice.metadata?.namespace}/${slice.metadata?.name}`);
+    endpointSlices.put(slice);
+    if (before) controller.endpointSliceHandlers.onUpdate?.(before, slice);
+    else controller.endpointSliceHandlers.onAdd?.(slice);
+  };
+  return { controller, patches, logs, plans, addNode, addService, addSlice };
+}
+
+const slice = (service: string, nodes: string[]): EndpointSlice => ({
+  metadata: { namespace: "ns", name: `${service}-1`, labels: { [SERVICE_NAME_LABEL]: service } },
+  addressType: "IPv4",
+  endpoints: nodes.map((nodeName, i) => ({ addresses: [`10.244.0.${i + 1}`], nodeName })),
+});
+
+test("one plan per burst; a heartbeat replans nothing; a Cluster Service's EndpointSlice replans nothing", async () => {
+  const w = world();
+  for (const name of ["n1", "n2"]) w.addNode(nodeObject(name, "True"));
+  for (const name of ["s80", "s81", "s82"]) w.addService(serviceObject(name));
+  w.controller.start();
+  await w.controller.idle();
+  assert.equal(w.plans(), 1);
+  w.addNode(nodeObject("n1", "True", "2026-01-01T00:05:00Z"));
+  w.addSlice(slice("s80", ["n1"]));
+  await w.controller.idle();
+  assert.equal(w.plans(), 1, "replanned for a heartbeat or an EndpointSlice no plan reads");
+  w.addNode(nodeObject("n2", "False"));
+  await w.controller.idle();
+  assert.equal(w.plans(), 2, "one plan for the three Services after a Node's change");
+});
+
+test("a Local Service's EndpointSlice replans, and writes its new ingress", async () => {
+  const w = world();
+  for (const name of ["n1", "n2"]) w.addNode(nodeObject(name, "True"));
+  w.addService(serviceObject("s80", true));
+  w.controller.start();
+  await w.controller.idle();
+  w.addSlice(slice("s80", ["n2"]));
+  await w.controller.idle();
+  assert.deepEqual(w.patches.at(-1), {
+    name: "s80",
+    body: { status: { loadBalancer: { ingress: [{ ip: "10.0.0.2", ipMode: "VIP" }] } } },
+  });
+});
+
+test("dry run writes nothing and logs each would-be write once", async () => {
+  const w = world({ dryRun: true });
+  w.addNode(nodeObject("n1", "True"));
+  w.addService(serviceObject("s80"));
+  w.controller.start();
+  await w.controller.idle();
+  w.controller.resync();
+  await w.controller.idle();
+  assert.deepEqual(w.patches, []);
+  const wouldWrite = w.logs.filter(({ msg }) => msg === "would write (dry run)");
+  assert.equal(wouldWrite.length, 1);
+  assert.equal(wouldWrite[0]?.writes, "finalizer-add,status");
+});
+
+test("a write that lost leadership before it was sent is done after the resync of a new term", async () => {
+  let leader = true;
+  let checks = 0;
+  // Leads for the decision, loses the lease right before the write.
+  const w = world({ leader: () => (checks++ === 0 ? true : leader) });
+  w.addNode(nodeObject("n1", "True"));
+  w.addService(serviceObject("s80"));
+  leader = false;
+  w.controller.start();
+  await w.controller.idle();
+  assert.deepEqual(w.patches, []);
+  leader = true;
+  w.controller.resync();
+  await w.controller.idle();
+  const finalizers = w.patches.map(({ body }) => JSON.stringify(body)).filter((body) => body.includes(LB_FINALIZER));
+  assert.equal(finalizers.length, 1);
+});
