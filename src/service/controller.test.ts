@@ -79,7 +79,7 @@ function world(options: { dryRun?: boolean; leader?: () => boolean } = {}) {
     isLeader: options.leader ?? (() => true),
     events: { record: () => {} },
     log: createLogger({ verbosity: 0, format: "json", write: (line) => logs.push(JSON.parse(line)) }),
-    metrics: createServiceMetrics(registry, "test_service"),
+    metrics: createServiceMetrics(registry, "test_service_"),
   });
   const plans = () => Number(/test_service_plan_seconds_count (\d+)/.exec(registry.expose())?.[1]);
   const addNode = (node: Node) => {

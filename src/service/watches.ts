@@ -49,8 +49,12 @@ export const ENDPOINT_SLICE_FIELDS: readonly Path[] = [
   ["endpoints", EACH, "conditions", "ready"],
 ];
 
-/** Cluster-wide: Services are in every namespace. Events are the program's (kube/events.ts). */
+/**
+ * Cluster-wide: Services are in every namespace, and so are the Events about them (the program's own Events
+ * grant covers "default" only). The finalizer is a patch of the Service, the ingress one of services/status.
+ */
 export const SERVICE_RBAC_RULES = [
+  { apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] },
   { apiGroups: [""], resources: ["services"], verbs: ["list", "watch", "patch"] },
   { apiGroups: [""], resources: ["services/status"], verbs: ["patch"] },
   { apiGroups: [""], resources: ["nodes"], verbs: ["list", "watch"] },

@@ -134,7 +134,7 @@ export async function startServiceWorld(): Promise<ServiceWorld> {
         isLeader: () => leader,
         events,
         log,
-        metrics: createServiceMetrics(new Registry(), "test_service"),
+        metrics: createServiceMetrics(new Registry(), "test_service_"),
       });
       services.addHandlers(controller.serviceHandlers);
       nodeCache.addHandlers(controller.nodeHandlers);
