@@ -1,6 +1,7 @@
 // A world for the service controller's tests: a real control plane, Nodes registered with the status a kubelet
 // and the agent would write, Services in namespaces of their own, and the controller run in this process on real
-// informers with a client of its own, whose writes are counted.
+// informers, as a service account granted only the controller's RBAC rules (a missing grant fails the tests),
+// with a client of its own whose writes are counted.
 import type { Event, Namespace, Node, NodeAddress, Service, Taint } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { createLogger } from "../../src/cli/log.ts";
@@ -14,7 +15,12 @@ import { ServiceController } from "../../src/service/controller.ts";
 import type { ServiceConfig } from "../../src/service/decide.ts";
 import { DEFAULT_RESERVED_PORTS, parsePortRange } from "../../src/service/flags.ts";
 import { createServiceMetrics } from "../../src/service/metrics.ts";
-import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, SERVICE_RESOURCE } from "../../src/service/watches.ts";
+import {
+  ENDPOINT_SLICE_RESOURCE,
+  NODE_RESOURCE,
+  SERVICE_RBAC_RULES,
+  SERVICE_RESOURCE,
+} from "../../src/service/watches.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 
 export const CONFIG: ServiceConfig = {
@@ -65,9 +71,28 @@ export interface ServiceWorld {
 
 let namespaces = 0;
 
+// Not "service-controller": kube-controller-manager's own service account of that name has a bootstrap grant.
+const ACCOUNT = { namespace: "kube-system", name: "local-ccm-service-controller" };
+
+/** The controller's service account, bound to a ClusterRole of exactly its RBAC rules. */
+async function controllerKubeconfig(plane: ControlPlane): Promise<string> {
+  const role = { apiVersion: "rbac.authorization.k8s.io/v1", kind: "ClusterRole", metadata: { name: ACCOUNT.name } };
+  const binding = {
+    apiVersion: "rbac.authorization.k8s.io/v1",
+    kind: "ClusterRoleBinding",
+    metadata: { name: ACCOUNT.name },
+    roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: ACCOUNT.name },
+    subjects: [{ kind: "ServiceAccount", ...ACCOUNT }],
+  };
+  const items = [{ ...role, rules: SERVICE_RBAC_RULES }, binding];
+  await plane.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "List", items }));
+  return plane.serviceAccountKubeconfig(ACCOUNT);
+}
+
 export async function startServiceWorld(): Promise<ServiceWorld> {
   const plane = await startControlPlane();
   const admin = plane.admin;
+  const kubeconfig = await controllerKubeconfig(plane);
   const resource = <T extends KubeObject>(ref: ResourceRef, namespace?: string) =>
     new Resource<T>(admin, namespace === undefined ? ref : { ...ref, namespace });
   const nodes = resource<Node>(NODE_RESOURCE);
@@ -108,7 +133,7 @@ export async function startServiceWorld(): Promise<ServiceWorld> {
       }));
     },
     async startController(options = {}) {
-      const config = await loadClientConfig({ kubeconfig: plane.kubeconfigPath, env: {} });
+      const config = await loadClientConfig({ kubeconfig, env: {} });
       let writes = 0;
       const client = new KubeClient(config, {
         component: "service-controller-test",
@@ -121,8 +146,9 @@ export async function startServiceWorld(): Promise<ServiceWorld> {
       const services = informer<Service>(SERVICE_RESOURCE);
       const nodeCache = informer<Node>(NODE_RESOURCE);
       const endpointSlices = informer<EndpointSlice>(ENDPOINT_SLICE_RESOURCE);
-      // Events through the admin's client: only the controller's own writes to Services are counted.
-      const events = new EventRecorder(admin, { component: "service-controller-test" });
+      // Events through a client of their own: only the writes to Services are counted.
+      const eventsClient = new KubeClient(config, { component: "service-controller-test" });
+      const events = new EventRecorder(eventsClient, { component: "service-controller-test" });
       let leader = options.leader ?? true;
       const controller = new ServiceController({
         config: { ...CONFIG, ...options.config },
@@ -155,6 +181,7 @@ export async function startServiceWorld(): Promise<ServiceWorld> {
           await Promise.all(informers.map((each) => each.stop()));
           await events.flush();
           client.close();
+          eventsClient.close();
         },
       };
       running.add(handle);
