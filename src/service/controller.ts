@@ -13,7 +13,7 @@ import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import type { Logger } from "../cli/log.ts";
 import { isApiError } from "../kube/errors.ts";
 import { type EventRecorder, type EventType, serviceReference } from "../kube/events.ts";
-import type { InformerHandlers } from "../kube/informer.ts";
+import { type InformerHandlers, objectKey } from "../kube/informer.ts";
 import type { Resource } from "../kube/resource.ts";
 import { WorkQueue } from "../kube/workqueue.ts";
 import type { BackoffOptions } from "../time/backoff.ts";
@@ -130,7 +130,7 @@ export class ServiceController {
 
   /** Syncs every cached Service again: at start, and when this replica starts leading. */
   resync(): void {
-    for (const service of this.options.services.list()) this.enqueue(serviceFacts(service).key);
+    for (const service of this.options.services.list()) this.enqueue(objectKey(service));
   }
 
   /** Stops syncing, and waits for the writes in flight. */

@@ -11,6 +11,7 @@
 // with public IPv6 and private IPv4 offers both). One address per node and family, sorted, ipMode VIP: an
 // unchanged set is the same list, and writes nothing.
 import type { LoadBalancerIngress, Service } from "kubernetes-types/core/v1.js";
+import { objectKey } from "../kube/informer.ts";
 import { type LabelSelector, matchesLabels, parseLabelSelector } from "../kube/labelselector.ts";
 import { ipToBytes } from "../net/ip.ts";
 import type { AddressType, IpFamily, NodeFacts } from "./nodes.ts";
@@ -67,7 +68,7 @@ export function serviceFacts(service: Service): ServiceFacts {
     (family): family is IpFamily => family === "IPv4" || family === "IPv6",
   );
   return {
-    key: `${metadata.namespace}/${metadata.name}`,
+    key: objectKey(service),
     uid: metadata.uid ?? "",
     created: metadata.creationTimestamp ?? "",
     type: spec.type ?? "ClusterIP",

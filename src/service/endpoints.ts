@@ -2,6 +2,7 @@
 // to and which nodes hold a ready endpoint of it. `ready` is read as kube-proxy reads it
 // (pkg/proxy/endpointslicecache.go: unset counts as ready), since kube-proxy decides where Local traffic lands.
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
+import { objectKey } from "../kube/informer.ts";
 
 /** The label by which the EndpointSlice controller ties a slice to its Service. */
 export const SERVICE_NAME_LABEL = "kubernetes.io/service-name";
@@ -16,12 +17,12 @@ export interface EndpointSliceFacts {
 }
 
 export function endpointSliceFacts(slice: EndpointSlice): EndpointSliceFacts {
-  const { namespace, name, labels } = slice.metadata ?? {};
+  const { namespace, labels } = slice.metadata ?? {};
   const nodes = new Set<string>();
   for (const { nodeName, conditions } of slice.endpoints ?? [])
     if (nodeName && conditions?.ready !== false) nodes.add(nodeName);
   return {
-    key: `${namespace}/${name}`,
+    key: objectKey(slice),
     service: `${namespace}/${labels?.[SERVICE_NAME_LABEL] ?? ""}`,
     readyNodes: [...nodes].sort(),
   };
