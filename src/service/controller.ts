@@ -259,7 +259,7 @@ export class ServiceController {
     // Followers keep their caches current, for a quick takeover (resync); nothing more.
     if (!options.isLeader()) return this.settled(key);
     const service = options.services.get(key);
-    if (!service) return;
+    if (!service) return this.settled(key);
     const facts = serviceFacts(service);
     const resourceVersion = service.metadata?.resourceVersion;
     // Our own write reaches the cache a moment later: until then the cached copy is not written from again.
