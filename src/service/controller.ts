@@ -340,9 +340,10 @@ export class ServiceController {
       event("Normal", "DeletedLoadBalancer", "Deleted load balancer");
       log.info("released Service", { reason: decision.reason });
     } else if (writes.includes("status")) {
+      // A refusal's cleared status is told by its Warning (warn()).
       const first = facts.ingress.length === 0;
       const [reason, verb] = first ? ["EnsuredLoadBalancer", "Ensured"] : ["UpdatedLoadBalancer", "Updated"];
-      event("Normal", reason, `${verb} load balancer: ${decision.reason}`);
+      if (decision.action === "ensure") event("Normal", reason, `${verb} load balancer: ${decision.reason}`);
       log.info("wrote ingress", { ingress: ipList(ingress), reason: decision.reason });
       const since = this.queuedAt.get(facts.key);
       if (since !== undefined) options.metrics.ingressSeconds.observe((performance.now() - since) / 1000);
