@@ -33,7 +33,7 @@ function nodeObject(name: string, ready: string, heartbeat = "2026-01-01T00:00:0
   };
 }
 
-function serviceObject(name: string, local = false): Service {
+function serviceObject(name: string, local = false, ipFamilies = ["IPv4"]): Service {
   return {
     metadata: {
       namespace: "ns", name, uid: `uid-${name}`, resourceVersion: "1",
@@ -43,7 +43,7 @@ function serviceObject(name: string, local = false): Service {
       type: "LoadBalancer",
       loadBalancerClass: NODE_ADDRESS_CLASS,
       externalTrafficPolicy: local ? "Local" : "Cluster",
-      ipFamilies: ["IPv4"],
+      ipFamilies,
       ports: [{ port: Number(name.slice(1)), protocol: "TCP" }],
     },
   };
@@ -55,6 +55,7 @@ function world(options: { dryRun?: boolean; leader?: () => boolean } = {}) {
   const endpointSlices = new FakeCache<EndpointSlice>();
   const patches: { name: string; body: unknown }[] = [];
   const logs: Record<string, unknown>[] = [];
+  const events: { type: string; reason: string; message: string }[] = [];
   const registry = new Registry();
   const controller = new ServiceController({
     config: CONFIG,
@@ -77,7 +78,7 @@ function world(options: { dryRun?: boolean; leader?: () => boolean } = {}) {
       },
     }),
     isLeader: options.leader ?? (() => true),
-    events: { record: () => {} },
+    events: { record: (_object, type, reason, message) => events.push({ type, reason, message }) },
     log: createLogger({ verbosity: 0, format: "json", write: (line) => logs.push(JSON.parse(line)) }),
     metrics: createServiceMetrics(registry, "test_service_"),
   });
@@ -98,7 +99,7 @@ function world(options: { dryRun?: boolean; leader?: () => boolean } = {}) {
     if (before) controller.endpointSliceHandlers.onUpdate?.(before, slice);
     else controller.endpointSliceHandlers.onAdd?.(slice);
   };
-  return { controller, patches, logs, plans, addNode, addService, addSlice };
+  return { controller, patches, logs, events, plans, addNode, addService, addSlice };
 }
 
 const slice = (service: string, nodes: string[]): EndpointSlice => ({
@@ -167,4 +168,26 @@ test("a write that lost leadership before it was sent is done after the resync o
   await w.controller.idle();
   const finalizers = w.patches.map(({ body }) => JSON.stringify(body)).filter((body) => body.includes(LB_FINALIZER));
   assert.equal(finalizers.length, 1);
+});
+
+test("a family without node addresses is left out, and told once in a Warning", async () => {
+  const w = world();
+  w.addNode(nodeObject("n1", "True"));
+  w.addService(serviceObject("s80", false, ["IPv6", "IPv4"]));
+  w.controller.start();
+  await w.controller.idle();
+  w.controller.resync();
+  await w.controller.idle();
+  const ingress = [{ ip: "10.0.0.1", ipMode: "VIP" }];
+  assert.deepEqual(w.patches.at(-1)?.body, { status: { loadBalancer: { ingress } } });
+  assert.deepEqual(
+    w.events.filter(({ type }) => type === "Warning"),
+    [
+      {
+        type: "Warning",
+        reason: "IPFamilyWithoutAddresses",
+        message: "left out IPv6: no chosen node has an address of that family",
+      },
+    ],
+  );
 });
