@@ -1,7 +1,7 @@
 // A world for the service controller's tests: a real control plane, Nodes registered with the status a kubelet
 // and the agent would write, Services in namespaces of their own, and the controller run in this process on real
-// informers, as a service account granted only the controller's RBAC rules (a missing grant fails the tests),
-// with a client of its own whose writes are counted.
+// informers that keep only the fields it declares, as a service account granted only its RBAC rules (a missing
+// grant fails the tests), with a client of its own whose writes are counted.
 import type { Event, Namespace, Node, NodeAddress, Service, Taint } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { createLogger } from "../../src/cli/log.ts";
@@ -9,18 +9,16 @@ import { Registry } from "../../src/cli/metrics.ts";
 import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
 import { EventRecorder } from "../../src/kube/events.ts";
+import { IDENTITY_FIELDS, projection } from "../../src/kube/fields.ts";
 import { Informer } from "../../src/kube/informer.ts";
 import { type KubeObject, Resource, type ResourceRef } from "../../src/kube/resource.ts";
+import type { Watch } from "../../src/kube/sharedinformers.ts";
 import { ServiceController } from "../../src/service/controller.ts";
 import type { ServiceConfig } from "../../src/service/decide.ts";
 import { DEFAULT_RESERVED_PORTS, parsePortRange } from "../../src/service/flags.ts";
 import { createServiceMetrics } from "../../src/service/metrics.ts";
-import {
-  ENDPOINT_SLICE_RESOURCE,
-  NODE_RESOURCE,
-  SERVICE_RBAC_RULES,
-  SERVICE_RESOURCE,
-} from "../../src/service/watches.ts";
+import { serviceLoadBalancer } from "../../src/service/definition.ts";
+import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, SERVICE_RESOURCE } from "../../src/service/watches.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 
 export const CONFIG: ServiceConfig = {
@@ -84,7 +82,7 @@ async function controllerKubeconfig(plane: ControlPlane): Promise<string> {
     roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: ACCOUNT.name },
     subjects: [{ kind: "ServiceAccount", ...ACCOUNT }],
   };
-  const items = [{ ...role, rules: SERVICE_RBAC_RULES }, binding];
+  const items = [{ ...role, rules: serviceLoadBalancer.rbac.cluster }, binding];
   await plane.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "List", items }));
   return plane.serviceAccountKubeconfig(ACCOUNT);
 }
@@ -142,10 +140,15 @@ export async function startServiceWorld(): Promise<ServiceWorld> {
         },
       });
       const log = createLogger({ verbosity: 2, format: "text", write: () => {} });
-      const informer = <T extends KubeObject>(ref: ResourceRef) => new Informer(new Resource<T>(client, ref));
-      const services = informer<Service>(SERVICE_RESOURCE);
-      const nodeCache = informer<Node>(NODE_RESOURCE);
-      const endpointSlices = informer<EndpointSlice>(ENDPOINT_SLICE_RESOURCE);
+      // The controller's watches, trimmed to the fields it keeps as the program's shared informers trim them.
+      const informer = <T extends KubeObject>({ resource, keep }: Watch<T>) =>
+        new Informer(new Resource<T>(client, resource), {
+          transform: typeof keep === "function" ? keep : projection<T>([...IDENTITY_FIELDS, ...keep]),
+        });
+      const watches = serviceLoadBalancer.watches(undefined as never);
+      const services = informer(watches.services);
+      const nodeCache = informer(watches.nodes);
+      const endpointSlices = informer(watches.endpointSlices);
       // Events through a client of their own: only the writes to Services are counted.
       const eventsClient = new KubeClient(config, { component: "service-controller-test" });
       const events = new EventRecorder(eventsClient, { component: "service-controller-test" });

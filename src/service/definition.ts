@@ -1,0 +1,70 @@
+// The service controller (node-address mode) as node-lifecycle-controller hosts it (manager/registry.ts): its
+// flags, metrics, RBAC, the watches it reads (Services, Nodes, EndpointSlices, each trimmed to what it decides
+// on) and how it is created from the program's shared parts.
+import type { Node, Service } from "kubernetes-types/core/v1.js";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
+import { Resource } from "../kube/resource.ts";
+import { watch } from "../kube/sharedinformers.ts";
+import { defineController } from "../manager/controller.ts";
+import { ServiceController } from "./controller.ts";
+import { serviceConfig, serviceFlagTable } from "./flags.ts";
+import { createServiceMetrics } from "./metrics.ts";
+import {
+  ENDPOINT_SLICE_FIELDS,
+  ENDPOINT_SLICE_RESOURCE,
+  NODE_FIELDS,
+  NODE_RESOURCE,
+  SERVICE_FIELDS,
+  SERVICE_RESOURCE,
+} from "./watches.ts";
+
+const WATCHES = {
+  services: watch<Service>({ resource: SERVICE_RESOURCE, keep: SERVICE_FIELDS }),
+  nodes: watch<Node>({ resource: NODE_RESOURCE, keep: NODE_FIELDS }),
+  endpointSlices: watch<EndpointSlice>({ resource: ENDPOINT_SLICE_RESOURCE, keep: ENDPOINT_SLICE_FIELDS }),
+};
+
+export const serviceLoadBalancer = defineController({
+  name: "service",
+  // It acts only on its own loadBalancerClass unless told to claim class-less Services too.
+  enabledByDefault: true,
+  summary:
+    "Gives LoadBalancer Services of class local-ccm.io/node-address the addresses of healthy nodes " +
+    "(ExternalIP, else InternalIP), with the standard finalizer; refuses ports the nodes serve and port conflicts.",
+  flags: serviceFlagTable,
+  parse: serviceConfig,
+  metricsSubsystem: "service_",
+  createMetrics: createServiceMetrics,
+  rbac: {
+    // Cluster-wide: Services are in every namespace, and so are the Events about them (the program's own Events
+    // grant covers "default" only). The finalizer is a patch of the Service, the ingress one of services/status.
+    cluster: [
+      { apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] },
+      { apiGroups: [""], resources: ["services"], verbs: ["list", "watch", "patch"] },
+      { apiGroups: [""], resources: ["services/status"], verbs: ["patch"] },
+      { apiGroups: [""], resources: ["nodes"], verbs: ["list", "watch"] },
+      { apiGroups: ["discovery.k8s.io"], resources: ["endpointslices"], verbs: ["list", "watch"] },
+    ],
+  },
+  // The same whatever its config: the node selector is matched against labels, which the Node watch keeps whole.
+  watches: () => WATCHES,
+  create(context, config) {
+    const { services, nodes, endpointSlices } = context.caches;
+    const controller = new ServiceController({
+      config,
+      dryRun: context.dryRun,
+      services,
+      nodes,
+      endpointSlices,
+      serviceResource: (namespace) => new Resource<Service>(context.client, { ...SERVICE_RESOURCE, namespace }),
+      isLeader: context.isLeader,
+      events: context.events,
+      log: context.log,
+      metrics: context.metrics,
+    });
+    services.addHandlers(controller.serviceHandlers);
+    nodes.addHandlers(controller.nodeHandlers);
+    endpointSlices.addHandlers(controller.endpointSliceHandlers);
+    return controller;
+  },
+});
