@@ -52,10 +52,11 @@ export function chartFlagsYaml(): string {
   return `${header}${stringify(programs)}`;
 }
 
-/** charts/local-ccm/controllers.yaml: each controller's Helm switch (if any) and RBAC rules, in registry order. */
+/** charts/local-ccm/controllers.yaml: each controller's default, Helm switch (if any) and RBAC rules, in registry order. */
 export function chartControllersYaml(): string {
-  const controllers = CONTROLLERS.map(({ name, helmEnabled, rbac }) => ({
+  const controllers = CONTROLLERS.map(({ name, enabledByDefault, helmEnabled, rbac }) => ({
     name,
+    enabledByDefault,
     ...(helmEnabled ? { helmEnabled } : {}),
     clusterRules: rbac.cluster,
     namespacedRules: rbac.namespaced ?? {},

@@ -3,9 +3,10 @@
 import { markdownTable } from "../cli/markdown.ts";
 import { kubeletServingCsr } from "../csr/definition.ts";
 import { nodeLifecycle } from "../lifecycle/definition.ts";
+import { serviceLoadBalancer } from "../service/definition.ts";
 import type { AnyController } from "./controller.ts";
 
-export const CONTROLLERS: readonly AnyController[] = [nodeLifecycle, kubeletServingCsr];
+export const CONTROLLERS: readonly AnyController[] = [nodeLifecycle, kubeletServingCsr, serviceLoadBalancer];
 
 /** The README's table of controllers: name, whether --controllers=* runs it, what it does, where its flags are. */
 export function controllersMarkdown(): string {
