@@ -15,7 +15,7 @@ export function controllersMarkdown(): string {
     ["controller", "on by default", "what it does", "its flags"],
     CONTROLLERS.map(({ name, enabledByDefault, helmEnabled, summary, flags }) => [
       code(name),
-      enabledByDefault ? "yes" : `no (Helm ${code(helmEnabled ?? "")})`,
+      `${enabledByDefault ? "yes" : "no"}${helmEnabled ? ` (Helm ${code(helmEnabled)})` : ""}`,
       summary,
       flags.map((spec) => code(`--${spec.name}`)).join(", "),
     ]),
