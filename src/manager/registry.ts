@@ -8,14 +8,17 @@ import type { AnyController, PolicyRule } from "./controller.ts";
 
 export const CONTROLLERS: readonly AnyController[] = [nodeLifecycle, kubeletServingCsr, serviceLoadBalancer];
 
-/** The README's table of controllers: name, whether --controllers=* runs it, what it does, where its flags are. */
+/**
+ * The README's table of controllers: name, whether --controllers=* runs it (and the chart's switch, if any), what it
+ * does, where its flags are.
+ */
 export function controllersMarkdown(): string {
   const code = (text: string) => `\`${text}\``;
   return markdownTable(
     ["controller", "on by default", "what it does", "its flags"],
     CONTROLLERS.map(({ name, enabledByDefault, helmEnabled, summary, flags }) => [
       code(name),
-      enabledByDefault ? "yes" : `no (Helm ${code(helmEnabled ?? "")})`,
+      `${enabledByDefault ? "yes" : "no"}${helmEnabled ? ` (Helm ${code(helmEnabled)})` : ""}`,
       summary,
       flags.map((spec) => code(`--${spec.name}`)).join(", "),
     ]),
