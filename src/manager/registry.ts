@@ -47,8 +47,8 @@ export function rulesGrant(grants: readonly PolicyRule[], rule: PolicyRule): boo
 
 /**
  * Per namespace of a controller's Roles, the other controllers whose cluster-wide rules alone grant all of that
- * Role's rules: while one of them runs, the Role adds nothing (its watch is then one cluster-wide watch shared
- * with theirs), and the chart leaves it out, so that no grant goes unused.
+ * Role's rules: while one of them runs, the Role adds nothing to what the program may do (and goes unused when
+ * the shared informers widen its watch to the cluster), so the chart leaves it out.
  */
 export function rolesCoveredBy(controller: AnyController): Record<string, string[]> {
   return Object.fromEntries(
