@@ -2,13 +2,16 @@
 // register their Nodes with the uninitialized taint (node-0 is the control-plane node), the Helm chart is
 // installed as a user installs it, the agent pods initialise their nodes, the node-lifecycle-controller's
 // replicas run on the control-plane node, an autoscaler-tainted worker loses power and the controller
-// deletes it, the Events are shown, and everything is removed at the end (also on Ctrl-C; what a killed
-// demo left, the next start removes).
+// deletes it, the Events are shown, a LoadBalancer Service of local-ccm's class gets the healthy nodes' addresses
+// and answers curl from the client host outside the nodes, and everything is removed at the end (also on Ctrl-C;
+// what a killed demo left, the next start removes).
 // With `-- --kubeconfig=FILE --node-name=NAME` it instead runs the agent once against that cluster,
 // for this machine's Node, and exits with the agent's code (no root, no build).
 import { spawn } from "node:child_process";
 import path from "node:path";
 import type { Node } from "kubernetes-types/core/v1.js";
+import type { Service } from "kubernetes-types/core/v1.js";
+import { AGNHOST_IMAGE } from "../localcluster/agnhost.ts";
 import { type Cluster, startCluster } from "../localcluster/cluster.ts";
 import {
   CONTROLLER_APP,
@@ -23,6 +26,7 @@ import {
 } from "../localcluster/project.ts";
 import { waitFor } from "../localcluster/wait.ts";
 import { AUTOSCALER_TAINT } from "../src/lifecycle/decide.ts";
+import { NODE_ADDRESS_CLASS } from "../src/service/decide.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
 const NODES = 3;
@@ -33,6 +37,36 @@ const CHART_VALUES = {
   "nodeLifecycleController.controller.reconcileInterval": "2s",
   "nodeLifecycleController.controller.pingCount": 1,
   "nodeLifecycleController.controller.pingTimeout": "1s",
+};
+/** A small web app behind a LoadBalancer Service of our class: upstream's e2e backend, agnhost netexec. */
+const WEB = {
+  apiVersion: "v1",
+  kind: "List",
+  items: [
+    {
+      apiVersion: "apps/v1",
+      kind: "Deployment",
+      metadata: { name: "web", namespace: "default" },
+      spec: {
+        selector: { matchLabels: { app: "web" } },
+        template: {
+          metadata: { labels: { app: "web" } },
+          spec: { containers: [{ name: "netexec", image: AGNHOST_IMAGE, args: ["netexec", "--http-port=8080"] }] },
+        },
+      },
+    },
+    {
+      apiVersion: "v1",
+      kind: "Service",
+      metadata: { name: "web", namespace: "default" },
+      spec: {
+        type: "LoadBalancer",
+        loadBalancerClass: NODE_ADDRESS_CLASS,
+        selector: { app: "web" },
+        ports: [{ port: 80, targetPort: 8080 }],
+      },
+    },
+  ],
 };
 /** Events worth showing: the project's, and kube-controller-manager's node controller for the NotReady. */
 const EVENT_SOURCES = new Set(["local-ccm", "node-lifecycle-controller", "node-controller"]);
@@ -148,6 +182,41 @@ async function story(cluster: Cluster, started: number): Promise<void> {
 
   step("Events (kubectl get events -A, those of local-ccm, node-lifecycle-controller and the node controller)");
   await showEvents(cluster);
+
+  await loadBalancer(cluster, show);
+}
+
+/** The web app behind a LoadBalancer Service of our class, reached with curl from the client host. */
+async function loadBalancer(cluster: Cluster, show: (...kubectlArgs: string[]) => Promise<void>): Promise<void> {
+  step(`a LoadBalancer Service of class ${NODE_ADDRESS_CLASS}, answering curl from a host outside the nodes`);
+  console.log("$ kubectl apply -f - # Deployment web (agnhost netexec on 8080), Service web (LoadBalancer, port 80)");
+  const created = Date.now();
+  await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(WEB));
+  const ingress = await waitFor(
+    "the Service's ingress",
+    async () => {
+      const service = JSON.parse(await cluster.kubectl(["get", "service", "web", "-o", "json"])) as Service;
+      const ips = (service.status?.loadBalancer?.ingress ?? []).map((entry) => entry.ip ?? "");
+      return ips.length > 0 && ips;
+    },
+    60_000,
+    250,
+  );
+  note(`status.loadBalancer.ingress written ${seconds(created)} after the Service was created: ${ingress.join(", ")}`);
+  await show("get", "service", "web", "-o", "wide");
+  const [address] = ingress;
+  const node = cluster.nodes.find((each) => each.publicIP === address);
+  note(`${address} is ${node?.name ?? "no node"}'s ExternalIP; kube-proxy there forwards to the pod`);
+  const url = `http://${address}/hostname`;
+  const answer = await waitFor(
+    `an answer at ${url}`,
+    async () => (await cluster.client.exec("curl", ["-sS", "--max-time", "2", url])).trim(),
+    120_000,
+    250,
+  );
+  console.log(`client$ curl ${url}`);
+  console.log(answer);
+  note(`the client host ${cluster.client.ip} reached pod ${answer} ${seconds(created)} after kubectl apply`);
 }
 
 async function showEvents(cluster: Cluster): Promise<void> {

@@ -12,7 +12,7 @@ import { stringify } from "yaml";
 import { agentFlagTable } from "../src/agent/flags.ts";
 import { type FlagSpec, MAX_TIMER_MS } from "../src/cli/flags.ts";
 import { managerFlagTable } from "../src/manager/flags.ts";
-import { CONTROLLERS } from "../src/manager/registry.ts";
+import { CONTROLLERS, rolesCoveredBy } from "../src/manager/registry.ts";
 import { ensureBinaries } from "../localcluster/build.ts";
 import { run } from "../localcluster/exec.ts";
 import { CHART_DIR } from "../localcluster/project.ts";
@@ -52,14 +52,18 @@ export function chartFlagsYaml(): string {
   return `${header}${stringify(programs)}`;
 }
 
-/** charts/local-ccm/controllers.yaml: each controller's default, Helm switch (if any) and RBAC rules, in registry order. */
+/**
+ * charts/local-ccm/controllers.yaml: each controller's default, Helm switch (if any) and RBAC rules, in registry
+ * order, with the controllers whose cluster-wide rules make each of its Roles needless while they run.
+ */
 export function chartControllersYaml(): string {
-  const controllers = CONTROLLERS.map(({ name, enabledByDefault, helmEnabled, rbac }) => ({
-    name,
-    enabledByDefault,
-    ...(helmEnabled ? { helmEnabled } : {}),
-    clusterRules: rbac.cluster,
-    namespacedRules: rbac.namespaced ?? {},
+  const controllers = CONTROLLERS.map((controller) => ({
+    name: controller.name,
+    enabledByDefault: controller.enabledByDefault,
+    ...(controller.helmEnabled ? { helmEnabled: controller.helmEnabled } : {}),
+    clusterRules: controller.rbac.cluster,
+    namespacedRules: controller.rbac.namespaced ?? {},
+    namespacedRulesCoveredBy: rolesCoveredBy(controller),
   }));
   const header = `# ${GENERATED} from the controller registry (src/manager/registry.ts); do not edit.\n`;
   return `${header}${stringify({ controllers })}`;

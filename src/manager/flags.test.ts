@@ -55,7 +55,7 @@ describe("parseManagerFlags, with the registered controllers' flags", () => {
         resourceNamespace: "kube-system",
       },
       dryRun: false,
-      controllers: new Set(["node-lifecycle"]),
+      controllers: new Set(["node-lifecycle", "service"]),
       csr: { apiServerNames: [], ipAllowlist: [], maxExpirationSeconds: 365 * 24 * 3600, pendingTimeoutMs: 600_000 },
       kubeconfig: "",
       verbosity: 0,
@@ -232,10 +232,11 @@ describe("parseManagerFlags, with the registered controllers' flags", () => {
 
 describe("--controllers, as kube-controller-manager's", () => {
   const cases: [string, string[]][] = [
-    ["*", ["node-lifecycle"]],
-    ["*,kubelet-serving-csr", ["node-lifecycle", "kubelet-serving-csr"]],
+    ["*", ["node-lifecycle", "service"]],
+    ["*,kubelet-serving-csr", ["node-lifecycle", "kubelet-serving-csr", "service"]],
     ["kubelet-serving-csr", ["kubelet-serving-csr"]],
-    ["*,-node-lifecycle,kubelet-serving-csr", ["kubelet-serving-csr"]],
+    ["*,-node-lifecycle,kubelet-serving-csr", ["kubelet-serving-csr", "service"]],
+    ["*,-service", ["node-lifecycle"]],
     ["node-lifecycle", ["node-lifecycle"]],
   ];
   for (const [text, enabled] of cases)
@@ -244,9 +245,12 @@ describe("--controllers, as kube-controller-manager's", () => {
   test("unknown names and an empty choice are usage errors", () => {
     rejects(
       ["--controllers=*,csr"],
-      'invalid value "*,csr" for --controllers: unknown controller "csr" (known: node-lifecycle, kubelet-serving-csr)',
+      'invalid value "*,csr" for --controllers: unknown controller "csr" (known: node-lifecycle, kubelet-serving-csr, service)',
     );
-    rejects(["--controllers=-node-lifecycle"], 'invalid value "-node-lifecycle" for --controllers: no controller enabled');
+    rejects(
+      ["--controllers=-node-lifecycle,-service"],
+      'invalid value "-node-lifecycle,-service" for --controllers: no controller enabled',
+    );
   });
 
   test("the approver's flags are checked", () => {
@@ -257,7 +261,7 @@ describe("--controllers, as kube-controller-manager's", () => {
 });
 
 describe("the program's flag table", () => {
-  test("Helm values names sit under nodeLifecycleController.controller, the approver's under csrApproval.rules", () => {
+  test("Helm values names: the program's under nodeLifecycleController.controller, the controllers' own", () => {
     const helm = Object.fromEntries(
       managerFlagTable.map((spec) => [spec.name, "helm" in spec ? spec.helm : undefined]),
     );
@@ -288,6 +292,10 @@ describe("the program's flag table", () => {
       "csr-api-server-names": "csrApproval.rules.apiServerNames",
       "csr-max-expiration": "csrApproval.rules.maxExpiration",
       "csr-pending-timeout": "csrApproval.rules.pendingTimeout",
+      "lb-claim-classless": "loadBalancer.claimClassless",
+      "lb-node-selector": "loadBalancer.nodeSelector",
+      "lb-max-nodes": "loadBalancer.maxNodes",
+      "lb-reserved-ports": "loadBalancer.reservedPorts",
       kubeconfig: undefined,
       v: `${prefix}verbosity`,
       "log-format": `${prefix}logFormat`,

@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { managerFlagTable, parseManagerFlags } from "./flags.ts";
-import { CONTROLLERS } from "./registry.ts";
+import { kubeletServingCsr } from "../csr/definition.ts";
+import { CONTROLLERS, rolesCoveredBy, rulesGrant } from "./registry.ts";
 
 test("controllers, their metrics subsystems and every flag of the program's table are named once", () => {
   const once = (names: string[], what: string) =>
@@ -41,4 +42,22 @@ test("each controller's RBAC lets it list and watch every resource it watches, w
       }
     }
   }
+});
+
+test("rulesGrant: every group, resource, verb and name of the rule, by one grant or several", () => {
+  const services = { apiGroups: [""], resources: ["services"], verbs: ["list", "watch"] };
+  const kubernetesOnly = { ...services, resourceNames: ["kubernetes"] };
+  assert.ok(rulesGrant([services], kubernetesOnly), "a grant without names grants every name");
+  assert.ok(!rulesGrant([kubernetesOnly], services), "a grant with names grants only those");
+  assert.ok(!rulesGrant([kubernetesOnly], { ...services, resourceNames: ["other"] }));
+  assert.ok(!rulesGrant([{ ...services, verbs: ["list"] }], services), "a verb missing");
+  assert.ok(rulesGrant([{ ...services, verbs: ["list"] }, { ...services, verbs: ["watch", "patch"] }], services));
+  assert.ok(!rulesGrant([{ ...services, apiGroups: ["apps"] }], services), "another group");
+  assert.ok(!rulesGrant([services], { ...services, resources: ["services", "endpoints"] }), "a resource missing");
+});
+
+test("the CSR approver's Role in default is needless while the service controller runs, and only then", () => {
+  assert.deepEqual(rolesCoveredBy(kubeletServingCsr), { default: ["service"] });
+  for (const controller of CONTROLLERS.filter((each) => each !== kubeletServingCsr))
+    assert.deepEqual(rolesCoveredBy(controller), {}, `${controller.name} has no Role`);
 });

@@ -1,7 +1,8 @@
 // `npm start` (demo/main.ts) tells the story the README promises, on the real cluster: kubelets
 // register tainted on containerd, node-0 the control-plane node, the chart's agent pods initialise their
 // nodes, the controller's replicas run on the control-plane node only, the killed autoscaler-tainted worker
-// is deleted, the Events are shown, and nothing is left on the machine.
+// is deleted, the Events are shown, a LoadBalancer Service of our class answers curl from the client host at a
+// node's ExternalIP, and nothing is left on the machine.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
@@ -25,7 +26,7 @@ function section(out: string, title: string): string {
 
 const row = (text: string, name: string) => text.split("\n").find((line) => line.startsWith(`${name} `)) ?? "";
 
-test("the demo initialises the nodes with pods, deletes the killed one, shows Events, leaves nothing", (t) => {
+test("the demo initialises the nodes, deletes the killed one, shows Events, serves a LoadBalancer, leaves nothing", (t) => {
   // Its own TMPDIR: the cluster's folder is found there, apart from other tests' clusters.
   const tmp = mkdtempSync(path.join(os.tmpdir(), "local-ccm-demo-test-"));
   t.after(() => rmSync(tmp, { recursive: true, force: true }));
@@ -71,6 +72,21 @@ test("the demo initialises the nodes with pods, deletes the killed one, shows Ev
     events,
     new RegExp(`\ndefault +${victim} +node-lifecycle-controller +Normal +DeletingNode +.*unreachable`),
   );
+
+  // The Service's ingress is a node's ExternalIP, as kubectl showed it, and the pod answers curl there.
+  const balanced = section(out, "a LoadBalancer Service of class local-ccm.io/node-address");
+  const printed = /ingress written [\d.]+s after the Service was created: (\S.*)\n/.exec(balanced);
+  const ingress = printed?.[1]?.split(", ") ?? [];
+  assert.ok(ingress.length > 0, `the ingress is printed:\n${balanced}`);
+  assert.ok(row(balanced, "web").includes(ingress.join(",")), "kubectl get service shows it as EXTERNAL-IP");
+  const [, address, node = ""] = /\n {3}(\S+) is (node-\d)'s ExternalIP/.exec(balanced) ?? [];
+  assert.equal(address, ingress[0]);
+  const ip = String.raw`198\.19\.\d+\.\d+`;
+  const externalIP = new RegExp(`\n${node} +Ready .* ${ip} +(${ip}) `).exec(installed)?.[1];
+  assert.equal(address, externalIP, `${node}'s ExternalIP in kubectl get nodes -o wide`);
+  assert.notEqual(node, victim, "a node that is still there");
+  const curl = `\nclient\\$ curl http://${address?.replaceAll(".", "\\.")}/hostname\n`;
+  assert.match(balanced, new RegExp(`${curl}web-[a-z0-9]+-[a-z0-9]+\n`), "the pod answers with its name");
 
   const [, slot, dir = ""] = /cluster slot (\d+), state and logs in (\S+)/.exec(out) ?? [];
   assert.ok(dir.startsWith(tmp), `the cluster's folder is in the test's TMPDIR: ${dir}`);

@@ -63,6 +63,8 @@ const helmFlags = (program: Program): FlagSpec[] =>
 
 /** String flags that the program reads as comma lists (key or key=value items): the chart takes YAML lists too. */
 const COMMA_LISTS = new Set(["protected-labels", "protected-annotations"]);
+/** List flags of ports: one port may also be a number (`--set loadBalancer.reservedPorts=22` gives one). */
+const PORT_LISTS = new Set(["lb-reserved-ports"]);
 
 /** The value of a flag as a Helm value: booleans and numbers typed, the rest as the flag's text. */
 function helmValue(spec: FlagSpec, text: string): unknown {
@@ -127,6 +129,7 @@ const CANDIDATES: Record<FlagSpec["type"], (spec: FlagSpec) => string[]> = {
     "eth1,bond0",
     "tcp",
     "cidr:198.18.0.0/15=rack-1,name:^([a-z]+)-=$1",
+    "22,8000-8080",
   ],
 };
 
@@ -254,11 +257,26 @@ const REFUSALS: { values: Record<string, unknown>; line: string; program?: Progr
     args: ["--external-ip-target=8.8.8.8,0:0::0"],
   },
   {
+    values: { "loadBalancer.reservedPorts": ["22", "9100-9000"] },
+    line: 'loadBalancer.reservedPorts: "9100-9000" runs backwards: write a range from-to, lower port first',
+    program: "node-lifecycle-controller",
+    args: ["--lb-reserved-ports=22,9100-9000"],
+  },
+  {
     values: { "nodeLifecycleController.enabled": false, "csrApproval.enabled": true },
     line:
       "csrApproval.enabled needs nodeLifecycleController.enabled: the approver runs in the " +
       "node-lifecycle-controller Deployment",
   },
+];
+
+/** The service controller's cluster-wide rules, as its definition lists them. */
+const SERVICE_CONTROLLER_RULES = [
+  { apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] },
+  { apiGroups: [""], resources: ["services"], verbs: ["list", "watch", "patch"] },
+  { apiGroups: [""], resources: ["services/status"], verbs: ["patch"] },
+  { apiGroups: [""], resources: ["nodes"], verbs: ["list", "watch"] },
+  { apiGroups: ["discovery.k8s.io"], resources: ["endpointslices"], verbs: ["list", "watch"] },
 ];
 
 const CONTROL_PLANE_AFFINITY = {
@@ -356,7 +374,12 @@ describe("Helm chart", () => {
       string: ["string"],
       list: ["string", "array"],
     };
-    const types = (spec: FlagSpec) => (COMMA_LISTS.has(spec.name) ? jsonType.list : jsonType[spec.type]);
+    const types = (spec: FlagSpec) =>
+      COMMA_LISTS.has(spec.name)
+        ? jsonType.list
+        : PORT_LISTS.has(spec.name)
+          ? [...jsonType.list, "integer"]
+          : jsonType[spec.type];
     for (const program of PROGRAMS) {
       for (const spec of helmFlags(program)) {
         const node = schemaAt(spec.helm as string);
@@ -518,7 +541,7 @@ describe("Helm chart", () => {
       }
     });
 
-    test("RBAC: the agent and the controller get exactly their verbs; Events only in default", () => {
+    test("RBAC: the agent and the controller get exactly their verbs; Events in default, and the Services'", () => {
       const rules = (kind: string, name: string) => find(objects, kind, name).rules;
       // Secure metrics (the default): each program reviews its scrapers' tokens and access.
       const reviews = [
@@ -530,8 +553,10 @@ describe("Helm chart", () => {
         { apiGroups: [""], resources: ["nodes/status"], verbs: ["update"] },
         ...reviews,
       ]);
+      // The service controller (on by default) records Events beside the Services, in any namespace.
       assert.deepEqual(rules("ClusterRole", "node-lifecycle-controller"), [
         { apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch", "delete"] },
+        ...SERVICE_CONTROLLER_RULES,
         ...reviews,
       ]);
       // Its own Lease by name; create cannot be limited by name in RBAC (nlc-policy.yaml limits it).
@@ -578,10 +603,18 @@ describe("Helm chart", () => {
     const certificates = (objects: KubeObject[]) =>
       objects.filter((obj) => JSON.stringify(obj).includes("certificates.k8s.io")).map((obj) => obj.metadata.name);
     assert.deepEqual(certificates(defaults), []);
-    const objects = await render(setJson({ "csrApproval.enabled": true, "csrApproval.rules.pendingTimeout": "1m" }));
+    const approver = { "csrApproval.enabled": true, "csrApproval.rules.pendingTimeout": "1m" };
+    const [objects, withoutService] = await Promise.all([
+      render(setJson(approver)),
+      render(setJson({ ...approver, "loadBalancer.nodeAddress.enabled": false })),
+    ]);
     assert.deepEqual(container(objects, "node-lifecycle-controller").args, [
       "--csr-pending-timeout=1m",
       "--controllers=*,kubelet-serving-csr",
+    ]);
+    assert.deepEqual(container(withoutService, "node-lifecycle-controller").args, [
+      "--csr-pending-timeout=1m",
+      "--controllers=*,kubelet-serving-csr,-service",
     ]);
     // The approver's cluster-wide rules join the program's ClusterRole (from controllers.yaml, after the
     // node-lifecycle controller's); its rules in "default" are a Role named after it.
@@ -598,17 +631,21 @@ describe("Helm chart", () => {
       { apiGroups: ["networking.k8s.io"], resources: ["servicecidrs"], verbs: ["list", "watch"] },
     ];
     const program = "node-lifecycle-controller";
-    const programRules = find(objects, "ClusterRole", program).rules as unknown[];
-    assert.deepEqual(programRules.slice(1, 1 + approverRules.length), approverRules);
+    for (const rendered of [objects, withoutService]) {
+      const programRules = find(rendered, "ClusterRole", program).rules as unknown[];
+      assert.deepEqual(programRules.slice(1, 1 + approverRules.length), approverRules);
+      assert.deepEqual(certificates(rendered), [program]);
+    }
     const name = "node-lifecycle-controller-kubelet-serving-csr";
-    // The cluster's own addresses in "default": the kubernetes Service by name, and the EndpointSlices.
-    const role = find(objects, "Role", name);
+    // Without the service controller: the cluster's own addresses in "default", the kubernetes Service by name and
+    // the EndpointSlices.
+    const role = find(withoutService, "Role", name);
     assert.equal(role.metadata.namespace, "default");
     assert.deepEqual(role.rules, [
       { apiGroups: [""], resources: ["services"], resourceNames: ["kubernetes"], verbs: ["list", "watch"] },
       { apiGroups: ["discovery.k8s.io"], resources: ["endpointslices"], verbs: ["list", "watch"] },
     ]);
-    const binding = find(objects, "RoleBinding", name);
+    const binding = find(withoutService, "RoleBinding", name);
     assert.equal(binding.metadata.namespace, "default");
     assert.deepEqual(binding.roleRef, { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name });
     assert.deepEqual(binding.subjects, [
@@ -616,9 +653,11 @@ describe("Helm chart", () => {
     ]);
     const clusterAddressGrants = (list: KubeObject[]) =>
       list.filter((obj) => /servicecidrs|endpointslices|"services"/.test(JSON.stringify(obj))).map((obj) => obj.kind);
-    assert.deepEqual(clusterAddressGrants(objects), ["ClusterRole", "Role"]);
-    assert.deepEqual(clusterAddressGrants(defaults), [], "off: no grant about the cluster's addresses");
-    assert.deepEqual(certificates(objects), [program]);
+    assert.deepEqual(clusterAddressGrants(withoutService), ["ClusterRole", "Role"]);
+    // With it (the default), its cluster-wide grant covers the Role, which is left out: one watch serves both.
+    assert.deepEqual(clusterAddressGrants(objects), ["ClusterRole"]);
+    assert.equal(objects.find((obj) => obj.metadata.name === name), undefined, "no Role or RoleBinding");
+    assert.deepEqual(clusterAddressGrants(defaults), ["ClusterRole"], "the service controller's grant");
   });
 
   test("the admission policies name the release's ServiceAccounts, the Lease and the protected lists", async () => {
@@ -840,6 +879,7 @@ describe("Helm chart", () => {
       { "metadata.timeout": "596h31m23.647s", "csrApproval.rules.maxExpiration": "10m" },
       { "nodeLifecycleController.controller.notReadyTimeout": "0s", "controller.healthBindAddress": ":65535" },
       { "nodeLifecycleController.controller.leaderElection.renewDeadline": "14.999s" },
+      { "loadBalancer.reservedPorts": "9000-9000, 1-65535" },
       { "nodeLifecycleController.enabled": false, "nodeLifecycleController.controller.leaderElection.renewDeadline": "1h" },
     ];
     await Promise.all(accepted.map((set) => render(setJson(set))));
@@ -1092,7 +1132,10 @@ describe("Helm chart", () => {
         .endpoints;
       assert.deepEqual(nlcEndpoint, [{ port: "metrics", path: "/metrics", interval: "30s", scheme: "http" }]);
       assert.deepEqual(reviewRules(objects, "local-ccm"), ["nodes", "nodes/status"]);
-      assert.deepEqual(reviewRules(objects, "node-lifecycle-controller"), ["nodes"]);
+      assert.deepEqual(
+        reviewRules(objects, "node-lifecycle-controller"),
+        ["nodes", ...SERVICE_CONTROLLER_RULES.flatMap((rule) => rule.resources)],
+      );
       assert.equal(objects.find((obj) => obj.metadata.name === "local-ccm-metrics-reader"), undefined);
       // The programs accept what the chart passes.
       parseProgram("local-ccm", container(objects, "local-ccm").args ?? []);

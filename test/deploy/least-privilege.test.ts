@@ -6,10 +6,12 @@ import assert from "node:assert/strict";
 import { readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import type { Event } from "kubernetes-types/core/v1.js";
+import type { Event, Namespace, Service } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
 import { bundleProgram } from "../../localcluster/bundle.ts";
+import { isApiError } from "../../src/kube/errors.ts";
 import { Resource } from "../../src/kube/resource.ts";
+import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 import {
   addressesOf,
   registerNode,
@@ -214,6 +216,39 @@ async function assertLeastPrivilege(
   );
 }
 
+/**
+ * The service controller's round, as node-lifecycle-controller runs it by default: a LoadBalancer Service of its
+ * class, in a namespace of its own, gets the finalizer (a patch of the Service), the Ready nodes' `address` (a patch
+ * of services/status) and an Event beside it; deleted, it loses the finalizer (a patch) and goes.
+ */
+async function serviceRound(plane: LifecycleWorld["plane"], address: string): Promise<void> {
+  const namespace = "least-privilege-lb";
+  const core = { group: "", version: "v1" } as const;
+  await new Resource<Namespace>(plane.admin, { ...core, plural: "namespaces" }).create({ metadata: { name: namespace } });
+  const services = new Resource<Service>(plane.admin, { ...core, plural: "services", namespace });
+  const events = new Resource<Event>(plane.admin, { ...core, plural: "events", namespace });
+  await services.create({
+    metadata: { name: "web" },
+    spec: { type: "LoadBalancer", loadBalancerClass: NODE_ADDRESS_CLASS, ports: [{ port: 80, protocol: "TCP" }] },
+  });
+  const served = await waitFor("the Service served at the Ready nodes' address", async () => {
+    const service = await services.get("web");
+    const ips = new Set(service.status?.loadBalancer?.ingress?.map((ingress) => ingress.ip));
+    return ips.size === 1 && ips.has(address) && service;
+  });
+  assert.deepEqual(served.metadata?.finalizers, [LB_FINALIZER]);
+  await waitFor("the EnsuredLoadBalancer event", async () =>
+    (await events.list({ fieldSelector: "involvedObject.name=web,reason=EnsuredLoadBalancer" })).items.length > 0,
+  );
+  await services.delete("web");
+  await waitFor("the Service gone (its finalizer removed)", async () =>
+    services.get("web").then(
+      () => false,
+      (err: unknown) => isApiError(err, "NotFound"),
+    ),
+  );
+}
+
 /** How many LISTs of Nodes node-lifecycle-controller's account made, from the audit log. */
 async function nodeLists(auditLogPath: string | undefined): Promise<number> {
   assert.ok(auditLogPath, "the control plane writes an audit log");
@@ -256,8 +291,15 @@ test("the comparison finds unused grants and missing ones, and reads only the ac
     unused: [
       "create authentication.k8s.io/tokenreviews cluster-wide", // secure metrics' reviews, unused here
       "create authorization.k8s.io/subjectaccessreviews cluster-wide",
+      "list discovery.k8s.io/endpointslices cluster-wide", // the service controller's, unused here
+      "list services cluster-wide",
+      "patch events cluster-wide",
       "patch events in default",
+      "patch services cluster-wide",
+      "patch services/status cluster-wide",
       "update coordination.k8s.io/leases named node-lifecycle-controller in kube-system",
+      "watch discovery.k8s.io/endpointslices cluster-wide",
+      "watch services cluster-wide",
     ],
     missing: [
       "get coordination.k8s.io/leases named kube-scheduler in kube-system",
@@ -334,7 +376,7 @@ describe("the node-lifecycle-controller under deploy/nlc-rbac.yaml", () => {
     await world?.stop();
   });
 
-  test("a full run (leader election, watch, probes, a deletion, a repeated event, release on SIGTERM) uses exactly its grants", async () => {
+  test("a full run (leader election, probes, a deletion, a repeated event, a LoadBalancer Service, release) uses exactly its grants", async () => {
     const echo = await world.addHost("echo");
     const expired = apiTimeAgo(60_000);
     const nodes = [
@@ -372,6 +414,7 @@ describe("the node-lifecycle-controller under deploy/nlc-rbac.yaml", () => {
     );
     await setReady(world, "reachable-node", "Unknown");
     await waitFor("the repeated event counted", async () => (await skipEvent())?.count === 2);
+    await serviceRound(world.plane, "198.18.200.1");
 
     assert.equal(await nlc.stop(), 0); // releases the Lease (an update)
     await assertLeastPrivilege(world.plane.auditLogPath, NLC_RBAC_FILE, NLC_ACCOUNT);
@@ -380,10 +423,14 @@ describe("the node-lifecycle-controller under deploy/nlc-rbac.yaml", () => {
   });
 
   // After the run above, in the same audit log: both runs together must use exactly what the chart grants with
-  // csrApproval.enabled (the run above alone exactly what it grants without).
+  // csrApproval.enabled (the run above alone exactly what it grants without). With the service controller on (the
+  // default), Services and EndpointSlices are one cluster-wide watch each, which its grant covers: the chart leaves
+  // out the approver's Role in "default", which would go unused.
   test("with the approver on (csrApproval.enabled), a run that also approves and denies CSRs uses exactly its grants", async () => {
     const rbacFile = path.join(world.plane.dir, "nlc-rbac-approver.yaml");
-    await writeFile(rbacFile, await approverRbac(world.plane.binaries.helm));
+    const rbac = await approverRbac(world.plane.binaries.helm);
+    assert.ok(!rbac.includes("node-lifecycle-controller-kubelet-serving-csr"), "no Role for the approver");
+    await writeFile(rbacFile, rbac);
     await world.plane.kubectl(["apply", "-f", rbacFile]);
     await world.nodes.create(nodeObject("dead-node-2", { address: await world.deadAddress(), since: apiTimeAgo(60_000) }));
     const nodeListsBefore = await nodeLists(world.plane.auditLogPath);

@@ -153,12 +153,19 @@ test("list items: a comma list of valid items, or a YAML list of them, and nothi
 });
 
 test("every other text value: what the schema's pattern accepts, the program's flag accepts", () => {
-  // Checked elsewhere: durations' ranges and the unspecified target in the templates (chart.test.ts, refusals).
-  // Not mirrored: --node-selector's grammar (the schema checks its characters only; the program refuses the rest
-  // at startup with a one-line error).
+  // Checked elsewhere: durations' ranges, the unspecified target and a port range's order in the templates
+  // (chart.test.ts, refusals). Not mirrored: the node selectors' grammar (the schema checks their characters only;
+  // the program refuses the rest at startup with a one-line error).
+  const backwards = (text: string) =>
+    text.split(",").some((item) => {
+      const [from, to] = item.trim().split("-").map(Number);
+      return to !== undefined && (from as number) > to;
+    });
   const elsewhere = (spec: FlagSpec, text: string) =>
-    spec.type === "duration" || (spec.name.endsWith("-ip-target") && /^[0:.,\s]+$/.test(text));
-  const unmirrored = new Set(["node-selector"]);
+    spec.type === "duration" ||
+    (spec.name.endsWith("-ip-target") && /^[0:.,\s]+$/.test(text)) ||
+    (spec.name === "lb-reserved-ports" && backwards(text));
+  const unmirrored = new Set(["node-selector", "lb-node-selector"]);
   const unit = fc.constantFrom(..."abcxyzAZ019-_./=,:!() {}[]^$\\*+?|%@#\t".split(""));
   const resolve = (node: Values | undefined): Values | undefined =>
     node?.$ref ? resolve(at(schema, (node.$ref as string).slice(2).replaceAll("/", "."))) : node;

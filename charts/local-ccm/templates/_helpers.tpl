@@ -125,6 +125,15 @@ the schema has checked each value's form.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- /* src/service/flags.ts parsePortRange: a range runs from its lower port (the schema checks each port). */}}
+{{- if .Values.nodeLifecycleController.enabled }}
+{{- range splitList "," (include "local-ccm.value" (dict "values" $.Values "path" "loadBalancer.reservedPorts")) }}
+{{- $ends := splitList "-" (trim .) }}
+{{- if and (eq (len $ends) 2) (gt (index $ends 0 | int) (index $ends 1 | int)) }}
+{{- fail (printf "loadBalancer.reservedPorts: %q runs backwards: write a range from-to, lower port first" (trim .)) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- /* src/agent/flags.ts targetProblem: a target is an address to reach, never the unspecified one (all zeros). */}}
 {{- range $path := list "ipDetection.internalIPTarget" "ipDetection.externalIPTarget" }}
 {{- range splitList "," (include "local-ccm.value" (dict "values" $.Values "path" $path)) }}
