@@ -1,6 +1,6 @@
 // What the container image runs, without a Docker engine: the Dockerfile's two stages replayed in
 // folders. The build stage gets only the files its COPY lines take (minus .dockerignore), with this
-// machine's `npm ci` results (node_modules, the built ICMP addon) standing in for its own, and runs
+// machine's `npm ci` results (node_modules, the built sockets addon) standing in for its own, and runs
 // the build; the runtime folder then holds exactly what the runtime stage copies from it, and the
 // bundles must start there — no dev dependency, no source, nothing from the repository.
 import assert from "node:assert/strict";
@@ -37,7 +37,7 @@ const PROGRAMS = Object.entries(
   (JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")) as { bin: Record<string, string> }).bin,
 );
 /** What `npm ci` makes in the build stage; here, this machine's own `npm ci` made them. */
-const NPM_CI_OUTPUTS = ["node_modules", "native/icmp/build"];
+const NPM_CI_OUTPUTS = ["node_modules", "native/sockets/build"];
 const PINNED_NODE = (JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")) as {
   devDependencies: { node: string };
 }).devDependencies.node;
@@ -187,7 +187,7 @@ describe("container image contents", () => {
 
   test("the image holds the bundles and the native addons only", () => {
     for (const { to } of runtime.copies) {
-      assert.match(to, /^\/app\/(dist\/|node_modules\/(netlink|node-gyp-build|local-ccm-icmp)\/)/);
+      assert.match(to, /^\/app\/(dist\/|node_modules\/local-ccm-sockets\/)/);
     }
   });
 

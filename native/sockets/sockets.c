@@ -1,0 +1,381 @@
+// Datagram sockets of any family for JavaScript, as a Node-API addon that uses no libuv handle, so it loads in
+// any runtime that implements Node-API (Node, Bun). Each socket has a thread of its own that blocks in poll() on
+// the socket and on an eventfd (written by close), and hands each received datagram to JavaScript through a
+// thread-safe function; sends are plain synchronous sendto() calls from JavaScript. Protocols (netlink messages,
+// ICMP packets, frames) are built and read in TypeScript: src/net/sockets.ts wraps this file.
+//
+//   open(family, type, protocol, onReceive(error, data, source)): handle
+//       socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol); the process is not kept alive by it until
+//       ref(handle, true). onReceive gets (null, datagram, source sockaddr) per datagram in the kernel's order, or
+//       (error) when a receive fails (the socket's pending error, e.g. netlink's ENOBUFS); the socket stays open.
+//   bind(handle, sockaddr: Buffer)
+//   setOption(handle, level, name, value: number | Buffer)          setsockopt(); a number is passed as an int
+//   send(handle, data: Buffer, to: string | Buffer)                  a numeric IP (IPv6 with %zone) or a sockaddr
+//   ref(handle, keepAlive: boolean)
+//   close(handle)       idempotent; the thread has ended when it returns; a collected handle is closed too
+// Errors are thrown (or passed) as Error objects whose `code` is the errno name (EPERM, EBUSY, …) and `errno` the
+// negative errno, as Node's own errors.
+//
+// The thread reads one datagram into the socket's buffer and waits until JavaScript has copied it, so datagrams
+// wait in the kernel's receive buffer (whose overflow the kernel reports), not in an unbounded queue of ours.
+// Built at `npm ci` by node-gyp (install script of native/sockets/package.json).
+#define _GNU_SOURCE
+#include <errno.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <node_api.h>
+
+// Netlink dumps come in datagrams of up to 32 KiB; IP datagrams and frames are smaller than this.
+#define BUFFER_SIZE 65536
+// poll() and recvfrom() need little stack: keep each thread's mapping small.
+#define THREAD_STACK_SIZE (256 * 1024)
+
+typedef struct {
+  int fd;
+  int wake;  // eventfd: close() writes it to end the thread's poll()
+  bool thread_started;
+  pthread_t thread;
+  napi_threadsafe_function deliver;
+  // Main thread only: set by close(); a delivery still queued then is dropped.
+  bool closed;
+  // The hand-over of one datagram (or receive error) from the thread to JavaScript, guarded by `lock`.
+  pthread_mutex_t lock;
+  pthread_cond_t taken;
+  bool pending;
+  bool stopping;
+  int error;
+  ssize_t length;
+  struct sockaddr_storage source;
+  socklen_t source_length;
+  // The JavaScript handle and the thread-safe function each own the socket; the last to finish frees it.
+  int owners;
+  unsigned char buffer[BUFFER_SIZE];
+} Socket;
+
+#define CHECK(env, call)                                                 \
+  do {                                                                   \
+    if ((call) != napi_ok) {                                             \
+      napi_throw_error((env), NULL, "sockets addon: " #call " failed"); \
+      return NULL;                                                       \
+    }                                                                    \
+  } while (0)
+
+static napi_value errno_error(napi_env env, const char *syscall, int err) {
+  const char *name = strerrorname_np(err);
+  if (!name) name = "EUNKNOWN";
+  char message[160];
+  snprintf(message, sizeof message, "%s %s: %s", syscall, name, strerror(err));
+  napi_value code, text, error, number;
+  napi_create_string_utf8(env, name, NAPI_AUTO_LENGTH, &code);
+  napi_create_string_utf8(env, message, NAPI_AUTO_LENGTH, &text);
+  napi_create_error(env, code, text, &error);
+  napi_create_int32(env, -err, &number);
+  napi_set_named_property(env, error, "errno", number);
+  return error;
+}
+
+static napi_value throw_errno(napi_env env, const char *syscall, int err) {
+  napi_throw(env, errno_error(env, syscall, err));
+  return NULL;
+}
+
+static void drop_owner(Socket *sock) {
+  if (--sock->owners > 0) return;
+  pthread_mutex_destroy(&sock->lock);
+  pthread_cond_destroy(&sock->taken);
+  free(sock);
+}
+
+// Waits until JavaScript has taken what the thread holds; false when the thread is to end instead.
+static bool hand_over(Socket *sock) {
+  pthread_mutex_lock(&sock->lock);
+  sock->pending = true;
+  pthread_mutex_unlock(&sock->lock);
+  if (napi_call_threadsafe_function(sock->deliver, NULL, napi_tsfn_nonblocking) != napi_ok) return false;
+  pthread_mutex_lock(&sock->lock);
+  while (sock->pending && !sock->stopping) pthread_cond_wait(&sock->taken, &sock->lock);
+  bool go_on = !sock->stopping;
+  pthread_mutex_unlock(&sock->lock);
+  return go_on;
+}
+
+static void *receive_loop(void *data) {
+  Socket *sock = data;
+  struct pollfd fds[2] = {{.fd = sock->fd, .events = POLLIN}, {.fd = sock->wake, .events = POLLIN}};
+  for (;;) {
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      sock->error = errno;
+    } else if (fds[1].revents) {
+      return NULL;
+    } else {
+      sock->source_length = sizeof sock->source;
+      // MSG_TRUNC: the datagram's real length, so an oversized one is an error rather than silently cut.
+      sock->length = recvfrom(sock->fd, sock->buffer, BUFFER_SIZE, MSG_DONTWAIT | MSG_TRUNC,
+                              (struct sockaddr *)&sock->source, &sock->source_length);
+      if (sock->length < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      sock->error = sock->length < 0 ? errno : sock->length > BUFFER_SIZE ? EMSGSIZE : 0;
+    }
+    if (!hand_over(sock)) return NULL;
+  }
+}
+
+// On the main thread: what the thread holds, to onReceive.
+static void call_js(napi_env env, napi_value callback, void *context, void *data) {
+  (void)data;
+  Socket *sock = context;
+  if (env == NULL || sock->closed) return;  // torn down, or closed: close() has already released the thread
+  napi_value argv[3], receiver;
+  if (sock->error) {
+    argv[0] = errno_error(env, "recvfrom", sock->error);
+    napi_get_undefined(env, &argv[1]);
+    napi_get_undefined(env, &argv[2]);
+  } else {
+    napi_get_null(env, &argv[0]);
+    napi_create_buffer_copy(env, (size_t)sock->length, sock->buffer, NULL, &argv[1]);
+    napi_create_buffer_copy(env, sock->source_length, &sock->source, NULL, &argv[2]);
+  }
+  pthread_mutex_lock(&sock->lock);
+  sock->pending = false;
+  pthread_cond_signal(&sock->taken);
+  pthread_mutex_unlock(&sock->lock);
+  // The socket is not touched after this point: onReceive may close it.
+  napi_get_undefined(env, &receiver);
+  napi_call_function(env, receiver, callback, 3, argv, NULL);
+}
+
+// Ends the thread (joined: it is gone when this returns) and closes the descriptors.
+static void stop(Socket *sock) {
+  if (sock->fd < 0) return;
+  if (sock->thread_started) {
+    pthread_mutex_lock(&sock->lock);
+    sock->stopping = true;
+    pthread_cond_signal(&sock->taken);
+    pthread_mutex_unlock(&sock->lock);
+    uint64_t one = 1;
+    while (write(sock->wake, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+    pthread_join(sock->thread, NULL);
+  }
+  close(sock->fd);
+  close(sock->wake);
+  sock->fd = -1;
+}
+
+static void close_socket(Socket *sock) {
+  if (sock->closed) return;
+  sock->closed = true;
+  stop(sock);
+  napi_release_threadsafe_function(sock->deliver, napi_tsfn_abort);
+}
+
+// The thread-safe function is gone: released by close(), or the environment torn down with the socket open.
+static void finalize_deliver(napi_env env, void *data, void *hint) {
+  (void)env;
+  (void)hint;
+  Socket *sock = data;
+  sock->closed = true;
+  stop(sock);
+  drop_owner(sock);
+}
+
+static void finalize_handle(napi_env env, void *data, void *hint) {
+  (void)env;
+  (void)hint;
+  close_socket(data);
+  drop_owner(data);
+}
+
+static Socket *unwrap(napi_env env, napi_value value) {
+  Socket *sock = NULL;
+  if (napi_get_value_external(env, value, (void **)&sock) != napi_ok) {
+    napi_throw_type_error(env, NULL, "sockets addon: not a socket handle");
+    return NULL;
+  }
+  if (sock->closed) {
+    throw_errno(env, "socket", EBADF);
+    return NULL;
+  }
+  return sock;
+}
+
+// The descriptors and the lock; nothing yet that needs undoing beyond closing and freeing.
+static Socket *new_socket(int family, int type, int protocol, int *err) {
+  Socket *sock = calloc(1, sizeof *sock);
+  if (!sock) {
+    *err = ENOMEM;
+    return NULL;
+  }
+  sock->wake = eventfd(0, EFD_CLOEXEC);
+  sock->fd = sock->wake < 0 ? -1 : socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, protocol);
+  if (sock->fd < 0) {
+    *err = errno;
+    if (sock->wake >= 0) close(sock->wake);
+    free(sock);
+    return NULL;
+  }
+  pthread_mutex_init(&sock->lock, NULL);
+  pthread_cond_init(&sock->taken, NULL);
+  return sock;
+}
+
+static int start_thread(Socket *sock) {
+  pthread_attr_t attributes;
+  pthread_attr_init(&attributes);
+  pthread_attr_setstacksize(&attributes, THREAD_STACK_SIZE);
+  int err = pthread_create(&sock->thread, &attributes, receive_loop, sock);
+  pthread_attr_destroy(&attributes);
+  sock->thread_started = err == 0;
+  return err;
+}
+
+static napi_value Open(napi_env env, napi_callback_info info) {
+  size_t argc = 4;
+  napi_value argv[4], name, result;
+  int32_t family, type, protocol;
+  CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  CHECK(env, napi_get_value_int32(env, argv[0], &family));
+  CHECK(env, napi_get_value_int32(env, argv[1], &type));
+  CHECK(env, napi_get_value_int32(env, argv[2], &protocol));
+  int err = 0;
+  Socket *sock = new_socket(family, type, protocol, &err);
+  if (!sock) return throw_errno(env, "socket", err);
+  sock->owners = 1;  // the thread-safe function's, from its creation on
+  if (napi_create_string_utf8(env, "Socket", NAPI_AUTO_LENGTH, &name) != napi_ok ||
+      napi_create_threadsafe_function(env, argv[3], NULL, name, 0, 1, sock, finalize_deliver, sock, call_js,
+                                      &sock->deliver) != napi_ok) {
+    stop(sock);
+    drop_owner(sock);
+    napi_throw_error(env, NULL, "sockets addon: cannot create the delivery function");
+    return NULL;
+  }
+  // Sockets do not keep the process alive unless asked (ref): an idle one must not.
+  napi_unref_threadsafe_function(env, sock->deliver);
+  err = start_thread(sock);
+  if (err) {
+    close_socket(sock);
+    return throw_errno(env, "pthread_create", err);
+  }
+  sock->owners++;  // the handle's
+  if (napi_create_external(env, sock, finalize_handle, NULL, &result) != napi_ok) {
+    close_socket(sock);
+    drop_owner(sock);
+    napi_throw_error(env, NULL, "sockets addon: cannot create the socket handle");
+    return NULL;
+  }
+  return result;
+}
+
+static napi_value Bind(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  void *address;
+  size_t length;
+  CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  Socket *sock = unwrap(env, argv[0]);
+  if (!sock) return NULL;
+  CHECK(env, napi_get_buffer_info(env, argv[1], &address, &length));
+  if (bind(sock->fd, address, (socklen_t)length) < 0) return throw_errno(env, "bind", errno);
+  return NULL;
+}
+
+static napi_value SetOption(napi_env env, napi_callback_info info) {
+  size_t argc = 4;
+  napi_value argv[4];
+  int32_t level, name, number;
+  napi_valuetype type;
+  void *value = &number;
+  size_t length = sizeof number;
+  CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  Socket *sock = unwrap(env, argv[0]);
+  if (!sock) return NULL;
+  CHECK(env, napi_get_value_int32(env, argv[1], &level));
+  CHECK(env, napi_get_value_int32(env, argv[2], &name));
+  CHECK(env, napi_typeof(env, argv[3], &type));
+  if (type == napi_number)
+    CHECK(env, napi_get_value_int32(env, argv[3], &number));
+  else
+    CHECK(env, napi_get_buffer_info(env, argv[3], &value, &length));
+  if (setsockopt(sock->fd, level, name, value, (socklen_t)length) < 0) return throw_errno(env, "setsockopt", errno);
+  return NULL;
+}
+
+static napi_value Send(napi_env env, napi_callback_info info) {
+  size_t argc = 3;
+  napi_value argv[3];
+  void *data, *address;
+  size_t length, address_length;
+  napi_valuetype type;
+  CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  Socket *sock = unwrap(env, argv[0]);
+  if (!sock) return NULL;
+  CHECK(env, napi_get_buffer_info(env, argv[1], &data, &length));
+  CHECK(env, napi_typeof(env, argv[2], &type));
+  struct addrinfo *target = NULL;
+  if (type == napi_string) {
+    char text[INET6_ADDRSTRLEN + IF_NAMESIZE + 2];
+    CHECK(env, napi_get_value_string_utf8(env, argv[2], text, sizeof text, NULL));
+    // Numeric only: parses the address (and an IPv6 %zone) without any name lookup.
+    struct addrinfo hints = {.ai_flags = AI_NUMERICHOST};
+    if (getaddrinfo(text, NULL, &hints, &target) != 0) return throw_errno(env, "getaddrinfo", EINVAL);
+    address = target->ai_addr;
+    address_length = target->ai_addrlen;
+  } else {
+    CHECK(env, napi_get_buffer_info(env, argv[2], &address, &address_length));
+  }
+  ssize_t sent = sendto(sock->fd, data, length, 0, address, (socklen_t)address_length);
+  int err = errno;
+  if (target) freeaddrinfo(target);
+  if (sent < 0) return throw_errno(env, "sendto", err);
+  return NULL;
+}
+
+static napi_value Ref(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value argv[2];
+  bool keep_alive;
+  CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  Socket *sock = unwrap(env, argv[0]);
+  if (!sock) return NULL;
+  CHECK(env, napi_get_value_bool(env, argv[1], &keep_alive));
+  CHECK(env, keep_alive ? napi_ref_threadsafe_function(env, sock->deliver)
+                        : napi_unref_threadsafe_function(env, sock->deliver));
+  return NULL;
+}
+
+static napi_value Close(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  Socket *sock = NULL;
+  CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  if (napi_get_value_external(env, argv[0], (void **)&sock) != napi_ok) {
+    napi_throw_type_error(env, NULL, "sockets addon: not a socket handle");
+    return NULL;
+  }
+  close_socket(sock);
+  return NULL;
+}
+
+NAPI_MODULE_INIT() {
+  napi_property_descriptor functions[] = {
+      {"open", NULL, Open, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"bind", NULL, Bind, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"setOption", NULL, SetOption, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"send", NULL, Send, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"ref", NULL, Ref, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"close", NULL, Close, NULL, NULL, NULL, napi_enumerable, NULL},
+  };
+  CHECK(env, napi_define_properties(env, exports, sizeof functions / sizeof functions[0], functions));
+  return exports;
+}
