@@ -40,6 +40,7 @@
 #define BUFFER_SIZE 65536
 // poll() and recvfrom() need little stack: keep each thread's mapping small.
 #define THREAD_STACK_SIZE (256 * 1024)
+#define THREAD_NAME "ccm-socket"
 
 typedef struct {
   int fd;
@@ -110,6 +111,14 @@ static bool hand_over(Socket *sock) {
   return go_on;
 }
 
+// An entry on the socket's error queue (IP_RECVERR) keeps POLLERR raised after recvfrom() has reported its
+// error: take it off, or poll() would wake the thread again and again.
+static void discard_queued_error(int fd) {
+  char control[512];
+  struct msghdr message = {.msg_control = control, .msg_controllen = sizeof control};
+  recvmsg(fd, &message, MSG_ERRQUEUE | MSG_DONTWAIT);
+}
+
 static void *receive_loop(void *data) {
   Socket *sock = data;
   struct pollfd fds[2] = {{.fd = sock->fd, .events = POLLIN}, {.fd = sock->wake, .events = POLLIN}};
@@ -124,7 +133,10 @@ static void *receive_loop(void *data) {
       // MSG_TRUNC: the datagram's real length, so an oversized one is an error rather than silently cut.
       sock->length = recvfrom(sock->fd, sock->buffer, BUFFER_SIZE, MSG_DONTWAIT | MSG_TRUNC,
                               (struct sockaddr *)&sock->source, &sock->source_length);
-      if (sock->length < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (sock->length < 0 && (errno == EAGAIN || errno == EINTR)) {
+        if (fds[0].revents & POLLERR) discard_queued_error(sock->fd);
+        continue;
+      }
       sock->error = sock->length < 0 ? errno : sock->length > BUFFER_SIZE ? EMSGSIZE : 0;
     }
     if (!hand_over(sock)) return NULL;
@@ -237,6 +249,8 @@ static int start_thread(Socket *sock) {
   int err = pthread_create(&sock->thread, &attributes, receive_loop, sock);
   pthread_attr_destroy(&attributes);
   sock->thread_started = err == 0;
+  // Named here, not by the thread, so that /proc/<pid>/task shows it (and tests count it) once open() returns.
+  if (sock->thread_started) pthread_setname_np(sock->thread, THREAD_NAME);
   return err;
 }
 
