@@ -3,7 +3,8 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { createSocket } from "node:dgram";
-import { readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
+import path from "node:path";
 import { test } from "node:test";
 import { waitFor } from "../../localcluster/wait.ts";
 import { Family, openSocket, type Socket, SocketType } from "./sockets.ts";
@@ -154,17 +155,40 @@ test("a socket closed by its own receive callback stops there: nothing more is d
   }
 });
 
-test("an open socket keeps the process alive only while keepAlive is on", () => {
-  const script = (keepAlive: boolean) => `
-    import { openSocket } from ${JSON.stringify(new URL("./sockets.ts", import.meta.url).href)};
-    const socket = openSocket({ family: 16, type: 3, protocol: 0 }, () => {});
-    socket.keepAlive(${keepAlive});
-    // Fires only if something else keeps the event loop running.
-    setTimeout(() => { console.log("kept alive"); socket.close(); }, 100).unref();`;
-  const run = (keepAlive: boolean) =>
-    spawnSync(process.execPath, ["--input-type=module", "-e", script(keepAlive)], { encoding: "utf8", timeout: 60_000 });
-  const kept = run(true);
-  assert.deepEqual([kept.status, kept.stdout, kept.stderr], [0, "kept alive\n", ""]);
-  const idle = run(false);
-  assert.deepEqual([idle.status, idle.stdout, idle.stderr], [0, "", ""]);
+/** Bun from its pinned optional dependency: the addon must load in runtimes without libuv handles. */
+const BUN = path.resolve(
+  import.meta.dirname,
+  `../../node_modules/@oven/bun-linux-${process.arch === "arm64" ? "aarch64" : process.arch}/bin/bun`,
+);
+const RUNTIMES = [
+  { name: "node", run: (script: string) => [process.execPath, "--input-type=module", "-e", script] },
+  { name: "bun", run: (script: string) => [BUN, "-e", script], skip: !existsSync(BUN) && `no Bun for ${process.arch}` },
+];
+const run = ([file, ...args]: string[]) => {
+  const ran = spawnSync(file as string, args, { encoding: "utf8", timeout: 60_000 });
+  return { code: ran.status, stdout: ran.stdout, stderr: ran.stderr };
+};
+
+for (const runtime of RUNTIMES) {
+  test(`${runtime.name}: an open socket keeps the process alive only while keepAlive is on`, { skip: runtime.skip }, () => {
+    const script = (keepAlive: boolean) => `
+      import { openSocket } from ${JSON.stringify(new URL("./sockets.ts", import.meta.url).href)};
+      const socket = openSocket({ family: 16, type: 3, protocol: 0 }, () => {});
+      socket.keepAlive(${keepAlive});
+      // Fires only if something else keeps the event loop running.
+      setTimeout(() => { console.log("kept alive"); socket.close(); }, 100).unref();`;
+    assert.deepEqual(run(runtime.run(script(true))), { code: 0, stdout: "kept alive\n", stderr: "" });
+    assert.deepEqual(run(runtime.run(script(false))), { code: 0, stdout: "", stderr: "" });
+  });
+}
+
+test("bun: netlink and ICMP work through the programs' own modules", { skip: !existsSync(BUN) && `no Bun for ${process.arch}` }, () => {
+  const fixture = path.resolve(import.meta.dirname, "../../test/deploy/addons-fixture.ts");
+  const { code, stdout, stderr } = run([BUN, fixture]);
+  assert.equal(code, 0, stderr);
+  const { icmp, routeSource } = JSON.parse(stdout) as { icmp: { kind: string; reason?: string }; routeSource: string };
+  assert.equal(routeSource, "127.0.0.1");
+  // As root (CAP_NET_RAW) a raw socket answers; otherwise a ping socket, where ping_group_range admits us.
+  if (process.getuid?.() === 0) assert.deepEqual(icmp, { kind: "answered" });
+  else assert.doesNotMatch(icmp.reason ?? "", /addon not built/);
 });
