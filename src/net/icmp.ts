@@ -5,7 +5,7 @@
 import { randomBytes } from "node:crypto";
 import { isIP } from "node:net";
 import { sleep } from "../time/backoff.ts";
-import { Family, openSocket, type Socket, SocketType } from "./sockets.ts";
+import { Family, openSocket, type Receiver, type Socket, SocketType } from "./sockets.ts";
 
 export type EchoOutcome =
   | { kind: "answered" }
@@ -40,6 +40,7 @@ const ECHO_REPLY_FILTER = {
   6: { level: 58, name: 1, value: u32s(Array.from({ length: 8 }, (_, i) => (i === 4 ? ~(1 << 1) : ~0))) },
 } as const;
 
+/** C ints in the machine's byte order: little-endian on both architectures we build for (x64, arm64). */
 function u32s(words: number[]): Buffer {
   const buffer = Buffer.alloc(4 * words.length);
   words.forEach((word, i) => buffer.writeInt32LE(word | 0, 4 * i));
@@ -50,9 +51,12 @@ const codeOf = (err: unknown) => (err as NodeJS.ErrnoException).code ?? "";
 const messageOf = (err: unknown) => (err as Error).message;
 
 /** A raw socket if permitted, else a ping socket, else why ICMP is unavailable. */
-function openEchoSocket(family: 4 | 6, onMessage: (data: Buffer) => void): { socket: Socket; raw: boolean } | EchoOutcome {
-  const onReceive = (error: Error | null, data: Buffer) => {
-    if (!error) onMessage(data);
+function openEchoSocket(
+  family: 4 | 6,
+  onMessage: (data: Buffer) => void,
+): { socket: Socket; raw: boolean } | EchoOutcome {
+  const onReceive: Receiver = (error, data) => {
+    if (error === null) onMessage(data); // a receive error leaves the reply unseen: the request times out
   };
   try {
     const socket = openSocket({ ...KIND[family], type: SocketType.RAW }, onReceive);

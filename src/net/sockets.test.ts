@@ -107,7 +107,8 @@ test("errors carry the errno name: from socket(), bind(), sendto(), setsockopt()
     }
     return "no error";
   };
-  assert.equal(codeOf(() => openSocket({ family: 4242, type: SocketType.DGRAM, protocol: 0 }, () => {})), "EAFNOSUPPORT");
+  const noSuchFamily = { family: 4242, type: SocketType.DGRAM, protocol: 0 };
+  assert.equal(codeOf(() => openSocket(noSuchFamily, () => {})), "EAFNOSUPPORT");
   const errors: (string | undefined)[] = [];
   const received: string[] = [];
   const { socket, port } = udpOnLoopback((error, data) => {
@@ -160,9 +161,10 @@ const BUN = path.resolve(
   import.meta.dirname,
   `../../node_modules/@oven/bun-linux-${process.arch === "arm64" ? "aarch64" : process.arch}/bin/bun`,
 );
+const NO_BUN = !existsSync(BUN) && `no Bun for ${process.arch}`;
 const RUNTIMES = [
   { name: "node", run: (script: string) => [process.execPath, "--input-type=module", "-e", script] },
-  { name: "bun", run: (script: string) => [BUN, "-e", script], skip: !existsSync(BUN) && `no Bun for ${process.arch}` },
+  { name: "bun", run: (script: string) => [BUN, "-e", script], skip: NO_BUN },
 ];
 const run = ([file, ...args]: string[]) => {
   const ran = spawnSync(file as string, args, { encoding: "utf8", timeout: 60_000 });
@@ -170,7 +172,8 @@ const run = ([file, ...args]: string[]) => {
 };
 
 for (const runtime of RUNTIMES) {
-  test(`${runtime.name}: an open socket keeps the process alive only while keepAlive is on`, { skip: runtime.skip }, () => {
+  const name = `${runtime.name}: an open socket keeps the process alive only while keepAlive is on`;
+  test(name, { skip: runtime.skip }, () => {
     const script = (keepAlive: boolean) => `
       import { openSocket } from ${JSON.stringify(new URL("./sockets.ts", import.meta.url).href)};
       const socket = openSocket({ family: 16, type: 3, protocol: 0 }, () => {});
@@ -182,7 +185,7 @@ for (const runtime of RUNTIMES) {
   });
 }
 
-test("bun: netlink and ICMP work through the programs' own modules", { skip: !existsSync(BUN) && `no Bun for ${process.arch}` }, () => {
+test("bun: netlink and ICMP work through the programs' own modules", { skip: NO_BUN }, () => {
   const fixture = path.resolve(import.meta.dirname, "../../test/deploy/addons-fixture.ts");
   const { code, stdout, stderr } = run([BUN, fixture]);
   assert.equal(code, 0, stderr);

@@ -14,8 +14,11 @@ interface Addon {
   close(handle: Handle): void;
 }
 
-/** A received datagram with its sender's sockaddr, or a receive error (`code`: errno name); the socket stays open. */
-type Receiver = (error: NodeJS.ErrnoException | null, data: Buffer, source: Buffer) => void;
+/**
+ * A received datagram with its sender's sockaddr, or a receive error (`code`: errno name; no data then) after
+ * which the socket goes on receiving.
+ */
+export type Receiver = (error: NodeJS.ErrnoException | null, data: Buffer, source: Buffer) => void;
 
 /** Linux's values. */
 export const Family = { INET: 2, INET6: 10, NETLINK: 16, PACKET: 17 } as const;

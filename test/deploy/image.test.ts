@@ -144,7 +144,7 @@ describe("container image contents", () => {
   let forget: () => void;
   /** A path of the image (or of the build stage) inside the folder that stands for it. */
   const inImage = (imagePath: string) => path.join(image, imagePath);
-  /** A bundle that loads both native addons and uses them once, placed in the image's dist/. */
+  /** A bundle that loads the sockets addon and uses netlink and ICMP once, placed in the image's dist/. */
   let addonsCheck: string;
   /** The runtime folder's /app before the test adds anything to it. */
   let replayed: LayerEntry[];
@@ -208,7 +208,7 @@ describe("container image contents", () => {
     });
   }
 
-  test("bundled code loads both native addons from the image's node_modules", () => {
+  test("bundled code loads the sockets addon from the image's node_modules: netlink and ICMP answer", () => {
     const { code, stdout, stderr } = start(inImage(runtime.workdir), addonsCheck, []);
     assert.equal(code, 0, stderr);
     const result = JSON.parse(stdout) as { icmp: { kind: string; reason?: string }; routeSource: string };
@@ -356,7 +356,7 @@ describe("container image contents", () => {
       });
     }
 
-    test("both native addons load in the image: netlink answers; ICMP answers with CAP_NET_RAW (root)", () => {
+    test("the sockets addon loads in the image: netlink answers; ICMP answers with CAP_NET_RAW (root)", () => {
       const asRoot = inImageRoot(["/app/dist/addons-check.cjs"], "0:0");
       assert.equal(asRoot.code, 0, asRoot.stderr);
       assert.deepEqual(JSON.parse(asRoot.stdout), { icmp: { kind: "answered" }, routeSource: "127.0.0.1" });
