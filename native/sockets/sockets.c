@@ -48,8 +48,11 @@ typedef struct {
   bool thread_started;
   pthread_t thread;
   napi_threadsafe_function deliver;
-  // Main thread only: set by close(); a delivery still queued then is dropped.
-  bool closed;
+  // Main thread only. `self` (the JavaScript handle) is held strongly while the socket keeps the process alive:
+  // a socket that does must not be closed by the garbage collector, however unreachable its handle.
+  napi_ref self;
+  bool kept_alive;
+  bool closed;  // a delivery still queued then is dropped
   // The hand-over of one datagram (or receive error) from the thread to JavaScript, guarded by `lock`.
   pthread_mutex_t lock;
   pthread_cond_t taken;
@@ -149,10 +152,10 @@ static void call_js(napi_env env, napi_value callback, void *context, void *data
   Socket *sock = context;
   if (env == NULL || sock->closed) return;  // torn down, or closed: close() has already released the thread
   napi_value argv[3], receiver;
+  napi_get_undefined(env, &receiver);
+  argv[1] = argv[2] = receiver;
   if (sock->error) {
     argv[0] = errno_error(env, "recvfrom", sock->error);
-    napi_get_undefined(env, &argv[1]);
-    napi_get_undefined(env, &argv[2]);
   } else {
     napi_get_null(env, &argv[0]);
     napi_create_buffer_copy(env, (size_t)sock->length, sock->buffer, NULL, &argv[1]);
@@ -163,8 +166,12 @@ static void call_js(napi_env env, napi_value callback, void *context, void *data
   pthread_cond_signal(&sock->taken);
   pthread_mutex_unlock(&sock->lock);
   // The socket is not touched after this point: onReceive may close it.
-  napi_get_undefined(env, &receiver);
-  napi_call_function(env, receiver, callback, 3, argv, NULL);
+  // What onReceive throws is uncaught, as from any callback (the runtime would only warn of it otherwise).
+  if (napi_call_function(env, receiver, callback, 3, argv, NULL) == napi_pending_exception) {
+    napi_value exception;
+    napi_get_and_clear_last_exception(env, &exception);
+    napi_fatal_exception(env, exception);
+  }
 }
 
 // Ends the thread (joined: it is gone when this returns) and closes the descriptors.
@@ -185,9 +192,11 @@ static void stop(Socket *sock) {
   sock->fd = -1;
 }
 
-static void close_socket(Socket *sock) {
+static void close_socket(napi_env env, Socket *sock) {
   if (sock->closed) return;
   sock->closed = true;
+  if (sock->self) napi_delete_reference(env, sock->self);
+  sock->self = NULL;
   stop(sock);
   napi_release_threadsafe_function(sock->deliver, napi_tsfn_abort);
 }
@@ -203,9 +212,8 @@ static void finalize_deliver(napi_env env, void *data, void *hint) {
 }
 
 static void finalize_handle(napi_env env, void *data, void *hint) {
-  (void)env;
   (void)hint;
-  close_socket(data);
+  close_socket(env, data);
   drop_owner(data);
 }
 
@@ -278,12 +286,13 @@ static napi_value Open(napi_env env, napi_callback_info info) {
   napi_unref_threadsafe_function(env, sock->deliver);
   err = start_thread(sock);
   if (err) {
-    close_socket(sock);
+    close_socket(env, sock);
     return throw_errno(env, "pthread_create", err);
   }
   sock->owners++;  // the handle's
-  if (napi_create_external(env, sock, finalize_handle, NULL, &result) != napi_ok) {
-    close_socket(sock);
+  if (napi_create_external(env, sock, finalize_handle, NULL, &result) != napi_ok ||
+      napi_create_reference(env, result, 0, &sock->self) != napi_ok) {
+    close_socket(env, sock);
     drop_owner(sock);
     napi_throw_error(env, NULL, "sockets addon: cannot create the socket handle");
     return NULL;
@@ -363,8 +372,12 @@ static napi_value Ref(napi_env env, napi_callback_info info) {
   Socket *sock = unwrap(env, argv[0]);
   if (!sock) return NULL;
   CHECK(env, napi_get_value_bool(env, argv[1], &keep_alive));
+  if (keep_alive == sock->kept_alive) return NULL;
+  uint32_t count;
+  CHECK(env, keep_alive ? napi_reference_ref(env, sock->self, &count) : napi_reference_unref(env, sock->self, &count));
   CHECK(env, keep_alive ? napi_ref_threadsafe_function(env, sock->deliver)
                         : napi_unref_threadsafe_function(env, sock->deliver));
+  sock->kept_alive = keep_alive;
   return NULL;
 }
 
@@ -377,7 +390,7 @@ static napi_value Close(napi_env env, napi_callback_info info) {
     napi_throw_type_error(env, NULL, "sockets addon: not a socket handle");
     return NULL;
   }
-  close_socket(sock);
+  close_socket(env, sock);
   return NULL;
 }
 

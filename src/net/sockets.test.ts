@@ -163,7 +163,7 @@ const BUN = path.resolve(
 );
 const NO_BUN = !existsSync(BUN) && `no Bun for ${process.arch}`;
 const RUNTIMES = [
-  { name: "node", run: (script: string) => [process.execPath, "--input-type=module", "-e", script] },
+  { name: "node", run: (script: string) => [process.execPath, "--expose-gc", "--input-type=module", "-e", script] },
   { name: "bun", run: (script: string) => [BUN, "-e", script], skip: NO_BUN },
 ];
 const run = ([file, ...args]: string[]) => {
@@ -182,6 +182,33 @@ for (const runtime of RUNTIMES) {
       setTimeout(() => { console.log("kept alive"); socket.close(); }, 100).unref();`;
     assert.deepEqual(run(runtime.run(script(true))), { code: 0, stdout: "kept alive\n", stderr: "" });
     assert.deepEqual(run(runtime.run(script(false))), { code: 0, stdout: "", stderr: "" });
+  });
+
+  const collected = `${runtime.name}: a kept-alive socket outlives its collected handle; what onReceive throws is uncaught`;
+  test(collected, { skip: runtime.skip }, async () => {
+    const free = createSocket("udp4");
+    await new Promise<void>((resolve) => free.bind(0, "127.0.0.1", resolve));
+    const port = free.address().port;
+    free.close();
+    const script = `
+      import { createSocket } from "node:dgram";
+      import { openSocket } from ${JSON.stringify(new URL("./sockets.ts", import.meta.url).href)};
+      process.on("uncaughtException", (err) => { console.log(err.message); process.exit(0); });
+      (() => {
+        // Nothing refers to this socket once the function returns: not even its callback.
+        const socket = openSocket({ family: 2, type: 2, protocol: 0 }, () => {
+          throw new Error("thrown by onReceive");
+        });
+        socket.bind(Buffer.from(${JSON.stringify([...loopback(port)])}));
+        socket.keepAlive(true);
+      })();
+      typeof Bun === "object" ? Bun.gc(true) : gc();
+      // Later: finalizers of collected objects run after the collection, on a later turn of the event loop.
+      setTimeout(() => {
+        const sender = createSocket("udp4");
+        sender.send("x", ${port}, "127.0.0.1", () => sender.close());
+      }, 100);`;
+    assert.deepEqual(run(runtime.run(script)), { code: 0, stdout: "thrown by onReceive\n", stderr: "" });
   });
 }
 
