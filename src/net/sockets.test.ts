@@ -184,7 +184,7 @@ for (const runtime of RUNTIMES) {
     assert.deepEqual(run(runtime.run(script(false))), { code: 0, stdout: "", stderr: "" });
   });
 
-  const collected = `${runtime.name}: a kept-alive socket outlives its collected handle; what onReceive throws is uncaught`;
+  const collected = `${runtime.name}: a kept-alive socket outlives its collected handle; onReceive throws uncaught`;
   test(collected, { skip: runtime.skip }, async () => {
     const free = createSocket("udp4");
     await new Promise<void>((resolve) => free.bind(0, "127.0.0.1", resolve));
