@@ -16,8 +16,9 @@
 // Errors are thrown (or passed) as Error objects whose `code` is the errno name (EPERM, EBUSY, …) and `errno` the
 // negative errno, as Node's own errors.
 //
-// The thread reads one datagram into the socket's buffer and waits until JavaScript has copied it, so datagrams
-// wait in the kernel's receive buffer (whose overflow the kernel reports), not in an unbounded queue of ours.
+// The thread reads what the socket holds (a batch of up to 128 KiB) into the socket's buffer and waits until
+// JavaScript has copied it: one thread switch per burst, not per datagram, and datagrams wait in the kernel's
+// receive buffer (whose overflow the kernel reports), not in an unbounded queue of ours.
 // Built at `npm ci` by node-gyp (install script of native/sockets/package.json).
 #define _GNU_SOURCE
 #include <errno.h>
@@ -36,11 +37,23 @@
 
 #include <node_api.h>
 
-// Netlink dumps come in datagrams of up to 32 KiB; IP datagrams and frames are smaller than this.
-#define BUFFER_SIZE 65536
+// Netlink dumps come in datagrams of up to 32 KiB; IP datagrams and frames are smaller than this. Each read
+// offers a datagram this much room, so none is ever cut short.
+#define DATAGRAM_ROOM 65536
+// What the thread reads before handing over: a burst (a dump's datagrams) crosses to JavaScript at once, not
+// one thread switch per datagram.
+#define BATCH_BYTES (2 * DATAGRAM_ROOM)
+#define BATCH_DATAGRAMS 64
 // poll() and recvfrom() need little stack: keep each thread's mapping small.
 #define THREAD_STACK_SIZE (256 * 1024)
 #define THREAD_NAME "ccm-socket"
+
+typedef struct {
+  size_t offset;
+  size_t length;
+  socklen_t source_length;
+  struct sockaddr_storage source;
+} Datagram;
 
 typedef struct {
   int fd;
@@ -53,18 +66,18 @@ typedef struct {
   napi_ref self;
   bool kept_alive;
   bool closed;  // a delivery still queued then is dropped
-  // The hand-over of one datagram (or receive error) from the thread to JavaScript, guarded by `lock`.
+  // The hand-over of a batch from the thread to JavaScript, guarded by `lock`.
   pthread_mutex_t lock;
   pthread_cond_t taken;
   bool pending;
   bool stopping;
+  // The batch: datagrams in the order read, then the receive error that ended it (0: none).
+  size_t count;
+  Datagram datagrams[BATCH_DATAGRAMS];
   int error;
-  ssize_t length;
-  struct sockaddr_storage source;
-  socklen_t source_length;
   // The JavaScript handle and the thread-safe function each own the socket; the last to finish frees it.
   int owners;
-  unsigned char buffer[BUFFER_SIZE];
+  unsigned char buffer[BATCH_BYTES];
 } Socket;
 
 #define CHECK(env, call)                                                 \
@@ -122,56 +135,89 @@ static void discard_queued_error(int fd) {
   recvmsg(fd, &message, MSG_ERRQUEUE | MSG_DONTWAIT);
 }
 
+// Reads datagrams until the socket has no more, the batch is full, or a receive error (which ends the batch).
+static void read_batch(Socket *sock, bool error_queued) {
+  size_t used = 0;
+  sock->count = 0;
+  sock->error = 0;
+  while (sock->count < BATCH_DATAGRAMS && BATCH_BYTES - used >= DATAGRAM_ROOM) {
+    Datagram *datagram = &sock->datagrams[sock->count];
+    datagram->source_length = sizeof datagram->source;
+    // MSG_TRUNC: the datagram's real length, so an oversized one is an error rather than silently cut.
+    ssize_t length = recvfrom(sock->fd, sock->buffer + used, DATAGRAM_ROOM, MSG_DONTWAIT | MSG_TRUNC,
+                              (struct sockaddr *)&datagram->source, &datagram->source_length);
+    if (length < 0 && errno == EINTR) continue;
+    if (length < 0 && errno == EAGAIN) {
+      if (error_queued && sock->count == 0) discard_queued_error(sock->fd);
+      return;
+    }
+    sock->error = length < 0 ? errno : length > DATAGRAM_ROOM ? EMSGSIZE : 0;
+    if (sock->error) return;
+    datagram->offset = used;
+    datagram->length = (size_t)length;
+    used += (size_t)length;
+    sock->count++;
+  }
+}
+
 static void *receive_loop(void *data) {
   Socket *sock = data;
   struct pollfd fds[2] = {{.fd = sock->fd, .events = POLLIN}, {.fd = sock->wake, .events = POLLIN}};
   for (;;) {
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
+      sock->count = 0;
       sock->error = errno;
     } else if (fds[1].revents) {
       return NULL;
     } else {
-      sock->source_length = sizeof sock->source;
-      // MSG_TRUNC: the datagram's real length, so an oversized one is an error rather than silently cut.
-      sock->length = recvfrom(sock->fd, sock->buffer, BUFFER_SIZE, MSG_DONTWAIT | MSG_TRUNC,
-                              (struct sockaddr *)&sock->source, &sock->source_length);
-      if (sock->length < 0 && (errno == EAGAIN || errno == EINTR)) {
-        if (fds[0].revents & POLLERR) discard_queued_error(sock->fd);
-        continue;
-      }
-      sock->error = sock->length < 0 ? errno : sock->length > BUFFER_SIZE ? EMSGSIZE : 0;
+      read_batch(sock, fds[0].revents & POLLERR);
     }
-    if (!hand_over(sock)) return NULL;
+    if ((sock->count || sock->error) && !hand_over(sock)) return NULL;
   }
 }
 
-// On the main thread: what the thread holds, to onReceive.
+// What onReceive throws is uncaught, as from any callback (the runtime would only warn of it otherwise).
+static void call_receiver(napi_env env, napi_value callback, napi_value argv[3]) {
+  napi_value receiver, exception;
+  napi_get_undefined(env, &receiver);
+  if (napi_call_function(env, receiver, callback, 3, argv, NULL) != napi_pending_exception) return;
+  napi_get_and_clear_last_exception(env, &exception);
+  napi_fatal_exception(env, exception);
+}
+
+// On the main thread: the batch, to onReceive, one call per datagram and one for an error.
 static void call_js(napi_env env, napi_value callback, void *context, void *data) {
   (void)data;
   Socket *sock = context;
   if (env == NULL || sock->closed) return;  // torn down, or closed: close() has already released the thread
-  napi_value argv[3], receiver;
-  napi_get_undefined(env, &receiver);
-  argv[1] = argv[2] = receiver;
+  napi_handle_scope scope;
+  if (napi_open_handle_scope(env, &scope) != napi_ok) return;
+  // Copied first, then the thread released to read on.
+  size_t count = sock->count;
+  napi_value received[BATCH_DATAGRAMS + 1][3];
+  for (size_t i = 0; i < count; i++) {
+    Datagram *datagram = &sock->datagrams[i];
+    napi_get_null(env, &received[i][0]);
+    napi_create_buffer_copy(env, datagram->length, sock->buffer + datagram->offset, NULL, &received[i][1]);
+    napi_create_buffer_copy(env, datagram->source_length, &datagram->source, NULL, &received[i][2]);
+  }
   if (sock->error) {
-    argv[0] = errno_error(env, "recvfrom", sock->error);
-  } else {
-    napi_get_null(env, &argv[0]);
-    napi_create_buffer_copy(env, (size_t)sock->length, sock->buffer, NULL, &argv[1]);
-    napi_create_buffer_copy(env, sock->source_length, &sock->source, NULL, &argv[2]);
+    received[count][0] = errno_error(env, "recvfrom", sock->error);
+    napi_get_undefined(env, &received[count][1]);
+    received[count][2] = received[count][1];
+    count++;
   }
   pthread_mutex_lock(&sock->lock);
   sock->pending = false;
   pthread_cond_signal(&sock->taken);
   pthread_mutex_unlock(&sock->lock);
-  // The socket is not touched after this point: onReceive may close it.
-  // What onReceive throws is uncaught, as from any callback (the runtime would only warn of it otherwise).
-  if (napi_call_function(env, receiver, callback, 3, argv, NULL) == napi_pending_exception) {
-    napi_value exception;
-    napi_get_and_clear_last_exception(env, &exception);
-    napi_fatal_exception(env, exception);
-  }
+  // onReceive may close the socket: what follows in the batch is then dropped, as a closed socket receives
+  // nothing. Owned meanwhile, so that it outlives a close.
+  sock->owners++;
+  for (size_t i = 0; i < count && !sock->closed; i++) call_receiver(env, callback, received[i]);
+  drop_owner(sock);
+  napi_close_handle_scope(env, scope);
 }
 
 // Ends the thread (joined: it is gone when this returns) and closes the descriptors.
