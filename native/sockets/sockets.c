@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -111,7 +112,7 @@ static void drop_owner(Socket *sock) {
   if (--sock->owners > 0) return;
   pthread_mutex_destroy(&sock->lock);
   pthread_cond_destroy(&sock->taken);
-  free(sock);
+  munmap(sock, sizeof *sock);
 }
 
 // Waits until JavaScript has taken what the thread holds; false when the thread is to end instead.
@@ -276,11 +277,13 @@ static Socket *unwrap(napi_env env, napi_value value) {
   return sock;
 }
 
-// The descriptors and the lock; nothing yet that needs undoing beyond closing and freeing.
+// The descriptors and the lock; nothing yet that needs undoing beyond closing and unmapping.
 static Socket *new_socket(int family, int type, int protocol, int *err) {
-  Socket *sock = calloc(1, sizeof *sock);
-  if (!sock) {
-    *err = ENOMEM;
+  // Mapped, not allocated: the batch buffer's pages cost memory only once a burst fills them, and go back to the
+  // system at close (malloc would zero them all, and might keep them).
+  Socket *sock = mmap(NULL, sizeof *sock, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (sock == MAP_FAILED) {
+    *err = errno;
     return NULL;
   }
   sock->wake = eventfd(0, EFD_CLOEXEC);
@@ -288,7 +291,7 @@ static Socket *new_socket(int family, int type, int protocol, int *err) {
   if (sock->fd < 0) {
     *err = errno;
     if (sock->wake >= 0) close(sock->wake);
-    free(sock);
+    munmap(sock, sizeof *sock);
     return NULL;
   }
   pthread_mutex_init(&sock->lock, NULL);
