@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The local-ccm image: both programs, each bundled by esbuild into one file, the two native addons
+# The local-ccm image: both programs, each bundled by esbuild into one file, the native sockets addon
 # they load, and Node.js — no npm, no shell, no dev dependencies. The chart runs
 # `node --optimize-for-size --jitless /app/dist/local-ccm.cjs` (DaemonSet) and the same for
 # /app/dist/node-lifecycle-controller.cjs (Deployment).
@@ -9,11 +9,11 @@
 
 FROM node:24-bookworm AS build
 WORKDIR /app
-# node-gyp (npm ci builds native/icmp; python3, make and g++ come with this image) uses the image's
+# node-gyp (npm ci builds native/sockets; python3, make and g++ come with this image) uses the image's
 # own Node headers instead of downloading them.
 ENV npm_config_nodedir=/usr/local
 COPY package.json package-lock.json ./
-COPY native/icmp/ native/icmp/
+COPY native/sockets/ native/sockets/
 RUN npm ci
 COPY scripts/ scripts/
 # The bundler, which `npm run build` shares with the local cluster's image builder.
@@ -29,14 +29,9 @@ WORKDIR /app
 ENV NODE_ENV=production \
     PATH=/nodejs/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 COPY --from=build /app/dist/ /app/dist/
-# netlink: its JavaScript, its prebuilt Node-API binaries, and node-gyp-build, which picks one.
-COPY --from=build /app/node_modules/netlink/package.json /app/node_modules/netlink/package.json
-COPY --from=build /app/node_modules/netlink/dist/ /app/node_modules/netlink/dist/
-COPY --from=build /app/node_modules/netlink/prebuilds/ /app/node_modules/netlink/prebuilds/
-COPY --from=build /app/node_modules/node-gyp-build/ /app/node_modules/node-gyp-build/
-# The ICMP addon, built above by node-gyp, as the package the bundle requires.
-COPY --from=build /app/native/icmp/package.json /app/node_modules/local-ccm-icmp/package.json
-COPY --from=build /app/native/icmp/build/Release/icmp.node /app/node_modules/local-ccm-icmp/build/Release/icmp.node
+# The sockets addon (netlink, ICMP), built above by node-gyp, as the package the bundle requires.
+COPY --from=build /app/native/sockets/package.json /app/node_modules/local-ccm-sockets/package.json
+COPY --from=build /app/native/sockets/build/Release/sockets.node /app/node_modules/local-ccm-sockets/build/Release/sockets.node
 USER 65532:65532
 ENTRYPOINT ["node"]
 CMD ["/app/dist/local-ccm.cjs", "--help"]

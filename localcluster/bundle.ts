@@ -8,7 +8,7 @@ import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { build } from "esbuild";
 
-export const EXTERNAL = ["netlink", "local-ccm-icmp"];
+export const EXTERNAL = ["local-ccm-sockets"];
 
 export async function bundle(entry: string, outfile: string): Promise<void> {
   await build({
@@ -25,7 +25,7 @@ export async function bundle(entry: string, outfile: string): Promise<void> {
     // on the caller's working directory.
     absWorkingDir: path.resolve(import.meta.dirname, ".."),
     // CommonJS has no import.meta: give modules that resolve files next to themselves
-    // (createRequire(import.meta.url), e.g. the ICMP addon) the bundle's own URL.
+    // (createRequire(import.meta.url), e.g. the sockets addon) the bundle's own URL.
     define: { "import.meta.url": "__import_meta_url", LOCAL_CCM_REVISION: JSON.stringify(revision()) },
     banner: { js: 'var __import_meta_url = require("node:url").pathToFileURL(__filename).href;' },
   });

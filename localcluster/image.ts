@@ -40,14 +40,10 @@ export const IMAGE_CONFIG: ImageConfig = {
  */
 export const APP_FILES: readonly { from: string; to: string }[] = [
   { from: "dist/", to: "/app/dist/" },
-  { from: "node_modules/netlink/package.json", to: "/app/node_modules/netlink/package.json" },
-  { from: "node_modules/netlink/dist/", to: "/app/node_modules/netlink/dist/" },
-  { from: "node_modules/netlink/prebuilds/", to: "/app/node_modules/netlink/prebuilds/" },
-  { from: "node_modules/node-gyp-build/", to: "/app/node_modules/node-gyp-build/" },
-  { from: "native/icmp/package.json", to: "/app/node_modules/local-ccm-icmp/package.json" },
+  { from: "native/sockets/package.json", to: "/app/node_modules/local-ccm-sockets/package.json" },
   {
-    from: "native/icmp/build/Release/icmp.node",
-    to: "/app/node_modules/local-ccm-icmp/build/Release/icmp.node",
+    from: "native/sockets/build/Release/sockets.node",
+    to: "/app/node_modules/local-ccm-sockets/build/Release/sockets.node",
   },
 ];
 
@@ -107,15 +103,10 @@ function removeDeadBuilds(tarball: string): void {
 /** What the base image provides: node, the libraries it and the addons link, the users. */
 export function baseFiles(): ImageFile[] {
   const node = nodeBinary();
-  const addons = [
-    ...readdirSync(path.join(ROOT, `node_modules/netlink/prebuilds/linux-${process.arch}`))
-      .filter((name) => name.endsWith(".node"))
-      .map((name) => path.join(ROOT, `node_modules/netlink/prebuilds/linux-${process.arch}`, name)),
-    path.join(ROOT, "native/icmp/build/Release/icmp.node"),
-  ];
+  const addon = path.join(ROOT, "native/sockets/build/Release/sockets.node");
   return [
     { path: path.posix.join(NODE_DIR, "node"), source: node, mode: 0o755 },
-    ...sharedLibraries([node, ...addons]).map((library) => ({ path: library, source: realpathSync(library) })),
+    ...sharedLibraries([node, addon]).map((library) => ({ path: library, source: realpathSync(library) })),
     { path: "/etc/passwd", content: `${PASSWD.join("\n")}\n` },
     { path: "/etc/group", content: `${GROUP.join("\n")}\n` },
     { path: "/home/nonroot", directory: true, mode: 0o700, uid: NONROOT, gid: NONROOT },

@@ -1,19 +1,11 @@
-// ICMP echo ("ping") of one address, over the Node-API addon in native/icmp. A raw socket needs
+// ICMP echo ("ping") of one address, over our sockets addon (./sockets.ts). A raw socket needs
 // CAP_NET_RAW only (not root); without it an unprivileged ping socket is used where
 // net.ipv4.ping_group_range admits our group. When neither is permitted, or the addon is not
 // built, ICMP is "unavailable": a fact for the caller to log once, never a sign of a dead host.
 import { randomBytes } from "node:crypto";
-import { createRequire } from "node:module";
 import { isIP } from "node:net";
 import { sleep } from "../time/backoff.ts";
-
-type Handle = { readonly icmpSocket: unique symbol };
-
-interface Addon {
-  open(family: 4 | 6, dgram: boolean, onMessage: (data: Buffer) => void): Handle;
-  send(handle: Handle, address: string, packet: Buffer): void;
-  close(handle: Handle): void;
-}
+import { Family, openSocket, type Receiver, type Socket, SocketType } from "./sockets.ts";
 
 export type EchoOutcome =
   | { kind: "answered" }
@@ -36,43 +28,66 @@ const PERMISSION = new Set(["EPERM", "EACCES"]);
 /** Send errors that are the network's answer ("no path to that host"), not a failure to probe. */
 const NO_PATH = new Set(["EHOSTUNREACH", "ENETUNREACH", "EHOSTDOWN", "ENETDOWN"]);
 
-let loaded: Addon | string | undefined;
+const KIND = {
+  4: { family: Family.INET, protocol: 1 }, // IPPROTO_ICMP
+  6: { family: Family.INET6, protocol: 58 }, // IPPROTO_ICMPV6
+} as const;
+/** Raw sockets see every ICMP packet the host receives: their kernel filter passes echo replies only. */
+const ECHO_REPLY_FILTER = {
+  // SOL_RAW, ICMP_FILTER: a bit set per blocked type.
+  4: { level: 255, name: 1, value: u32s([~(1 << 0)]) },
+  // IPPROTO_ICMPV6, ICMP6_FILTER: 256 bits, a set bit blocks the type (129: echo reply).
+  6: { level: 58, name: 1, value: u32s(Array.from({ length: 8 }, (_, i) => (i === 4 ? ~(1 << 1) : ~0))) },
+} as const;
 
-function addon(): Addon | string {
-  if (loaded === undefined) {
-    try {
-      loaded = createRequire(import.meta.url)("local-ccm-icmp") as Addon;
-    } catch (err) {
-      loaded = `icmp unavailable: addon not built (${(err as Error).message.split("\n")[0]})`;
-    }
-  }
-  return loaded;
+/** C ints in the machine's byte order: little-endian on both architectures we build for (x64, arm64). */
+function u32s(words: number[]): Buffer {
+  const buffer = Buffer.alloc(4 * words.length);
+  words.forEach((word, i) => buffer.writeInt32LE(word | 0, 4 * i));
+  return buffer;
 }
 
 const codeOf = (err: unknown) => (err as NodeJS.ErrnoException).code ?? "";
 const messageOf = (err: unknown) => (err as Error).message;
 
 /** A raw socket if permitted, else a ping socket, else why ICMP is unavailable. */
-function openSocket(
-  lib: Addon,
+function openEchoSocket(
   family: 4 | 6,
   onMessage: (data: Buffer) => void,
-): { handle: Handle; raw: boolean } | EchoOutcome {
+): { socket: Socket; raw: boolean } | EchoOutcome {
+  const onReceive: Receiver = (error, data) => {
+    if (error === null) onMessage(data); // a receive error leaves the reply unseen: the request times out
+  };
   try {
-    return { handle: lib.open(family, false, onMessage), raw: true };
+    const socket = openSocket({ ...KIND[family], type: SocketType.RAW }, onReceive);
+    const { level, name, value } = ECHO_REPLY_FILTER[family];
+    try {
+      socket.setOption(level, name, value);
+    } catch (err) {
+      socket.close();
+      throw err;
+    }
+    return { socket, raw: true };
   } catch (err) {
-    if (!PERMISSION.has(codeOf(err))) return { kind: "failed", reason: `icmp: ${messageOf(err)}` };
+    if (!PERMISSION.has(codeOf(err))) return failedToOpen(err);
   }
   try {
-    return { handle: lib.open(family, true, onMessage), raw: false };
+    return { socket: openSocket({ ...KIND[family], type: SocketType.DGRAM }, onReceive), raw: false };
   } catch (err) {
-    if (!PERMISSION.has(codeOf(err))) return { kind: "failed", reason: `icmp: ${messageOf(err)}` };
+    if (!PERMISSION.has(codeOf(err))) return failedToOpen(err);
     return {
       kind: "unavailable",
       reason:
         "icmp unavailable: no raw socket (needs CAP_NET_RAW) and no ping socket (group not in net.ipv4.ping_group_range)",
     };
   }
+}
+
+/** Not a refusal of privilege: the addon is missing, or the socket failed otherwise (e.g. IPv6 disabled). */
+function failedToOpen(err: unknown): EchoOutcome {
+  if (codeOf(err) === "MODULE_NOT_FOUND")
+    return { kind: "unavailable", reason: `icmp unavailable: addon not built (${messageOf(err).split("\n")[0]})` };
+  return { kind: "failed", reason: `icmp: ${messageOf(err)}` };
 }
 
 /** Internet checksum (RFC 1071); the kernel fills it in for ICMPv6 and for ping sockets. */
@@ -110,25 +125,24 @@ function isOurReply(data: Buffer, family: 4 | 6, raw: boolean, token: Buffer): b
 export async function echo(address: string, options: EchoOptions): Promise<EchoOutcome> {
   const family = isIP(address.split("%")[0] ?? "");
   if (family !== 4 && family !== 6) return { kind: "failed", reason: `icmp: not an IP address: ${address}` };
-  const lib = addon();
-  if (typeof lib === "string") return { kind: "unavailable", reason: lib };
 
   const token = randomBytes(16);
   let answered = false;
   let raw = false;
   let attempt = new AbortController();
-  const socket = openSocket(lib, family, (data) => {
+  const opened = openEchoSocket(family, (data) => {
     if (answered || !isOurReply(data, family, raw, token)) return;
     answered = true;
     attempt.abort();
   });
-  if ("kind" in socket) return socket;
-  raw = socket.raw;
+  if ("kind" in opened) return opened;
+  const { socket } = opened;
+  raw = opened.raw;
   try {
     for (let sequence = 1; sequence <= options.count && !answered && !options.signal?.aborted; sequence++) {
       attempt = new AbortController();
       try {
-        lib.send(socket.handle, address, echoRequest(family, sequence, token));
+        socket.send(echoRequest(family, sequence, token), address);
       } catch (err) {
         if (!NO_PATH.has(codeOf(err))) return { kind: "failed", reason: `icmp: ${messageOf(err)}` };
       }
@@ -137,6 +151,6 @@ export async function echo(address: string, options: EchoOptions): Promise<EchoO
     }
     return answered ? { kind: "answered" } : { kind: "silent" };
   } finally {
-    lib.close(socket.handle);
+    socket.close();
   }
 }

@@ -2,7 +2,6 @@
 // long-lived rtnetlink request socket, and change notifications over one subscription socket per watch.
 // NETLINK_ROUTE requests and these multicast groups need no privilege.
 import { getSystemErrorName } from "node:util";
-import { RawNetlinkSocket } from "netlink/dist/raw.js";
 import {
   CHANGE_GROUPS,
   decodeMessages,
@@ -17,6 +16,7 @@ import {
   routeQuery,
   routeSource,
 } from "./rtnetlink.ts";
+import { Family, openSocket, type Socket, SocketType } from "./sockets.ts";
 
 export interface HostAddress {
   /** Canonical text (IPv6 compressed, lowercase). */
@@ -58,6 +58,10 @@ export class NetlinkError extends Error {
 }
 
 const NETLINK_ROUTE = 0;
+const SOL_NETLINK = 270;
+const NETLINK_ADD_MEMBERSHIP = 1;
+/** sockaddr_nl of the kernel (port 0, no groups); bound to it, a socket gets a port the kernel picks. */
+const KERNEL = Buffer.from([Family.NETLINK, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
 const REQUEST_TIMEOUT_MS = 5000;
 const DUMP_ATTEMPTS = 3;
 /** How the kernel answers a lookup with no usable route: none, `unreachable`, `prohibit`, `blackhole`. */
@@ -154,7 +158,7 @@ type DumpQuery = typeof MessageType.GETADDR | typeof MessageType.GETLINK;
 
 /** One request socket, opened on first use and replaced after a socket error; referenced only while requests are pending. */
 function openRequester() {
-  let socket: RawNetlinkSocket | undefined;
+  let socket: Socket | undefined;
   let seq = 0;
   const pending = new Map<number, Pending>();
 
@@ -163,7 +167,7 @@ function openRequester() {
     if (!request) return;
     pending.delete(id);
     clearTimeout(request.timer);
-    if (pending.size === 0) socket?.unref();
+    if (pending.size === 0) socket?.keepAlive(false);
     if (outcome) request.reject(outcome);
     else request.resolve({ messages: request.messages, interrupted: request.interrupted });
   };
@@ -181,18 +185,19 @@ function openRequester() {
     if (!(message.flags & Flags.MULTI)) finish(message.seq, undefined);
   };
 
-  const connect = (): RawNetlinkSocket => {
-    const fresh = new RawNetlinkSocket(NETLINK_ROUTE);
-    fresh.on("message", (datagram, info) => {
-      if (info.port !== 0) return; // only the kernel answers our requests
-      for (const message of decodeMessages(datagram)) receive(message);
-    });
-    fresh.on("error", (error) => {
-      // Replies may be lost (ENOBUFS) or the socket dead: fail what waits, start afresh next time.
-      fresh.close();
-      if (socket === fresh) socket = undefined;
-      for (const id of [...pending.keys()]) finish(id, error);
-    });
+  const connect = (): Socket => {
+    const fresh = openRouteSocket(
+      [],
+      (datagram) => {
+        for (const message of decodeMessages(datagram)) receive(message);
+      },
+      (error) => {
+        // Replies may be lost (ENOBUFS): fail what waits, start afresh next time.
+        fresh.close();
+        if (socket === fresh) socket = undefined;
+        for (const id of [...pending.keys()]) finish(id, error);
+      },
+    );
     return fresh;
   };
 
@@ -204,10 +209,8 @@ function openRequester() {
       pending.set(id, { messages: [], interrupted: false, resolve, reject, timer });
       try {
         socket ??= connect();
-        socket.ref();
-        socket.send(encodeMessage({ type, flags, seq: id, body }), {}, (error) => {
-          if (error) finish(id, error);
-        });
+        socket.keepAlive(true);
+        socket.send(encodeMessage({ type, flags, seq: id, body }), KERNEL);
       } catch (error) {
         finish(id, error as Error);
       }
@@ -242,20 +245,21 @@ function openRequester() {
 /** A subscription socket; on a socket error (ENOBUFS: notifications were dropped) it reports a change and resubscribes on a fresh socket. */
 function openWatch(onChange: () => void, debounceMs: number): { close(): void } {
   const changed = coalesce(onChange, debounceMs);
-  let socket: RawNetlinkSocket | undefined;
-  const subscribe = () => {
-    const fresh = new RawNetlinkSocket(NETLINK_ROUTE);
-    for (const group of Object.values(CHANGE_GROUPS)) fresh.addMembership(group);
-    fresh.on("message", (datagram, info) => {
-      if (info.port === 0 && decodeMessages(datagram).some((message) => CHANGE_TYPES.has(message.type)))
+  let socket: Socket | undefined;
+  const subscribe = (): Socket => {
+    const fresh = openRouteSocket(
+      Object.values(CHANGE_GROUPS),
+      (datagram) => {
+        if (decodeMessages(datagram).some((message) => CHANGE_TYPES.has(message.type))) changed.trigger();
+      },
+      () => {
+        fresh.close();
+        if (socket !== fresh) return;
+        socket = subscribe();
         changed.trigger();
-    });
-    fresh.on("error", () => {
-      fresh.close();
-      if (socket !== fresh) return;
-      socket = subscribe();
-      changed.trigger();
-    });
+      },
+    );
+    fresh.keepAlive(true);
     return fresh;
   };
   socket = subscribe();
@@ -266,4 +270,28 @@ function openWatch(onChange: () => void, debounceMs: number): { close(): void } 
       socket = undefined;
     },
   };
+}
+
+/**
+ * A NETLINK_ROUTE socket on a port the kernel picks, in the given multicast groups, passing on only the kernel's
+ * datagrams (sender port 0).
+ */
+function openRouteSocket(
+  groups: number[],
+  onDatagram: (datagram: Buffer) => void,
+  onError: (error: Error) => void,
+): Socket {
+  const kind = { family: Family.NETLINK, type: SocketType.RAW, protocol: NETLINK_ROUTE };
+  const socket = openSocket(kind, (error, data, source) => {
+    if (error) onError(error);
+    else if (source.readUInt32LE(4) === 0) onDatagram(data); // nl_pid: 0 in either byte order
+  });
+  try {
+    socket.bind(KERNEL);
+    for (const group of groups) socket.setOption(SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, group);
+  } catch (error) {
+    socket.close();
+    throw error;
+  }
+  return socket;
 }

@@ -1,5 +1,5 @@
-// Loads both native addons through the same modules the programs use, from wherever its bundle is
-// run, and prints what they did on loopback (nothing leaves the host): {"icmp": …, "routeSource": …}.
+// Uses the native sockets addon through the same modules the programs use (netlink, ICMP), from wherever
+// its bundle is run, and prints what they did on loopback (nothing leaves the host): {"icmp": …, "routeSource": …}.
 import { echo } from "../../src/net/icmp.ts";
 import { openNetlink } from "../../src/net/netlink.ts";
 

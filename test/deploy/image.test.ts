@@ -1,6 +1,6 @@
 // What the container image runs, without a Docker engine: the Dockerfile's two stages replayed in
 // folders. The build stage gets only the files its COPY lines take (minus .dockerignore), with this
-// machine's `npm ci` results (node_modules, the built ICMP addon) standing in for its own, and runs
+// machine's `npm ci` results (node_modules, the built sockets addon) standing in for its own, and runs
 // the build; the runtime folder then holds exactly what the runtime stage copies from it, and the
 // bundles must start there — no dev dependency, no source, nothing from the repository.
 import assert from "node:assert/strict";
@@ -37,7 +37,7 @@ const PROGRAMS = Object.entries(
   (JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")) as { bin: Record<string, string> }).bin,
 );
 /** What `npm ci` makes in the build stage; here, this machine's own `npm ci` made them. */
-const NPM_CI_OUTPUTS = ["node_modules", "native/icmp/build"];
+const NPM_CI_OUTPUTS = ["node_modules", "native/sockets/build"];
 const PINNED_NODE = (JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")) as {
   devDependencies: { node: string };
 }).devDependencies.node;
@@ -144,7 +144,7 @@ describe("container image contents", () => {
   let forget: () => void;
   /** A path of the image (or of the build stage) inside the folder that stands for it. */
   const inImage = (imagePath: string) => path.join(image, imagePath);
-  /** A bundle that loads both native addons and uses them once, placed in the image's dist/. */
+  /** A bundle that loads the sockets addon and uses netlink and ICMP once, placed in the image's dist/. */
   let addonsCheck: string;
   /** The runtime folder's /app before the test adds anything to it. */
   let replayed: LayerEntry[];
@@ -187,7 +187,7 @@ describe("container image contents", () => {
 
   test("the image holds the bundles and the native addons only", () => {
     for (const { to } of runtime.copies) {
-      assert.match(to, /^\/app\/(dist\/|node_modules\/(netlink|node-gyp-build|local-ccm-icmp)\/)/);
+      assert.match(to, /^\/app\/(dist\/|node_modules\/local-ccm-sockets\/)/);
     }
   });
 
@@ -208,7 +208,7 @@ describe("container image contents", () => {
     });
   }
 
-  test("bundled code loads both native addons from the image's node_modules", () => {
+  test("bundled code loads the sockets addon from the image's node_modules: netlink and ICMP answer", () => {
     const { code, stdout, stderr } = start(inImage(runtime.workdir), addonsCheck, []);
     assert.equal(code, 0, stderr);
     const result = JSON.parse(stdout) as { icmp: { kind: string; reason?: string }; routeSource: string };
@@ -356,7 +356,7 @@ describe("container image contents", () => {
       });
     }
 
-    test("both native addons load in the image: netlink answers; ICMP answers with CAP_NET_RAW (root)", () => {
+    test("the sockets addon loads in the image: netlink answers; ICMP answers with CAP_NET_RAW (root)", () => {
       const asRoot = inImageRoot(["/app/dist/addons-check.cjs"], "0:0");
       assert.equal(asRoot.code, 0, asRoot.stderr);
       assert.deepEqual(JSON.parse(asRoot.stdout), { icmp: { kind: "answered" }, routeSource: "127.0.0.1" });

@@ -1,0 +1,56 @@
+// Datagram sockets of any family (netlink, ICMP, packet) over our Node-API addon in native/sockets: each
+// socket has a receiving thread of its own and no libuv handle, so the addon loads in any Node-API runtime.
+// This module only types it; what is sent and read is built in the modules that speak each protocol.
+import { createRequire } from "node:module";
+
+type Handle = { readonly socket: unique symbol };
+
+interface Addon {
+  open(family: number, type: number, protocol: number, onReceive: Receiver): Handle;
+  bind(handle: Handle, address: Buffer): void;
+  setOption(handle: Handle, level: number, name: number, value: number | Buffer): void;
+  send(handle: Handle, data: Buffer, to: string | Buffer): void;
+  ref(handle: Handle, keepAlive: boolean): void;
+  close(handle: Handle): void;
+}
+
+/**
+ * A received datagram with its sender's sockaddr, or a receive error (`code`: errno name; no data then) after
+ * which the socket goes on receiving.
+ */
+export type Receiver = (error: NodeJS.ErrnoException | null, data: Buffer, source: Buffer) => void;
+
+/** Linux's values. */
+export const Family = { INET: 2, INET6: 10, NETLINK: 16, PACKET: 17 } as const;
+export const SocketType = { DGRAM: 2, RAW: 3 } as const;
+
+export interface Socket {
+  bind(address: Buffer): void;
+  /** setsockopt(); a number is passed as a C int. */
+  setOption(level: number, name: number, value: number | Buffer): void;
+  /** A synchronous sendto(): `to` is a numeric IP address (IPv6 with a %zone) or a sockaddr. */
+  send(data: Buffer, to: string | Buffer): void;
+  /** Whether the open socket keeps the process alive; a new socket does not. */
+  keepAlive(on: boolean): void;
+  /** Idempotent; the socket's thread has ended when it returns, and nothing more is received. */
+  close(): void;
+}
+
+let loaded: Addon | undefined;
+
+/** Throws (errno `code`: EPERM, EACCES, …) when the kernel refuses the socket, or when the addon is not built. */
+export function openSocket(
+  kind: { family: number; type: number; protocol: number },
+  onReceive: Receiver,
+): Socket {
+  loaded ??= createRequire(import.meta.url)("local-ccm-sockets") as Addon;
+  const addon = loaded;
+  const handle = addon.open(kind.family, kind.type, kind.protocol, onReceive);
+  return {
+    bind: (address) => addon.bind(handle, address),
+    setOption: (level, name, value) => addon.setOption(handle, level, name, value),
+    send: (data, to) => addon.send(handle, data, to),
+    keepAlive: (on) => addon.ref(handle, on),
+    close: () => addon.close(handle),
+  };
+}
