@@ -3,14 +3,14 @@
 // node-0 the control-plane node (kubeadm's exclusion label, empty), node-1..3 workers, each Node's ExternalIP its
 // public address (the agent). Every request comes from the client host, outside the nodes.
 //
-// In both proxy modes (nftables skipped until pods reach the API there: NOT_YET): a Deployment of agnhost netexec
-// (on node-1 and node-2) behind a Service answers on every ingress address, and `externalTrafficPolicy: Local` lists
-// only the nodes with an endpoint, whose backend sees the client host's own address. In iptables mode also: the
-// exclusion label (`true` excludes, `false` and absent keep), the autoscaler taint, a cordoned node (stays); another
-// class untouched, class-less only once `helm upgrade` claims them; a reserved port and a port conflict refused with
-// a Warning naming rule and value, status empty; deletion and a type change release status and finalizer; a
-// controller restart writes nothing; a powered-off node leaves the ingress. The cases of one mode share one cluster
-// and run in order, each leaving the nodes as it found them (but the last, which powers one off).
+// In both proxy modes: a Deployment of agnhost netexec (on node-1 and node-2) behind a Service answers on every
+// ingress address, and `externalTrafficPolicy: Local` lists only the nodes with an endpoint, whose backend sees the
+// client host's own address. In iptables mode also: the exclusion label (`true` excludes, `false` and absent keep),
+// the autoscaler taint, a cordoned node (stays); another class untouched, class-less only once `helm upgrade` claims
+// them; a reserved port and a port conflict refused with a Warning naming rule and value, status empty; deletion and
+// a type change release status and finalizer; a controller restart writes nothing; a powered-off node leaves the
+// ingress. The cases of one mode share one cluster and run in order, each leaving the nodes as it found them (but
+// the last, which powers one off).
 //
 // A change that must leave the ingress as it is cannot be awaited: it is made first, then one that must change the
 // ingress (the controller reads both from one watch, in order), and the ingress awaited is the one both give.
@@ -131,17 +131,8 @@ async function startWorld(proxyMode: ProxyMode): Promise<Cluster> {
   }
 }
 
-/**
- * nftables mode cannot run yet: its kube-proxy's cluster-ips-check rejects every packet still addressed to a cluster
- * IP after DNAT, and this cluster's `kubernetes` Service's endpoint is its own cluster IP (where the apiserver
- * listens), so no pod reaches the API: the agents never initialise the Nodes, the controller never starts.
- */
-const NOT_YET: Partial<Record<ProxyMode, string>> = {
-  nftables: "pods reach no API in nftables mode on the local cluster (the kubernetes Service's endpoint is its IP)",
-};
-
 function loadBalancerSuite(mode: ProxyMode): void {
-  describe(`node-address LoadBalancers, kube-proxy in ${mode} mode`, { skip: NOT_YET[mode] }, () => {
+  describe(`node-address LoadBalancers, kube-proxy in ${mode} mode`, () => {
     let cluster: Cluster;
     before(async () => {
       cluster = await startWorld(mode);
