@@ -9,8 +9,8 @@
 // the autoscaler taint, a cordoned node (stays); another class untouched, class-less only once `helm upgrade` claims
 // them; a reserved port and a port conflict refused with a Warning naming rule and value, status empty; deletion and
 // a type change release status and finalizer; a controller restart writes nothing; a powered-off node leaves the
-// ingress. The cases of one mode share one cluster and run in order, each leaving the nodes as it found them (but
-// the last, which powers one off).
+// ingress; nothing the controller asked for was refused. The cases of one mode share one cluster and run in order,
+// each leaving the nodes as it found them (but the powered-off one).
 //
 // A change that must leave the ingress as it is cannot be awaited: it is made first, then one that must change the
 // ingress (the controller reads both from one watch, in order), and the ingress awaited is the one both give.
@@ -365,6 +365,17 @@ function loadBalancerSuite(mode: ProxyMode): void {
       t.diagnostic(`node-3 left web's ingress ${((Date.now() - killed) / 1000).toFixed(1)} s after its power loss`);
       assert.deepEqual(ingressIps(await getService("web-local")).sort(), publicIPs(BACKEND_NODES));
       await answeringNodes(BACKEND_NODES, 80);
+    });
+
+    test("everything the controller's account asked for in this run was granted (audit log: no 403)", async (t) => {
+      const requests = (await clusterAuditEvents(cluster, new Date(0))).filter(
+        (event) => event.user.username === CONTROLLER_USER,
+      );
+      const services = requests.filter((event) => event.objectRef?.resource === "services");
+      assert.ok(services.length > 0, "the audit log holds the controller's requests");
+      const refused = requests.filter((event) => event.responseStatus?.code === 403).map(requestKey);
+      assert.deepEqual(refused, []);
+      t.diagnostic(`asked: ${[...new Set(requests.map(requestKey))].sort().join(", ")}`);
     });
   });
 }
