@@ -22,10 +22,10 @@
 // IfNotPresent or Never: there is no registry).
 //
 // Network (cluster slot k, 0–3, so four clusters can run side by side; see clusterLayout()):
-//   root namespace: bridge lccm<k>br with 198.19.(128+k).1/24 (the nodes' internal network),
-//     198.19.(136+k).1/24 (their "public" network and default gateway) and 198.19.(144+k).1/32, the
-//     `kubernetes` Service's cluster IP, where the apiserver listens on 443: pods reach it through
-//     their in-cluster config without kube-proxy; a route per pod CIDR via its node.
+//   root namespace: bridge lccm<k>br with 198.19.(128+k).1/24 (the nodes' internal network, where the
+//     apiserver listens on 443: the `kubernetes` Service's endpoint; its cluster IP 198.19.(144+k).1 is
+//     kube-proxy's on the nodes) and 198.19.(136+k).1/24 (their "public" network and default gateway); a
+//     route per pod CIDR via its node.
 //   node i: namespace lccm-c<k>-<name>, eth0 = 198.19.(128+k).(10+i)/24 (kubelet's --node-ip, the
 //     InternalIP) and 198.19.(136+k).(10+i)/24 (its public address), default route via 198.19.(136+k).1,
 //     so route-source detection towards 8.8.8.8 finds the public address, as on a server with a private
@@ -195,7 +195,6 @@ export function clusterLayout(slot: number) {
     clientNetns: `lccm-c${slot}-client`,
     clientVeth: `lccm${slot}vc`,
     clientIP: `198.19.${136 + slot}.2`,
-    apiserverIP: `198.19.${144 + slot}.1`,
     /** Routing table of the rule that blackholes what arrives from the bridge for elsewhere. */
     table: 19800 + slot,
     /** Prefix of its network namespaces and of its cgroups in every hierarchy. */
@@ -418,7 +417,6 @@ async function createBridge(slot: number): Promise<void> {
   await run("ip", ["link", "add", layout.bridge, "type", "bridge"]);
   await run("ip", ["address", "add", `${layout.gateway}/24`, "dev", layout.bridge]);
   await run("ip", ["address", "add", `${layout.publicGateway}/24`, "dev", layout.bridge]);
-  await run("ip", ["address", "add", `${layout.apiserverIP}/32`, "dev", layout.bridge]);
   await run("ip", ["link", "set", layout.bridge, "up"]);
   await run("ip", ["route", "add", "blackhole", "default", "table", String(layout.table)]);
   await run("ip", ["rule", "add", "iif", layout.bridge, "lookup", String(layout.table)]);
@@ -759,7 +757,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
   const layout = clusterLayout(record.slot);
   try {
     await createBridge(record.slot);
-    log(`control plane at https://${layout.apiserverIP}`);
+    log(`control plane at https://${layout.gateway}`);
     const plane = await startControlPlane({
       dir: path.join(dir, "controlplane"),
       detached,
@@ -768,6 +766,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       scheduler: true,
       kubelets: {
         serviceNetwork: layout.serviceNetwork,
+        address: layout.gateway,
         verifyServingCertificates: options.verifyKubeletServingCertificates,
       },
     });

@@ -61,13 +61,17 @@ export interface ControllerManagerOptions {
 
 export interface KubeletsOptions {
   /**
-   * A /24 for Services, e.g. "198.19.3.0/24". The caller puts its first address on an interface the
-   * nodes reach; the apiserver listens there on port 443 only, so that address is both the
-   * `kubernetes` Service's cluster IP and a real endpoint: pods reach the apiserver through their
-   * in-cluster config without kube-proxy. ServiceAccount admission is on (pods get projected tokens),
-   * and the apiserver reaches kubelets at their InternalIP with a client certificate (`kubectl logs`).
+   * A /24 for Services, e.g. "198.19.3.0/24"; its first address is the `kubernetes` Service's cluster IP, which
+   * kube-proxy on the nodes sends to `address`. ServiceAccount admission is on (pods get projected tokens), and the
+   * apiserver reaches kubelets at their InternalIP with a client certificate (`kubectl logs`).
    */
   serviceNetwork: string;
+  /**
+   * An address of this host the nodes reach, outside `serviceNetwork`: the apiserver listens there on port 443,
+   * and advertises it as the `kubernetes` Service's endpoint. Not the cluster IP itself: nftables kube-proxy
+   * rejects every packet still addressed to a cluster IP after its DNAT (its cluster-ips-check).
+   */
+  address: string;
   /** The apiserver verifies kubelets' serving certificates against the cluster CA
    * (--kubelet-certificate-authority): `kubectl logs` then works only on nodes whose certificate the
    * cluster CA signed (serverTLSBootstrap, approved), and fails on self-signed ones. Off by default,
@@ -174,8 +178,8 @@ export function serviceIP(serviceNetwork: string): string {
 
 async function listenAt(options: ControlPlaneOptions): Promise<Listen> {
   if (options.kubelets) {
-    const ip = serviceIP(options.kubelets.serviceNetwork);
-    return { bind: ip, port: 443, advertise: ip };
+    const { address } = options.kubelets;
+    return { bind: address, port: 443, advertise: address };
   }
   const bind = options.extraIPs?.length ? "0.0.0.0" : "127.0.0.1";
   return { bind, port: await freePort(), advertise: "127.0.0.1" };
@@ -310,7 +314,9 @@ export async function startControlPlane(options: ControlPlaneOptions = {}): Prom
 
   try {
     const listen = await listenAt(options);
-    const pki = await createPki(dir, [...(options.extraIPs ?? []), ...(options.kubelets ? [listen.bind] : [])]);
+    // Pods reach the apiserver at the cluster IP: the certificate names it too.
+    const kubeletSans = options.kubelets ? [listen.bind, serviceIP(options.kubelets.serviceNetwork)] : [];
+    const pki = await createPki(dir, [...(options.extraIPs ?? []), ...kubeletSans]);
     const [etcdPort, etcdPeerPort] = [await freePort(), await freePort()];
     const etcdUrl = `http://127.0.0.1:${etcdPort}`;
     const etcd = startService(

@@ -49,10 +49,12 @@ function serviceObject(name: string, local = false, ipFamilies = ["IPv4"]): Serv
   };
 }
 
-function world(options: { dryRun?: boolean; leader?: () => boolean } = {}) {
+function world(options: { dryRun?: boolean; leader?: () => boolean; lagging?: boolean } = {}) {
   const services = new FakeCache<Service>();
   const nodes = new FakeCache<Node>();
   const endpointSlices = new FakeCache<EndpointSlice>();
+  const stored = new Map<string, Service>();
+  const lagged: (() => void)[] = [];
   const patches: { name: string; body: unknown }[] = [];
   const logs: Record<string, unknown>[] = [];
   const events: { type: string; reason: string; message: string }[] = [];
@@ -64,16 +66,27 @@ function world(options: { dryRun?: boolean; leader?: () => boolean } = {}) {
     nodes,
     endpointSlices,
     // The API's answer, and its watch event: the Service with the finalizers or status written, a new version.
+    // The API's copy is the last one written (or the cache's). lagging: the cache gets a written version only when
+    // the test delivers its watch event (deliverNext).
     serviceResource: (namespace) => ({
       patch: async (name, _type, body) => {
         patches.push({ name, body });
-        const before = services.get(`${namespace}/${name}`) as Service;
+        const key = `${namespace}/${name}`;
+        const before = stored.get(key) ?? (services.get(key) as Service);
         const finalizers = Array.isArray(body) ? (body[1] as { value: string[] }).value : before.metadata?.finalizers;
         const status = Array.isArray(body) ? before.status : (body as Service).status;
         const resourceVersion = String(patches.length + 1);
         const after: Service = { ...before, metadata: { ...before.metadata, finalizers, resourceVersion }, status };
-        services.put(after);
-        setImmediate(() => controller.serviceHandlers.onUpdate?.(before, after));
+        stored.set(key, after);
+        const deliver = () => {
+          services.put(after);
+          controller.serviceHandlers.onUpdate?.(before, after);
+        };
+        if (options.lagging) lagged.push(deliver);
+        else {
+          services.put(after);
+          setImmediate(deliver);
+        }
         return after;
       },
     }),
@@ -99,7 +112,8 @@ function world(options: { dryRun?: boolean; leader?: () => boolean } = {}) {
     if (before) controller.endpointSliceHandlers.onUpdate?.(before, slice);
     else controller.endpointSliceHandlers.onAdd?.(slice);
   };
-  return { controller, patches, logs, events, plans, addNode, addService, addSlice };
+  const deliverNext = () => lagged.shift()?.();
+  return { controller, patches, logs, events, plans, addNode, addService, addSlice, deliverNext };
 }
 
 const slice = (service: string, nodes: string[]): EndpointSlice => ({
@@ -136,6 +150,21 @@ test("a Local Service's EndpointSlice replans, and writes its new ingress", asyn
     name: "s80",
     body: { status: { loadBalancer: { ingress: [{ ip: "10.0.0.2", ipMode: "VIP" }] } } },
   });
+});
+
+test("a new Service is written once (finalizer, status) when the finalizer's version reaches the cache late", async () => {
+  const w = world({ lagging: true });
+  w.addNode(nodeObject("n1", "True"));
+  w.addService(serviceObject("s80"));
+  w.controller.start();
+  await w.controller.idle();
+  // The watch delivers the finalizer's version (no status yet) after both writes were answered, then the status's.
+  for (let i = 0; i < 2; i++) {
+    w.deliverNext();
+    await w.controller.idle();
+  }
+  const writes = w.patches.map(({ body }) => (Array.isArray(body) ? "finalizer" : "status"));
+  assert.deepEqual(writes, ["finalizer", "status"]);
 });
 
 test("dry run writes nothing and logs each would-be write once", async () => {

@@ -331,6 +331,9 @@ export class ServiceController {
         this.acted.delete(facts.key); // synced afresh by the resync when it leads again
         return;
       }
+      // Each write starts from the version the one before made. The watch may deliver that version before this
+      // write is answered: it lacks what this write adds, and a sync from it would write the same again.
+      this.acted.set(facts.key, resourceVersion);
       const written = await this.send(service, write, ingress, resourceVersion, log);
       if (!written) return;
       resourceVersion = written.metadata?.resourceVersion;

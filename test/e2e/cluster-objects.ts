@@ -7,6 +7,7 @@ import { type AuditEvent, auditEvents } from "../../localcluster/audit.ts";
 import type { Cluster } from "../../localcluster/cluster.ts";
 import { isApiError } from "../../src/kube/errors.ts";
 import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
+import { CONTROLLER_APP, NAMESPACE } from "../../localcluster/project.ts";
 
 export const DEPLOY = path.resolve(import.meta.dirname, "../../deploy");
 export const CHART = path.resolve(import.meta.dirname, "../../charts/local-ccm");
@@ -31,6 +32,15 @@ export const readyStatus = (node: Node) => node.status?.conditions?.find((c) => 
 export const addressesOf = (node: Node, type: string) =>
   (node.status?.addresses ?? []).filter((a) => a.type === type).map((a) => a.address);
 
+/** The pod holding the controller's Lease (the chart's default resource name), if any. */
+export async function leaseHolder(cluster: Cluster): Promise<string | undefined> {
+  const lease = await cluster.admin.request<{ spec: { holderIdentity?: string } }>({
+    method: "GET",
+    path: `/apis/coordination.k8s.io/v1/namespaces/${NAMESPACE}/leases/${CONTROLLER_APP}`,
+  });
+  // The identity is <pod name>_<random>.
+  return lease.spec.holderIdentity?.replace(/_[0-9a-f]+$/, "");
+}
 
 /** `kubectl taint` with the uninitialized taint again, as kubelet registered it. */
 export async function taintUninitialized(cluster: Cluster, name: string): Promise<void> {

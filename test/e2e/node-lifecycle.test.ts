@@ -16,6 +16,7 @@ import {
   formatMemory,
   getNode,
   hasTaint,
+  leaseHolder,
   nodeWrites,
   podMemory,
   readyStatus,
@@ -53,19 +54,11 @@ describe("the node-lifecycle-controller on real kubelets", () => {
     await cluster?.stop();
   });
 
-  const leaseHolder = async () => {
-    const lease = await cluster.admin.request<{ spec: { holderIdentity?: string } }>({
-      method: "GET",
-      path: `/apis/coordination.k8s.io/v1/namespaces/${NAMESPACE}/leases/${CONTROLLER}`,
-    });
-    // The identity is <pod name>_<random>.
-    return lease.spec.holderIdentity?.replace(/_[0-9a-f]+$/, "");
-  };
   const waitForLeader = (among: string[], timeoutMs: number) =>
     waitFor(
       `a lease holder among ${among.join(", ")}`,
       async () => {
-        const holder = await leaseHolder();
+        const holder = await leaseHolder(cluster);
         return holder !== undefined && among.includes(holder) && holder;
       },
       timeoutMs,
