@@ -13,15 +13,12 @@
 // unterminated BEGIN lines, at the 16 KiB bound and at 512 KiB), with the controller's longest /healthz answer
 // in both phases. Budget: p99 ≤ 1 s. Before the cluster starts, in this process: the approver's decision time for the largest
 // request it reads, and for each hostile request, with the longest event-loop stall (budget ≤ 50 ms).
-import { readFileSync } from "node:fs";
 import path from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { setImmediate as nextTurn } from "node:timers/promises";
 import { setTimeout as delay } from "node:timers/promises";
 import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1.js";
-import type { Node } from "kubernetes-types/core/v1.js";
 import { bundleProgram } from "../localcluster/bundle.ts";
-import { run } from "../localcluster/exec.ts";
 import { scrapeMetrics } from "../localcluster/metrics.ts";
 import {
   apiTimeAgo,
@@ -41,7 +38,9 @@ import type { KubeClient } from "../src/kube/client.ts";
 import { Informer } from "../src/kube/informer.ts";
 import { Resource } from "../src/kube/resource.ts";
 import { approverRbac, nodeClient, requestCertificate } from "../test/csr/world.ts";
-import { type ProcessMemory, processMemory } from "./proc.ts";
+import { kubeletNode, nodeAddress, nodeName } from "./nodes.ts";
+import { cpuSeconds, type ProcessMemory, processMemory } from "./proc.ts";
+import { quantile } from "./quantile.ts";
 import { shippedCommand } from "../test/deploy/shipped.ts";
 
 const NODES = Number(process.env.BENCH_NODES ?? 5000);
@@ -57,84 +56,6 @@ const MiB = 1024 * 1024;
 const NODE_ARGS: string[][] = process.env.BENCH_NODE_ARGS
   ? [process.env.BENCH_NODE_ARGS.split(" ").filter(Boolean)]
   : [[], shippedCommand("node-lifecycle-controller").nodeArgs];
-
-const nodeName = (i: number) => `node-${String(i).padStart(5, "0")}`;
-
-/** A Node the size kubelet writes: labels, annotations, five conditions, capacity, node info, images. */
-function kubeletNode(i: number): Node {
-  const name = nodeName(i);
-  const now = new Date().toISOString();
-  const address = `198.18.${100 + (i >> 8)}.${i & 255}`;
-  const base = nodeObject(name, { address, ready: "True", tainted: false });
-  const condition = (type: string, status: string, reason: string, message: string) => ({
-    type,
-    status,
-    reason,
-    message,
-    lastHeartbeatTime: now,
-    lastTransitionTime: now,
-  });
-  return {
-    ...base,
-    metadata: {
-      name,
-      labels: {
-        "beta.kubernetes.io/arch": "amd64",
-        "beta.kubernetes.io/os": "linux",
-        "kubernetes.io/arch": "amd64",
-        "kubernetes.io/hostname": name,
-        "kubernetes.io/os": "linux",
-        "node.kubernetes.io/instance-type": "m6i.2xlarge",
-        "topology.kubernetes.io/region": "eu-west-1",
-        "topology.kubernetes.io/zone": `eu-west-1${"abc"[i % 3]}`,
-        "node.example.com/pool": `pool-${i % 8}`,
-      },
-      annotations: {
-        "node.alpha.kubernetes.io/ttl": "0",
-        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-        "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd/containerd.sock",
-        "csi.volume.kubernetes.io/nodeid": JSON.stringify({ "ebs.csi.aws.com": `i-0${i.toString(16)}` }),
-      },
-    },
-    status: {
-      ...base.status,
-      conditions: [
-        condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory"),
-        condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-        condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-        condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-      ],
-      capacity: { cpu: "8", "ephemeral-storage": "104845292Ki", memory: "32386524Ki", pods: "110" },
-      allocatable: { cpu: "7910m", "ephemeral-storage": "95551679124", memory: "31369756Ki", pods: "110" },
-      daemonEndpoints: { kubeletEndpoint: { Port: 10250 } },
-      nodeInfo: {
-        machineID: "ec2a4f3b9d3e4c51a6f0b1c2d3e4f5a6",
-        systemUUID: "ec2a4f3b-9d3e-4c51-a6f0-b1c2d3e4f5a6",
-        bootID: "0b6f2a7e-3c1d-4e8f-9a2b-5c6d7e8f9a0b",
-        kernelVersion: "6.1.0-18-cloud-amd64",
-        osImage: "Debian GNU/Linux 12 (bookworm)",
-        containerRuntimeVersion: "containerd://1.7.13",
-        kubeletVersion: "v1.30.0",
-        kubeProxyVersion: "v1.30.0",
-        operatingSystem: "linux",
-        architecture: "amd64",
-      },
-      images: Array.from({ length: 12 }, (_, n) => ({
-        names: [
-          `registry.example.com/team-${n}/service@sha256:${String(n).repeat(64).slice(0, 64)}`,
-          `registry.example.com/team-${n}/service:v1.${n}.0`,
-        ],
-        sizeBytes: 50_000_000 + n * 1_000_000,
-      })),
-    },
-  };
-}
-
-/** User + system CPU time of a process in clock ticks (fields 14 and 15 of /proc/<pid>/stat). */
-function cpuTicks(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
-  return Number(fields[11]) + Number(fields[12]);
-}
 
 /**
  * A minute (IDLE_SECONDS) of kubelet status reports: HEARTBEATS_PER_S Nodes a second get a new
@@ -219,7 +140,7 @@ async function readerFigures(): Promise<ReaderFigures> {
       name: nodeName(i),
       uninitialized: false,
       addresses: [
-        { type: "InternalIP", address: `198.18.${100 + (i >> 8)}.${i & 255}` },
+        { type: "InternalIP", address: nodeAddress(i) },
         { type: "Hostname", address: nodeName(i) },
       ],
     }),
@@ -260,7 +181,7 @@ async function readerFigures(): Promise<ReaderFigures> {
       bytes: text.length,
       sans: count,
       meanMs: times.reduce((sum, ms) => sum + ms, 0) / times.length,
-      p99Ms: times.sort((a, b) => a - b)[Math.ceil(times.length * 0.99) - 1] as number,
+      p99Ms: quantile(times.sort((a, b) => a - b), 0.99),
       maxMs: Math.max(...times),
       action,
     },
@@ -355,8 +276,6 @@ async function csrLatencies(world: World, healthAddress: string, first: number, 
     for (const client of clients) client.close();
   }
 }
-
-const nodeAddress = (i: number) => `198.18.${100 + (i >> 8)}.${i & 255}`;
 
 /** A kubelet-serving CSR with exactly this request text. */
 async function createRequest(client: KubeClient, name: string, request: string): Promise<void> {
@@ -466,8 +385,6 @@ console.log(`  longest event-loop delay while deciding those: ${reader.stallMs.t
 if (process.env.BENCH_READER_ONLY) process.exit(0);
 
 const entry = await bundleProgram("node-lifecycle-controller", path.join(import.meta.dirname, "../.cache/bench"));
-const ticks = Number(await run("getconf", ["CLK_TCK"]));
-const cpuSeconds = (pid: number) => cpuTicks(pid) / ticks;
 const world = await startWorld({ subnet: 252, audit: true });
 try {
   const created = performance.now();
@@ -509,8 +426,7 @@ try {
   row("expiry → probe started", (f) => s(f.probingS), `budget: ≤ one interval (${RECONCILE_INTERVAL_S} s)`);
   row("expiry → deleted", (f) => s(f.deletedS), `a silent host: ${PING.count} × ${PING.timeoutS} s of ICMP`);
   row("ICMP probes", (f) => (f.icmpUnavailable ? "UNAVAILABLE (TCP only)" : "available"));
-  const quantile = (sorted: number[], q: number) => sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)];
-  const seconds = (sorted: number[], q: number) => `${(quantile(sorted, q) as number).toFixed(3)} s`;
+  const seconds = (sorted: number[], q: number) => `${quantile(sorted, q).toFixed(3)} s`;
   const latency = ({ latencies }: CsrFigures) => `p50 ${seconds(latencies, 0.5)}, p99 ${seconds(latencies, 0.99)}`;
   row(`CSR created → approved (${CSRS})`, (f) => (f.csr ? latency(f.csr.honest) : "-"), "budget: p99 ≤ 1 s");
   row("the same, hostile CSRs meanwhile", (f) => (f.csr ? latency(f.csr.mixed) : "-"), "budget: p99 ≤ 1 s");

@@ -35,6 +35,8 @@ export interface ControlPlaneOptions {
   extraIPs?: string[];
   /** Write a Metadata-level audit log (one JSON line per request, with the user agent). */
   audit?: boolean;
+  /** The Services' cluster IPs without kubelets (with them: `kubelets.serviceNetwork`); default 10.96.0.0/24. */
+  serviceCIDR?: string;
   /** State folder; a fresh temp folder by default. */
   dir?: string;
   /** Leave the processes running when this process exits (the `up` command). */
@@ -207,7 +209,7 @@ function apiserverArgs(
     `--api-audiences=${SERVICE_ACCOUNT_ISSUER}`,
     `--service-account-key-file=${pki.serviceAccountPub}`,
     `--service-account-signing-key-file=${pki.serviceAccountKey}`,
-    `--service-cluster-ip-range=${options.kubelets?.serviceNetwork ?? "10.96.0.0/24"}`,
+    `--service-cluster-ip-range=${options.kubelets?.serviceNetwork ?? options.serviceCIDR ?? "10.96.0.0/24"}`,
     "--allow-privileged=true",
     // The aggregation layer (APIServices such as metrics-server's v1beta1.metrics.k8s.io), as kubeadm sets it up:
     // the apiserver proxies with the front-proxy client certificate and names the user in these headers.

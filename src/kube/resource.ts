@@ -105,15 +105,22 @@ export class Resource<T extends KubeObject> {
   /** All pages, with the resourceVersion of the consistent snapshot they came from. */
   async list(options: ListOptions = {}): Promise<{ items: T[]; resourceVersion: string }> {
     const items: T[] = [];
-    let next: string | undefined;
     let resourceVersion = "";
-    do {
-      const page = await this.listPage({ ...options, continue: next });
+    for await (const page of this.pages(options)) {
       items.push(...page.items);
       resourceVersion = page.metadata.resourceVersion ?? resourceVersion;
+    }
+    return { items, resourceVersion };
+  }
+
+  /** Page after page of one consistent snapshot: a caller that trims each page never holds the whole list. */
+  async *pages(options: ListOptions = {}): AsyncGenerator<List<T>> {
+    let next: string | undefined;
+    do {
+      const page = await this.listPage({ ...options, continue: next });
+      yield page;
       next = page.metadata.continue || undefined;
     } while (next);
-    return { items, resourceVersion };
   }
 
   create(obj: T, options: WriteOptions = {}): Promise<T> {

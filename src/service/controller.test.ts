@@ -49,7 +49,9 @@ function serviceObject(name: string, local = false, ipFamilies = ["IPv4"]): Serv
   };
 }
 
-function world(options: { dryRun?: boolean; leader?: () => boolean; lagging?: boolean } = {}) {
+function world(
+  options: { dryRun?: boolean; leader?: () => boolean; lagging?: boolean; config?: Partial<ServiceConfig> } = {},
+) {
   const services = new FakeCache<Service>();
   const nodes = new FakeCache<Node>();
   const endpointSlices = new FakeCache<EndpointSlice>();
@@ -60,7 +62,7 @@ function world(options: { dryRun?: boolean; leader?: () => boolean; lagging?: bo
   const events: { type: string; reason: string; message: string }[] = [];
   const registry = new Registry();
   const controller = new ServiceController({
-    config: CONFIG,
+    config: { ...CONFIG, ...options.config },
     dryRun: options.dryRun ?? false,
     services,
     nodes,
@@ -219,4 +221,23 @@ test("a family without node addresses is left out, and told once in a Warning", 
       },
     ],
   );
+});
+
+test("a Node turning the Services to ExternalIPs replans them, even where it ranks below their choice", async () => {
+  // For uid-s80, n2 outranks n1: by rank alone n1 joining would change nothing at --lb-max-nodes=1.
+  const w = world({ config: { maxNodes: 1 } });
+  const withExternalIP = (node: Node): Node => {
+    const addresses = [...(node.status?.addresses ?? []), { type: "ExternalIP", address: "192.0.2.1" }];
+    return { ...node, status: { ...node.status, addresses } };
+  };
+  w.addNode(nodeObject("n2", "True"));
+  w.addNode(withExternalIP(nodeObject("n1", "False")));
+  w.addService(serviceObject("s80"));
+  w.controller.start();
+  await w.controller.idle();
+  const ingress = (ip: string) => ({ status: { loadBalancer: { ingress: [{ ip, ipMode: "VIP" }] } } });
+  assert.deepEqual(w.patches.at(-1)?.body, ingress("10.0.0.2"));
+  w.addNode(withExternalIP(nodeObject("n1", "True")));
+  await w.controller.idle();
+  assert.deepEqual(w.patches.at(-1)?.body, ingress("192.0.2.1"));
 });

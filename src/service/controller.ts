@@ -32,7 +32,8 @@ import {
 } from "./decide.ts";
 import { type EndpointSliceFacts, endpointSliceFacts } from "./endpoints.ts";
 import type { ServiceMetrics } from "./metrics.ts";
-import { type NodeFacts, nodeFacts, sameNodeFacts } from "./nodes.ts";
+import { type ExternalFamilies, intentHolds, type NodeChange } from "./nodechange.ts";
+import { type IpFamily, type NodeFacts, nodeFacts, sameNodeFacts } from "./nodes.ts";
 
 
 /** An informer satisfies this. */
@@ -68,6 +69,8 @@ export class ServiceController {
   private readonly nodeFacts = new Map<string, NodeFacts>();
   /** Built when a sync needs it after a Node changed; the eligible nodes, and every Node's addresses. */
   private eligible: { nodes: NodeFacts[]; addresses: Set<string> } | undefined;
+  /** Eligible nodes with an ExternalIP, per family. */
+  private readonly externalIPs: Record<IpFamily, number> = { IPv4: 0, IPv6: 0 };
   private readonly slices = new Map<string, EndpointSliceFacts>();
   /** Service key → its slices' keys. */
   private readonly slicesOf = new Map<string, Set<string>>();
@@ -112,7 +115,10 @@ export class ServiceController {
     onAdd: (node) => this.nodeChanged(node),
     onUpdate: (_, node) => this.nodeChanged(node),
     onDelete: (node) => {
-      if (this.nodeFacts.delete(node.metadata?.name ?? "")) this.nodesChanged();
+      const before = this.nodeFacts.get(node.metadata?.name ?? "");
+      if (!before) return;
+      this.nodeFacts.delete(before.name);
+      this.nodesChanged({ before, after: undefined });
     },
   };
 
@@ -186,14 +192,31 @@ export class ServiceController {
     const facts = nodeFacts(node, this.options.config.nodeSelector);
     const before = this.nodeFacts.get(facts.name);
     this.nodeFacts.set(facts.name, facts);
-    if (!before || !sameNodeFacts(before, facts)) this.nodesChanged();
+    if (!before || !sameNodeFacts(before, facts)) this.nodesChanged({ before, after: facts });
   }
 
-  private nodesChanged(): void {
+  /** Replans the Services whose intent the change may alter (nodechange.ts), and syncs all of ours. */
+  private nodesChanged(change: NodeChange): void {
     this.eligible = undefined;
-    this.alone.clear();
+    const before = this.externalFamilies();
+    this.countExternalIPs(change.before, -1);
+    this.countExternalIPs(change.after, 1);
+    const context = { maxNodes: this.options.config.maxNodes, external: { before, after: this.externalFamilies() } };
+    for (const [key, intent] of this.alone) {
+      const facts = this.planned.get(key);
+      if (!facts || !intentHolds(facts, intent, change, context)) this.alone.delete(key);
+    }
     this.plan = undefined;
     for (const key of this.planned.keys()) this.enqueue(key);
+  }
+
+  private countExternalIPs(node: NodeFacts | undefined, sign: 1 | -1): void {
+    if (!node || node.ineligible) return;
+    for (const family of ["IPv4", "IPv6"] as const) if (node.ips[family].ExternalIP) this.externalIPs[family] += sign;
+  }
+
+  private externalFamilies(): ExternalFamilies {
+    return { IPv4: this.externalIPs.IPv4 > 0, IPv6: this.externalIPs.IPv6 > 0 };
   }
 
   private sliceChanged(facts: EndpointSliceFacts, deleted = false): void {

@@ -22,6 +22,11 @@ export function pairScore(serviceHash: number, nodeHash: number): number {
   return mix(serviceHash ^ mix(nodeHash));
 }
 
+/** Whether a node of this score and name ranks above another: the higher score, on a tie the smaller name. */
+export function outranks(score: number, name: string, otherScore: number, otherName: string): boolean {
+  return score > otherScore || (score === otherScore && name < otherName);
+}
+
 /** The `count` items of highest score for `serviceHash` (ties by name), in no particular order. */
 export function topByScore<T extends { name: string; hash: number }>(
   items: readonly T[],
@@ -34,7 +39,7 @@ export function topByScore<T extends { name: string; hash: number }>(
   for (const item of items) {
     const score = pairScore(serviceHash, item.hash);
     const beats = (other: { item: T; score: number } | undefined) =>
-      other !== undefined && (score > other.score || (score === other.score && item.name < other.item.name));
+      other !== undefined && outranks(score, item.name, other.score, other.item.name);
     if (best.length === count && !beats(best[count - 1])) continue;
     let at = best.length;
     while (at > 0 && beats(best[at - 1])) at--;

@@ -43,8 +43,11 @@ export interface World {
   stop(): Promise<void>;
 }
 
-/** `subnet` picks 198.19.<subnet>.0/30 for the root link: one per test file (root is shared). */
-export async function startWorld(options: { subnet: number; audit?: boolean }): Promise<World> {
+/**
+ * `subnet` picks 198.19.<subnet>.0/30 for the root link: one per test file (root is shared). `serviceCIDR`: room
+ * for more than 253 Services.
+ */
+export async function startWorld(options: { subnet: number; audit?: boolean; serviceCIDR?: string }): Promise<World> {
   const rootIP = `198.19.${options.subnet}.1`;
   const proberIP = `198.19.${options.subnet}.2`;
   const net = await createNetwork();
@@ -53,7 +56,7 @@ export async function startWorld(options: { subnet: number; audit?: boolean }): 
   try {
     const prober = await net.host();
     await net.link("root", prober, { addressesA: [`${rootIP}/30`], addressesB: [`${proberIP}/30`] });
-    plane = await startControlPlane({ extraIPs: [rootIP], audit: options.audit });
+    plane = await startControlPlane({ extraIPs: [rootIP], audit: options.audit, serviceCIDR: options.serviceCIDR });
     await plane.kubectl(["apply", "-f", RBAC_FILE, "-f", POLICY_FILE]);
     const server = plane.serverAt(rootIP);
     const kubeconfig = await plane.serviceAccountKubeconfig({ ...SERVICE_ACCOUNT, server });
