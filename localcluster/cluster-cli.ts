@@ -6,14 +6,14 @@
 // certificates the approver approved. `client` runs a command (default: a shell) on the client host, outside the
 // nodes, with KUBECONFIG set and kubectl on the PATH.
 // `build` prepares everything a cluster needs (binaries, container runtime, pause, agnhost and metrics-server
-// images): npm's pretest runs it, so `npm test` works on a fresh machine (`npm start` prepares the same through
+// images) and upstream's e2e suite (the peer suite's e2e.test): npm's pretest runs it, so `npm test` works on a fresh machine (`npm start` prepares the same through
 // startCluster(), after checking it runs as root).
 import { rmSync } from "node:fs";
 import path from "node:path";
 import { spawn } from "node:child_process";
 import { parseArgs } from "node:util";
 import { ensureAgnhostImage } from "./agnhost.ts";
-import { ensureBinaries } from "./build.ts";
+import { ensureBinaries, ensureE2ETest } from "./build.ts";
 import {
   clientCommand,
   type ClusterRecord,
@@ -167,6 +167,7 @@ const commands: Record<string, (args: string[]) => Promise<number | void> | void
     await ensurePauseImage();
     await ensureMetricsServerImage();
     await ensureAgnhostImage();
+    await ensureE2ETest();
   },
 };
 
