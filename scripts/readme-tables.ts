@@ -1,6 +1,7 @@
 // `npm run readme`: rewrites the README's generated tables from their single sources in the code:
 // each program's flag table (between <!-- flags:PROGRAM --> and <!-- /flags -->) and its metrics
-// (between <!-- metrics:PROGRAM --> and <!-- /metrics -->). test/docs checks they agree.
+// (between <!-- metrics:PROGRAM --> and <!-- /metrics -->), and the upstream load-balancer specs the peer suite
+// skips (test/upstream/loadbalancer.ts). test/docs checks they agree.
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { createMetrics as createAgentMetrics } from "../src/agent/metrics.ts";
@@ -9,6 +10,7 @@ import { flagsMarkdown } from "../src/cli/flags.ts";
 import { metricsMarkdown } from "../src/cli/metrics.ts";
 import { lifecycleFlagTable } from "../src/lifecycle/flags.ts";
 import { createMetrics as createLifecycleMetrics } from "../src/lifecycle/metrics.ts";
+import { notApplicableMarkdown } from "../test/upstream/loadbalancer.ts";
 
 export const README = path.resolve(import.meta.dirname, "../README.md");
 
@@ -18,6 +20,7 @@ const TABLES = [
   ["flags", "node-lifecycle-controller", () => flagsMarkdown(lifecycleFlagTable)],
   ["metrics", "local-ccm", () => metricsMarkdown(createAgentMetrics().registry)],
   ["metrics", "node-lifecycle-controller", () => metricsMarkdown(createLifecycleMetrics().registry)],
+  ["upstream", "loadbalancer", notApplicableMarkdown],
 ] as const;
 
 /** README text with every marked table regenerated. */

@@ -76,6 +76,12 @@ export function runPeerSuite(
   return runE2ESuite(cluster, { ...options, labelFilter: LABEL_FILTER, skip: NOT_APPLICABLE.map((n) => n.spec) });
 }
 
+/** NOT_APPLICABLE as the README's table (`npm run readme`). */
+export function notApplicableMarkdown(): string {
+  const rows = NOT_APPLICABLE.map(({ spec, reason }) => `| ${spec} | ${reason} |`);
+  return ["| upstream spec (skipped) | why it cannot apply to node addresses |", "|---|---|", ...rows].join("\n");
+}
+
 /** One line per spec: state, seconds, name, and a failure's message. */
 export function formatResults(results: SpecResult[]): string {
   return results
