@@ -64,6 +64,8 @@ export async function ensureAgnhostImage(): Promise<string> {
         { path: "/uploads", directory: true },
         { path: "/tmp", directory: true, mode: 0o1777 },
         ...(await toolFiles()),
+        // Alpine's wget (busybox's) tries once; GNU wget retries 20 times, past the bounds of the tests' own retries.
+        { path: "/etc/wgetrc", content: "tries = 1\n" },
       ],
       config: { Entrypoint: ["/agnhost"], Cmd: ["pause"], Env: [PATH_ENV] },
     },

@@ -1,7 +1,7 @@
 // Builds the pinned upstream binaries (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-// kube-proxy, kubectl, agnhost, etcd, helm, metrics-server, actionlint) from their Go modules into a git-ignored
-// cache keyed by version; a binary that is already there is not rebuilt. Upstream's e2e suite (e2e.test) is
-// built the same way but apart (ensureE2ETest): only the peer suite needs it, not every cluster.
+// kube-proxy, kubectl, agnhost, etcd, helm, metrics-server, coredns, actionlint) from their Go modules into a
+// git-ignored cache keyed by version; a binary that is already there is not rebuilt. Upstream's e2e suite
+// (e2e.test) is built the same way but apart (ensureE2ETest): only the peer suite needs it, not every cluster.
 //
 // Each component gets a small wrapper module whose go.mod requires the upstream module and lists
 // the commands as `tool` directives: `go install pkg@version` cannot build k8s.io/kubernetes,
@@ -11,7 +11,14 @@ import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { formatDuration } from "../src/cli/duration.ts";
 import { run } from "./exec.ts";
-import { ACTIONLINT_VERSION, ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, METRICS_SERVER_VERSION } from "./versions.ts";
+import {
+  ACTIONLINT_VERSION,
+  COREDNS_VERSION,
+  ETCD_VERSION,
+  HELM_VERSION,
+  KUBERNETES_VERSION,
+  METRICS_SERVER_VERSION,
+} from "./versions.ts";
 
 export const CACHE_DIR = path.resolve(import.meta.dirname, "../.cache/controlplane");
 
@@ -27,6 +34,7 @@ export interface Binaries {
   etcd: string;
   helm: string;
   metricsServer: string;
+  coredns: string;
   actionlint: string;
 }
 
@@ -116,6 +124,13 @@ const COMPONENTS: Component[] = [
     commands: { "metrics-server": "sigs.k8s.io/metrics-server/cmd/metrics-server" },
     // As its Makefile does: the version is client-go's.
     ldflags: [`-X k8s.io/client-go/pkg/version.gitVersion=${METRICS_SERVER_VERSION}`],
+  },
+  {
+    name: "coredns",
+    version: COREDNS_VERSION,
+    module: "github.com/coredns/coredns",
+    commands: { coredns: "github.com/coredns/coredns" },
+    ldflags: [],
   },
   {
     name: "actionlint",
@@ -229,7 +244,8 @@ export async function ensureBinaries(): Promise<Binaries> {
     for (const component of COMPONENTS) await buildComponent(component, progress);
     progress.say(`built ${total} binaries`);
   }
-  const [kubernetes, etcd, helm, metricsServer, actionlint] = COMPONENTS as [
+  const [kubernetes, etcd, helm, metricsServer, coredns, actionlint] = COMPONENTS as [
+    Component,
     Component,
     Component,
     Component,
@@ -247,6 +263,7 @@ export async function ensureBinaries(): Promise<Binaries> {
     etcd: binaryPath(etcd, "etcd"),
     helm: binaryPath(helm, "helm"),
     metricsServer: binaryPath(metricsServer, "metrics-server"),
+    coredns: binaryPath(coredns, "coredns"),
     actionlint: binaryPath(actionlint, "actionlint"),
   };
 }

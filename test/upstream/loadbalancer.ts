@@ -1,6 +1,6 @@
 // The peer suite: upstream's load-balancer e2e tests (test/e2e/network/loadbalancer.go of the pinned Kubernetes
 // module, label Feature:LoadBalancer) against node-address load balancers, the way cloud-provider-kind validates
-// itself. A local cluster (one control-plane node, two workers, kube-proxy in either mode) runs the chart as
+// itself. A local cluster (one control-plane node, two workers, kube-proxy in either mode, DNS) runs the chart as
 // shipped with class-less Services claimed; e2e.test runs from the client host (e2e-suite.ts).
 //
 //   npm run e2e:upstream [-- [--proxy-mode iptables|nftables] [<ginkgo focus>]]
@@ -52,7 +52,8 @@ const INITIALISED_TIMEOUT_MS = 180_000;
 
 /** A cluster with the chart installed for the peer suite and every Node initialised by its agent. */
 export async function startPeerCluster(proxyMode: ProxyMode, log?: (line: string) => void): Promise<Cluster> {
-  const cluster = await startCluster({ nodes: NODES, proxyMode, log });
+  // DNS: the specs reach Services by name from pods.
+  const cluster = await startCluster({ nodes: NODES, proxyMode, dns: true, log });
   try {
     await cluster.helm(helmInstallArgs(PEER_VALUES));
     await waitFor(
