@@ -27,22 +27,48 @@ export interface NotApplicable {
   reason: string;
 }
 
-/** The upstream specs that cannot apply to a node-address load balancer, and why. */
+/**
+ * The upstream specs that cannot apply to a node-address load balancer, and why. Most come down to one thing: with
+ * externalTrafficPolicy Local, a node's address serves only the endpoints on that node, so which address a client
+ * holds decides whether it is served; a cloud load balancer's one address follows the endpoints by health-checking
+ * every node's healthCheckNodePort. Our own end-to-end cases prove what Local does promise here: only nodes with a
+ * ready endpoint are listed, and the backend sees the client's own address.
+ */
 export const NOT_APPLICABLE: NotApplicable[] = [
+  {
+    spec: "ExternalTrafficPolicy: Local [Feature:LoadBalancer] [Slow] should work for type=LoadBalancer",
+    reason:
+      "it reads the first ingress address before its only endpoint is ready and keeps it; that is the endpoint's " +
+      "node only by chance (Local: the other node's address refuses), where a cloud load balancer's address does " +
+      "not depend on where endpoints run",
+  },
+  {
+    spec: "should only target nodes with endpoints",
+    reason:
+      "it moves the only endpoint from node to node while sending to the first ingress address throughout; with " +
+      "Local that address serves only while its own node holds the endpoint (the ingress list follows the " +
+      "endpoint, but the spec never reads it again)",
+  },
+  {
+    spec: "should target all nodes with endpoints",
+    reason:
+      "it expects one address to reach endpoints on two nodes with Local; a node's address reaches only its own " +
+      "node's endpoints, and spreading one address over nodes takes a load balancer in front of them",
+  },
   {
     spec: "should not have connectivity disruption during rolling update with externalTrafficPolicy=Local",
     reason:
       "it sends to the first ingress address throughout while that node's only endpoint is replaced; a cloud " +
-      "load balancer stops sending there by health-checking healthCheckNodePort, but a client of node addresses " +
-      "does not health-check (the controller drops the node from the ingress list, which this client never reads again)",
+      "load balancer stops sending there by health-checking, a client of node addresses does not (the controller " +
+      "drops the node from the ingress list, which this client never reads again)",
   },
 ];
 
-/** A few specs for `npm test`, a couple of minutes together: finalizer lifecycle, and Local keeping the client's
- * address through a node address. */
+/** A few specs for `npm test`, a couple of minutes together: the cleanup finalizer's lifecycle, and session
+ * affinity through node addresses with Local (endpoints exist before the Service asks for an address). */
 export const FAST_FOCUS = [
   "should handle load balancer cleanup finalizer for service",
-  "ExternalTrafficPolicy: Local \\[Feature:LoadBalancer\\] \\[Slow\\] should work for type=LoadBalancer",
+  "should have session affinity work for LoadBalancer service with Local traffic policy",
 ].join("|");
 
 /** Nodes: the control-plane node is excluded from load balancers (kubeadm's label); the specs need two workers. */
@@ -86,7 +112,7 @@ export function notApplicableMarkdown(): string {
 /** One line per spec: state, seconds, name, and a failure's message. */
 export function formatResults(results: SpecResult[]): string {
   return results
-    .map((r) => `${r.state.padEnd(7)} ${String(r.seconds).padStart(4)}s  ${r.name}${r.failure ? `\n    ${r.failure}` : ""}`)
+    .map((r) => `${r.state.padEnd(11)} ${String(r.seconds).padStart(4)}s  ${r.name}${r.failure ? `\n    ${r.failure}` : ""}`)
     .join("\n");
 }
 
