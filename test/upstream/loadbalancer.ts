@@ -50,12 +50,6 @@ export const NOT_APPLICABLE: NotApplicable[] = [
       "endpoint, but the spec never reads it again)",
   },
   {
-    spec: "should target all nodes with endpoints",
-    reason:
-      "it expects one address to reach endpoints on two nodes with Local; a node's address reaches only its own " +
-      "node's endpoints, and spreading one address over nodes takes a load balancer in front of them",
-  },
-  {
     spec: "should not have connectivity disruption during rolling update with externalTrafficPolicy=Local",
     reason:
       "it sends to the first ingress address throughout while that node's only endpoint is replaced; a cloud " +
