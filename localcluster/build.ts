@@ -295,6 +295,8 @@ export async function ensureE2ETest(): Promise<string> {
   await run("go", ["get", "-t", `${pkg}@${E2E_SUITE.version}`], { cwd: dir, env: GO_ENV });
   const ldflags = ["-s", "-w", ...E2E_SUITE.ldflags].join(" ");
   const args = ["test", "-c", "-trimpath", "-ldflags", ldflags, "-o", binary, pkg];
-  await progress.binary(`e2e.test ${E2E_SUITE.version}`, () => run("go", args, { cwd: dir, env: GO_ENV, inherit: true }));
+  await progress.binary(`e2e.test ${E2E_SUITE.version}`, () =>
+    run("go", args, { cwd: dir, env: GO_ENV, inherit: true }),
+  );
   return binary;
 }

@@ -196,7 +196,8 @@ function proxySuite(mode: ProxyMode): void {
         "the name netexec resolved by cluster DNS",
         async () => {
           const query = "request=hostname&host=netexec&port=80&protocol=http&tries=1";
-          const { responses } = JSON.parse(await get(`http://${pod.ip}:8080/dial?${query}`)) as { responses?: string[] };
+          const answer = JSON.parse(await get(`http://${pod.ip}:8080/dial?${query}`)) as { responses?: string[] };
+          const responses = answer.responses;
           return responses?.length ? responses : undefined;
         },
         120_000,

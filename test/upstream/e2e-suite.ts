@@ -117,6 +117,9 @@ function runLogged(argv: string[], env: NodeJS.ProcessEnv, logFile: string, echo
   });
 }
 
+const where = (location: { FileName: string; LineNumber: number }) =>
+  `${path.basename(location.FileName)}:${location.LineNumber}`;
+
 /**
  * The specs the filters selected, in the order they ran: those filtered out are "skipped" too, but without the
  * message a spec that skipped itself (e2eskipper.Skipf) carries.
@@ -129,8 +132,6 @@ export function specResults(report: GinkgoReport[]): SpecResult[] {
       name: [...(spec.ContainerHierarchyTexts ?? []), spec.LeafNodeText].join(" "),
       state: spec.State,
       seconds: Math.round(spec.RunTime / 1e9),
-      failure: spec.Failure
-        ? `${spec.Failure.Message} (${path.basename(spec.Failure.Location.FileName)}:${spec.Failure.Location.LineNumber})`
-        : undefined,
+      failure: spec.Failure && `${spec.Failure.Message} (${where(spec.Failure.Location)})`,
     }));
 }

@@ -106,7 +106,10 @@ export function notApplicableMarkdown(): string {
 /** One line per spec: state, seconds, name, and a failure's message. */
 export function formatResults(results: SpecResult[]): string {
   return results
-    .map((r) => `${r.state.padEnd(11)} ${String(r.seconds).padStart(4)}s  ${r.name}${r.failure ? `\n    ${r.failure}` : ""}`)
+    .map((r) => {
+      const line = `${r.state.padEnd(11)} ${String(r.seconds).padStart(4)}s  ${r.name}`;
+      return r.failure ? `${line}\n    ${r.failure}` : line;
+    })
     .join("\n");
 }
 
@@ -123,7 +126,8 @@ async function main(): Promise<number> {
   }
   const proxyMode = (values["proxy-mode"] ?? "iptables") as ProxyMode;
   if (!PROXY_MODES.includes(proxyMode) || positionals.length > 1) {
-    console.error(`e2e:upstream: ${positionals.length > 1 ? "one focus at most" : `unknown proxy mode ${proxyMode}`}\n${USAGE}`);
+    const problem = positionals.length > 1 ? "one focus at most" : `unknown proxy mode ${proxyMode}`;
+    console.error(`e2e:upstream: ${problem}\n${USAGE}`);
     return 2;
   }
   const reportDir = path.join(os.tmpdir(), `local-ccm-e2e-upstream-${proxyMode}-${Date.now()}`);
