@@ -40,7 +40,9 @@ export const NOT_APPLICABLE: NotApplicable[] = [
     reason:
       "it reads the first ingress address before its only endpoint is ready and keeps it; that is the endpoint's " +
       "node only by chance (Local: the other node's address refuses), where a cloud load balancer's address does " +
-      "not depend on where endpoints run",
+      "not depend on where endpoints run. (Where it is, the backend sees the client host's own address, but the " +
+      "spec counts any client in the first worker's /16 as rewritten, and the local cluster's client host is in " +
+      "198.19.0.0/16 like the nodes.)",
   },
   {
     spec: "should only target nodes with endpoints",
