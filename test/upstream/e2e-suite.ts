@@ -104,7 +104,8 @@ export async function listSpecs(labelFilter: string, reportDir: string): Promise
 /** Runs argv with its output into `logFile` (and ours too with `echo`); resolves with its exit code. */
 function runLogged(argv: string[], env: NodeJS.ProcessEnv, logFile: string, echo: boolean): Promise<number> {
   const log = createWriteStream(logFile);
-  const child = spawn(argv[0] as string, argv.slice(1), { env, stdio: ["ignore", "pipe", "pipe"] });
+  // It dies with this process (as the cluster's own processes do), also when a test run is killed.
+  const child = spawn("setpriv", ["--pdeathsig", "KILL", "--", ...argv], { env, stdio: ["ignore", "pipe", "pipe"] });
   child.stdout.pipe(log, { end: false });
   child.stderr.pipe(log, { end: false });
   if (echo) {
