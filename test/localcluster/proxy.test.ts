@@ -185,8 +185,9 @@ function proxySuite(mode: ProxyMode): void {
       assert.deepEqual(await dial(b.ip, 8080, 3), [a.ip, a.ip, a.ip], "pod to pod: no NAT on the way");
     });
 
-    // nftables mode: CoreDNS never reaches the API at the kubernetes Service's cluster IP, which is also the
-    // apiserver's own address (its log: "waiting for Kubernetes API"), so it never gets Ready. Not solved yet.
+    // nftables mode: kube-proxy's cluster-ips-check (filter hooks, after DNAT) rejects any packet still addressed
+    // to a cluster IP, and the kubernetes Service's endpoint is its own cluster IP, where this cluster's apiserver
+    // listens: no pod reaches the API, so CoreDNS never gets Ready. Not solved yet.
     const dnsTodo =
       mode === "nftables" ? { todo: "pods reach no API at the kubernetes Service's IP in nftables mode" } : {};
     test("cluster DNS: a pod reaches the Service by its short name, answered by a backend", dnsTodo, async () => {
