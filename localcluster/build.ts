@@ -1,6 +1,7 @@
 // Builds the pinned upstream binaries (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-// kube-proxy, kubectl, agnhost, etcd, helm, metrics-server, actionlint) from their Go modules into a git-ignored
-// cache keyed by version; a binary that is already there is not rebuilt.
+// kube-proxy, kubectl, agnhost, etcd, helm, metrics-server, coredns, actionlint) from their Go modules into a
+// git-ignored cache keyed by version; a binary that is already there is not rebuilt. Upstream's e2e suite
+// (e2e.test) is built the same way but apart (ensureE2ETest): only the peer suite needs it, not every cluster.
 //
 // Each component gets a small wrapper module whose go.mod requires the upstream module and lists
 // the commands as `tool` directives: `go install pkg@version` cannot build k8s.io/kubernetes,
@@ -10,7 +11,14 @@ import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { formatDuration } from "../src/cli/duration.ts";
 import { run } from "./exec.ts";
-import { ACTIONLINT_VERSION, ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, METRICS_SERVER_VERSION } from "./versions.ts";
+import {
+  ACTIONLINT_VERSION,
+  COREDNS_VERSION,
+  ETCD_VERSION,
+  HELM_VERSION,
+  KUBERNETES_VERSION,
+  METRICS_SERVER_VERSION,
+} from "./versions.ts";
 
 export const CACHE_DIR = path.resolve(import.meta.dirname, "../.cache/controlplane");
 
@@ -26,6 +34,7 @@ export interface Binaries {
   etcd: string;
   helm: string;
   metricsServer: string;
+  coredns: string;
   actionlint: string;
 }
 
@@ -117,6 +126,13 @@ const COMPONENTS: Component[] = [
     ldflags: [`-X k8s.io/client-go/pkg/version.gitVersion=${METRICS_SERVER_VERSION}`],
   },
   {
+    name: "coredns",
+    version: COREDNS_VERSION,
+    module: "github.com/coredns/coredns",
+    commands: { coredns: "github.com/coredns/coredns" },
+    ldflags: [],
+  },
+  {
     name: "actionlint",
     version: ACTIONLINT_VERSION,
     module: "github.com/rhysd/actionlint",
@@ -176,24 +192,12 @@ async function buildComponent(component: Component, progress: BuildProgress): Pr
   const dir = componentDir(component);
   const missing = missingBinaries(component);
   if (missing.length === 0) return;
-  await mkdir(path.join(dir, "bin"), { recursive: true });
-  const goMod = [
-    `module localccm.test/${component.name}`,
-    "",
-    "go 1.26",
-    "",
-    `require ${component.module} ${component.version}`,
-    "",
-    (await component.goModExtra?.()) ?? "",
-    `tool (\n${Object.values(component.commands)
-      .map((pkg) => `\t${pkg}`)
-      .join("\n")}\n)`,
-    "",
-  ].join("\n");
-  await writeFile(path.join(dir, "go.mod"), goMod);
-  const env = { ...process.env, CGO_ENABLED: "0", GOFLAGS: "-buildvcs=false" };
+  const tools = `tool (\n${Object.values(component.commands)
+    .map((pkg) => `\t${pkg}`)
+    .join("\n")}\n)`;
+  await writeWrapperModule(component, tools);
   progress.say(`downloading the Go modules of ${component.name} ${component.version}`);
-  await run("go", ["mod", "tidy"], { cwd: dir, env });
+  await run("go", ["mod", "tidy"], { cwd: dir, env: GO_ENV });
   const ldflags = ["-s", "-w", ...component.ldflags].join(" ");
   for (const binary of missing) {
     const args = [
@@ -205,8 +209,30 @@ async function buildComponent(component: Component, progress: BuildProgress): Pr
       binaryPath(component, binary),
       component.commands[binary] as string,
     ];
-    await progress.binary(`${binary} ${component.version}`, () => run("go", args, { cwd: dir, env, inherit: true }));
+    await progress.binary(`${binary} ${component.version}`, () =>
+      run("go", args, { cwd: dir, env: GO_ENV, inherit: true }),
+    );
   }
+}
+
+const GO_ENV = { ...process.env, CGO_ENABLED: "0", GOFLAGS: "-buildvcs=false" };
+
+/** The component's wrapper module (go.mod requiring the upstream module) in a fresh bin/ folder. */
+async function writeWrapperModule(component: Component, extra: string): Promise<void> {
+  const dir = componentDir(component);
+  await mkdir(path.join(dir, "bin"), { recursive: true });
+  const goMod = [
+    `module localccm.test/${component.name}`,
+    "",
+    "go 1.26",
+    "",
+    `require ${component.module} ${component.version}`,
+    "",
+    (await component.goModExtra?.()) ?? "",
+    extra,
+    "",
+  ].join("\n");
+  await writeFile(path.join(dir, "go.mod"), goMod);
 }
 
 /** Builds whatever is missing (sequentially: two cores are better spent on one link at a time). */
@@ -218,7 +244,8 @@ export async function ensureBinaries(): Promise<Binaries> {
     for (const component of COMPONENTS) await buildComponent(component, progress);
     progress.say(`built ${total} binaries`);
   }
-  const [kubernetes, etcd, helm, metricsServer, actionlint] = COMPONENTS as [
+  const [kubernetes, etcd, helm, metricsServer, coredns, actionlint] = COMPONENTS as [
+    Component,
     Component,
     Component,
     Component,
@@ -236,6 +263,40 @@ export async function ensureBinaries(): Promise<Binaries> {
     etcd: binaryPath(etcd, "etcd"),
     helm: binaryPath(helm, "helm"),
     metricsServer: binaryPath(metricsServer, "metrics-server"),
+    coredns: binaryPath(coredns, "coredns"),
     actionlint: binaryPath(actionlint, "actionlint"),
   };
+}
+
+/**
+ * Upstream's e2e suite, the package k8s.io/kubernetes/test/e2e compiled as its test binary (as `make
+ * WHAT=test/e2e/e2e.test` does): the tests live in its _test.go file, so `go test -c`, after `go get -t` has
+ * required what the tests import (`go mod tidy` in a wrapper module keeps no dependency's test imports). It takes
+ * --ginkgo.* flags itself: no ginkgo CLI. Cold, on 2 cores and after ensureBinaries(): about 3 minutes.
+ */
+const E2E_SUITE: Component = {
+  name: "e2e",
+  version: KUBERNETES_VERSION,
+  module: "k8s.io/kubernetes",
+  commands: { "e2e.test": "k8s.io/kubernetes/test/e2e" },
+  ldflags: kubernetesVersionFlags(),
+  goModExtra: stagingReplaces,
+};
+
+/** Path of e2e.test (E2E_SUITE), built first if missing. */
+export async function ensureE2ETest(): Promise<string> {
+  const binary = binaryPath(E2E_SUITE, "e2e.test");
+  if (existsSync(binary)) return binary;
+  const pkg = E2E_SUITE.commands["e2e.test"] as string;
+  const progress = new BuildProgress(1);
+  const dir = componentDir(E2E_SUITE);
+  await writeWrapperModule(E2E_SUITE, "");
+  progress.say(`downloading the Go modules of upstream's e2e suite ${E2E_SUITE.version}`);
+  await run("go", ["get", "-t", `${pkg}@${E2E_SUITE.version}`], { cwd: dir, env: GO_ENV });
+  const ldflags = ["-s", "-w", ...E2E_SUITE.ldflags].join(" ");
+  const args = ["test", "-c", "-trimpath", "-ldflags", ldflags, "-o", binary, pkg];
+  await progress.binary(`e2e.test ${E2E_SUITE.version}`, () =>
+    run("go", args, { cwd: dir, env: GO_ENV, inherit: true }),
+  );
+  return binary;
 }

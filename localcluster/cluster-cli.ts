@@ -5,15 +5,16 @@
 // approver on) and metrics-server are installed: `up` returns once `kubectl top nodes` shows every node through
 // certificates the approver approved. `client` runs a command (default: a shell) on the client host, outside the
 // nodes, with KUBECONFIG set and kubectl on the PATH.
-// `build` prepares everything a cluster needs (binaries, container runtime, pause, agnhost and metrics-server
-// images): npm's pretest runs it, so `npm test` works on a fresh machine (`npm start` prepares the same through
+// `build` prepares everything a cluster needs (binaries, container runtime, pause, agnhost, metrics-server and
+// CoreDNS images) and upstream's e2e suite (the peer suite's e2e.test): npm's pretest runs it, so `npm test` works on a fresh machine (`npm start` prepares the same through
 // startCluster(), after checking it runs as root).
 import { rmSync } from "node:fs";
 import path from "node:path";
 import { spawn } from "node:child_process";
 import { parseArgs } from "node:util";
 import { ensureAgnhostImage } from "./agnhost.ts";
-import { ensureBinaries } from "./build.ts";
+import { ensureBinaries, ensureE2ETest } from "./build.ts";
+import { ensureCoreDNSImage } from "./coredns.ts";
 import {
   clientCommand,
   type ClusterRecord,
@@ -167,6 +168,8 @@ const commands: Record<string, (args: string[]) => Promise<number | void> | void
     await ensurePauseImage();
     await ensureMetricsServerImage();
     await ensureAgnhostImage();
+    await ensureCoreDNSImage();
+    await ensureE2ETest();
   },
 };
 

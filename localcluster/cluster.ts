@@ -20,6 +20,7 @@
 // the project image under the reference the chart and deploy/ use (image.ts), so
 // `helm install charts/local-ccm` and `kubectl apply -f deploy/` run unchanged (imagePullPolicy
 // IfNotPresent or Never: there is no registry).
+// With `dns: true`, CoreDNS answers cluster.local at the service network's .10 (coredns.ts), as kubeadm sets it up.
 //
 // Network (cluster slot k, 0–3, so four clusters can run side by side; see clusterLayout()):
 //   root namespace: bridge lccm<k>br with 198.19.(128+k).1/24 (the nodes' internal network, where the
@@ -70,6 +71,7 @@ import { ensureAgnhostImage } from "./agnhost.ts";
 import { ensureBinaries } from "./build.ts";
 import { onExit } from "./cleanup.ts";
 import { mountPointsUnder, startContainerd } from "./containerd.ts";
+import { CLUSTER_DOMAIN, clusterDNSIP, coreDNSObjects, ensureCoreDNSImage } from "./coredns.ts";
 import { clientCertificateUser, type ControlPlane, kubeconfigJson, startControlPlane } from "./controlplane.ts";
 import { alive, run, type RunOptions } from "./exec.ts";
 import { KUBE_PROXY_HEALTH_PORT, prepareKubeProxy, type ProxyMode } from "./kube-proxy.ts";
@@ -109,6 +111,9 @@ export interface ClusterOptions {
   verifyKubeletServingCertificates?: boolean;
   /** kube-proxy's mode on every node: "iptables" (default, as in kubeadm) or "nftables". */
   proxyMode?: ProxyMode;
+  /** Cluster DNS (coredns.ts): CoreDNS at the service network's .10, in every pod's resolv.conf. It runs once a
+   * node is initialised (the uninitialized taint keeps it off until then, as on a real cluster). */
+  dns?: boolean;
   /** Progress lines (default: none). */
   log?: (line: string) => void;
 }
@@ -536,11 +541,19 @@ function cniConfig(nodeDir: string, node: NodeLayout): string {
   );
 }
 
-function kubeletConfig(nodeDir: string, node: NodeLayout, caPath: string, serverTLSBootstrap: boolean): string {
+/** `dnsIP`: the cluster DNS's address, put in every pod's resolv.conf (ClusterOptions.dns). */
+function kubeletConfig(
+  nodeDir: string,
+  node: NodeLayout,
+  caPath: string,
+  serverTLSBootstrap: boolean,
+  dnsIP: string | undefined,
+): string {
   return JSON.stringify(
     {
       apiVersion: "kubelet.config.k8s.io/v1beta1",
       kind: "KubeletConfiguration",
+      ...(dnsIP ? { clusterDNS: [dnsIP], clusterDomain: CLUSTER_DOMAIN } : {}),
       // This machine kind mounts cgroup v1, which kubelet 1.36 refuses unless told otherwise.
       failCgroupV1: false,
       cgroupDriver: "cgroupfs",
@@ -581,6 +594,7 @@ async function startNode(
   spec: NodeSpec,
   images: string[],
   proxyMode: ProxyMode,
+  dnsIP: string | undefined,
   detached: boolean,
 ): Promise<RunningNode> {
   const nodeDir = path.join(record.dir, "nodes", node.name);
@@ -609,7 +623,7 @@ async function startNode(
   const kubeconfig = path.join(nodeDir, "kubelet.kubeconfig");
   await writeFile(kubeconfig, kubeconfigJson(plane.server, caPem, clientCertificateUser(cert)));
   const config = path.join(nodeDir, "kubelet.json");
-  await writeFile(config, kubeletConfig(nodeDir, node, plane.caPath, spec.serverTLSBootstrap));
+  await writeFile(config, kubeletConfig(nodeDir, node, plane.caPath, spec.serverTLSBootstrap, dnsIP));
   const startKubelet = () => startService(
     "kubelet",
     plane.binaries.kubelet,
@@ -740,6 +754,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
   const removed = removeLeftovers();
   if (removed.length > 0) log(`removed what killed clusters left in slots ${removed.join(", ")}`);
   const images = [await ensurePauseImage(), await ensureAgnhostImage()];
+  if (options.dns) images.push(await ensureCoreDNSImage());
   let projectImage: string | undefined;
   if (options.projectImage ?? true) {
     log("building the project image");
@@ -755,6 +770,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
   const record = claimSlot({ dir, owner: detached ? null : process.pid, nodes: [] });
   const forget = detached ? () => {} : onExit(() => removeCluster(record));
   const layout = clusterLayout(record.slot);
+  const dnsIP = options.dns ? clusterDNSIP(layout.serviceNetwork) : undefined;
   try {
     await createBridge(record.slot);
     log(`control plane at https://${layout.gateway}`);
@@ -779,12 +795,18 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     const clientNetns = await createClientHost(record.slot);
     const nodes = await Promise.all(
       record.nodes.map((node, index) =>
-        startNode(record, plane, node, specs[index] as NodeSpec, images, proxyMode, detached),
+        startNode(record, plane, node, specs[index] as NodeSpec, images, proxyMode, dnsIP, detached),
       ),
     );
     await waitForReadyNodes(plane, nodes);
     await waitForProxies(nodes);
     for (const node of nodes.filter((n) => n.controlPlane)) await labelControlPlane(plane.admin, node.layout.name);
+    if (dnsIP) {
+      const list = { apiVersion: "v1", kind: "List", items: coreDNSObjects(dnsIP, CONTROL_PLANE_TAINT) };
+      await run(plane.binaries.kubectl, [`--kubeconfig=${kubeconfigPath}`, "apply", "-f", "-"], {
+        input: JSON.stringify(list),
+      });
+    }
     log(`${nodes.length} nodes Ready after ${((Date.now() - started) / 1000).toFixed(1)}s`);
 
     const handles = nodes.map((node) => clusterNode(record, node));

@@ -27,6 +27,11 @@ const PACKAGES: RuntimePackage[] = [
   // The pause image is compiled here from upstream's pause.c, statically.
   { name: "gcc", files: ["/usr/bin/gcc"] },
   { name: "libc6-dev", files: ["/usr/include/stdio.h"] },
+  // The tools upstream's e2e tests exec in agnhost pods, copied into that image (agnhost.ts).
+  { name: "dash", files: ["/bin/dash"] },
+  { name: "netcat-openbsd", files: ["/bin/nc.openbsd"] },
+  { name: "curl", files: ["/usr/bin/curl"] },
+  { name: "wget", files: ["/usr/bin/wget"] },
   // Not the cluster's: test/ci/workflows.test.ts has actionlint check the workflows' run: scripts with it, and
   // npm test must work on a fresh machine.
   { name: "shellcheck", files: ["/usr/bin/shellcheck"] },

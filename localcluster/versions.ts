@@ -13,3 +13,6 @@ export const METRICS_SERVER_VERSION = "v0.9.0";
 export const ACTIONLINT_VERSION = "v1.7.12";
 /** The agnhost image's tag: test/images/agnhost/VERSION of the pinned Kubernetes module (agnhost.ts checks it). */
 export const AGNHOST_VERSION = "2.63.0";
+/** CoreDNS as kubeadm of the pinned Kubernetes installs it (cmd/kubeadm/app/constants CoreDNSVersion): cluster DNS
+ * on the local cluster (coredns.ts). */
+export const COREDNS_VERSION = "v1.14.2";

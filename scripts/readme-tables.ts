@@ -1,7 +1,8 @@
 // `npm run readme`: rewrites the README's generated tables from their single sources in the code:
 // each program's flag table (between <!-- flags:PROGRAM --> and <!-- /flags -->), its metrics
-// (between <!-- metrics:PROGRAM --> and <!-- /metrics -->) and node-lifecycle-controller's controllers (between
-// <!-- controllers:PROGRAM --> and <!-- /controllers -->). test/docs checks they agree.
+// (between <!-- metrics:PROGRAM --> and <!-- /metrics -->), node-lifecycle-controller's controllers (between
+// <!-- controllers:PROGRAM --> and <!-- /controllers -->) and the upstream load-balancer specs the peer suite
+// skips (test/upstream/loadbalancer.ts). test/docs checks they agree.
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { createMetrics as createAgentMetrics } from "../src/agent/metrics.ts";
@@ -11,6 +12,7 @@ import { metricsMarkdown } from "../src/cli/metrics.ts";
 import { managerFlagTable } from "../src/manager/flags.ts";
 import { createMetrics as createManagerMetrics } from "../src/manager/metrics.ts";
 import { controllersMarkdown } from "../src/manager/registry.ts";
+import { notApplicableMarkdown } from "../test/upstream/loadbalancer.ts";
 
 export const README = path.resolve(import.meta.dirname, "../README.md");
 
@@ -21,6 +23,7 @@ const TABLES = [
   ["controllers", "node-lifecycle-controller", () => controllersMarkdown()],
   ["metrics", "local-ccm", () => metricsMarkdown(createAgentMetrics().registry)],
   ["metrics", "node-lifecycle-controller", () => metricsMarkdown(createManagerMetrics().registry)],
+  ["upstream", "loadbalancer", notApplicableMarkdown],
 ] as const;
 
 /** README text with every marked table regenerated. */

@@ -243,8 +243,20 @@ describe("planIngress: addresses", () => {
     assert.deepEqual(ips(result.get("ns/a")), ["10.0.0.2"]);
   });
 
+  test("Local with no ready endpoint anywhere yet: every eligible node, as Cluster", () => {
+    const nodes = [node("n1", { internal: ["10.0.0.1"] }), node("n2", { internal: ["10.0.0.2"] })];
+    const result = plan([service("a", { local: true })], nodes, { ready: () => [] });
+    assert.deepEqual(ips(result.get("ns/a")), ["10.0.0.1", "10.0.0.2"]);
+  });
+
+  test("Local whose ready endpoints are only on ineligible nodes: an empty ingress, rule no-nodes", () => {
+    const nodes = [node("n1", { internal: ["10.0.0.1"] }), node("n3", { ready: "False" })];
+    const intent = plan([service("a", { local: true })], nodes, { ready: () => ["n3"] }).get("ns/a");
+    assert.deepEqual(intent?.action === "ensure" && [intent.rule, intent.ingress], ["no-nodes", []]);
+  });
+
   test("no node: an empty ingress, rule no-nodes", () => {
-    const intent = plan([service("a", { local: true })], [node("n1")]).get("ns/a");
+    const intent = plan([service("a")], [node("n1", { ready: "False" })]).get("ns/a");
     assert.deepEqual(intent?.action === "ensure" && [intent.rule, intent.ingress], ["no-nodes", []]);
   });
 

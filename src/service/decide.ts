@@ -95,7 +95,7 @@ export type RefusalRule = "reserved-port" | "node-selector" | "port-conflict";
 export type Intent =
   | {
       action: "ensure";
-      /** no-nodes: no eligible node (or none with a ready endpoint, for Local): an empty ingress. */
+      /** no-nodes: no eligible node (for Local: none where its ready endpoints are): an empty ingress. */
       rule: "ensured" | "no-nodes";
       ingress: LoadBalancerIngress[];
       nodes: string[];
@@ -140,10 +140,16 @@ export function planIngress(
 ): Map<string, Intent> {
   const planned = [...services].filter((facts) => isPlanned(facts, config)).sort(byAge);
   let byName: Map<string, NodeFacts> | undefined;
-  const endpointNodes = (key: string) => {
+  // Local: the eligible nodes with a ready endpoint. A Service with no ready endpoint anywhere yet (created before
+  // its pods, or scaled to zero) gets every eligible node, as Cluster would: no node could serve it either way, and
+  // its address is there for DNS and clients from the start (a cloud load balancer's is, and upstream's e2e tests
+  // wait for it before they start the pods); the first ready endpoint narrows it to the nodes that hold one.
+  const localCandidates = (key: string) => {
+    const ready = [...readyNodes(key)];
+    if (!ready.length) return nodes;
     byName ??= new Map(nodes.map((node) => [node.name, node]));
     const index = byName;
-    return [...readyNodes(key)].flatMap((name) => index.get(name) ?? []);
+    return ready.flatMap((name) => index.get(name) ?? []);
   };
   /** "TCP/80 on 192.0.2.1" → the Service holding it. */
   const held = new Map<string, string>();
@@ -151,7 +157,7 @@ export function planIngress(
   for (const facts of planned) {
     let intent = alone.get(facts.key);
     if (!intent) {
-      intent = intentFor(facts, facts.local ? endpointNodes(facts.key) : nodes, config);
+      intent = intentFor(facts, facts.local ? localCandidates(facts.key) : nodes, config);
       alone.set(facts.key, intent);
     }
     plan.set(facts.key, intent.action === "ensure" ? claimPorts(facts, intent, held) : intent);
@@ -201,7 +207,7 @@ function ingressFor(facts: ServiceFacts, candidates: readonly NodeFacts[], maxNo
   }
   const nodes = chosen.map((node) => node.name).sort();
   if (!nodes.length) {
-    const where = facts.local ? "no eligible node has a ready endpoint of this Service" : "no node is eligible";
+    const where = facts.local ? "no node holding a ready endpoint of this Service is eligible" : "no node is eligible";
     return { action: "ensure", rule: "no-nodes", ingress, nodes, missingFamilies: [], reason: where };
   }
   const reason = `addresses of ${nodes.length} node(s): ${nodes.join(", ")}`;

@@ -1,7 +1,7 @@
 // What the local cluster gives Service tests, on the real cluster: kube-proxy on every node (healthy on 10256, as
 // system:kube-proxy, its rules in the node namespaces and never in the machine's), agnhost netexec backends
 // behind a NodePort answering from the client host at every node's public address, pod traffic between nodes
-// without NAT, and the admin kubeconfig working on the client host.
+// without NAT, cluster DNS, and the admin kubeconfig working on the client host.
 // Everything runs in both proxy modes: a 3-node cluster with its kube-proxies healthy takes about 15 s here, and
 // each mode's filter rules also see the pod traffic between nodes.
 import assert from "node:assert/strict";
@@ -68,7 +68,7 @@ interface Backends {
 /** Starts a 3-node cluster (node-0 control plane) with the backends running; the taint no CCM removes, removed. */
 async function clusterWithBackends(proxyMode: ProxyMode): Promise<{ cluster: Cluster; backends: Backends }> {
   const started = Date.now();
-  const cluster = await startCluster({ nodes: 3, proxyMode, projectImage: false });
+  const cluster = await startCluster({ nodes: 3, proxyMode, projectImage: false, dns: true });
   try {
     const readySeconds = (Date.now() - started) / 1000;
     for (const node of cluster.nodes) await cluster.kubectl(["taint", "node", node.name, `${UNINITIALIZED}-`]);
@@ -183,6 +183,23 @@ function proxySuite(mode: ProxyMode): void {
         return responses.map((address) => address.replace(/:\d+$/, ""));
       };
       assert.deepEqual(await dial(b.ip, 8080, 3), [a.ip, a.ip, a.ip], "pod to pod: no NAT on the way");
+    });
+
+    test("cluster DNS: a pod reaches the Service by its short name, answered by a backend", async () => {
+      const pod = [...backends.pods.values()][0] as { ip: string };
+      // netexec's /dial resolves the name as any pod does: resolv.conf's search list, then CoreDNS at kube-dns.
+      const hostnames = await waitFor(
+        "the name netexec resolved by cluster DNS",
+        async () => {
+          const query = "request=hostname&host=netexec&port=80&protocol=http&tries=1";
+          const answer = JSON.parse(await get(`http://${pod.ip}:8080/dial?${query}`)) as { responses?: string[] };
+          const responses = answer.responses;
+          return responses?.length ? responses : undefined;
+        },
+        120_000,
+        1_000,
+      );
+      assert.ok(backends.pods.has(hostnames[0] as string), `answered by ${hostnames.join(", ")}`);
     });
 
     test("KUBECONFIG works on the client host: kubectl get nodes", async () => {

@@ -9,7 +9,8 @@ test("missingRuntimePackages names each package of which a file is missing", () 
     ["no CNI bridge plugin", (file) => file !== `${CNI_BIN_DIR}/bridge`, ["containernetworking-plugins"]],
     ["containerd without its shim", (file) => !file.endsWith("containerd-shim-runc-v2"), ["containerd"]],
     ["a fresh machine", () => false, [
-      "containerd", "runc", "containernetworking-plugins", "iptables", "nftables", "gcc", "libc6-dev", "shellcheck",
+      "containerd", "runc", "containernetworking-plugins", "iptables", "nftables", "gcc", "libc6-dev", "dash",
+      "netcat-openbsd", "curl", "wget", "shellcheck",
     ]],
   ];
   for (const [name, exists, expected] of cases) assert.deepEqual(missingRuntimePackages(exists), expected, name);

@@ -1,0 +1,61 @@
+// The peer suite in `npm test`: its skip list checked against the pinned upstream suite, and a fast subset of
+// upstream's load-balancer specs (FAST_FOCUS) run from the client host against the chart as shipped, class-less
+// Services claimed. `npm run e2e:upstream` runs all of them (loadbalancer.ts).
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, test } from "node:test";
+import type { Cluster } from "../../localcluster/cluster.ts";
+import { listSpecs } from "./e2e-suite.ts";
+import {
+  FAST_FOCUS,
+  formatResults,
+  LABEL_FILTER,
+  NOT_APPLICABLE,
+  runPeerSuite,
+  startPeerCluster,
+} from "./loadbalancer.ts";
+
+describe("upstream load-balancer e2e tests (the peer suite)", () => {
+  let reportDir: string;
+  let failed = false;
+  before(() => {
+    reportDir = mkdtempSync(path.join(os.tmpdir(), "local-ccm-e2e-upstream-"));
+  });
+  after(() => {
+    // Kept when something failed: e2e.log and the reports say what.
+    if (!failed) rmSync(reportDir, { recursive: true, force: true });
+  });
+
+  test("every not-applicable entry names exactly one load-balancer spec of the pinned suite", async () => {
+    const names = await listSpecs(LABEL_FILTER, reportDir);
+    assert.ok(names.some((name) => name.includes("[Feature:LoadBalancer]")), `selected: ${names.join("; ")}`);
+    for (const { spec } of NOT_APPLICABLE) {
+      const matching = names.filter((name) => name.includes(spec));
+      assert.equal(matching.length, 1, `"${spec}" matches ${matching.length} specs: ${matching.join("; ")}`);
+    }
+  });
+
+  describe("fast subset, kube-proxy in iptables mode", () => {
+    let cluster: Cluster;
+    before(async () => {
+      cluster = await startPeerCluster("iptables");
+    });
+    after(async () => {
+      await cluster?.stop();
+    });
+
+    test("passes from the client host", async (t) => {
+      const results = await runPeerSuite(cluster, { focus: FAST_FOCUS, reportDir });
+      t.diagnostic(formatResults(results));
+      failed = results.length !== FAST_FOCUS.split("|").length || results.some((r) => r.state !== "passed");
+      if (failed) t.diagnostic(`e2e.log and reports kept in ${reportDir}`);
+      assert.equal(results.length, FAST_FOCUS.split("|").length, "the focus selects one spec per alternative");
+      assert.deepEqual(
+        results.filter((r) => r.state !== "passed"),
+        [],
+      );
+    });
+  });
+});
