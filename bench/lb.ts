@@ -25,7 +25,7 @@ import { Informer, objectKey } from "../src/kube/informer.ts";
 import { Resource } from "../src/kube/resource.ts";
 import { NODE_ADDRESS_CLASS } from "../src/service/decide.ts";
 import { SERVICE_NAME_LABEL } from "../src/service/endpoints.ts";
-import { ENDPOINT_SLICE_RESOURCE, SERVICE_RESOURCE } from "../src/service/watches.ts";
+import { ENDPOINT_SLICE_RESOURCE, SERVICE_RESOURCE } from "../src/kube/resource.ts";
 import { shippedCommand } from "../test/deploy/shipped.ts";
 import { auditedRequests, ControllerProcess, setReady, startWorld, type World } from "../test/lifecycle/world.ts";
 import { kubeletNode, nodeAddress, nodeName } from "./nodes.ts";

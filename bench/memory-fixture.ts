@@ -16,9 +16,9 @@ async function informer(kubeconfig: string, nodeName: string): Promise<void> {
   const { KubeClient } = await import("../src/kube/client.ts");
   const { loadClientConfig } = await import("../src/kube/config.ts");
   const { Informer } = await import("../src/kube/informer.ts");
-  const { Resource } = await import("../src/kube/resource.ts");
+  const { NODE_RESOURCE, Resource } = await import("../src/kube/resource.ts");
   const client = new KubeClient(await loadClientConfig({ kubeconfig }), { component: "bench-memory" });
-  const nodes = new Informer(new Resource(client, { group: "", version: "v1", plural: "nodes" }), {
+  const nodes = new Informer(new Resource(client, NODE_RESOURCE), {
     fieldSelector: `metadata.name=${nodeName}`,
   });
   nodes.start();

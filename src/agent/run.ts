@@ -7,7 +7,7 @@ import { KubeClient } from "../kube/client.ts";
 import { loadClientConfig } from "../kube/config.ts";
 import { EventRecorder } from "../kube/events.ts";
 import { Informer } from "../kube/informer.ts";
-import { Resource } from "../kube/resource.ts";
+import { NODE_RESOURCE, Resource } from "../kube/resource.ts";
 import { openNetlink } from "../net/netlink.ts";
 import { Agent } from "./agent.ts";
 import { PROGRAM, parseAgentFlags } from "./flags.ts";
@@ -36,7 +36,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
     host: flags.nodeName,
     onError: (err) => log.v(2)?.("event not recorded", { err }),
   });
-  const nodes = new Resource<Node>(client, { group: "", version: "v1", plural: "nodes" });
+  const nodes = new Resource<Node>(client, NODE_RESOURCE);
   const agent = new Agent(
     {
       nodeName: flags.nodeName,

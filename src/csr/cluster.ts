@@ -14,7 +14,7 @@
 import type { Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { EACH, type FieldPath } from "../kube/fields.ts";
-import type { KubeObject, ResourceRef } from "../kube/resource.ts";
+import { ENDPOINT_SLICE_RESOURCE, type KubeObject, type ResourceRef, SERVICE_RESOURCE } from "../kube/resource.ts";
 import { canonicalIp, ipToBytes } from "../net/ip.ts";
 
 /** networking.k8s.io/v1 ServiceCIDR (GA in Kubernetes 1.33), the fields read; kubernetes-types lacks it. */
@@ -26,13 +26,13 @@ export const SERVICE_CIDR_RESOURCE: ResourceRef = { group: "networking.k8s.io", 
 
 /** The kubernetes Service only: RBAC can then name it (resourceNames), since the selector names it. */
 export const KUBERNETES_SERVICE: { resource: ResourceRef; fieldSelector: string } = {
-  resource: { group: "", version: "v1", plural: "services", namespace: "default" },
+  resource: { ...SERVICE_RESOURCE, namespace: "default" },
   fieldSelector: "metadata.name=kubernetes",
 };
 
 /** The kubernetes Service's EndpointSlices: the API server's addresses (the apiserver writes them). */
 export const API_SERVER_SLICES: { resource: ResourceRef; labelSelector: string } = {
-  resource: { group: "discovery.k8s.io", version: "v1", plural: "endpointslices", namespace: "default" },
+  resource: { ...ENDPOINT_SLICE_RESOURCE, namespace: "default" },
   labelSelector: "kubernetes.io/service-name=kubernetes",
 };
 

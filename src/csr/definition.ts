@@ -5,7 +5,7 @@ import type { CertificateSigningRequest } from "kubernetes-types/certificates/v1
 import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { EACH } from "../kube/fields.ts";
-import { Resource } from "../kube/resource.ts";
+import { NODE_RESOURCE, Resource } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
 import { defineController } from "../manager/controller.ts";
 import {
@@ -30,7 +30,7 @@ const WATCHES = {
   }),
   // A Node's names and IPs (nodes.ts), and whether it is initialised (its taints' keys).
   nodes: watch<Node>({
-    resource: { group: "", version: "v1", plural: "nodes" },
+    resource: NODE_RESOURCE,
     keep: [
       ["spec", "taints", EACH, "key"],
       ["status", "addresses", EACH, "type"],

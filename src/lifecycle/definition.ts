@@ -2,7 +2,7 @@
 // RBAC, the Node fields it keeps, and how it is created from the program's shared parts.
 import type { Node } from "kubernetes-types/core/v1.js";
 import { EACH, type FieldPath, IDENTITY_FIELDS, projection } from "../kube/fields.ts";
-import { Resource } from "../kube/resource.ts";
+import { NODE_RESOURCE, Resource } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
 import { defineController } from "../manager/controller.ts";
 import { probeNode } from "../net/probe.ts";
@@ -11,7 +11,6 @@ import type { LifecycleConfig } from "./decide.ts";
 import { type LifecycleFlags, lifecycleFlags, lifecycleFlagTable } from "./flags.ts";
 import { createNodeLifecycleMetrics } from "./metrics.ts";
 
-const NODES = { group: "", version: "v1", plural: "nodes" };
 
 /**
  * What decisions read, so 5,000 cached nodes stay small: labels whole (selectors may name any), annotations
@@ -62,14 +61,14 @@ export const nodeLifecycle = defineController({
   createMetrics: createNodeLifecycleMetrics,
   rbac: { cluster: [{ apiGroups: [""], resources: ["nodes"], verbs: ["get", "list", "watch", "delete"] }] },
   // Every Node: which ones it watches is its own decision (decide.ts isWatched), and the health guard counts all.
-  watches: (flags) => ({ nodes: watch<Node>({ resource: NODES, keep: nodeFields(flags) }) }),
+  watches: (flags) => ({ nodes: watch<Node>({ resource: NODE_RESOURCE, keep: nodeFields(flags) }) }),
   create(context, flags) {
     const controller = new Controller({
       config: lifecycleConfig(flags),
       reconcileIntervalMs: flags.reconcileIntervalMs,
       dryRun: context.dryRun,
       cache: context.caches.nodes,
-      nodes: new Resource<Node>(context.client, NODES),
+      nodes: new Resource<Node>(context.client, NODE_RESOURCE),
       probe: (addresses, signal) =>
         probeNode(addresses, {
           icmp: flags.probes.includes("icmp"),

@@ -3,20 +3,13 @@
 // on) and how it is created from the program's shared parts.
 import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
-import { Resource } from "../kube/resource.ts";
+import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, Resource, SERVICE_RESOURCE } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
 import { defineController } from "../manager/controller.ts";
 import { ServiceController } from "./controller.ts";
 import { serviceConfig, serviceFlagTable } from "./flags.ts";
 import { createServiceMetrics } from "./metrics.ts";
-import {
-  ENDPOINT_SLICE_FIELDS,
-  ENDPOINT_SLICE_RESOURCE,
-  NODE_FIELDS,
-  NODE_RESOURCE,
-  SERVICE_FIELDS,
-  SERVICE_RESOURCE,
-} from "./watches.ts";
+import { ENDPOINT_SLICE_FIELDS, NODE_FIELDS, SERVICE_FIELDS } from "./watches.ts";
 
 const WATCHES = {
   services: watch<Service>({ resource: SERVICE_RESOURCE, keep: SERVICE_FIELDS }),

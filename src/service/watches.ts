@@ -3,17 +3,8 @@
 // path is a field that serviceFacts(), nodeFacts() or endpointSliceFacts() reads, or that a write starts from.
 // A ClusterIP Service keeps these fields too (paths cannot depend on the type): a few hundred bytes each.
 import { EACH, type FieldPath } from "../kube/fields.ts";
-import type { ResourceRef } from "../kube/resource.ts";
 import { NODE_SELECTOR_ANNOTATION } from "./decide.ts";
 import { SERVICE_NAME_LABEL } from "./endpoints.ts";
-
-export const SERVICE_RESOURCE: ResourceRef = { group: "", version: "v1", plural: "services" };
-export const NODE_RESOURCE: ResourceRef = { group: "", version: "v1", plural: "nodes" };
-export const ENDPOINT_SLICE_RESOURCE: ResourceRef = {
-  group: "discovery.k8s.io",
-  version: "v1",
-  plural: "endpointslices",
-};
 
 /** The finalizers whole: the finalizer patch writes the list back. The status whole: it is compared as written. */
 export const SERVICE_FIELDS: readonly FieldPath[] = [

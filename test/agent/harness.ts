@@ -5,7 +5,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import path from "node:path";
 import type { Node, NodeAddress, NodeSystemInfo } from "kubernetes-types/core/v1.js";
-import { Resource } from "../../src/kube/resource.ts";
+import { NODE_RESOURCE, Resource } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { createNetwork, type Host, type Network } from "../netns/netns.ts";
 import { type Fault, METADATA_IP, type Personality } from "./metadata-server.ts";
@@ -53,7 +53,7 @@ export async function startWorld(): Promise<World> {
     throw err;
   });
   await plane.kubectl(["apply", "-f", RBAC]);
-  const nodes = new Resource<Node>(plane.admin, { group: "", version: "v1", plural: "nodes" });
+  const nodes = new Resource<Node>(plane.admin, NODE_RESOURCE);
   return {
     plane,
     net,

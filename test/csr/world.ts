@@ -11,7 +11,7 @@ import { helmTemplate } from "../../scripts/render-manifests.ts";
 import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
 import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
-import { Resource } from "../../src/kube/resource.ts";
+import { NODE_RESOURCE, Resource } from "../../src/kube/resource.ts";
 import { KUBELET_SERVING_SIGNER } from "../../src/csr/decide.ts";
 import { opensslCsr } from "../../src/csr/csr.fixture.ts";
 import { CSR_RESOURCE } from "../../src/csr/controller.ts";
@@ -85,7 +85,7 @@ export async function startCsrWorld(options: { audit?: boolean; controllerManage
     const kubeconfig = await plane.serviceAccountKubeconfig(SERVICE_ACCOUNT);
     // Promises, not clients: requests made at once as one node share one certificate and kubeconfig file.
     const clients = new Map<string, Promise<KubeClient>>();
-    const nodes = new Resource<Node>(plane.admin, { group: "", version: "v1", plural: "nodes" });
+    const nodes = new Resource<Node>(plane.admin, NODE_RESOURCE);
     const clientOf = (name: string) => {
       let client = clients.get(name);
       if (!client) {
@@ -117,7 +117,7 @@ export async function startCsrWorld(options: { audit?: boolean; controllerManage
         await nodes.patch(node.metadata?.name as string, "merge", { status }, { subresource: "status" });
       },
       async writeOwnAddresses(name, addresses) {
-        const own = new Resource<Node>(await clientOf(name), { group: "", version: "v1", plural: "nodes" });
+        const own = new Resource<Node>(await clientOf(name), NODE_RESOURCE);
         await own.patch(name, "merge", { status: { addresses } }, { subresource: "status" });
       },
       async kubernetesClusterIP() {

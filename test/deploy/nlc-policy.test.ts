@@ -9,14 +9,13 @@ import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Node } from "kubernetes-types/core/v1.js";
 import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
-import { Resource } from "../../src/kube/resource.ts";
+import { NODE_RESOURCE, Resource } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { helmTemplate } from "../../scripts/render-manifests.ts";
 import { nodeObject, SERVICE_ACCOUNT } from "../lifecycle/world.ts";
 import { denial } from "./refused.ts";
 
-const NODE_RESOURCE = { group: "", version: "v1", plural: "nodes" } as const;
 const LEASES = { group: "coordination.k8s.io", version: "v1", plural: "leases", namespace: "kube-system" } as const;
 const LEASE = "node-lifecycle-controller";
 const VALUES = {

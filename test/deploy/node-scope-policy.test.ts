@@ -18,14 +18,13 @@ import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
 import { isApiError } from "../../src/kube/errors.ts";
 import { denial, refused } from "./refused.ts";
-import { type PatchType, Resource } from "../../src/kube/resource.ts";
+import { NODE_RESOURCE, type PatchType, Resource } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { agentPodKubeconfig } from "../agent/harness.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 
 const DEPLOY = path.resolve(import.meta.dirname, "../../deploy");
 const NODES = { a: "node-a", b: "node-b" } as const;
-const NODE_RESOURCE = { group: "", version: "v1", plural: "nodes" } as const;
 const EVENTS = { group: "", version: "v1", plural: "events", namespace: "default" } as const;
 const UNINITIALIZED: Taint = {
   key: "node.cloudprovider.kubernetes.io/uninitialized",

@@ -7,7 +7,7 @@ import type { ConfigMap, Node } from "kubernetes-types/core/v1.js";
 import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
 import { type ApiError, isApiError } from "../../src/kube/errors.ts";
-import { Resource } from "../../src/kube/resource.ts";
+import { NODE_RESOURCE, Resource } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 
 const isReason = (reason: ApiError["reason"]) => (err: unknown) => isApiError(err, reason);
@@ -28,7 +28,7 @@ describe("KubeClient verbs against the real apiserver", () => {
       plural: "configmaps",
       namespace: "default",
     });
-    nodes = new Resource<Node>(client, { group: "", version: "v1", plural: "nodes" });
+    nodes = new Resource<Node>(client, NODE_RESOURCE);
   });
   after(async () => {
     client?.close();
@@ -181,7 +181,7 @@ describe("KubeClient verbs against the real apiserver", () => {
     );
     try {
       await assert.rejects(
-        new Resource<Node>(sa, { group: "", version: "v1", plural: "nodes" }).list(),
+        new Resource<Node>(sa, NODE_RESOURCE).list(),
         (err) =>
           isApiError(err, "Forbidden") &&
           err.code === 403 &&
@@ -198,7 +198,7 @@ describe("KubeClient verbs against the real apiserver", () => {
     try {
       // The admin client certificate is ignored for this client: it only presents the token.
       await assert.rejects(
-        new Resource<Node>(bad, { group: "", version: "v1", plural: "nodes" }).list(),
+        new Resource<Node>(bad, NODE_RESOURCE).list(),
         isReason("Unauthorized"),
       );
     } finally {

@@ -8,7 +8,7 @@ import type { ConfigMap, Node } from "kubernetes-types/core/v1.js";
 import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
 import { Informer } from "../../src/kube/informer.ts";
-import { Resource } from "../../src/kube/resource.ts";
+import { NODE_RESOURCE, Resource } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 
@@ -33,7 +33,7 @@ describe("Informer against the real apiserver", () => {
     client = new KubeClient(await loadClientConfig({ kubeconfig: plane.kubeconfigPath }), {
       component: "informer-test",
     });
-    nodes = new Resource<Node>(client, { group: "", version: "v1", plural: "nodes" });
+    nodes = new Resource<Node>(client, NODE_RESOURCE);
     configMaps = new Resource<ConfigMap>(client, {
       group: "",
       version: "v1",

@@ -7,7 +7,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import path from "node:path";
 import type { Event, Node } from "kubernetes-types/core/v1.js";
-import { Resource } from "../../src/kube/resource.ts";
+import { NODE_RESOURCE, Resource } from "../../src/kube/resource.ts";
 import { auditedRequests as requestsInAuditLog } from "../../localcluster/audit.ts";
 import { onExit } from "../../localcluster/cleanup.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
@@ -76,7 +76,7 @@ export async function startWorld(options: { subnet: number; audit?: boolean; ser
       proberIP,
       server,
       kubeconfig,
-      nodes: new Resource<Node>(plane.admin, { group: "", version: "v1", plural: "nodes" }),
+      nodes: new Resource<Node>(plane.admin, NODE_RESOURCE),
       events: new Resource<Event>(plane.admin, {
         group: "",
         version: "v1",

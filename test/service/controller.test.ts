@@ -11,7 +11,7 @@ import { Resource } from "../../src/kube/resource.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS, NODE_SELECTOR_ANNOTATION } from "../../src/service/decide.ts";
 import { SERVICE_NAME_LABEL } from "../../src/service/endpoints.ts";
 import { AUTOSCALER_TAINT, EXCLUDE_LABEL } from "../../src/service/nodes.ts";
-import { SERVICE_RESOURCE } from "../../src/service/watches.ts";
+import { SERVICE_RESOURCE } from "../../src/kube/resource.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { type NodeSpec, type RunningController, type ServiceWorld, startServiceWorld } from "./world.ts";
 

@@ -18,7 +18,7 @@ import type { ServiceConfig } from "../../src/service/decide.ts";
 import { DEFAULT_RESERVED_PORTS, parsePortRange } from "../../src/service/flags.ts";
 import { createServiceMetrics } from "../../src/service/metrics.ts";
 import { serviceLoadBalancer } from "../../src/service/definition.ts";
-import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, SERVICE_RESOURCE } from "../../src/service/watches.ts";
+import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, SERVICE_RESOURCE } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 
 export const CONFIG: ServiceConfig = {
