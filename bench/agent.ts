@@ -1,7 +1,9 @@
 // `npm run bench:agent`: the bundled agent in a network namespace against the real control plane.
 // Prints API requests and writes at rest (audit log, by user agent, scaled to an hour), drift-repair
 // and IP-change latency (p50/p99 over BENCH_TRIALS trials), RSS, and start-to-first-reconcile time.
-// The agent runs with Node's flags from the DaemonSet (BENCH_NODE_ARGS overrides them).
+// The agent runs with Node's flags from the DaemonSet (BENCH_NODE_ARGS overrides them), under this Node unless
+// BENCH_RUNTIME names another runtime's executable (e.g. node_modules/@oven/bun-linux-x64/bin/bun, with
+// BENCH_NODE_ARGS="").
 // Budgets (issue 4): 0 writes and ≤ 4 requests per hour at rest; both latencies ≤ 1 s p99.
 import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
@@ -20,6 +22,7 @@ const REST_SECONDS = Number(process.env.BENCH_REST_SECONDS ?? 120);
 const NODE_ARGS = (process.env.BENCH_NODE_ARGS ?? shippedCommand("local-ccm").nodeArgs.join(" "))
   .split(" ")
   .filter(Boolean);
+const RUNTIME = process.env.BENCH_RUNTIME ?? process.execPath;
 const entry = await bundleProgram("local-ccm", path.join(import.meta.dirname, "../.cache/bench"));
 
 const world = await startWorld();
@@ -42,7 +45,7 @@ try {
   };
 
   const started = performance.now();
-  const agent = startAgent(node, ["--node-name=bench-node", "--reconcile-interval=10s"], { entry, nodeArgs: NODE_ARGS });
+  const agent = startAgent(node, ["--node-name=bench-node", "--reconcile-interval=10s"], { entry, nodeArgs: NODE_ARGS, runtime: RUNTIME });
   const firstReconcile = await until("first reconcile", (a) => a.includes(`ExternalIP=${node.external.v4}`), started);
 
   const driftMs: number[] = [];
@@ -93,7 +96,8 @@ try {
   const pct = (values: number[], p: number) => [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.ceil((p / 100) * values.length) - 1)] as number;
   const perHour = (count: number) => ((count * 3600) / REST_SECONDS).toFixed(1);
   const ms = (v: number) => `${v.toFixed(0)} ms`;
-  console.log(`local-ccm agent (bundled, node ${[process.version, ...NODE_ARGS].join(" ")}), ${TRIALS} trials, ${REST_SECONDS} s at rest`);
+  const runtime = RUNTIME === process.execPath ? `node ${process.version}` : RUNTIME;
+  console.log(`local-ccm agent (bundled, ${[runtime, ...NODE_ARGS].join(" ")}), ${TRIALS} trials, ${REST_SECONDS} s at rest`);
   console.log(`  start to first reconcile          ${ms(firstReconcile)}`);
   console.log(`  drift repair       p50 / p99      ${ms(pct(driftMs, 50))} / ${ms(pct(driftMs, 99))}`);
   console.log(`  IP change to Node  p50 / p99      ${ms(pct(changeMs, 50))} / ${ms(pct(changeMs, 99))}`);
