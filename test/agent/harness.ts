@@ -261,6 +261,8 @@ export interface AgentOptions {
   unprivileged?: boolean;
   /** Instead of the node's own (e.g. World.podBoundKubeconfig). */
   kubeconfig?: string;
+  /** A cgroup v1 folder (e.g. /sys/fs/cgroup/memory/x) to start in, before the runtime maps a page. */
+  cgroup?: string;
 }
 
 /** Runs the agent in the node's namespace. */
@@ -268,7 +270,11 @@ export function startAgent(node: NodeHost, args: string[], options: AgentOptions
   const { entry = AGENT, nodeArgs = [], unprivileged = false, kubeconfig = node.kubeconfig } = options;
   const agentArgv = [options.runtime ?? process.execPath, ...nodeArgs, entry, `--kubeconfig=${kubeconfig}`, "--health-bind-address=", "--metrics-bind-address=", ...args];
   const [program, ...rest] = unprivileged ? [...UNPRIVILEGED, ...agentArgv] : agentArgv;
-  const [command, argv] = node.host.wrap(program as string, rest);
+  const wrapped = node.host.wrap(program as string, rest);
+  // Joined from outside: `ip netns exec` mounts a /sys of its own, without the cgroup hierarchies.
+  const [command, argv] = options.cgroup
+    ? ["sh", ["-c", `echo $$ > ${options.cgroup}/cgroup.procs && exec "$@"`, "sh", wrapped[0], ...wrapped[1]]]
+    : wrapped;
   const child = spawn(command, argv, { stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   child.stdout?.on("data", (chunk: Buffer) => {
