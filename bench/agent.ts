@@ -4,7 +4,8 @@
 // The agent runs with Node's flags from the DaemonSet (BENCH_NODE_ARGS overrides them), under this Node unless
 // BENCH_RUNTIME names another runtime's executable (e.g. node_modules/@oven/bun-linux-x64/bin/bun, with
 // BENCH_NODE_ARGS="").
-// Then BENCH_COLD_STARTS (5) cold starts under the DaemonSet's memory limit (see coldStart below).
+// Then BENCH_COLD_STARTS (5) cold starts under the DaemonSet's memory limit (see coldStart below), the runtime
+// copied into BENCH_COLD_DIR (default .cache/bench): point it at a disk with another readahead to compare.
 // Budgets (issue 4): 0 writes and ≤ 4 requests per hour at rest; both latencies ≤ 1 s p99.
 import { execFileSync } from "node:child_process";
 import { chmodSync, copyFileSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
@@ -151,7 +152,7 @@ try {
   await informer.stop();
 
   const limitMiB = shippedLimitMiB();
-  const privateRuntime = path.join(BENCH_DIR, `cold-${path.basename(RUNTIME)}`);
+  const privateRuntime = path.join(process.env.BENCH_COLD_DIR ?? BENCH_DIR, `cold-${path.basename(RUNTIME)}`);
   copyFileSync(RUNTIME, privateRuntime);
   chmodSync(privateRuntime, 0o755);
   const cold: ColdStart[] = [];
