@@ -1,15 +1,22 @@
 // `npm run bench:agent`: the bundled agent in a network namespace against the real control plane.
 // Prints API requests and writes at rest (audit log, by user agent, scaled to an hour), drift-repair
 // and IP-change latency (p50/p99 over BENCH_TRIALS trials), RSS, and start-to-first-reconcile time.
-// The agent runs with Node's flags from the DaemonSet (BENCH_NODE_ARGS overrides them).
+// The agent runs with Node's flags from the DaemonSet (BENCH_NODE_ARGS overrides them), under this Node unless
+// BENCH_RUNTIME names another runtime's executable (e.g. node_modules/@oven/bun-linux-x64/bin/bun, with
+// BENCH_NODE_ARGS="").
+// Then BENCH_COLD_STARTS (5) cold starts under the DaemonSet's memory limit (see coldStart below), the runtime
+// copied into BENCH_COLD_DIR (default .cache/bench): point it at a disk with another readahead to compare.
 // Budgets (issue 4): 0 writes and ≤ 4 requests per hour at rest; both latencies ≤ 1 s p99.
+import { execFileSync } from "node:child_process";
+import { chmodSync, copyFileSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import type { Node } from "kubernetes-types/core/v1.js";
 import { isApiError } from "../src/kube/errors.ts";
 import { Informer } from "../src/kube/informer.ts";
 import { bundleProgram } from "../localcluster/bundle.ts";
-import { addressesOf, registerNode, startAgent, startWorld } from "../test/agent/harness.ts";
+import { addressesOf, type NodeHost, registerNode, startAgent, startWorld } from "../test/agent/harness.ts";
+import { waitFor } from "../localcluster/wait.ts";
 import { auditEvents } from "../localcluster/audit.ts";
 import { processMemory } from "./proc.ts";
 import { shippedCommand } from "../test/deploy/shipped.ts";
@@ -20,7 +27,61 @@ const REST_SECONDS = Number(process.env.BENCH_REST_SECONDS ?? 120);
 const NODE_ARGS = (process.env.BENCH_NODE_ARGS ?? shippedCommand("local-ccm").nodeArgs.join(" "))
   .split(" ")
   .filter(Boolean);
-const entry = await bundleProgram("local-ccm", path.join(import.meta.dirname, "../.cache/bench"));
+const RUNTIME = process.env.BENCH_RUNTIME ?? process.execPath;
+const COLD_STARTS = Number(process.env.BENCH_COLD_STARTS ?? 5);
+const BENCH_DIR = path.join(import.meta.dirname, "../.cache/bench");
+const entry = await bundleProgram("local-ccm", BENCH_DIR);
+
+/** The DaemonSet's memory limit in deploy/, MiB. */
+function shippedLimitMiB(): number {
+  const daemonSet = readFileSync(path.join(import.meta.dirname, "../deploy/daemonset.yaml"), "utf8");
+  const limit = /limits:\s+memory: (\d+)Mi/.exec(daemonSet)?.[1];
+  if (!limit) throw new Error("deploy/daemonset.yaml: no memory limit in Mi");
+  return Number(limit);
+}
+
+interface ColdStart {
+  ms: number;
+  peakMiB: number;
+  oomKills: number;
+}
+
+/**
+ * The agent started in a cgroup of its own limited as the DaemonSet is, from a private copy of the runtime whose
+ * pages are dropped from the page cache (as a pod's first start reads its image's binary from disk): the cgroup is
+ * charged every page its faults read, and how much a fault reads is the disk's readahead (read_ahead_kb).
+ */
+async function coldStart(host: NodeHost, name: string, runtime: string, limitMiB: number): Promise<ColdStart> {
+  await registerNode(world.nodes, name, "198.18.100.10", { on: host });
+  const cgroup = `/sys/fs/cgroup/memory/local-ccm-bench-${process.pid}-${name}`;
+  mkdirSync(cgroup);
+  try {
+    writeFileSync(path.join(cgroup, "memory.limit_in_bytes"), String(limitMiB * 2 ** 20));
+    execFileSync("sync", [runtime, entry]);
+    for (const file of [runtime, entry]) execFileSync("dd", [`if=${file}`, "iflag=nocache", "count=0", "status=none"]);
+    const started = performance.now();
+    const agent = startAgent(host, [`--node-name=${name}`], { entry, nodeArgs: NODE_ARGS, runtime, cgroup });
+    try {
+      await waitFor(`${name} initialised`, () => /node initialised/.test(agent.output()), 120_000, 20);
+      const ms = performance.now() - started;
+      const read = (file: string) => readFileSync(path.join(cgroup, file), "utf8");
+      const peakMiB = Number(read("memory.max_usage_in_bytes")) / 2 ** 20;
+      return { ms, peakMiB, oomKills: Number(/oom_kill (\d+)/.exec(read("memory.oom_control"))?.[1] ?? NaN) };
+    } finally {
+      await agent.stop();
+    }
+  } finally {
+    // The cgroup empties once the killed process is reaped.
+    await waitFor("the cgroup removed", () => {
+      try {
+        rmdirSync(cgroup);
+        return true;
+      } catch {
+        return false;
+      }
+    }, 10_000, 50);
+  }
+}
 
 const world = await startWorld();
 try {
@@ -42,7 +103,7 @@ try {
   };
 
   const started = performance.now();
-  const agent = startAgent(node, ["--node-name=bench-node", "--reconcile-interval=10s"], { entry, nodeArgs: NODE_ARGS });
+  const agent = startAgent(node, ["--node-name=bench-node", "--reconcile-interval=10s"], { entry, nodeArgs: NODE_ARGS, runtime: RUNTIME });
   const firstReconcile = await until("first reconcile", (a) => a.includes(`ExternalIP=${node.external.v4}`), started);
 
   const driftMs: number[] = [];
@@ -90,10 +151,18 @@ try {
   await agent.stop();
   await informer.stop();
 
+  const limitMiB = shippedLimitMiB();
+  const privateRuntime = path.join(process.env.BENCH_COLD_DIR ?? BENCH_DIR, `cold-${path.basename(RUNTIME)}`);
+  copyFileSync(RUNTIME, privateRuntime);
+  chmodSync(privateRuntime, 0o755);
+  const cold: ColdStart[] = [];
+  for (let i = 0; i < COLD_STARTS; i++) cold.push(await coldStart(node, `cold-${i}`, privateRuntime, limitMiB));
+
   const pct = (values: number[], p: number) => [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.ceil((p / 100) * values.length) - 1)] as number;
   const perHour = (count: number) => ((count * 3600) / REST_SECONDS).toFixed(1);
   const ms = (v: number) => `${v.toFixed(0)} ms`;
-  console.log(`local-ccm agent (bundled, node ${[process.version, ...NODE_ARGS].join(" ")}), ${TRIALS} trials, ${REST_SECONDS} s at rest`);
+  const runtime = RUNTIME === process.execPath ? `node ${process.version}` : RUNTIME;
+  console.log(`local-ccm agent (bundled, ${[runtime, ...NODE_ARGS].join(" ")}), ${TRIALS} trials, ${REST_SECONDS} s at rest`);
   console.log(`  start to first reconcile          ${ms(firstReconcile)}`);
   console.log(`  drift repair       p50 / p99      ${ms(pct(driftMs, 50))} / ${ms(pct(driftMs, 99))}`);
   console.log(`  IP change to Node  p50 / p99      ${ms(pct(changeMs, 50))} / ${ms(pct(changeMs, 99))}`);
@@ -101,6 +170,11 @@ try {
   console.log(`  API writes at rest                ${writes} = ${perHour(writes)} per hour`);
   console.log("  watch renewal (by design)         every 30-60 min: at most 2 requests per hour");
   console.log(`  RSS / anonymous at rest           ${(memory.rss / 2 ** 20).toFixed(1)} MiB / ${(memory.anon / 2 ** 20).toFixed(1)} MiB`);
+  if (cold.length > 0) {
+    const cgroupPeaks = cold.map((c) => c.peakMiB.toFixed(1)).join(", ");
+    console.log(`  cold starts under ${limitMiB}Mi, to initialised ${cold.map((c) => ms(c.ms)).join(", ")}`);
+    console.log(`    cgroup peak                     ${cgroupPeaks} MiB; OOM kills ${cold.reduce((n, c) => n + c.oomKills, 0)}`);
+  }
 } finally {
   await world.stop();
 }

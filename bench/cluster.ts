@@ -4,7 +4,10 @@
 // tables: the time from nothing to Ready nodes, to the agent pods Ready and to every node initialised;
 // each pod's memory as kubelet reports it (stats/summary: working set and RSS per container) after a
 // minute at rest; the API requests each program made in that minute (the apiserver's audit log, by
-// ServiceAccount); and each node's kubelet, kube-proxy and containerd RSS.
+// ServiceAccount); and each node's kubelet, kube-proxy and containerd RSS. Then BENCH_COLD_STARTS (20) cold
+// starts of the agents in a row, the controller scaled to 0 (it maps the same `node` binary): each drops the
+// page cache (machine-wide) and recreates the DaemonSet; it prints the time to every node initialised, the
+// agents' working set and RSS after it, and their restarts (an OOM kill restarts the container).
 import { setTimeout as delay } from "node:timers/promises";
 import type { Pod } from "kubernetes-types/core/v1.js";
 import { auditedRequests } from "../localcluster/audit.ts";
@@ -18,13 +21,17 @@ import {
   initialised,
   listNodes,
   listPods,
+  NAMESPACE,
   podReady,
 } from "../localcluster/project.ts";
 import { waitFor } from "../localcluster/wait.ts";
+import { run } from "../localcluster/exec.ts";
+import { taintUninitialized } from "../test/e2e/cluster-objects.ts";
 import { processMemory } from "./proc.ts";
 
 const NODES = Number(process.env.BENCH_NODES ?? 3);
 const REST_SECONDS = Number(process.env.BENCH_REST_SECONDS ?? 60);
+const COLD_STARTS = Number(process.env.BENCH_COLD_STARTS ?? 20);
 const MiB = 1024 * 1024;
 
 /** The part of kubelet's /stats/summary read here. */
@@ -89,6 +96,46 @@ const requests = (counts: Map<string, number>) => {
   return total === 0 ? "0" : `${total} (${detail})`;
 };
 
+interface ColdStart {
+  seconds: number;
+  memory: ContainerMemory[];
+  restarts: number;
+  /** Why the restarted containers ended (OOMKilled, or Error with the exit code of a failed liveness probe's kill). */
+  reasons: string[];
+}
+
+/** Recreates the agents' DaemonSet with the page cache dropped, `count` times in a row. */
+async function coldStarts(cluster: Cluster, count: number): Promise<ColdStart[]> {
+  await cluster.kubectl(["scale", "-n", NAMESPACE, `deployment/${CONTROLLER_APP}`, "--replicas=0"]);
+  const saved = JSON.parse(await cluster.kubectl(["get", "-n", NAMESPACE, `daemonset/${AGENT_APP}`, "-o", "json"]));
+  const { name, namespace, labels, annotations } = saved.metadata;
+  const daemonSet = JSON.stringify({ ...saved, metadata: { name, namespace, labels, annotations }, status: undefined });
+  const starts: ColdStart[] = [];
+  for (let i = 0; i < count; i++) {
+    await cluster.kubectl(["delete", "-n", NAMESPACE, `daemonset/${AGENT_APP}`, "--wait"]);
+    await waitFor("no agent or controller pods", async () =>
+      (await listPods(cluster, AGENT_APP)).length + (await listPods(cluster, CONTROLLER_APP)).length === 0,
+    120_000, 250);
+    for (const node of cluster.nodes) await taintUninitialized(cluster, node.name);
+    await run("sh", ["-c", "sync && echo 1 > /proc/sys/vm/drop_caches"]);
+    const start = Date.now();
+    await cluster.kubectl(["create", "-f", "-"], daemonSet);
+    await waitFor("every node initialised", async () => (await listNodes(cluster)).every(initialised), 180_000, 50);
+    const seconds = secondsSince(start);
+    await podsReady(cluster, AGENT_APP, NODES, start);
+    const pods = await listPods(cluster, AGENT_APP);
+    const statuses = pods.map((pod) => pod.status?.containerStatuses?.[0]);
+    const restarts = statuses.reduce((sum, status) => sum + (status?.restartCount ?? 0), 0);
+    const reasons = statuses.flatMap((status) => {
+      const ended = status?.lastState?.terminated;
+      return ended ? [`${ended.reason} (exit ${ended.exitCode})`] : [];
+    });
+    starts.push({ seconds, memory: await containerMemory(cluster, pods), restarts, reasons });
+    console.error(`cold start ${i + 1}: ${seconds.toFixed(1)} s`);
+  }
+  return starts;
+}
+
 async function main(): Promise<void> {
   const start = Date.now();
   const cluster = await startCluster({ nodes: NODES, audit: true, log: (line) => console.error(`cluster: ${line}`) });
@@ -149,6 +196,19 @@ async function main(): Promise<void> {
       const rss = (pid: number | undefined) => (pid ? mib(processMemory(pid).rss) : "?");
       console.log(`| ${node.name} | ${rss(kubelet)} | ${rss(kubeProxy)} | ${rss(containerd)} |`);
     }
+
+    if (COLD_STARTS === 0) return;
+    const limit = (agentPods[0]?.spec?.containers[0]?.resources?.limits?.memory as string | undefined) ?? "none";
+    const starts = await coldStarts(cluster, COLD_STARTS);
+    const after = starts.flatMap((start) => start.memory);
+    const seconds = (value: number) => `${value.toFixed(1)} s`;
+    console.log(`\n${COLD_STARTS} cold starts of the agents in a row, page cache dropped, memory limit ${limit}\n`);
+    console.log("| figure | local-ccm | cozystack/local-ccm (Go), measured on this machine kind |\n|---|---|---|");
+    console.log(`| DaemonSet created → every node initialised | ${range(starts.map((s) => s.seconds), seconds)} | initialises under a 40Mi limit |`);
+    console.log(`| working set per pod after initialising | ${range(after.map((m) => m.workingSet), mib)} | |`);
+    console.log(`| RSS per pod after initialising | ${range(after.map((m) => m.rss), mib)} | 32.0 – 32.6 MiB at rest |`);
+    const reasons = starts.flatMap((s) => s.reasons).join(", ");
+    console.log(`| container restarts | ${starts.reduce((sum, s) => sum + s.restarts, 0)} ${reasons && `(${reasons})`} | |`);
   } finally {
     await cluster.stop();
   }

@@ -3,9 +3,10 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { createSocket } from "node:dgram";
-import { existsSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import path from "node:path";
 import { test } from "node:test";
+import { BUN, NO_BUN } from "../../localcluster/bun.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { Family, openSocket, type Socket, SocketType } from "./sockets.ts";
 
@@ -156,12 +157,6 @@ test("a socket closed by its own receive callback stops there: nothing more is d
   }
 });
 
-/** Bun from its pinned optional dependency: the addon must load in runtimes without libuv handles. */
-const BUN = path.resolve(
-  import.meta.dirname,
-  `../../node_modules/@oven/bun-linux-${process.arch === "arm64" ? "aarch64" : process.arch}/bin/bun`,
-);
-const NO_BUN = !existsSync(BUN) && `no Bun for ${process.arch}`;
 const RUNTIMES = [
   { name: "node", run: (script: string) => [process.execPath, "--expose-gc", "--input-type=module", "-e", script] },
   { name: "bun", run: (script: string) => [BUN, "-e", script], skip: NO_BUN },

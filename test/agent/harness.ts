@@ -253,20 +253,28 @@ const UNPRIVILEGED = ["setpriv", "--reuid=65532", "--regid=65532", "--clear-grou
 export interface AgentOptions {
   /** A bundle to run instead of the source (benchmarks measure what ships). */
   entry?: string;
-  /** Node's own flags, e.g. those the DaemonSet passes. */
+  /** The runtime's own flags, e.g. those the DaemonSet passes. */
   nodeArgs?: string[];
+  /** The JavaScript runtime's executable (default: this process's Node; benchmarks compare Bun). */
+  runtime?: string;
   /** Run as the DaemonSet does (the kubeconfig must then be readable by uid 65532). */
   unprivileged?: boolean;
   /** Instead of the node's own (e.g. World.podBoundKubeconfig). */
   kubeconfig?: string;
+  /** A cgroup v1 folder (e.g. /sys/fs/cgroup/memory/x) to start in, before the runtime maps a page. */
+  cgroup?: string;
 }
 
 /** Runs the agent in the node's namespace. */
 export function startAgent(node: NodeHost, args: string[], options: AgentOptions = {}): AgentProcess {
   const { entry = AGENT, nodeArgs = [], unprivileged = false, kubeconfig = node.kubeconfig } = options;
-  const agentArgv = [process.execPath, ...nodeArgs, entry, `--kubeconfig=${kubeconfig}`, "--health-bind-address=", "--metrics-bind-address=", ...args];
+  const agentArgv = [options.runtime ?? process.execPath, ...nodeArgs, entry, `--kubeconfig=${kubeconfig}`, "--health-bind-address=", "--metrics-bind-address=", ...args];
   const [program, ...rest] = unprivileged ? [...UNPRIVILEGED, ...agentArgv] : agentArgv;
-  const [command, argv] = node.host.wrap(program as string, rest);
+  const wrapped = node.host.wrap(program as string, rest);
+  // Joined from outside: `ip netns exec` mounts a /sys of its own, without the cgroup hierarchies.
+  const [command, argv] = options.cgroup
+    ? ["sh", ["-c", `echo $$ > ${options.cgroup}/cgroup.procs && exec "$@"`, "sh", wrapped[0], ...wrapped[1]]]
+    : wrapped;
   const child = spawn(command, argv, { stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   child.stdout?.on("data", (chunk: Buffer) => {
