@@ -587,6 +587,17 @@ interface RunningNode {
   startKubelet: () => Service;
 }
 
+/** kubelet's device manager listens here whatever --root-dir says, and removes every socket it finds there
+ * at start: kubelets sharing it race (EADDRINUSE). Each kubelet gets its node's own folder in its place. */
+const DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins";
+
+/** The cluster's folder as a shared mount of its own, so that what a kubelet mounts under it from its own
+ * mount namespace (volumes) reaches containerd in the machine's, whatever this machine's / propagates. */
+function shareMounts(dir: string): void {
+  sh("mount", ["--bind", dir, dir]);
+  sh("mount", ["--make-shared", dir]);
+}
+
 async function startNode(
   record: ClusterRecord,
   plane: ControlPlane,
@@ -624,6 +635,8 @@ async function startNode(
   await writeFile(kubeconfig, kubeconfigJson(plane.server, caPem, clientCertificateUser(cert)));
   const config = path.join(nodeDir, "kubelet.json");
   await writeFile(config, kubeletConfig(nodeDir, node, plane.caPath, spec.serverTLSBootstrap, dnsIP));
+  mkdirSync(path.join(nodeDir, "device-plugins"));
+  mkdirSync(DEVICE_PLUGIN_DIR, { recursive: true }); // what kubelet itself would make; only the mount target
   const startKubelet = () => startService(
     "kubelet",
     plane.binaries.kubelet,
@@ -638,7 +651,7 @@ async function startNode(
       // Registered tainted, so no ordinary pod lands there before the admin labels it (kubeadm does the same).
       ...(spec.controlPlane ? [`--register-with-taints=${CONTROL_PLANE_TAINT.key}:${CONTROL_PLANE_TAINT.effect}`] : []),
     ],
-    { dir: nodeDir, netns, detached },
+    { dir: nodeDir, netns, detached, bind: { source: path.join(nodeDir, "device-plugins"), target: DEVICE_PLUGIN_DIR } },
   );
   const kubelet = startKubelet();
   const { podNetwork, gateway, publicGateway } = clusterLayout(record.slot);
@@ -772,6 +785,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
   const layout = clusterLayout(record.slot);
   const dnsIP = options.dns ? clusterDNSIP(layout.serviceNetwork) : undefined;
   try {
+    shareMounts(dir);
     await createBridge(record.slot);
     log(`control plane at https://${layout.gateway}`);
     const plane = await startControlPlane({

@@ -21,6 +21,10 @@ export interface ServiceOptions {
   /** Run inside this network namespace (a path such as /run/netns/x), entered with nsenter --net: unlike
    * `ip netns exec`, it leaves /sys mounted as it is, so the cgroup hierarchies stay visible. */
   netns?: string;
+  /** Run in a mount namespace of its own in which `target`, a machine path the program hard-codes, is the
+   * folder `source` instead. Mounts the program makes still reach the machine's namespace where they land
+   * in a shared mount (the cluster's folder is one): only the mount holding `target` is made private. */
+  bind?: { source: string; target: string };
 }
 
 const READY_TIMEOUT_MS = 120_000;
@@ -29,6 +33,7 @@ export function startService(name: string, binary: string, args: string[], optio
   const logPath = path.join(options.dir, `${name}.log`);
   const log = openSync(logPath, "a");
   let argv = [binary, ...args];
+  if (options.bind) argv = [...ownMountNamespace(options.bind.source, options.bind.target), ...argv];
   if (options.netns) argv = ["nsenter", `--net=${options.netns}`, "--", ...argv];
   if (!options.detached) argv = ["setpriv", "--pdeathsig", "KILL", "--", ...argv];
   const child = spawn(argv[0] as string, argv.slice(1), {
@@ -39,6 +44,14 @@ export function startService(name: string, binary: string, args: string[], optio
   if (options.detached) child.unref();
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
   return { name, child, exited, logPath };
+}
+
+/** A command prefix: a new mount namespace (mounts copied, peers kept), the mount holding `target` made
+ * private in it, `source` bound on `target`, then exec of the rest (the pid and pdeathsig stay). */
+function ownMountNamespace(source: string, target: string): string[] {
+  const script = 'mount --make-private "$(findmnt --noheadings --output TARGET --target "$2")" && ' +
+    'mount --bind "$1" "$2" && shift 2 && exec "$@"';
+  return ["unshare", "--mount", "--propagation", "unchanged", "--", "sh", "-c", script, "sh", source, target];
 }
 
 export function running(service: Service): boolean {

@@ -6,7 +6,7 @@
 // stop() nor a killed run leaves anything behind. Measured figures go to the diagnostics.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import {
@@ -73,6 +73,19 @@ describe("local cluster", () => {
       const pids = node.pids();
       t.diagnostic(`${node.name}: kubelet ${rssMiB(pids.kubelet)} MiB RSS, containerd ${rssMiB(pids.containerd)} MiB`);
     }
+  });
+
+  test("each kubelet's device-plugin socket is its node's own, not the machine's shared folder", async () => {
+    const hardCoded = "/var/lib/kubelet/device-plugins/kubelet.sock";
+    const inodes = cluster.nodes.map((node) => {
+      const own = statSync(path.join(cluster.dir, "nodes", node.name, "device-plugins", "kubelet.sock"));
+      const seenByKubelet = statSync(`/proc/${node.pids().kubelet}/root${hardCoded}`);
+      assert.equal(seenByKubelet.ino, own.ino, `${node.name}'s kubelet listens in its node's folder`);
+      return own.ino;
+    });
+    assert.equal(new Set(inodes).size, cluster.nodes.length);
+    const machine = statSync(hardCoded, { throwIfNoEntry: false });
+    assert.ok(!machine || !inodes.includes(machine.ino), "no kubelet's socket is the machine's");
   });
 
   test("node-0 is a control-plane node as kubeadm makes one: labelled by the admin, tainted NoSchedule", async () => {
