@@ -1,11 +1,13 @@
 // `npm run bench:agent`: the bundled agent in a network namespace against the real control plane.
 // Prints API requests and writes at rest (audit log, by user agent, scaled to an hour), drift-repair
 // and IP-change latency (p50/p99 over BENCH_TRIALS trials), RSS, and start-to-first-reconcile time.
-// The agent runs with Node's flags from the DaemonSet (BENCH_NODE_ARGS overrides them), under this Node unless
-// BENCH_RUNTIME names another runtime's executable (e.g. node_modules/@oven/bun-linux-x64/bin/bun, with
-// BENCH_NODE_ARGS="").
-// Then BENCH_COLD_STARTS (5) cold starts under the DaemonSet's memory limit (see coldStart below), the runtime
-// copied into BENCH_COLD_DIR (default .cache/bench): point it at a disk with another readahead to compare.
+// The agent runs as the image runs it: Node's flags from the DaemonSet (BENCH_NODE_ARGS overrides them), the
+// image's LD_PRELOAD, and a copy of the runtime of its own, as a pod's image layer holds one (the kernel releases
+// only pages no other process maps). The runtime is this Node unless BENCH_RUNTIME names another's executable
+// (e.g. node_modules/@oven/bun-linux-x64/bin/bun, with BENCH_NODE_ARGS="").
+// Then BENCH_COLD_STARTS (5) cold starts under the DaemonSet's memory limit (BENCH_COLD_LIMIT_MIB overrides it;
+// see coldStart below). The runtime's copy goes to BENCH_COLD_DIR (default .cache/bench): point it at a disk with
+// another readahead to compare.
 // Budgets (issue 4): 0 writes and ≤ 4 requests per hour at rest; both latencies ≤ 1 s p99.
 import { execFileSync } from "node:child_process";
 import { chmodSync, copyFileSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
@@ -19,7 +21,7 @@ import { addressesOf, type NodeHost, registerNode, startAgent, startWorld } from
 import { waitFor } from "../localcluster/wait.ts";
 import { auditEvents } from "../localcluster/audit.ts";
 import { processMemory } from "./proc.ts";
-import { shippedCommand } from "../test/deploy/shipped.ts";
+import { SHIPPED_ENV, shippedCommand } from "../test/deploy/shipped.ts";
 
 const TRIALS = Number(process.env.BENCH_TRIALS ?? 50);
 const REST_SECONDS = Number(process.env.BENCH_REST_SECONDS ?? 120);
@@ -60,7 +62,7 @@ async function coldStart(host: NodeHost, name: string, runtime: string, limitMiB
     execFileSync("sync", [runtime, entry]);
     for (const file of [runtime, entry]) execFileSync("dd", [`if=${file}`, "iflag=nocache", "count=0", "status=none"]);
     const started = performance.now();
-    const agent = startAgent(host, [`--node-name=${name}`], { entry, nodeArgs: NODE_ARGS, runtime, cgroup });
+    const agent = startAgent(host, [`--node-name=${name}`], { entry, nodeArgs: NODE_ARGS, runtime, cgroup, env: SHIPPED_ENV });
     try {
       await waitFor(`${name} initialised`, () => /node initialised/.test(agent.output()), 120_000, 20);
       const ms = performance.now() - started;
@@ -83,6 +85,10 @@ async function coldStart(host: NodeHost, name: string, runtime: string, limitMiB
   }
 }
 
+const privateRuntime = path.join(process.env.BENCH_COLD_DIR ?? BENCH_DIR, `own-${path.basename(RUNTIME)}`);
+copyFileSync(RUNTIME, privateRuntime);
+chmodSync(privateRuntime, 0o755);
+
 const world = await startWorld();
 try {
   const node = await world.nodeHost(0);
@@ -103,7 +109,12 @@ try {
   };
 
   const started = performance.now();
-  const agent = startAgent(node, ["--node-name=bench-node", "--reconcile-interval=10s"], { entry, nodeArgs: NODE_ARGS, runtime: RUNTIME });
+  const agent = startAgent(node, ["--node-name=bench-node", "--reconcile-interval=10s"], {
+    entry,
+    nodeArgs: NODE_ARGS,
+    runtime: privateRuntime,
+    env: SHIPPED_ENV,
+  });
   const firstReconcile = await until("first reconcile", (a) => a.includes(`ExternalIP=${node.external.v4}`), started);
 
   const driftMs: number[] = [];
@@ -151,10 +162,7 @@ try {
   await agent.stop();
   await informer.stop();
 
-  const limitMiB = shippedLimitMiB();
-  const privateRuntime = path.join(process.env.BENCH_COLD_DIR ?? BENCH_DIR, `cold-${path.basename(RUNTIME)}`);
-  copyFileSync(RUNTIME, privateRuntime);
-  chmodSync(privateRuntime, 0o755);
+  const limitMiB = Number(process.env.BENCH_COLD_LIMIT_MIB ?? shippedLimitMiB());
   const cold: ColdStart[] = [];
   for (let i = 0; i < COLD_STARTS; i++) cold.push(await coldStart(node, `cold-${i}`, privateRuntime, limitMiB));
 

@@ -8,7 +8,7 @@ import { execFileSync } from "node:child_process";
 import path from "node:path";
 import { build } from "esbuild";
 
-export const EXTERNAL = ["local-ccm-sockets"];
+export const EXTERNAL = ["local-ccm-memory", "local-ccm-sockets"];
 
 export async function bundle(entry: string, outfile: string): Promise<void> {
   await build({

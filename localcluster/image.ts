@@ -25,10 +25,20 @@ const PACKAGE = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")
 /** Where the distroless base keeps node; the Dockerfile's PATH names this folder too. */
 export const NODE_DIR = "/nodejs/bin";
 
+/** native/memory's preload library as built here, and where the image keeps it: the image's LD_PRELOAD names it. */
+export const READAHEAD_PRELOAD = {
+  from: "native/memory/build/Release/random_readahead.so",
+  to: "/app/node_modules/local-ccm-memory/build/Release/random_readahead.so",
+} as const;
+
 /** The image config, as the Dockerfile's runtime stage sets it. */
 export const IMAGE_CONFIG: ImageConfig = {
   User: "65532:65532",
-  Env: ["NODE_ENV=production", `PATH=${NODE_DIR}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`],
+  Env: [
+    "NODE_ENV=production",
+    `PATH=${NODE_DIR}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
+    `LD_PRELOAD=${READAHEAD_PRELOAD.to}`,
+  ],
   WorkingDir: "/app",
   Entrypoint: ["node"],
   Cmd: ["/app/dist/local-ccm.cjs", "--help"],
@@ -45,6 +55,12 @@ export const APP_FILES: readonly { from: string; to: string }[] = [
     from: "native/sockets/build/Release/sockets.node",
     to: "/app/node_modules/local-ccm-sockets/build/Release/sockets.node",
   },
+  { from: "native/memory/package.json", to: "/app/node_modules/local-ccm-memory/package.json" },
+  {
+    from: "native/memory/build/Release/memory.node",
+    to: "/app/node_modules/local-ccm-memory/build/Release/memory.node",
+  },
+  READAHEAD_PRELOAD,
 ];
 
 const NONROOT = 65532;
@@ -103,10 +119,10 @@ function removeDeadBuilds(tarball: string): void {
 /** What the base image provides: node, the libraries it and the addons link, the users. */
 export function baseFiles(): ImageFile[] {
   const node = nodeBinary();
-  const addon = path.join(ROOT, "native/sockets/build/Release/sockets.node");
+  const native = APP_FILES.filter(({ from }) => /\.(node|so)$/.test(from)).map(({ from }) => path.join(ROOT, from));
   return [
     { path: path.posix.join(NODE_DIR, "node"), source: node, mode: 0o755 },
-    ...sharedLibraries([node, addon]).map((library) => ({ path: library, source: realpathSync(library) })),
+    ...sharedLibraries([node, ...native]).map((library) => ({ path: library, source: realpathSync(library) })),
     { path: "/etc/passwd", content: `${PASSWD.join("\n")}\n` },
     { path: "/etc/group", content: `${GROUP.join("\n")}\n` },
     { path: "/home/nonroot", directory: true, mode: 0o700, uid: NONROOT, gid: NONROOT },

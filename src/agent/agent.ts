@@ -47,6 +47,8 @@ export interface AgentDeps {
   events: EventRecorder;
   log: Logger;
   metrics: AgentMetrics;
+  /** Called after each reconcile that succeeded. */
+  onReconciled?: (result: ReconcileResult) => void;
 }
 
 /** What one reconcile did, for logs, tests and --run-once. */
@@ -130,6 +132,7 @@ export class Agent {
     try {
       this.lastResult = await this.reconcile(this.cached);
       this.lastError = undefined;
+      this.deps.onReconciled?.(this.lastResult);
     } catch (err) {
       this.lastError = err;
       this.lastResult = undefined;

@@ -14,6 +14,7 @@ import { PROGRAM, parseAgentFlags } from "./flags.ts";
 import { metadataOptions } from "./metadata/options.ts";
 import { createMetrics } from "./metrics.ts";
 import { agentReadiness } from "./readiness.ts";
+import { releaseStartupPages } from "./startuppages.ts";
 
 /** Netlink events come in bursts (an address add brings routes with it): one reconcile per burst. */
 const NETLINK_DEBOUNCE_MS = 200;
@@ -45,7 +46,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
       requireLocalNode: flags.requireLocalNode,
       metadata: await metadataOptions(flags.metadata, metrics.agent),
     },
-    { nodes, netlink, events, log, metrics: metrics.agent },
+    { nodes, netlink, events, log, metrics: metrics.agent, onReconciled: releaseOnceReady },
   );
   ctx.onShutdown(() => client.close());
   ctx.onShutdown(() => netlink.close());
@@ -71,6 +72,21 @@ export async function runAgent(ctx: MainContext): Promise<void> {
     onError: (err) => log.error("watching the node failed", { err }),
   });
   const cached = () => informer.get(flags.nodeName);
+  const readiness = () =>
+    agentReadiness({
+      nodeName: flags.nodeName,
+      synced: informer.hasSynced(),
+      found: cached() !== undefined,
+      error: agent.lastError === undefined ? undefined : (agent.lastError as Error).message,
+      result: agent.lastResult,
+    });
+  // Start-up's pages go once, when the node is first done (ready); what the agent touches again faults back in.
+  let pagesReleased = false;
+  function releaseOnceReady(): void {
+    if (pagesReleased || !readiness().ok) return;
+    pagesReleased = true;
+    releaseStartupPages(log);
+  }
   const reconcile = () => agent.trigger(cached);
   informer.addHandlers({ onAdd: reconcile, onUpdate: reconcile });
   const endpoints = await startEndpoints(flags, {
@@ -78,14 +94,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
     registry: metrics.registry,
     client,
     log,
-    ready: () =>
-      agentReadiness({
-        nodeName: flags.nodeName,
-        synced: informer.hasSynced(),
-        found: cached() !== undefined,
-        error: agent.lastError === undefined ? undefined : (agent.lastError as Error).message,
-        result: agent.lastResult,
-      }),
+    ready: readiness,
   });
   ctx.onShutdown(() => endpoints.close());
   // Stops run in reverse (see cli/main.ts): the triggers first, then the agent's queue (a reconcile in flight

@@ -263,6 +263,8 @@ export interface AgentOptions {
   kubeconfig?: string;
   /** A cgroup v1 folder (e.g. /sys/fs/cgroup/memory/x) to start in, before the runtime maps a page. */
   cgroup?: string;
+  /** Added to this process's environment (e.g. the image's LD_PRELOAD: test/deploy/shipped.ts). */
+  env?: Record<string, string>;
 }
 
 /** Runs the agent in the node's namespace. */
@@ -275,7 +277,7 @@ export function startAgent(node: NodeHost, args: string[], options: AgentOptions
   const [command, argv] = options.cgroup
     ? ["sh", ["-c", `echo $$ > ${options.cgroup}/cgroup.procs && exec "$@"`, "sh", wrapped[0], ...wrapped[1]]]
     : wrapped;
-  const child = spawn(command, argv, { stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(command, argv, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...options.env } });
   let output = "";
   child.stdout?.on("data", (chunk: Buffer) => {
     output += chunk;

@@ -1,5 +1,9 @@
-// Uses the native sockets addon through the same modules the programs use (netlink, ICMP), from wherever
-// its bundle is run, and prints what they did on loopback (nothing leaves the host): {"icmp": …, "routeSource": …}.
+// Uses the native addons through the same modules the programs use (netlink, ICMP; start-up pages), from wherever
+// its bundle is run, and prints what they did on loopback (nothing leaves the host), and whether the preload
+// library is loaded: {"icmp": …, "routeSource": …, "pagesReleased": …, "preloaded": …}.
+import { readFileSync } from "node:fs";
+import { createLogger } from "../../src/cli/log.ts";
+import { releaseStartupPages } from "../../src/agent/startuppages.ts";
 import { echo } from "../../src/net/icmp.ts";
 import { openNetlink } from "../../src/net/netlink.ts";
 
@@ -8,7 +12,10 @@ async function main(): Promise<void> {
   try {
     const routeSource = await netlink.routeSource("127.0.0.1");
     const icmp = await echo("127.0.0.1", { count: 3, timeoutMs: 1000 });
-    console.log(JSON.stringify({ icmp, routeSource }));
+    const log = createLogger({ verbosity: 0, format: "json", write: (line) => console.error(line) });
+    const pagesReleased = releaseStartupPages(log) !== undefined;
+    const preloaded = readFileSync("/proc/self/maps", "utf8").includes("/random_readahead.so");
+    console.log(JSON.stringify({ icmp, routeSource, pagesReleased, preloaded }));
   } finally {
     netlink.close();
   }

@@ -466,8 +466,8 @@ describe("Helm chart", () => {
         capabilities: { drop: ["ALL"] },
       });
       assert.deepEqual(agent.resources, {
-        requests: { cpu: "10m", memory: "48Mi" },
-        limits: { memory: "96Mi" },
+        requests: { cpu: "10m", memory: "32Mi" },
+        limits: { memory: "64Mi" },
       });
       assert.deepEqual(agent.ports, [
         { name: "health", containerPort: 10263, protocol: "TCP" },

@@ -37,7 +37,7 @@ const PROGRAMS = Object.entries(
   (JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")) as { bin: Record<string, string> }).bin,
 );
 /** What `npm ci` makes in the build stage; here, this machine's own `npm ci` made them. */
-const NPM_CI_OUTPUTS = ["node_modules", "native/sockets/build"];
+const NPM_CI_OUTPUTS = ["node_modules", "native/sockets/build", "native/memory/build"];
 const PINNED_NODE = (JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")) as {
   devDependencies: { node: string };
 }).devDependencies.node;
@@ -187,7 +187,7 @@ describe("container image contents", () => {
 
   test("the image holds the bundles and the native addons only", () => {
     for (const { to } of runtime.copies) {
-      assert.match(to, /^\/app\/(dist\/|node_modules\/local-ccm-sockets\/)/);
+      assert.match(to, /^\/app\/(dist\/|node_modules\/local-ccm-(sockets|memory)\/)/);
     }
   });
 
@@ -208,12 +208,13 @@ describe("container image contents", () => {
     });
   }
 
-  test("bundled code loads the sockets addon from the image's node_modules: netlink and ICMP answer", () => {
+  test("bundled code loads the addons from the image's node_modules: netlink and ICMP answer, pages released", () => {
     const { code, stdout, stderr } = start(inImage(runtime.workdir), addonsCheck, []);
     assert.equal(code, 0, stderr);
-    const result = JSON.parse(stdout) as { icmp: { kind: string; reason?: string }; routeSource: string };
+    const result = JSON.parse(stdout) as { icmp: { kind: string }; routeSource: string; pagesReleased: boolean };
     assert.equal(result.routeSource, "127.0.0.1");
     assert.deepEqual(result.icmp, { kind: "answered" });
+    assert.equal(result.pagesReleased, true);
   });
 
   for (const [program] of PROGRAMS) {
@@ -236,16 +237,22 @@ describe("container image contents", () => {
     const inLayer = (entries: LayerEntry[], app: boolean) =>
       entries.filter((entry) => (entry.path === "/app" || entry.path.startsWith("/app/")) === app);
 
-    /** `Entrypoint args…` in the extracted layer, chrooted, with the image's Env, as `user` (default: its User). */
+    /**
+     * `Entrypoint args…` in the extracted layer, chrooted, with the image's Env only, as `user` (default: its User),
+     * with /proc mounted as a container has it (in a mount namespace of its own, gone when it ends).
+     */
     function inImageRoot(args: string[], user = contents.config.config.User as string) {
       const { Env = [], Entrypoint = [] } = contents.config.config;
-      const env = Object.fromEntries(Env.map((pair) => pair.split(/=(.*)/s).slice(0, 2)));
-      const result = spawnSync("/usr/sbin/chroot", [`--userspec=${user}`, rootfs, ...Entrypoint, ...args], {
-        env,
+      const script = 'mount -t proc proc "$0/proc" && exec "$@"';
+      const chroot = ["env", "-i", ...Env, "/usr/sbin/chroot", `--userspec=${user}`, rootfs, ...Entrypoint, ...args];
+      const result = spawnSync("unshare", ["--mount", "--fork", "--", "sh", "-c", script, rootfs, ...chroot], {
         encoding: "utf8",
         timeout: 30_000,
       });
-      return { code: result.status, stdout: result.stdout, stderr: result.stderr };
+      // The host's chroot runs with the image's Env, and its ld.so cannot find the image's LD_PRELOAD library (it
+      // exists inside only); node's own loads it (the addons test reads node's mappings).
+      const stderr = result.stderr.replace(/^ERROR: ld\.so: object '[^']+' from LD_PRELOAD cannot be preloaded.*\n/gm, "");
+      return { code: result.status, stdout: result.stdout, stderr };
     }
 
     before(async () => {
@@ -257,6 +264,7 @@ describe("container image contents", () => {
       mkdirSync(rootfs);
       contents = await readImageTarball(built.tarball, read);
       await run("tar", ["-xf", contents.layer, "-C", rootfs]);
+      mkdirSync(path.join(rootfs, "proc"));
       await bundle(path.join(import.meta.dirname, "addons-fixture.ts"), path.join(rootfs, "app/dist/addons-check.cjs"));
     });
 
@@ -356,10 +364,15 @@ describe("container image contents", () => {
       });
     }
 
-    test("the sockets addon loads in the image: netlink answers; ICMP answers with CAP_NET_RAW (root)", () => {
+    test("the addons load in the image, node preloads its library: netlink answers; ICMP with CAP_NET_RAW (root)", () => {
       const asRoot = inImageRoot(["/app/dist/addons-check.cjs"], "0:0");
       assert.equal(asRoot.code, 0, asRoot.stderr);
-      assert.deepEqual(JSON.parse(asRoot.stdout), { icmp: { kind: "answered" }, routeSource: "127.0.0.1" });
+      assert.deepEqual(JSON.parse(asRoot.stdout), {
+        icmp: { kind: "answered" },
+        routeSource: "127.0.0.1",
+        pagesReleased: true,
+        preloaded: true,
+      });
       // Without capabilities the addon still loads; whether the kernel grants a ping socket is its own business.
       const asNonroot = inImageRoot(["--jitless", "/app/dist/addons-check.cjs"]);
       assert.equal(asNonroot.code, 0, asNonroot.stderr);

@@ -5,6 +5,7 @@ import path from "node:path";
 import type { PodSpec } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
 import { DEPLOY_DIR } from "../../scripts/render-manifests.ts";
+import { READAHEAD_PRELOAD } from "../../localcluster/image.ts";
 
 type Workload = { spec?: { template?: { spec?: PodSpec } } } | null;
 
@@ -27,3 +28,8 @@ export function shippedCommand(container: string): ShippedCommand {
   if (executable !== "node" || script < 0) throw new Error(`deploy/: no \`node … script\` command for ${container}`);
   return { nodeArgs: args.slice(0, script), script: args[script] as string };
 }
+
+/** The image's LD_PRELOAD (localcluster/image.ts), naming the library as built here: run as the image runs. */
+export const SHIPPED_ENV = {
+  LD_PRELOAD: path.resolve(import.meta.dirname, "../..", READAHEAD_PRELOAD.from),
+} as const;

@@ -73,6 +73,8 @@ export interface PodMemory {
   peakMiB: number;
   pageCacheMiB: number;
   mappedFileMiB: number;
+  /** Page faults that read from disk, since the container started. */
+  majorFaults: number;
 }
 
 /** The memory of a pod's (only) container, from kubelet and from its cgroup on the host. */
@@ -105,9 +107,10 @@ export async function podMemory(cluster: Cluster, pod: Pod): Promise<PodMemory> 
     peakMiB: mib(peak),
     pageCacheMiB: mib(stat.get("cache")),
     mappedFileMiB: mib(stat.get("mapped_file")),
+    majorFaults: Number(stat.get("pgmajfault")),
   };
 }
 
 export const formatMemory = (m: PodMemory) =>
   `working set ${m.workingSetMiB} MiB, RSS ${m.rssMiB} MiB, peak ${m.peakMiB} MiB, ` +
-  `page cache ${m.pageCacheMiB} MiB (${m.mappedFileMiB} MiB mapped)`;
+  `page cache ${m.pageCacheMiB} MiB (${m.mappedFileMiB} MiB mapped), ${m.majorFaults} major faults`;
