@@ -2,8 +2,8 @@
 // Prints API requests and writes at rest (audit log, by user agent, scaled to an hour), drift-repair
 // and IP-change latency (p50/p99 over BENCH_TRIALS trials), RSS, and start-to-first-reconcile time.
 // The agent runs as the image runs it: Node's flags from the DaemonSet (BENCH_NODE_ARGS overrides them), the
-// image's LD_PRELOAD, and a copy of the runtime of its own, as a pod's image layer holds one (the kernel releases
-// only pages no other process maps). The runtime is this Node unless BENCH_RUNTIME names another's executable
+// image's LD_PRELOAD, and a copy of the runtime of its own, as a pod's image layer holds one (whose page cache the
+// cold starts drop). The runtime is this Node unless BENCH_RUNTIME names another's executable
 // (e.g. node_modules/@oven/bun-linux-x64/bin/bun, with BENCH_NODE_ARGS="").
 // Then BENCH_COLD_STARTS (5) cold starts under the DaemonSet's memory limit (BENCH_COLD_LIMIT_MIB overrides it;
 // see coldStart below). The runtime's copy goes to BENCH_COLD_DIR (default .cache/bench): point it at a disk with

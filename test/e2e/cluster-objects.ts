@@ -77,6 +77,18 @@ export interface PodMemory {
   majorFaults: number;
 }
 
+/** The memory cgroup (v1) of a pod's first container on the local cluster's host. */
+export function containerCgroup(cluster: Cluster, pod: Pod): string {
+  const containerId = pod.status?.containerStatuses?.[0]?.containerID?.replace(/^containerd:\/\//, "");
+  const qos = (pod.status?.qosClass ?? "").toLowerCase();
+  return path.join(
+    `/sys/fs/cgroup/memory/lccm-c${cluster.slot}-${pod.spec?.nodeName ?? ""}/kubepods`,
+    qos === "guaranteed" ? "" : qos,
+    `pod${pod.metadata?.uid}`,
+    containerId ?? "",
+  );
+}
+
 /** The memory of a pod's (only) container, from kubelet and from its cgroup on the host. */
 export async function podMemory(cluster: Cluster, pod: Pod): Promise<PodMemory> {
   const node = pod.spec?.nodeName ?? "";
@@ -85,14 +97,7 @@ export async function podMemory(cluster: Cluster, pod: Pod): Promise<PodMemory> 
   };
   const stats = summary.pods.find((p) => p.podRef.name === pod.metadata?.name)?.containers?.[0]?.memory;
   if (!stats) throw new Error(`kubelet on ${node} has no stats of ${pod.metadata?.name}`);
-  const containerId = pod.status?.containerStatuses?.[0]?.containerID?.replace(/^containerd:\/\//, "");
-  const qos = (pod.status?.qosClass ?? "").toLowerCase();
-  const cgroup = path.join(
-    `/sys/fs/cgroup/memory/lccm-c${cluster.slot}-${node}/kubepods`,
-    qos === "guaranteed" ? "" : qos,
-    `pod${pod.metadata?.uid}`,
-    containerId ?? "",
-  );
+  const cgroup = containerCgroup(cluster, pod);
   const stat = new Map(
     (await readFile(path.join(cgroup, "memory.stat"), "utf8"))
       .trim()
