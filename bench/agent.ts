@@ -115,7 +115,11 @@ try {
     runtime: privateRuntime,
     env: SHIPPED_ENV,
   });
-  const firstReconcile = await until("first reconcile", (a) => a.includes(`ExternalIP=${node.external.v4}`), started);
+  const firstReconcile = await until("first reconcile", (a) => a.includes(`ExternalIP=${node.external.v4}`), started)
+    .catch(async (err: unknown) => {
+      await agent.stop();
+      throw new Error(`${(err as Error).message}; the agent said:\n${agent.output()}`);
+    });
 
   const driftMs: number[] = [];
   /** Someone else removes the ExternalIP (retrying when the agent wrote in between). */
