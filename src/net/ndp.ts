@@ -10,6 +10,7 @@ export const ICMPV6_NEIGHBOR_ADVERTISEMENT = 136;
 export const ALL_NODES = "ff02::1";
 const OPTION_SOURCE_LINK_ADDRESS = 1;
 const OPTION_TARGET_LINK_ADDRESS = 2;
+const LINK_ADDRESS_OPTIONS = new Set([OPTION_SOURCE_LINK_ADDRESS, OPTION_TARGET_LINK_ADDRESS]);
 const HEADER = 24; // type, code, checksum, reserved/flags, target
 const FLAG = { ROUTER: 0x80, SOLICITED: 0x40, OVERRIDE: 0x20 } as const;
 
@@ -21,21 +22,18 @@ export interface NeighborSolicitation {
 
 /**
  * A Neighbor Solicitation, or undefined where RFC 4861 7.1.1 says to discard it (code not 0, shorter than 24
- * bytes, an option of length 0 or running past the end, a multicast target). The hop limit of 255 that 7.1.1 also
- * asks for is not in the ICMPv6 message: the socket checks it. A link-layer option that is not 6 bytes (other
- * link types) is left out.
+ * bytes, an option of length 0 or running past the end, a multicast target) or where mdlayher/ndp refuses it too
+ * (an IPv4-mapped target, a link-layer address option not of Ethernet's 8 bytes). The hop limit of 255 that
+ * 7.1.1 also asks for is not in the ICMPv6 message: the socket checks it.
  */
 export function parseNeighborSolicitation(data: Buffer): NeighborSolicitation | undefined {
   if (data.length < HEADER || data[0] !== ICMPV6_NEIGHBOR_SOLICITATION || data[1] !== 0) return undefined;
   const targetBytes = data.subarray(8, 24);
-  if (targetBytes[0] === 0xff) return undefined;
+  if (targetBytes[0] === 0xff || isV4Mapped(targetBytes)) return undefined;
   const options = parseOptions(data.subarray(HEADER));
   if (!options) return undefined;
   const source = options.get(OPTION_SOURCE_LINK_ADDRESS);
-  return {
-    target: ipFromBytes(targetBytes),
-    ...(source?.length === 6 && { sourceMac: macFromBytes(source) }),
-  };
+  return { target: ipFromBytes(targetBytes), ...(source && { sourceMac: macFromBytes(source) }) };
 }
 
 /** Option bodies (after type and length) by type, the first of each type; undefined when malformed. */
@@ -44,13 +42,17 @@ function parseOptions(data: Buffer): Map<number, Buffer> | undefined {
   for (let at = 0; at < data.length; ) {
     if (at + 2 > data.length) return undefined;
     const length = (data[at + 1] ?? 0) * 8;
-    if (length === 0 || at + length > data.length) return undefined;
     const type = data[at] ?? 0;
+    if (length === 0 || at + length > data.length) return undefined;
+    if (LINK_ADDRESS_OPTIONS.has(type) && length !== 8) return undefined;
     if (!options.has(type)) options.set(type, data.subarray(at + 2, at + length));
     at += length;
   }
   return options;
 }
+
+const V4_MAPPED_PREFIX = Buffer.from("00000000000000000000ffff", "hex");
+const isV4Mapped = (bytes: Buffer) => bytes.subarray(0, 12).equals(V4_MAPPED_PREFIX);
 
 export interface NeighborAdvertisement {
   target: string;
