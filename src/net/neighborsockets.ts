@@ -1,23 +1,28 @@
-// The two sockets that answer for addresses on one link, over our sockets addon (./sockets.ts); both need
-// CAP_NET_RAW and nothing more.
-// - ARP: AF_PACKET, SOCK_DGRAM, protocol ETH_P_ARP, bound to the link's sockaddr_ll. The kernel strips and adds
-//   the Ethernet header (the destination MAC is the sockaddr_ll we send to) and hands over every ARP frame of the
-//   link, unicast requests included, with the sender's sockaddr_ll (its MAC, and whether the frame was our own).
-// - NDP: raw ICMPv6, bound to the link (SO_BINDTODEVICE), filtered to Neighbor Solicitations (ICMP6_FILTER), in
-//   the solicited-node group of each address it answers for, hop limit 255 on what it sends (RFC 4861 7.1.2:
-//   receivers drop NDP with any other). It sees solicitations addressed to those groups; a unicast solicitation
-//   to an address the node does not hold is not delivered to any socket (the kernel forwards or drops it).
+// The sockets that answer for addresses on one link, over our sockets addon (./sockets.ts); they need
+// CAP_NET_RAW and nothing more. Packet sockets are opened for no protocol and bound to the link with theirs, so
+// they receive nothing from other links, nor (NDP) before their filter is in place.
+// - ARP: AF_PACKET, SOCK_DGRAM, ETH_P_ARP. The kernel strips and adds the Ethernet header (the destination MAC is
+//   the sockaddr_ll we send to) and hands over every ARP frame of the link, unicast requests included, with the
+//   sender's sockaddr_ll (its MAC, and whether the frame was our own).
+// - NDP receives on AF_PACKET, SOCK_DGRAM, ETH_P_IPV6 with a BPF filter passing only ICMPv6 Neighbor
+//   Solicitations of hop limit 255 (RFC 4861 7.1.1). Not on a raw ICMPv6 socket (as MetalLB does): the kernel
+//   delivers to one only what it routes to itself, and the unicast solicitations a client sends to re-check an
+//   entry (neighbour unreachability detection) are for an address the node does not hold: unanswered, the
+//   client's entry fails every few minutes. It sends on a raw ICMPv6 socket bound to the link (the kernel adds
+//   the IPv6 header and checksum), hop limit 255, which also joins the solicited-node group of each address
+//   (multicast solicitations reach the link's filter, and MLD-snooping switches forward them to this port).
 import { type ArpPacket, buildArp, ETH_P_ARP, parseArp } from "./arp.ts";
 import { ipFromBytes, ipToBytes } from "./ip.ts";
 import { macToBytes } from "./mac.ts";
 import {
   buildNeighborAdvertisement,
+  ICMPV6_NEIGHBOR_SOLICITATION,
   type NeighborAdvertisement,
   type NeighborSolicitation,
   parseNeighborSolicitation,
   solicitedNodeGroup,
 } from "./ndp.ts";
-import { Family, openSocket, type Socket, SocketType } from "./sockets.ts";
+import { Bpf, bpfProgram, Family, openSocket, type Socket, SocketType } from "./sockets.ts";
 
 /** The link the sockets serve. */
 export interface LinkRef {
@@ -41,14 +46,27 @@ const ICMP6_FILTER = 1;
 const NDP_HOP_LIMIT = 255;
 /** sll_pkttype of a frame this host sent (packet sockets see those too). */
 const PACKET_OUTGOING = 4;
+const ETH_P_IPV6 = 0x86dd;
+const IPV6_HEADER = 40;
+/** IPv6 next header 58 (ICMPv6, no extension header), hop limit 255, ICMPv6 type 135. */
+const SOLICITATIONS_ONLY = bpfProgram([
+  { code: Bpf.LOAD_BYTE, k: 6 },
+  { code: Bpf.JUMP_IF_EQUAL, k: IPPROTO_ICMPV6, jf: 5 },
+  { code: Bpf.LOAD_BYTE, k: 7 },
+  { code: Bpf.JUMP_IF_EQUAL, k: NDP_HOP_LIMIT, jf: 3 },
+  { code: Bpf.LOAD_BYTE, k: IPV6_HEADER },
+  { code: Bpf.JUMP_IF_EQUAL, k: ICMPV6_NEIGHBOR_SOLICITATION, jf: 1 },
+  { code: Bpf.RETURN, k: 0xffff },
+  { code: Bpf.RETURN, k: 0 },
+]);
 
 // C structs in the machine's byte order: little-endian on both architectures we build for (x64, arm64).
 
-/** struct sockaddr_ll of `link` for ARP, to `mac` (bind ignores the address). */
-function sockaddrLl(link: LinkRef, mac?: string): Buffer {
+/** struct sockaddr_ll of `link` for `protocol` (an EtherType), to `mac` (bind ignores the address). */
+function sockaddrLl(link: LinkRef, protocol: number, mac?: string): Buffer {
   const address = Buffer.alloc(20);
   address.writeUInt16LE(Family.PACKET, 0);
-  address.writeUInt16BE(ETH_P_ARP, 2);
+  address.writeUInt16BE(protocol, 2);
   address.writeInt32LE(link.index, 4);
   if (mac) {
     address[11] = 6; // sll_halen
@@ -91,20 +109,37 @@ export interface ArpSocket {
   close(): void;
 }
 
+/** A packet socket for nothing yet: bound to `link` and `protocol` by `bind`, after `configure`. */
+function openPacketSocket(
+  link: LinkRef,
+  protocol: number,
+  onFrame: (data: Buffer) => void,
+  onError: ReceiveError,
+  configure: (socket: Socket) => void = () => {},
+): Socket {
+  const socket = openSocket({ family: Family.PACKET, type: SocketType.DGRAM, protocol: 0 }, (err, data, source) => {
+    if (err) onError(err);
+    else if (source[10] !== PACKET_OUTGOING) onFrame(data);
+  });
+  return configured(socket, () => {
+    configure(socket);
+    socket.bind(sockaddrLl(link, protocol));
+  });
+}
+
 /** Receives the ARP requests and replies other hosts send on the link; throws EPERM without CAP_NET_RAW. */
 export function openArpSocket(link: LinkRef, onPacket: (packet: ArpPacket) => void, onError: ReceiveError): ArpSocket {
-  // The protocol argument of socket() is in network byte order.
-  const protocol = ((ETH_P_ARP & 0xff) << 8) | (ETH_P_ARP >> 8);
-  const socket = openSocket({ family: Family.PACKET, type: SocketType.DGRAM, protocol }, (err, data, source) => {
-    if (err) return onError(err);
-    // Until bind() the socket sees every link's frames: the source's ifindex says which link it came from.
-    if (source.readInt32LE(4) !== link.index || source[10] === PACKET_OUTGOING) return;
-    const packet = parseArp(data);
-    if (packet) onPacket(packet);
-  });
-  configured(socket, () => socket.bind(sockaddrLl(link)));
+  const socket = openPacketSocket(
+    link,
+    ETH_P_ARP,
+    (data) => {
+      const packet = parseArp(data);
+      if (packet) onPacket(packet);
+    },
+    onError,
+  );
   return {
-    send: (packet, mac) => socket.send(buildArp(packet), sockaddrLl(link, mac)),
+    send: (packet, mac) => socket.send(buildArp(packet), sockaddrLl(link, ETH_P_ARP, mac)),
     close: () => socket.close(),
   };
 }
@@ -125,18 +160,31 @@ export function openNdpSocket(
   onError: ReceiveError,
 ): NdpSocket {
   const kind = { family: Family.INET6, type: SocketType.RAW, protocol: IPPROTO_ICMPV6 };
-  const socket = openSocket(kind, (err, data, source) => {
-    if (err) return onError(err);
-    const solicitation = parseNeighborSolicitation(data);
-    if (solicitation) onSolicitation(solicitation, ipFromBytes(source.subarray(8, 24)));
-  });
+  const socket = openSocket(kind, (err) => err && onError(err));
   configured(socket, () => {
-    socket.setOption(IPPROTO_ICMPV6, ICMP6_FILTER, passOnly(135));
+    // Sends only: a struct icmp6_filter with every bit set blocks every type, and the receiver below reads.
+    socket.setOption(IPPROTO_ICMPV6, ICMP6_FILTER, Buffer.alloc(32, 0xff));
     socket.setOption(SOL_SOCKET, SO_BINDTODEVICE, Buffer.from(`${link.name}\0`));
     socket.setOption(IPPROTO_IPV6, IPV6_MULTICAST_IF, link.index);
     socket.setOption(IPPROTO_IPV6, IPV6_MULTICAST_HOPS, NDP_HOP_LIMIT);
     socket.setOption(IPPROTO_IPV6, IPV6_UNICAST_HOPS, NDP_HOP_LIMIT);
   });
+  let receiver: Socket;
+  try {
+    receiver = openPacketSocket(
+      link,
+      ETH_P_IPV6,
+      (packet) => {
+        const solicitation = parseNeighborSolicitation(packet.subarray(IPV6_HEADER));
+        if (solicitation) onSolicitation(solicitation, ipFromBytes(packet.subarray(8, 24)));
+      },
+      onError,
+      (opened) => opened.attachFilter(SOLICITATIONS_ONLY),
+    );
+  } catch (err) {
+    socket.close();
+    throw err;
+  }
   // Addresses per group: a group is joined with its first address and left with its last.
   const groups = new Map<string, Set<string>>();
   return {
@@ -154,13 +202,9 @@ export function openNdpSocket(
       socket.setOption(IPPROTO_IPV6, IPV6_DROP_MEMBERSHIP, membership(group, link));
     },
     send: (advert, to) => socket.send(buildNeighborAdvertisement(advert), sockaddrIn6(to, link)),
-    close: () => socket.close(),
+    close() {
+      receiver.close();
+      socket.close();
+    },
   };
-}
-
-/** struct icmp6_filter passing one ICMPv6 type: 256 bits, a set bit blocks its type. */
-function passOnly(type: number): Buffer {
-  const filter = Buffer.alloc(32, 0xff);
-  filter[type >> 3] = 0xff & ~(1 << (type & 7));
-  return filter;
 }

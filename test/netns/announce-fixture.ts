@@ -2,7 +2,8 @@
 //   announcer <link>   the announcer of <link>, driven by stdin lines "announce <ip>" / "withdraw <ip>"; prints
 //                      {ready, link}, {decision} per received request, {done} per command. Ends at stdin's end.
 //   capture <link>     every ARP packet and Neighbor Solicitation/Advertisement that crosses <link>, seen through
-//                      our own packet socket (ETH_P_ALL): which MAC sent it, which way, and what it says.
+//                      our own packet socket (ETH_P_ALL, whole frames): from and to which MAC, which way, and what
+//                      it says.
 import { createInterface } from "node:readline";
 import { findLink, startAnnouncer } from "../../src/agent/announcer/announcer.ts";
 import { createLogger } from "../../src/cli/log.ts";
@@ -37,28 +38,30 @@ if (mode === "announcer") {
   commands.once("close", () => announcer.close());
   print({ ready: true, link });
 } else {
-  const ETH_P_ALL = 0x0003;
-  const ETH_P_IPV6 = 0x86dd;
+  const [ETH_P_ALL, ETH_P_ARP, ETH_P_IPV6, PACKET_OUTGOING] = [0x0003, 0x0806, 0x86dd, 4];
   const bound = Buffer.alloc(20);
   bound.writeUInt16LE(Family.PACKET, 0);
   bound.writeUInt16BE(ETH_P_ALL, 2);
   bound.writeInt32LE(link.index, 4);
-  const kind = { family: Family.PACKET, type: SocketType.DGRAM, protocol: 0x0300 }; // htons(ETH_P_ALL)
-  const socket = openSocket(kind, (err, data, source) => {
+  const kind = { family: Family.PACKET, type: SocketType.RAW, protocol: 0x0300 }; // htons(ETH_P_ALL)
+  const socket = openSocket(kind, (err, frame, source) => {
     if (err) return print({ error: err.message });
-    if (source.readInt32LE(4) !== link.index) return;
-    const frame = { from: macFromBytes(source.subarray(12, 18)), outgoing: source[10] === 4 };
-    const ethertype = source.readUInt16BE(2);
-    const arp = ethertype === 0x0806 ? parseArp(data) : undefined;
-    if (arp) return print({ ...frame, arp });
+    const seen = {
+      from: macFromBytes(frame.subarray(6, 12)),
+      to: macFromBytes(frame.subarray(0, 6)),
+      outgoing: source[10] === PACKET_OUTGOING,
+    };
+    const [ethertype, data] = [frame.readUInt16BE(12), frame.subarray(14)];
+    const arp = ethertype === ETH_P_ARP ? parseArp(data) : undefined;
+    if (arp) return print({ ...seen, arp });
     // IPv6 with ICMPv6 right after the fixed header (next header 58): solicitations and advertisements.
     if (ethertype !== ETH_P_IPV6 || data[6] !== 58) return;
     const icmp = data.subarray(40);
     const addresses = { source: ipFromBytes(data.subarray(8, 24)), destination: ipFromBytes(data.subarray(24, 40)) };
-    if (icmp[0] === 135) print({ ...frame, ...addresses, solicitation: parseNeighborSolicitation(icmp) });
+    if (icmp[0] === 135) print({ ...seen, ...addresses, solicitation: parseNeighborSolicitation(icmp) });
     if (icmp[0] === 136 && icmp.length >= 32)
       print({
-        ...frame,
+        ...seen,
         ...addresses,
         advertisement: {
           target: ipFromBytes(icmp.subarray(8, 24)),

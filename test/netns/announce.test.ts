@@ -35,6 +35,7 @@ interface Event {
   decision?: { family: 4 | 6; rule: string; reason: string };
   // capture
   from?: string;
+  to?: string;
   outgoing?: boolean;
   arp?: ArpPacket;
   source?: string;
@@ -105,12 +106,15 @@ describe("L2 announcer in network namespaces", () => {
     client = await quietHost(net);
     const [linkA, linkB] = [await join(a, 1), await join(b, 2)];
     clientLink = await join(client, 9);
-    // A request the client re-sends before the answer came would pass for a second question: wait long for it.
+    // A question the client re-sends before the answer came would pass for a second one: it waits long for an
+    // answer. A stale entry in use is re-checked after 1 s, not 5.
     await client.exec("sysctl", [
       "-q",
       "-w",
-      `net.ipv4.neigh.${clientLink}.retrans_time_ms=10000`,
-      `net.ipv6.neigh.${clientLink}.retrans_time_ms=10000`,
+      ...[4, 6].flatMap((family) => [
+        `net.ipv${family}.neigh.${clientLink}.retrans_time_ms=10000`,
+        `net.ipv${family}.neigh.${clientLink}.delay_first_probe_time=1`,
+      ]),
     ]);
     capture = await startFixture(client, "capture", clientLink);
     nodeA = await startFixture(a, "announcer", linkA);
@@ -122,11 +126,11 @@ describe("L2 announcer in network namespaces", () => {
     await pool.removeAll();
   });
 
-  /** The client's neighbour entry for `address`: its MAC, or undefined while it has none (or an unresolved one). */
-  const clientEntry = async (address: string): Promise<string | undefined> => {
-    const entries = JSON.parse(await client.ip("-j", "neigh", "show", "to", address, "dev", clientLink));
-    return entries[0]?.lladdr;
-  };
+  /** The client's neighbour entry for `address`, if it has one. */
+  const neighbour = async (address: string): Promise<{ lladdr?: string; state: string[] } | undefined> =>
+    JSON.parse(await client.ip("-j", "neigh", "show", "to", address, "dev", clientLink))[0];
+  /** Its MAC, undefined while it has none (or an unresolved one). */
+  const clientEntry = async (address: string) => (await neighbour(address))?.lladdr;
   /** A datagram to the discard port: the client resolves the address first. */
   const sendFromClient = (address: string) =>
     client.exec(process.execPath, [
@@ -197,12 +201,22 @@ describe("L2 announcer in network namespaces", () => {
       await sendFromClient(address);
       await resolvedTo(address, nodeB.mac);
 
+      // Neighbour unreachability detection: a stale entry in use is re-checked by a unicast question to B's MAC
+      // for an address B does not hold; answered, the entry is reachable again (unanswered, it would fail).
+      await client.ip("neigh", "change", address, "lladdr", nodeB.mac, "nud", "stale", "dev", clientLink);
+      await sendFromClient(address);
+      await waitFor("the re-checked entry reachable", async () => {
+        const entry = await neighbour(address);
+        return entry?.lladdr === nodeB.mac && entry.state.includes("REACHABLE");
+      });
+      assert.equal(seen(question).filter((e) => e.to === nodeB.mac).length, 1, "one unicast question");
+
       const questions = seen(question);
       const answers = seen(answer);
-      assert.equal(questions.length, 2, JSON.stringify(questions));
+      assert.equal(questions.length, 3, JSON.stringify(questions));
       assert.deepEqual(
         answers.map((e) => e.from),
-        [nodeA.mac, nodeB.mac],
+        [nodeA.mac, nodeB.mac, nodeB.mac],
         `one answer per question, from the announcer of the time: ${JSON.stringify(answers)}`,
       );
       assert.deepEqual(
