@@ -1,6 +1,7 @@
 // Run inside a test namespace by announce.test.ts, one JSON line per event on stdout.
 //   announcer <link>   the announcer of <link>, driven by stdin lines "announce <ip>" / "withdraw <ip>"; prints
-//                      {ready, link}, {decision} per received request, {done} per command. Ends at stdin's end.
+//                      {ready, link}, {decision} per received request, {done, error?} per command. Ends at stdin's
+//                      end.
 //   capture <link>     every ARP packet and Neighbor Solicitation/Advertisement that crosses <link>, seen through
 //                      our own packet socket (ETH_P_ALL, whole frames): from and to which MAC, which way, and what
 //                      it says.
@@ -23,7 +24,6 @@ const commands = createInterface({ input: process.stdin });
 
 if (mode === "announcer") {
   const log = createLogger({ verbosity: 4, format: "json" });
-  // A short takeover schedule would prove less: the test waits for every announcement the agent sends.
   const announcer = startAnnouncer({
     link,
     log,
@@ -31,9 +31,13 @@ if (mode === "announcer") {
   });
   commands.on("line", (line) => {
     const [verb, address = ""] = line.split(" ");
-    if (verb === "announce") announcer.announce(address);
-    else announcer.withdraw(address);
-    print({ done: line });
+    try {
+      if (verb === "announce") announcer.announce(address);
+      else announcer.withdraw(address);
+      print({ done: line });
+    } catch (err) {
+      print({ done: line, error: (err as Error).message });
+    }
   });
   commands.once("close", () => announcer.close());
   print({ ready: true, link });

@@ -26,12 +26,14 @@ const RAW_ONLY = [
   "--ambient-caps=-all,+net_raw",
   "--bounding-set=-all,+net_raw",
 ];
+const NONE = ["--reuid=65532", "--regid=65532", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"];
 const WAIT_MS = 30_000;
 
 interface Event {
   ready?: boolean;
   link?: { index: number; name: string; mac: string };
   done?: string;
+  error?: string;
   decision?: { family: 4 | 6; rule: string; reason: string };
   // capture
   from?: string;
@@ -46,15 +48,22 @@ interface Event {
 interface Fixture {
   events: Event[];
   mac: string;
-  /** Sends a command to the announcer and waits until it is done. */
+  /** Sends a command to the announcer and waits until it is done; rejects with the announcer's error. */
   command(line: string): Promise<void>;
   stop(): Promise<void>;
 }
 
-async function startFixture(host: Host, mode: "announcer" | "capture", link: string): Promise<Fixture> {
+/** The announcer as the agent, with CAP_NET_RAW or with no capability; the capture as root (a test tool). */
+async function startFixture(
+  host: Host,
+  mode: "announcer" | "capture",
+  link: string,
+  capabilities: "raw" | "none" = "raw",
+): Promise<Fixture> {
   const node = [process.execPath, FIXTURE, mode, link];
-  // Both die with this process, even a SIGKILLed one; the capture stays root (a test tool, not the agent).
-  const argv = ["setpriv", "--pdeathsig", "KILL", ...(mode === "announcer" ? RAW_ONLY : []), "--", ...node];
+  const privileges = mode === "capture" ? [] : capabilities === "raw" ? RAW_ONLY : NONE;
+  // Each dies with this process, even a SIGKILLed one.
+  const argv = ["setpriv", "--pdeathsig", "KILL", ...privileges, "--", ...node];
   const child: ChildProcessWithoutNullStreams = spawn("nsenter", [`--net=/run/netns/${host.name}`, ...argv]);
   const forget = onExit(() => child.kill("SIGKILL"));
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
@@ -70,7 +79,8 @@ async function startFixture(host: Host, mode: "announcer" | "capture", link: str
     mac: ready.link?.mac ?? "",
     async command(line) {
       child.stdin.write(`${line}\n`);
-      await waitFor(`${mode} done with ${line}`, () => events.some((event) => event.done === line), WAIT_MS);
+      const done = await waitFor(`${mode} done with ${line}`, () => events.find((event) => event.done === line), WAIT_MS);
+      if (done.error) throw new Error(done.error);
     },
     async stop() {
       child.stdin.end();
@@ -86,6 +96,8 @@ describe("L2 announcer in network namespaces", () => {
   const pool = networkPool();
   let client: Host;
   let clientLink: string;
+  let hostA: Host;
+  let linkA: string;
   let nodeA: Fixture;
   let nodeB: Fixture;
   let capture: Fixture;
@@ -104,7 +116,9 @@ describe("L2 announcer in network namespaces", () => {
     };
     const [a, b] = [await quietHost(net), await quietHost(net)];
     client = await quietHost(net);
-    const [linkA, linkB] = [await join(a, 1), await join(b, 2)];
+    hostA = a;
+    linkA = await join(a, 1);
+    const linkB = await join(b, 2);
     clientLink = await join(client, 9);
     // A question the client re-sends before the answer came would pass for a second one: it waits long for an
     // answer. A stale entry in use is re-checked after 1 s, not 5.
@@ -229,4 +243,22 @@ describe("L2 announcer in network namespaces", () => {
       else for (const e of answers) assert.equal(e.arp?.senderMac, e.from, "ARP reply's own MAC");
     });
   }
+
+  test("refusals: no IP address, a zone, IPv4-mapped IPv6; without CAP_NET_RAW, the kernel's EPERM", async () => {
+    const refusal = (fixture: Fixture, address: string) =>
+      fixture.command(`announce ${address}`).then(
+        () => "announced",
+        (err: Error) => err.message,
+      );
+    assert.equal(await refusal(nodeA, "198.18.0.256"), 'announcer: "198.18.0.256" is not an IP address');
+    assert.equal(await refusal(nodeA, "fe80::1%eth0"), 'announcer: "fe80::1%eth0" is not an IP address');
+    assert.match(await refusal(nodeA, "::ffff:198.18.0.55"), /IPv4-mapped IPv6 address: write 198\.18\.0\.55$/);
+    const unprivileged = await startFixture(hostA, "announcer", linkA, "none");
+    try {
+      for (const address of ["198.18.0.57", "fd00:198:18::57"])
+        assert.match(await refusal(unprivileged, address), /^socket EPERM: Operation not permitted$/);
+    } finally {
+      await unprivileged.stop();
+    }
+  });
 });

@@ -5,7 +5,7 @@
 // Needs CAP_NET_RAW; each family's socket opens with the first address of that family.
 import type { Logger } from "../../cli/log.ts";
 import { gratuitousArp } from "../../net/arp.ts";
-import { ipFamily, ipFromBytes, ipToBytes } from "../../net/ip.ts";
+import { ipFromBytes, ipProblem, ipToBytes } from "../../net/ip.ts";
 import { BROADCAST_MAC } from "../../net/mac.ts";
 import { ALL_NODES, unsolicitedAdvertisement } from "../../net/ndp.ts";
 import type { Netlink } from "../../net/netlink.ts";
@@ -23,12 +23,13 @@ export interface AnnouncerOptions {
   log: Logger;
   /** Each decision on a received request, as made (for metrics by rule). */
   observe?: (family: 4 | 6, decision: Decision<unknown>) => void;
-  /** Takeover announcements, in ms after announce(); TAKEOVER_SCHEDULE_MS unless a test shortens it. */
-  schedule?: readonly number[];
 }
 
 export interface Announcer {
-  /** Answers for `address` from now on and tells the link; throws when it is not an IP or its socket won't open. */
+  /**
+   * Answers for `address` from now on and tells the link; throws when it is no IP address (zones and IPv4-mapped
+   * IPv6 included) or its family's socket will not open (EPERM without CAP_NET_RAW).
+   */
   announce(address: string): void;
   /** Stops answering for `address` and stops its takeover announcements. */
   withdraw(address: string): void;
@@ -45,17 +46,22 @@ export async function findLink(netlink: Netlink, name: string): Promise<Announce
   return { index: link.index, name: link.name, mac: link.mac };
 }
 
+/** An address as the codecs print it, and its family (after ipProblem: no zone, not IPv4-mapped). */
+function canonical(text: string): [string, 4 | 6] {
+  const bytes = ipToBytes(text);
+  return [ipFromBytes(bytes), bytes.length === 4 ? 4 : 6];
+}
+
 export function startAnnouncer(options: AnnouncerOptions): Announcer {
   const { link, observe } = options;
   const log = options.log.with({ link: link.name });
-  const schedule = options.schedule ?? TAKEOVER_SCHEDULE_MS;
   const announced = new Set<string>();
   const takeovers = new Map<string, NodeJS.Timeout[]>();
   let arp: ArpSocket | undefined;
   let ndp: NdpSocket | undefined;
   let closed = false;
 
-  const sent = (what: string, send: () => void) => {
+  const trySend = (what: string, send: () => void) => {
     try {
       send();
     } catch (err) {
@@ -74,7 +80,7 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
       link,
       (packet) => {
         const answer = decided(4, answerArp(packet, link, announced));
-        if (answer) sent(`an ARP reply to ${answer.to}`, () => socket.send(answer.packet, answer.to));
+        if (answer) trySend(`an ARP reply to ${answer.to}`, () => socket.send(answer.packet, answer.to));
       },
       onReceiveError,
     );
@@ -85,25 +91,24 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
       link,
       (solicitation, source) => {
         const answer = decided(6, answerSolicitation(solicitation, source, link, announced));
-        if (answer) sent(`a neighbor advertisement to ${answer.to}`, () => socket.send(answer.advert, answer.to));
+        if (answer) trySend(`a neighbor advertisement to ${answer.to}`, () => socket.send(answer.advert, answer.to));
       },
       onReceiveError,
     );
     return socket;
   };
 
+  /** Gratuitous ARP or an unsolicited NA for `address` (its family's socket is open: announce() opened it). */
   const tellLink = (address: string, family: 4 | 6) => {
-    if (!announced.has(address)) return;
-    if (family === 4 && arp) {
-      const socket = arp;
-      sent(`gratuitous ARP for ${address}`, () => socket.send(gratuitousArp(address, link.mac), BROADCAST_MAC));
-    }
-    if (family === 6 && ndp) {
-      const socket = ndp;
-      sent(`a neighbor advertisement for ${address}`, () =>
-        socket.send(unsolicitedAdvertisement(address, link.mac), ALL_NODES),
+    const [arpSocket, ndpSocket] = [arp, ndp];
+    if (family === 4 && arpSocket)
+      trySend(`gratuitous ARP for ${address}`, () =>
+        arpSocket.send(gratuitousArp(address, link.mac), BROADCAST_MAC),
       );
-    }
+    if (family === 6 && ndpSocket)
+      trySend(`an unsolicited neighbor advertisement for ${address}`, () =>
+        ndpSocket.send(unsolicitedAdvertisement(address, link.mac), ALL_NODES),
+      );
   };
 
   const stopTakeover = (address: string) => {
@@ -114,9 +119,9 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
   return {
     announce(text) {
       if (closed) throw new Error("announcer: closed");
-      const family = ipFamily(text);
-      if (!family) throw new Error(`announcer: not an IP address: ${JSON.stringify(text)}`);
-      const address = ipFromBytes(ipToBytes(text));
+      const problem = ipProblem(text);
+      if (problem) throw new Error(`announcer: ${problem}`);
+      const [address, family] = canonical(text);
       if (announced.has(address)) return;
       if (family === 4) arp ??= openArp();
       else {
@@ -125,14 +130,13 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
       }
       announced.add(address);
       log.info("announcer: announcing", { address, mac: link.mac });
-      const timers = schedule.map((delay) => setTimeout(() => tellLink(address, family), delay));
+      const timers = TAKEOVER_SCHEDULE_MS.map((delay) => setTimeout(() => tellLink(address, family), delay));
       takeovers.set(address, timers);
     },
 
     withdraw(text) {
-      const family = ipFamily(text);
-      if (!family) return;
-      const address = ipFromBytes(ipToBytes(text));
+      if (ipProblem(text)) return; // never announced
+      const [address, family] = canonical(text);
       if (!announced.delete(address)) return;
       stopTakeover(address);
       if (family === 6) ndp?.unlisten(address);
