@@ -79,7 +79,7 @@ async function startFixture(
     mac: ready.link?.mac ?? "",
     async command(line) {
       child.stdin.write(`${line}\n`);
-      const done = await waitFor(`${mode} done with ${line}`, () => events.find((event) => event.done === line), WAIT_MS);
+      const done = await waitFor(`${mode} done with ${line}`, () => events.find((e) => e.done === line), WAIT_MS);
       if (done.error) throw new Error(done.error);
     },
     async stop() {
@@ -179,7 +179,7 @@ describe("L2 announcer in network namespaces", () => {
     [4, "198.18.0.55", "198.18.0.56"],
     [6, "fd00:198:18::55", "fd00:198:18::1:0:55"],
   ] as const) {
-    const title = `IPv${family}: the client reaches ${address} at the announcer's MAC, and at the new one after takeover`;
+    const title = `IPv${family}: the client finds ${address} at the announcer's MAC, and at the new one's after takeover`;
     test(title, async () => {
       const { question, answer, announcement } = captured[family];
       type Matcher = (e: Event, address: string) => boolean | undefined;
