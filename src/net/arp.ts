@@ -1,6 +1,6 @@
 // ARP for IPv4 over Ethernet (RFC 826) as the payload of an AF_PACKET SOCK_DGRAM socket: the kernel adds and
 // strips the Ethernet header, so these 28 bytes are all there is to read and write. Pure codecs; the reader is
-// compared with github.com/mdlayher/arp (what MetalLB answers with) by test/oracle/arp.test.ts.
+// compared with github.com/mdlayher/arp (what MetalLB answers with) by test/oracle/neighbor.test.ts.
 import { ipFromBytes, ipToBytes } from "./ip.ts";
 import { macFromBytes, macToBytes, ZERO_MAC } from "./mac.ts";
 

@@ -1,7 +1,7 @@
 // IPv6 Neighbor Discovery (RFC 4861) as the ICMPv6 message of a raw IPPROTO_ICMPV6 socket: the kernel strips
 // and adds the IPv6 header, and computes the ICMPv6 checksum of what we send (it always does for raw ICMPv6
 // sockets, RFC 3542 3.1), so messages are built with a zero checksum. Pure codecs; the reader is compared with
-// github.com/mdlayher/ndp (what MetalLB answers with) by test/oracle/ndp.test.ts.
+// github.com/mdlayher/ndp (what MetalLB answers with) by test/oracle/neighbor.test.ts.
 import { ipFromBytes, ipToBytes } from "./ip.ts";
 import { macFromBytes, macToBytes } from "./mac.ts";
 
@@ -24,7 +24,7 @@ export interface NeighborSolicitation {
  * A Neighbor Solicitation, or undefined where RFC 4861 7.1.1 says to discard it (code not 0, shorter than 24
  * bytes, an option of length 0 or running past the end, a multicast target) or where mdlayher/ndp refuses it too
  * (an IPv4-mapped target, a link-layer address option not of Ethernet's 8 bytes). The hop limit of 255 that
- * 7.1.1 also asks for is not in the ICMPv6 message: the socket checks it.
+ * 7.1.1 also asks for is not in the ICMPv6 message: the socket's filter checks it (neighborsockets.ts).
  */
 export function parseNeighborSolicitation(data: Buffer): NeighborSolicitation | undefined {
   if (data.length < HEADER || data[0] !== ICMPV6_NEIGHBOR_SOLICITATION || data[1] !== 0) return undefined;
