@@ -1,9 +1,9 @@
 // releaseFilePages(): once the agent has started, unmaps the pages of the runtime's binary and libraries that
 // start-up touched (madvise MADV_DONTNEED), then drops those files' pages that no process maps any more from the
 // page cache (posix_fadvise POSIX_FADV_DONTNEED). Node 24 maps ~40 MiB of its 120 MB binary while it starts and
-// uses a fraction of that at rest. Pages touched again fault back in one at a time (MADV_RANDOM, as
-// random-readahead.c sets it at start: mappings made since, such as V8's remap of its builtins, lack it); with the
-// page cache dropped, a fault also maps no cached neighbours (the kernel's fault-around maps up to 64 KiB of them).
+// uses a fraction of that at rest. Pages touched again fault back in, one at a time in read-only data (MADV_RANDOM,
+// as random-readahead.c sets it at start: mappings made since, such as V8's remap of its builtins, lack it); on
+// kernel 6.18 a fault in an executable mapping still reads read_ahead_kb after the page, whatever the advice.
 // Only read-only file mappings holding no private copy of a page (smaps' Anonymous: 0) are touched: for those,
 // dropping a page and faulting it back gives the same bytes. MADV_PAGEOUT would do both steps in one, but the
 // kernel grants it only to a process that may write the file, and the agent's binary is root's.

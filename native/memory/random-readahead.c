@@ -2,6 +2,8 @@
 // libraries MADV_RANDOM, so that a page fault reads that one page instead of the disk's readahead around it
 // (read_ahead_kb: 8 MiB on some disks). Those pages are charged to the pod's memory cgroup; read 8 MiB at a
 // time, a 64Mi limit keeps reclaiming the runtime's own code while it starts. Costs nothing once pages are cached.
+// Kernel 6.18 honours the advice for read-only data (half of node's binary) but still reads ahead after a fault in
+// an executable mapping; measured, that is enough for a cold start under 64Mi (README, Performance).
 #define _GNU_SOURCE
 #include <link.h>
 #include <stdint.h>

@@ -9,7 +9,8 @@
 //       ref(handle, true). onReceive gets (null, datagram, source sockaddr) per datagram in the kernel's order, or
 //       (error) when a receive fails (the socket's pending error, e.g. netlink's ENOBUFS); the socket stays open.
 //   bind(handle, sockaddr: Buffer)
-//   setOption(handle, level, name, value: number | Buffer)          setsockopt(); a number is passed as an int
+//   setOption(handle, level, name, value: number | Buffer)          setsockopt(); a number is passed as an int;
+//       for SO_ATTACH_FILTER the Buffer is the program (struct sock_filter instructions), wrapped here
 //   send(handle, data: Buffer, to: string | Buffer)                  a numeric IP (IPv6 with %zone) or a sockaddr
 //   ref(handle, keepAlive: boolean)
 //   close(handle)       idempotent; the thread has ended when it returns; a collected handle is closed too
@@ -22,6 +23,8 @@
 // Built at `npm ci` by node-gyp (install script of native/sockets/package.json).
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
+#include <linux/filter.h>
 #include <net/if.h>
 #include <netdb.h>
 #include <poll.h>
@@ -379,6 +382,16 @@ static napi_value SetOption(napi_env env, napi_callback_info info) {
     CHECK(env, napi_get_value_int32(env, argv[3], &number));
   else
     CHECK(env, napi_get_buffer_info(env, argv[3], &value, &length));
+  // The one option whose value holds a pointer: struct sock_fprog, to the program (the kernel copies it).
+  struct sock_fprog filter;
+  if (level == SOL_SOCKET && name == SO_ATTACH_FILTER && type != napi_number) {
+    size_t count = length / sizeof(struct sock_filter);
+    if (count == 0 || count > USHRT_MAX || length % sizeof(struct sock_filter) != 0)
+      return throw_errno(env, "setsockopt", EINVAL);
+    filter = (struct sock_fprog){.len = (unsigned short)count, .filter = value};
+    value = &filter;
+    length = sizeof filter;
+  }
   if (setsockopt(sock->fd, level, name, value, (socklen_t)length) < 0) return throw_errno(env, "setsockopt", errno);
   return NULL;
 }

@@ -34,6 +34,7 @@ function harness(get: () => Promise<Node>) {
         });
       }),
     listAddresses: async () => [],
+    listLinks: async () => [],
     watchChanges: () => ({ close() {} }),
     close() {},
   };

@@ -261,6 +261,7 @@ describe("detectAddresses", () => {
         calls.listAddresses++;
         return addresses;
       },
+      listLinks: async () => [],
       watchChanges: () => ({ close() {} }),
       close() {},
     };

@@ -1,7 +1,7 @@
 // Once the node is done, the agent unmaps the pages of the runtime's binary that start-up touched (native/memory:
 // madvise MADV_DONTNEED over its read-only file mappings). Node 24 maps ~40 MiB of its 120 MB binary while it
 // starts; at rest the agent uses a fraction of that, and the rest would stay in its RSS and in the pod's working
-// set. The pages it touches again come back one at a time.
+// set. The pages it touches again fault back in.
 import { createRequire } from "node:module";
 import type { Logger } from "../cli/log.ts";
 

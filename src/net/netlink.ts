@@ -10,7 +10,7 @@ import {
   errorCode,
   Flags,
   hostAddress,
-  linkName,
+  hostLink,
   type Message,
   MessageType,
   routeQuery,
@@ -36,11 +36,20 @@ export interface HostAddress {
   };
 }
 
+export interface HostLink {
+  index: number;
+  name: string;
+  /** The link's hardware address when it is 6 bytes long (Ethernet, veth, bridge); none for loopback, tunnels. */
+  mac?: string;
+}
+
 export interface Netlink {
   /** The source address the kernel would pick to reach `target` (RTM_GETROUTE: rules and tables honoured, nothing sent); undefined when there is no route or no usable source. */
   routeSource(target: string): Promise<string | undefined>;
   /** Every IPv4 and IPv6 address of the host: IPv4 first, then by interface index, then in the kernel's order on each interface. */
   listAddresses(): Promise<HostAddress[]>;
+  /** Every link of the host, by interface index. */
+  listLinks(): Promise<HostLink[]>;
   /** Calls onChange once per burst of address, route or rule changes (IPv4 and IPv6), debounceMs after the burst's first change. The open watch keeps the process alive until closed. */
   watchChanges(onChange: () => void, debounceMs: number): { close(): void };
   /** Closes the sockets, open watches included; pending requests fail. */
@@ -78,6 +87,11 @@ const CHANGE_TYPES = new Set<number>([
 export function openNetlink(): Netlink {
   const requests = openRequester();
   const watches = new Set<{ close(): void }>();
+  const listLinks = async () =>
+    (await requests.dump(MessageType.GETLINK, MessageType.NEWLINK))
+      .map((message) => hostLink(message.body))
+      .filter((link) => link !== undefined)
+      .sort((a, b) => a.index - b.index);
   return {
     async routeSource(target) {
       try {
@@ -93,16 +107,14 @@ export function openNetlink(): Netlink {
     async listAddresses() {
       const addresses = await requests.dump(MessageType.GETADDR, MessageType.NEWADDR);
       // Links after addresses: an interface that vanished in between takes its addresses with it.
-      const names = new Map<number, string>();
-      for (const message of await requests.dump(MessageType.GETLINK, MessageType.NEWLINK)) {
-        const link = linkName(message.body);
-        if (link) names.set(link.index, link.name);
-      }
+      const names = new Map((await listLinks()).map((link) => [link.index, link.name]));
       return addresses
         .map((message) => hostAddress(message.body, names))
         .filter((address) => address !== undefined)
         .sort((a, b) => a.family - b.family || a.interfaceIndex - b.interfaceIndex);
     },
+
+    listLinks,
 
     watchChanges(onChange, debounceMs) {
       const watch = openWatch(onChange, debounceMs);

@@ -9,7 +9,7 @@ import {
   encodeMessage,
   errorCode,
   hostAddress,
-  linkName,
+  hostLink,
   MessageType,
   parseAttributes,
   routeQuery,
@@ -93,13 +93,18 @@ describe("rtnetlink codec", { skip: endianness() !== "LE" && "expected bytes are
     assert.equal(routeSource(Buffer.concat([rtmsg, attr(4, u32(2))])), undefined);
   });
 
-  test("link names lose their NUL terminator", () => {
+  test("links: names lose their NUL terminator; a 6-byte IFLA_ADDRESS is the MAC", () => {
     const ifinfomsg = Buffer.concat([Buffer.alloc(4), u32(2), Buffer.alloc(8)]);
-    assert.deepEqual(linkName(Buffer.concat([ifinfomsg, attr(3, Buffer.from("eth0\0"))])), {
+    const name = attr(3, Buffer.from("eth0\0"));
+    assert.deepEqual(hostLink(Buffer.concat([ifinfomsg, name])), { index: 2, name: "eth0" });
+    assert.deepEqual(hostLink(Buffer.concat([ifinfomsg, attr(1, hex("02000000000a")), name])), {
       index: 2,
       name: "eth0",
+      mac: "02:00:00:00:00:0a",
     });
-    assert.equal(linkName(ifinfomsg), undefined);
+    // An IPIP tunnel's "hardware address" is its IPv4 endpoint; loopback's is 6 zero bytes (a MAC like any).
+    assert.deepEqual(hostLink(Buffer.concat([ifinfomsg, attr(1, hex("c6120001")), name])), { index: 2, name: "eth0" });
+    assert.equal(hostLink(ifinfomsg), undefined);
   });
 
   test("addresses: IFA_LOCAL over IFA_ADDRESS (point-to-point), IFA_FLAGS over the u8 flags", () => {

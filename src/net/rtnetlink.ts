@@ -4,7 +4,8 @@
 // cost ~4 MiB RSS, more than the agent's whole budget for netlink.
 import { endianness } from "node:os";
 import { ipFromBytes, ipToBytes } from "./ip.ts";
-import type { HostAddress } from "./netlink.ts";
+import { macFromBytes } from "./mac.ts";
+import type { HostAddress, HostLink } from "./netlink.ts";
 
 export const MessageType = {
   NOOP: 1,
@@ -42,6 +43,7 @@ const RTA_PREFSRC = 7;
 const IFA_ADDRESS = 1;
 const IFA_LOCAL = 2;
 const IFA_FLAGS = 8;
+const IFLA_ADDRESS = 1;
 const IFLA_IFNAME = 3;
 const IFA_F = { SECONDARY: 0x01, DADFAILED: 0x08, DEPRECATED: 0x20, TENTATIVE: 0x40 } as const;
 /** The reserved names of rtm scopes (iproute2's rt_scopes); any other value is a user scope, named by its number. */
@@ -150,11 +152,17 @@ export function routeSource(body: Buffer): string | undefined {
   return source && (source.length === 4 || source.length === 16) ? ipFromBytes(source) : undefined;
 }
 
-/** Interface index and name of an RTM_NEWLINK message. */
-export function linkName(body: Buffer): { index: number; name: string } | undefined {
-  const name = parseAttributes(body.subarray(IFINFOMSG)).get(IFLA_IFNAME);
+/** Interface index, name and (for an Ethernet-like link: 6 bytes of IFLA_ADDRESS) MAC of an RTM_NEWLINK message. */
+export function hostLink(body: Buffer): HostLink | undefined {
+  const attributes = parseAttributes(body.subarray(IFINFOMSG));
+  const name = attributes.get(IFLA_IFNAME);
   if (body.length < IFINFOMSG || !name) return undefined;
-  return { index: i32(body, 4), name: name.toString("utf8").replace(/\0.*$/s, "") };
+  const address = attributes.get(IFLA_ADDRESS);
+  return {
+    index: i32(body, 4),
+    name: name.toString("utf8").replace(/\0.*$/s, ""),
+    ...(address?.length === 6 && { mac: macFromBytes(address) }),
+  };
 }
 
 /** An RTM_NEWADDR message as a HostAddress (IPv4 and IPv6 only); the name comes from the link dump. */

@@ -8,7 +8,7 @@ import path from "node:path";
 import { test } from "node:test";
 import { BUN, NO_BUN } from "../../localcluster/bun.ts";
 import { waitFor } from "../../localcluster/wait.ts";
-import { Family, openSocket, type Socket, SocketType } from "./sockets.ts";
+import { Bpf, bpfProgram, Family, openSocket, type Socket, SocketType } from "./sockets.ts";
 
 const NETLINK_ROUTE = { family: Family.NETLINK, type: SocketType.RAW, protocol: 0 };
 const UDP = { family: Family.INET, type: SocketType.DGRAM, protocol: 0 };
@@ -136,6 +136,44 @@ test("errors carry the errno name: from socket(), bind(), sendto(), setsockopt()
   }
   assert.equal(codeOf(() => socket.send(Buffer.from("x"), loopback(port))), "EBADF");
   assert.equal(held().threads, 0);
+});
+
+test("a BPF filter drops what it returns 0 for before it is queued; a malformed program is EINVAL", async () => {
+  const received: number[] = [];
+  const { socket, port } = udpOnLoopback((error, data) => {
+    if (!error) received.push(data[0] ?? -1);
+  });
+  const sender = createSocket("udp4");
+  try {
+    // A UDP socket's filter reads the datagram from its UDP header: the payload's first byte is at offset 8.
+    socket.attachFilter(
+      bpfProgram([
+        { code: Bpf.LOAD_BYTE, k: 8 },
+        { code: Bpf.JUMP_IF_EQUAL, k: 1, jf: 1 },
+        { code: Bpf.RETURN, k: 0xffff },
+        { code: Bpf.RETURN, k: 0 },
+      ]),
+    );
+    for (const first of [2, 1, 3, 1, 2, 1]) sender.send(Buffer.from([first]), port, "127.0.0.1");
+    // Datagrams arrive in order: had a dropped one passed, it would show before the last accepted one.
+    await waitFor("the accepted datagrams", () => received.length >= 3, 60_000);
+    assert.deepEqual(received, [1, 1, 1]);
+    const codeOf = (program: Buffer) => {
+      try {
+        socket.attachFilter(program);
+        return "no error";
+      } catch (err) {
+        return (err as NodeJS.ErrnoException).code;
+      }
+    };
+    assert.equal(codeOf(Buffer.alloc(0)), "EINVAL");
+    assert.equal(codeOf(Buffer.alloc(12)), "EINVAL"); // not whole instructions
+    // The kernel checks programs: a jump past the end.
+    assert.equal(codeOf(bpfProgram([{ code: Bpf.JUMP_IF_EQUAL, k: 1, jt: 5 }])), "EINVAL");
+  } finally {
+    sender.close();
+    socket.close();
+  }
 });
 
 test("a socket closed by its own receive callback stops there: nothing more is delivered", async () => {

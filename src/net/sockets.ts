@@ -20,6 +20,9 @@ interface Addon {
  */
 export type Receiver = (error: NodeJS.ErrnoException | null, data: Buffer, source: Buffer) => void;
 
+const SOL_SOCKET = 1;
+const SO_ATTACH_FILTER = 26;
+
 /** Linux's values. */
 export const Family = { INET: 2, INET6: 10, NETLINK: 16, PACKET: 17 } as const;
 export const SocketType = { DGRAM: 2, RAW: 3 } as const;
@@ -28,6 +31,11 @@ export interface Socket {
   bind(address: Buffer): void;
   /** setsockopt(); a number is passed as a C int. */
   setOption(level: number, name: number, value: number | Buffer): void;
+  /**
+   * SO_ATTACH_FILTER: a classic BPF program (struct sock_filter instructions, see bpfProgram) the kernel runs on
+   * each datagram before queueing it; what it returns 0 for is dropped.
+   */
+  attachFilter(program: Buffer): void;
   /** A synchronous sendto(): `to` is a numeric IP address (IPv6 with a %zone) or a sockaddr. */
   send(data: Buffer, to: string | Buffer): void;
   /** Whether the open socket keeps the process alive; a new socket does not. */
@@ -49,8 +57,40 @@ export function openSocket(
   return {
     bind: (address) => addon.bind(handle, address),
     setOption: (level, name, value) => addon.setOption(handle, level, name, value),
+    attachFilter: (program) => addon.setOption(handle, SOL_SOCKET, SO_ATTACH_FILTER, program),
     send: (data, to) => addon.send(handle, data, to),
     keepAlive: (on) => addon.ref(handle, on),
     close: () => addon.close(handle),
   };
+}
+
+/** One classic BPF instruction: struct sock_filter { u16 code; u8 jt; u8 jf; u32 k } (see bpf(4), filter.txt). */
+export interface BpfInstruction {
+  code: number;
+  /** Instructions skipped when a jump's test holds / fails. */
+  jt?: number;
+  jf?: number;
+  k: number;
+}
+
+/** Classic BPF opcodes this code uses. */
+export const Bpf = {
+  /** A = the byte at offset k. */
+  LOAD_BYTE: 0x30,
+  /** if A == k skip jt else skip jf. */
+  JUMP_IF_EQUAL: 0x15,
+  /** Accept k bytes of the datagram (0: drop it). */
+  RETURN: 0x06,
+} as const;
+
+/** The instructions as the kernel reads them (machine byte order: little-endian on x64 and arm64). */
+export function bpfProgram(instructions: BpfInstruction[]): Buffer {
+  const program = Buffer.alloc(8 * instructions.length);
+  instructions.forEach(({ code, jt = 0, jf = 0, k }, i) => {
+    program.writeUInt16LE(code, 8 * i);
+    program[8 * i + 2] = jt;
+    program[8 * i + 3] = jf;
+    program.writeUInt32LE(k >>> 0, 8 * i + 4);
+  });
+  return program;
 }

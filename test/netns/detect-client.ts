@@ -3,7 +3,7 @@ import { spawn } from "node:child_process";
 import path from "node:path";
 import { createInterface } from "node:readline";
 import type { Detection, DetectionConfig } from "../../src/agent/detect.ts";
-import type { HostAddress } from "../../src/net/netlink.ts";
+import type { HostAddress, HostLink } from "../../src/net/netlink.ts";
 import { onExit } from "../../localcluster/cleanup.ts";
 import { run } from "../../localcluster/exec.ts";
 import type { Host, Network } from "./netns.ts";
@@ -50,6 +50,7 @@ const UNPRIVILEGED = [
 
 export interface Lookups {
   addresses: HostAddress[];
+  links: HostLink[];
   /** Per target: the route source (null: none), or the errno name of a kernel answer the adapter threw. */
   routes: ({ source: string | null } | { error: string })[];
 }

@@ -3,7 +3,8 @@
 //   detect '<DetectionConfig JSON>'  → one Detection
 //   addresses                        → the HostAddress list
 //   routes <target>…                 → the route source per target (null: none)
-//   lookups <target>…                → { addresses, routes: { source } (null: none) or { error: errno } per target }
+//   lookups <target>…                → { addresses, links, routes: { source } (null: none) or { error: errno } per
+//                                      target }
 //   watch <debounceMs> <target>      → one snapshot line now and one after each reported change, until stdin closes
 import { detectAddresses } from "../../src/agent/detect.ts";
 import { NetlinkError, openNetlink } from "../../src/net/netlink.ts";
@@ -25,6 +26,7 @@ switch (command) {
   case "lookups":
     print({
       addresses: await netlink.listAddresses(),
+      links: await netlink.listLinks(),
       routes: await Promise.all(
         args.map((target) =>
           netlink.routeSource(target).then(

@@ -1,6 +1,7 @@
 // The rtnetlink decoder (src/net/rtnetlink.ts, read through the netlink adapter run as the agent runs it) against
 // iproute2, which reads the same kernel answers: on generated namespace configurations the address list must equal
-// `ip -j address` in every field HostAddress carries, and each target's route source the `prefsrc` of
+// `ip -j address` in every field HostAddress carries, the link list its links (index, name, MAC), and each target's
+// route source the `prefsrc` of
 // `ip -j route get <target> uid 65534` (the agent runs as nobody, and uid rules are generated too).
 // Configurations: veth pairs (both ends in the namespace) and bridges, named with dots, dashes and UTF-8, links down
 // or without carrier, lo down; IPv4 and IPv6 subnet, wide, host (VIP, also on lo) and point-to-point addresses, any
@@ -17,7 +18,7 @@ import { test } from "node:test";
 import { isDeepStrictEqual } from "node:util";
 import fc from "fast-check";
 import { waitFor } from "../../localcluster/wait.ts";
-import type { HostAddress } from "../../src/net/netlink.ts";
+import type { HostAddress, HostLink } from "../../src/net/netlink.ts";
 import { type Lookups, lookupsIn } from "./detect-client.ts";
 import { createNetwork, type Host } from "./netns.ts";
 
@@ -434,10 +435,21 @@ interface IpAddressInfo {
   dadfailed?: boolean;
 }
 
-/** What iproute2 reads: `ip -j address` as HostAddress entries in the adapter's order, and `ip -j route get`. */
-async function ipView(host: Host, targets: string[]): Promise<{ addresses: HostAddress[]; routes: Answer[] }> {
+interface IpView {
+  addresses: HostAddress[];
+  links: HostLink[];
+  routes: Answer[];
+}
+
+/** What iproute2 reads: `ip -j address` as the adapter's HostAddress and HostLink lists, and `ip -j route get`. */
+async function ipView(host: Host, targets: string[]): Promise<IpView> {
   const listing = await inside(host, ["ip", "-j", "address"]);
-  const links = JSON.parse(listing.stdout) as { ifindex: number; ifname: string; addr_info?: IpAddressInfo[] }[];
+  const links = JSON.parse(listing.stdout) as {
+    ifindex: number;
+    ifname: string;
+    address?: string;
+    addr_info?: IpAddressInfo[];
+  }[];
   const addresses = links
     .flatMap((link) =>
       (link.addr_info ?? [])
@@ -475,15 +487,24 @@ async function ipView(host: Host, targets: string[]): Promise<{ addresses: HostA
     const message = /^RTNETLINK answers: (.*)$/.exec(text)?.[1] ?? text;
     return { error: ERRNO_BY_MESSAGE[message] ?? `ip: ${message}` };
   });
-  return { addresses, routes };
+  const hostLinks = links
+    .map(({ ifindex, ifname, address }): HostLink => ({
+      index: ifindex,
+      name: ifname,
+      ...(address?.length === 17 && { mac: address }), // six bytes, as aa:bb:cc:dd:ee:ff
+    }))
+    .sort((a, b) => a.index - b.index);
+  return { addresses, links: hostLinks, routes };
 }
 
 /** Kernel answers the adapter reports as "no source" (src/net/netlink.ts): none, unreachable, prohibit, blackhole. */
 const NO_ROUTE = new Set(["ENETUNREACH", "EHOSTUNREACH", "EACCES", "EINVAL"]);
 
 /** Where the adapter's reading differs from iproute2's, one line each (empty: none). */
-function differences(ours: Lookups, ip: { addresses: HostAddress[]; routes: Answer[] }, targets: string[]): string[] {
+function differences(ours: Lookups, ip: IpView, targets: string[]): string[] {
   const lines: string[] = [];
+  if (!isDeepStrictEqual(ours.links, ip.links))
+    lines.push(`links: ours ${JSON.stringify(ours.links)}, ip ${JSON.stringify(ip.links)}`);
   const mine = ours.addresses.map((entry) => ({ ...entry, address: canonical(entry.address) }));
   for (let i = 0; i < Math.max(mine.length, ip.addresses.length); i++)
     if (!isDeepStrictEqual(mine[i], ip.addresses[i]))

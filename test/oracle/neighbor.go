@@ -1,0 +1,130 @@
+// neighbor: ARP packets and NDP messages as MetalLB's speaker reads and writes them in L2 mode
+// (github.com/mdlayher/arp Packet, github.com/mdlayher/ndp ParseMessage and MarshalMessage).
+package main
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"net"
+	"net/netip"
+
+	"github.com/mdlayher/arp"
+	"github.com/mdlayher/ndp"
+)
+
+// A question: op "arp" reads hex as an ARP packet, "arpBuild" builds one from Packet, "ndp" reads hex as an
+// NDP message (ICMPv6 type byte first).
+type neighborInput struct {
+	Op     string     `json:"op"`
+	Hex    string     `json:"hex"`
+	Packet *arpPacket `json:"packet"`
+}
+
+type arpPacket struct {
+	Error        string `json:"error,omitempty"`
+	HardwareType uint16 `json:"hardwareType"`
+	ProtocolType uint16 `json:"protocolType"`
+	Operation    uint16 `json:"operation"`
+	SenderMac    string `json:"senderMac"`
+	SenderIP     string `json:"senderIp"`
+	TargetMac    string `json:"targetMac"`
+	TargetIP     string `json:"targetIp"`
+}
+
+type ndpMessage struct {
+	Error     string `json:"error,omitempty"`
+	Type      string `json:"type,omitempty"`
+	Target    string `json:"target,omitempty"`
+	Solicited bool   `json:"solicited,omitempty"`
+	Override  bool   `json:"override,omitempty"`
+	Router    bool   `json:"router,omitempty"`
+	// The first link-layer address option of each direction.
+	SourceMac string `json:"sourceMac,omitempty"`
+	TargetMac string `json:"targetMac,omitempty"`
+}
+
+func init() {
+	register("neighbor", func(raw json.RawMessage) any {
+		var input neighborInput
+		if err := json.Unmarshal(raw, &input); err != nil {
+			return map[string]string{"error": err.Error()}
+		}
+		switch input.Op {
+		case "arp":
+			return readArp(input.Hex)
+		case "arpBuild":
+			return buildArp(input.Packet)
+		default:
+			return readNdp(input.Hex)
+		}
+	})
+}
+
+func readArp(text string) arpPacket {
+	data, _ := hex.DecodeString(text)
+	var packet arp.Packet
+	if err := packet.UnmarshalBinary(data); err != nil {
+		return arpPacket{Error: err.Error()}
+	}
+	return arpPacket{
+		HardwareType: packet.HardwareType,
+		ProtocolType: packet.ProtocolType,
+		Operation:    uint16(packet.Operation),
+		SenderMac:    packet.SenderHardwareAddr.String(),
+		SenderIP:     packet.SenderIP.String(),
+		TargetMac:    packet.TargetHardwareAddr.String(),
+		TargetIP:     packet.TargetIP.String(),
+	}
+}
+
+// The hex of arp.NewPacket(...).MarshalBinary(), as the speaker sends replies and gratuitous ARP.
+func buildArp(p *arpPacket) map[string]string {
+	senderMac, err1 := net.ParseMAC(p.SenderMac)
+	targetMac, err2 := net.ParseMAC(p.TargetMac)
+	senderIP, err3 := netip.ParseAddr(p.SenderIP)
+	targetIP, err4 := netip.ParseAddr(p.TargetIP)
+	for _, err := range []error{err1, err2, err3, err4} {
+		if err != nil {
+			return map[string]string{"error": err.Error()}
+		}
+	}
+	packet, err := arp.NewPacket(arp.Operation(p.Operation), senderMac, senderIP, targetMac, targetIP)
+	if err != nil {
+		return map[string]string{"error": err.Error()}
+	}
+	data, err := packet.MarshalBinary()
+	if err != nil {
+		return map[string]string{"error": err.Error()}
+	}
+	return map[string]string{"hex": hex.EncodeToString(data)}
+}
+
+func readNdp(text string) ndpMessage {
+	data, _ := hex.DecodeString(text)
+	message, err := ndp.ParseMessage(data)
+	if err != nil {
+		return ndpMessage{Error: err.Error()}
+	}
+	var answer ndpMessage
+	var options []ndp.Option
+	switch m := message.(type) {
+	case *ndp.NeighborSolicitation:
+		answer = ndpMessage{Type: "solicitation", Target: m.TargetAddress.String()}
+		options = m.Options
+	case *ndp.NeighborAdvertisement:
+		answer = ndpMessage{Type: "advertisement", Target: m.TargetAddress.String(), Solicited: m.Solicited,
+			Override: m.Override, Router: m.Router}
+		options = m.Options
+	default:
+		return ndpMessage{Type: "other"}
+	}
+	for _, option := range options {
+		lla, ok := option.(*ndp.LinkLayerAddress)
+		if ok && lla.Direction == ndp.Source && answer.SourceMac == "" {
+			answer.SourceMac = lla.Addr.String()
+		} else if ok && lla.Direction == ndp.Target && answer.TargetMac == "" {
+			answer.TargetMac = lla.Addr.String()
+		}
+	}
+	return answer
+}
