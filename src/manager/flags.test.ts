@@ -245,7 +245,7 @@ describe("--controllers, as kube-controller-manager's", () => {
   test("unknown names and an empty choice are usage errors", () => {
     rejects(
       ["--controllers=*,csr"],
-      'invalid value "*,csr" for --controllers: unknown controller "csr" (known: node-lifecycle, kubelet-serving-csr, service)',
+      'invalid value "*,csr" for --controllers: unknown controller "csr" (known: node-lifecycle, kubelet-serving-csr, service, service-l2-pools)',
     );
     rejects(
       ["--controllers=-node-lifecycle,-service"],
@@ -296,6 +296,7 @@ describe("the program's flag table", () => {
       "lb-node-selector": "loadBalancer.nodeSelector",
       "lb-max-nodes": "loadBalancer.maxNodes",
       "lb-reserved-ports": "loadBalancer.reservedPorts",
+      "lb-l2-claim-classless": "loadBalancer.l2.claimClassless",
       kubeconfig: undefined,
       v: `${prefix}verbosity`,
       "log-format": `${prefix}logFormat`,

@@ -138,9 +138,10 @@ type Step = { ok: Held } | { refuse: RefusalRule; reason: string };
 /** Whether two Services may hold one address: the same sharing key, and no protocol/port in common. */
 function compatible(a: Holder, b: Holder): boolean {
   if (!a.sharingKey || a.sharingKey !== b.sharingKey) return false;
-  const overlap = (mine: ServicePort) => b.ports.some(({ protocol, port }) => protocol === mine.protocol && port === mine.port);
-  return !a.ports.some(overlap);
+  return !a.ports.some((mine) => b.ports.some((theirs) => samePort(mine, theirs)));
 }
+
+const samePort = (a: ServicePort, b: ServicePort) => a.protocol === b.protocol && a.port === b.port;
 
 export function allocate({ services, pools, nodeAddresses, claimClassless }: AllocateInput): AllocateResult {
   const ours = [...services].filter((facts) => isOurs(facts, claimClassless)).sort(byAge);

@@ -8,6 +8,8 @@ import type { LabelSelector, Operator, Requirement } from "../kube/labelselector
 import { type AddressRange, mergeRanges, parseAddressEntry } from "./ranges.ts";
 
 export const POOL_RESOURCE: ResourceRef = { group: "local-ccm.io", version: "v1alpha1", plural: "loadbalancerippools" };
+/** What a created pool's body names (the apiserver needs it for a custom resource). */
+export const POOL_TYPE = { apiVersion: "local-ccm.io/v1alpha1", kind: "LoadBalancerIPPool" } as const;
 
 export interface LoadBalancerIPPool extends KubeObject {
   spec?: {
