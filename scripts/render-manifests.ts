@@ -67,7 +67,8 @@ export function chartControllersYaml(): string {
     namespacedRulesCoveredBy: rolesCoveredBy(controller),
   }));
   const header = `# ${GENERATED} from the controller registry (src/manager/registry.ts); do not edit.\n`;
-  return `${header}${stringify({ controllers })}`;
+  // Controllers share rule objects (service/definition.ts LOAD_BALANCER_RULES): written out in full each time.
+  return `${header}${stringify({ controllers }, { aliasDuplicateObjects: false })}`;
 }
 
 /**

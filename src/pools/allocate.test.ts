@@ -164,6 +164,22 @@ describe("allocate", () => {
     ]);
   });
 
+  test("an address a refused Service gives up goes to the older Service that asked for it", () => {
+    const dual = pool("a", ["198.51.100.0/31", "2001:db8::/127"]);
+    const older = service("older", { ipFamilies: ["IPv6"], requestedIps: "2001:db8::1" });
+    const taker = service("taker", { requestedIps: "198.51.100.0" });
+    const newer = service("newer", {
+      ipFamilies: ["IPv4", "IPv6"],
+      requestedIps: "198.51.100.0",
+      ingress: ["2001:db8::1"],
+    });
+    assert.deepEqual(summary(run([older, taker, newer], [dual]).services), [
+      "ns/older → 2001:db8::1 (allocated)",
+      "ns/taker → 198.51.100.0 (allocated)",
+      "ns/newer ✗ address-held: 198.51.100.0 is held by the Service ns/taker",
+    ]);
+  });
+
   test("a Service being deleted keeps its address until it is gone; other classes are not ours", () => {
     const going = service("going", { deleting: true, ingress: ["198.51.100.0"] });
     const theirs = service("theirs", { class: "example.com/other" });
@@ -249,6 +265,7 @@ describe("allocate: properties", () => {
               assert.ok(sharing && a.ports[0]?.port !== b.ports[0]?.port, `${ip} held by ${a.key} and ${b.key}`);
             }
       }),
+      { numRuns: 500 },
     );
   });
 
@@ -262,6 +279,7 @@ describe("allocate: properties", () => {
         assert.deepEqual(strip(again), strip(first));
         for (const each of again.values()) if (each.action === "allocate") assert.equal(each.rule, "kept");
       }),
+      { numRuns: 500 },
     );
   });
 });

@@ -133,7 +133,17 @@ interface Held {
   pool: string;
 }
 
-type Step = { ok: Held } | { refuse: RefusalRule; reason: string };
+interface Refusal {
+  refuse: RefusalRule;
+  reason: string;
+}
+
+const refusal = (refuse: RefusalRule, reason: string): Refusal => ({ refuse, reason });
+
+type Step = { ok: Held } | Refusal;
+
+/** Where a missing address comes from: the one requested, in its pool, or the lowest free one of these pools. */
+type Source = { ip: string; pool: PoolFacts } | { family: IpFamily; candidates: PoolFacts[] };
 
 /** Whether two Services may hold one address: the same sharing key, and no protocol/port in common. */
 function compatible(a: Holder, b: Holder): boolean {
@@ -143,8 +153,27 @@ function compatible(a: Holder, b: Holder): boolean {
 
 const samePort = (a: ServicePort, b: ServicePort) => a.protocol === b.protocol && a.port === b.port;
 
-export function allocate({ services, pools, nodeAddresses, claimClassless }: AllocateInput): AllocateResult {
-  const ours = [...services].filter((facts) => isOurs(facts, claimClassless)).sort(byAge);
+/**
+ * A refused Service releases what it held, which an older Service may have been refused for: allocation runs again
+ * with the refused Services' addresses set aside from the start, until no refusal releases anything. Each run sets
+ * aside more, so this ends; and its answer is what a restart would rebuild (a refused Service's status is cleared).
+ */
+export function allocate(input: AllocateInput): AllocateResult {
+  const ours = [...input.services].filter((facts) => isOurs(facts, input.claimClassless)).sort(byAge);
+  const setAside = new Set<string>();
+  for (;;) {
+    const { released, ...result } = allocateOnce(ours, input, setAside);
+    if (!released.length) return result;
+    for (const key of released) setAside.add(key);
+  }
+}
+
+/** One allocation of `ours` (oldest first), the Services of `setAside` holding nothing. */
+function allocateOnce(
+  ours: readonly L2ServiceFacts[],
+  { pools, nodeAddresses }: AllocateInput,
+  setAside: ReadonlySet<string>,
+): AllocateResult & { released: string[] } {
   const byName = [...pools].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   const holders = new Map<string, Holder[]>();
   const held = new Map<string, Held[]>(); // Service key → what it holds
@@ -170,6 +199,7 @@ export function allocate({ services, pools, nodeAddresses, claimClassless }: All
 
   // 1. Keep what is held, oldest first.
   for (const facts of ours) {
+    if (setAside.has(facts.key)) continue;
     const request = requestedIps(facts);
     const recorded = (facts.allocatedFrom ?? "").split(",");
     const pools = usable(facts);
@@ -205,12 +235,14 @@ export function allocate({ services, pools, nodeAddresses, claimClassless }: All
 
   // 2. Complete each Service, oldest first, or refuse it and release what it held.
   const result = new Map<string, Allocation>();
+  const released: string[] = [];
   for (const facts of ours) {
     if (facts.deleting) continue;
     const kept = held.get(facts.key) ?? [];
     const outcome = complete(facts, kept, usable(facts));
     const movedReason = moved.get(facts.key);
     if ("refuse" in outcome) {
+      if (kept.length) released.push(facts.key);
       release(facts.key);
       result.set(facts.key, { action: "refuse", rule: outcome.refuse, reason: outcome.reason, moved: movedReason });
       continue;
@@ -234,47 +266,64 @@ export function allocate({ services, pools, nodeAddresses, claimClassless }: All
     held.delete(key);
   }
 
-  /** The addresses a Service lacks, per family of spec.ipFamilies, or the first refusal. */
-  function complete(
-    facts: L2ServiceFacts,
-    kept: Held[],
-    pools: PoolFacts[],
-  ): { added: Held[] } | { refuse: RefusalRule; reason: string } {
+  /**
+   * The addresses a Service lacks, per family of spec.ipFamilies, or a refusal. What cannot change with other
+   * Services (a bad request, no pool, an address outside the pools or a Node's) is checked for every family before
+   * what can (an address held, a pool exhausted): the reason a Service is told stays the same across restarts.
+   */
+  function complete(facts: L2ServiceFacts, kept: Held[], pools: PoolFacts[]): { added: Held[] } | Refusal {
     const request = requestedIps(facts);
     if (typeof request === "string") return { refuse: "bad-request", reason: request };
     if (facts.pool !== undefined && !pools.some(({ name }) => name === facts.pool))
       return { refuse: "no-pool", reason: namedPoolProblem(facts, byName) };
+    const missing = facts.ipFamilies.filter((family) => !kept.some(({ ip }) => familyOf(ip) === family));
+    const sources: Source[] = [];
+    for (const family of missing) {
+      const source = sourceOf(facts, family, request.get(family), pools);
+      if ("refuse" in source) return source;
+      sources.push(source);
+    }
     const added: Held[] = [];
-    for (const family of facts.ipFamilies) {
-      if (kept.some(({ ip }) => familyOf(ip) === family)) continue;
-      const wanted = request.get(family);
-      const step = wanted !== undefined ? requested(facts, wanted, pools) : automatic(facts, family, pools, added);
+    for (const source of sources) {
+      const step = "ip" in source ? requested(facts, source) : automatic(facts, source, added);
       if ("refuse" in step) return step;
       added.push(step.ok);
     }
     return { added };
   }
 
-  function requested(facts: L2ServiceFacts, ip: string, pools: PoolFacts[]): Step {
-    const number = ipNumber(ip) as { family: IpFamily; value: bigint };
-    if (nodeAddresses.has(ip))
-      return { refuse: "node-address", reason: `${ip} is an address of node ${nodeAddresses.get(ip)}` };
-    const pool = pools.find((each) => poolHolds(each, number.family, number.value));
-    if (!pool) return { refuse: "address-in-no-pool", reason: `${ip} is in no pool this Service may use` };
+  /** Where a family's address may come from: the requested address's pool, or the pools to draw from. */
+  function sourceOf(facts: L2ServiceFacts, family: IpFamily, wanted: string | undefined, pools: PoolFacts[]) {
+    if (wanted !== undefined) {
+      const number = ipNumber(wanted) as { family: IpFamily; value: bigint };
+      if (nodeAddresses.has(wanted))
+        return refusal("node-address", `${wanted} is an address of node ${nodeAddresses.get(wanted)}`);
+      const pool = pools.find((each) => poolHolds(each, number.family, number.value));
+      if (pool) return { ip: wanted, pool };
+      return refusal("address-in-no-pool", `${wanted} is in no pool this Service may use`);
+    }
+    const candidates = pools.filter(
+      (pool) => (facts.pool !== undefined || pool.autoAssign) && pool.ranges.some((range) => range.family === family),
+    );
+    if (!candidates.length) return refusal("no-pool", `no pool offers ${family} addresses to this Service`);
+    return { family, candidates };
+  }
+
+  function requested(facts: L2ServiceFacts, { ip, pool }: { ip: string; pool: PoolFacts }): Step {
     const others = holders.get(ip) ?? [];
     const sharer = others.find((other) => other.sharingKey !== undefined && other.sharingKey === facts.sharingKey);
     const holder = conflict(facts, ip);
     if (holder !== undefined && sharer && others.every((other) => other.sharingKey === facts.sharingKey))
-      return { refuse: "port-overlap", reason: `${ip} is shared with ${holder}, whose ports overlap this Service's` };
-    if (holder !== undefined) return { refuse: "address-held", reason: `${ip} is held by the Service ${holder}` };
+      return refusal("port-overlap", `${ip} is shared with ${holder}, whose ports overlap this Service's`);
+    if (holder !== undefined) return refusal("address-held", `${ip} is held by the Service ${holder}`);
     return { ok: { ip, pool: pool.name } };
   }
 
-  function automatic(facts: L2ServiceFacts, family: IpFamily, pools: PoolFacts[], added: Held[]): Step {
-    const candidates = pools.filter(
-      (pool) => (facts.pool !== undefined || pool.autoAssign) && pool.ranges.some((range) => range.family === family),
-    );
-    if (!candidates.length) return { refuse: "no-pool", reason: `no pool offers ${family} addresses to this Service` };
+  function automatic(
+    facts: L2ServiceFacts,
+    { family, candidates }: { family: IpFamily; candidates: PoolFacts[] },
+    added: Held[],
+  ): Step {
     const taken = new Set(added.map(({ ip }) => ip));
     if (facts.sharingKey !== undefined) {
       const shared = sharedAddress(facts, family, candidates, taken);
@@ -285,7 +334,7 @@ export function allocate({ services, pools, nodeAddresses, claimClassless }: All
       if (ip !== undefined) return { ok: { ip, pool: pool.name } };
     }
     const names = candidates.map(({ name }) => name).join(", ");
-    return { refuse: "pool-exhausted", reason: `no free ${family} address in pool(s) ${names}` };
+    return refusal("pool-exhausted", `no free ${family} address in pool(s) ${names}`);
   }
 
   /** The lowest address of a candidate pool held under this Service's sharing key, if it may join its holders. */
@@ -304,7 +353,7 @@ export function allocate({ services, pools, nodeAddresses, claimClassless }: All
 
   const used = new Map<string, Set<string>>(pools.map(({ name }) => [name, new Set<string>()]));
   for (const entries of held.values()) for (const { ip, pool } of entries) used.get(pool)?.add(ip);
-  return { services: result, used };
+  return { services: result, used, released };
 }
 
 const holderOf = ({ key, sharingKey, ports }: L2ServiceFacts): Holder => ({ key, sharingKey, ports });

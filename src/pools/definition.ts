@@ -6,6 +6,7 @@ import type { Node, Service } from "kubernetes-types/core/v1.js";
 import { NODE_RESOURCE, Resource, SERVICE_RESOURCE } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
 import { defineController } from "../manager/controller.ts";
+import { LOAD_BALANCER_RULES } from "../service/definition.ts";
 import { PoolController } from "./controller.ts";
 import { poolsConfig, poolsFlagTable } from "./flags.ts";
 import { createPoolsMetrics } from "./metrics.ts";
@@ -33,10 +34,7 @@ export const servicePools = defineController({
   rbac: {
     // As the node-address service controller's, plus the pools: read, and their status written.
     cluster: [
-      { apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] },
-      { apiGroups: [""], resources: ["services"], verbs: ["list", "watch", "patch"] },
-      { apiGroups: [""], resources: ["services/status"], verbs: ["patch"] },
-      { apiGroups: [""], resources: ["nodes"], verbs: ["list", "watch"] },
+      ...LOAD_BALANCER_RULES,
       { apiGroups: ["local-ccm.io"], resources: ["loadbalancerippools"], verbs: ["list", "watch"] },
       { apiGroups: ["local-ccm.io"], resources: ["loadbalancerippools/status"], verbs: ["patch"] },
     ],

@@ -14,7 +14,7 @@ import {
 } from "../../src/pools/allocate.ts";
 import type { LoadBalancerIPPool } from "../../src/pools/pool.ts";
 import { LB_FINALIZER } from "../../src/service/decide.ts";
-import { waitFor } from "../../localcluster/wait.ts";
+import { waitForEqual } from "../../localcluster/wait.ts";
 import { type PoolWorld, type RunningController, startPoolWorld } from "./world.ts";
 
 const WAIT_MS = 60_000;
@@ -70,15 +70,8 @@ async function group(pools: Record<string, LoadBalancerIPPool["spec"]>) {
 const HTTP: ServicePort = { port: 80, protocol: "TCP" };
 const port = (number: number, protocol = "TCP"): ServicePort[] => [{ port: number, protocol }];
 
-/** Waits until `read` gives `expected` (deep-equal), and says what it last saw when it never does. */
-async function until<T>(what: string, read: () => Promise<T>, expected: T): Promise<void> {
-  let last: T | undefined;
-  try {
-    await waitFor(what, async () => JSON.stringify((last = await read())) === JSON.stringify(expected), WAIT_MS);
-  } catch (err) {
-    assert.fail(`${(err as Error).message}; last seen ${JSON.stringify(last)}`);
-  }
-}
+const until = <T>(what: string, read: () => Promise<T>, expected: T) =>
+  waitForEqual(what, read, expected, WAIT_MS);
 
 async function withController<T>(body: (running: RunningController) => Promise<T>): Promise<T> {
   const running = await world.startController();
