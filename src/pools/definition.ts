@@ -28,6 +28,7 @@ export const servicePools = defineController({
     "or the lowest free), recorded on the Service so that a restart never hands one out twice; writes the " +
     "pools' status. Announcing the addresses on the network is not there yet.",
   flags: poolsFlagTable,
+  classlessFlag: "lb-l2-claim-classless",
   parse: poolsConfig,
   metricsSubsystem: "service_l2_pools_",
   createMetrics: createPoolsMetrics,

@@ -16,7 +16,7 @@ export const poolsFlagTable = [
       "Address pool controller: also give pool addresses to LoadBalancer Services without a loadBalancerClass. " +
       "Turn on at most one of this and --lb-claim-classless: one mode serves class-less Services. Services of " +
       "class local-ccm.io/l2 are always its own.",
-    helm: "loadBalancer.l2.claimClassless",
+    helm: "loadBalancer.l2.pools.claimClassless",
   }),
 ] as const;
 

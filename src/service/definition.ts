@@ -38,6 +38,7 @@ export const serviceLoadBalancer = defineController({
     "Gives LoadBalancer Services of class local-ccm.io/node-address the addresses of healthy nodes " +
     "(ExternalIP, else InternalIP), with the standard finalizer; refuses ports the nodes serve and port conflicts.",
   flags: serviceFlagTable,
+  classlessFlag: "lb-claim-classless",
   parse: serviceConfig,
   metricsSubsystem: "service_",
   createMetrics: createServiceMetrics,
