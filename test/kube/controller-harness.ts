@@ -4,7 +4,7 @@
 // informers trim them.
 import type { Event, Namespace } from "kubernetes-types/core/v1.js";
 import type { KubeClient } from "../../src/kube/client.ts";
-import { IDENTITY_FIELDS, projection } from "../../src/kube/fields.ts";
+import { keepTransform } from "../../src/kube/fields.ts";
 import { Informer } from "../../src/kube/informer.ts";
 import { type KubeObject, Resource } from "../../src/kube/resource.ts";
 import type { Watch } from "../../src/kube/sharedinformers.ts";
@@ -49,7 +49,5 @@ export async function eventsAbout(
 
 /** An informer of a controller's watch, trimmed to the fields it keeps, through `client`. */
 export function trimmedInformer<T extends KubeObject>(client: KubeClient, { resource, keep }: Watch<T>): Informer<T> {
-  return new Informer(new Resource<T>(client, resource), {
-    transform: typeof keep === "function" ? keep : projection<T>([...IDENTITY_FIELDS, ...keep]),
-  });
+  return new Informer(new Resource<T>(client, resource), { transform: keepTransform(keep) });
 }
