@@ -62,12 +62,15 @@ type Decision =
 
 type Write = "record" | "status" | "release";
 
-/** What this process last wrote of a Service's allocation, until its cache shows it. */
+/** What this process wrote to a Service, and the versions of it that predate those writes. */
 interface Written {
   uid: string;
-  ingress: string[];
-  allocatedFrom: string | undefined;
+  /** The cached copy at one of these versions does not show the writes yet. */
+  before: Set<string | undefined>;
+  state: WrittenState;
 }
+
+type WrittenState = Pick<L2ServiceFacts, "ingress" | "allocatedFrom" | "finalizer">;
 
 /** Queue keys: one per Service, one per pool, and one that only reallocates (a Node changed). */
 const SERVICE = "service:";
@@ -83,11 +86,10 @@ export class PoolController {
   private stale = true;
   /** What allocate() reads of each Service of ours, to tell when it must run again. */
   private readonly inputs = new Map<string, string>();
+  /** Until the watch delivers what this process wrote, its facts stand in for the cached copy's. */
   private readonly written = new Map<string, Written>();
   /** The last warning told per Service: told again only when it changes. */
   private readonly warned = new Map<string, string>();
-  /** The resourceVersion each key was last written from: not written again until the cache moves on. */
-  private readonly acted = new Map<string, string | undefined>();
   private started = false;
   private stopped = false;
 
@@ -106,7 +108,7 @@ export class PoolController {
     onUpdate: (_, service) => this.serviceChanged(service),
     onDelete: (service) => {
       const key = objectKey(service);
-      for (const map of [this.inputs, this.written, this.warned, this.acted]) map.delete(key);
+      for (const map of [this.inputs, this.written, this.warned]) map.delete(key);
       this.changed(ALLOCATION);
     },
   };
@@ -172,14 +174,18 @@ export class PoolController {
     if (this.started && !this.stopped) this.queue.add(key);
   }
 
-  /** A Service's facts, with what this process wrote in place of a cached copy that does not show it yet. */
+  /**
+   * A Service's facts, with what this process wrote in place of a cached copy older than those writes: a burst of
+   * changes in between then never sees the address free, and the same writes are not sent twice.
+   */
   private facts(service: Service): L2ServiceFacts {
     const facts = l2ServiceFacts(service);
     const written = this.written.get(facts.key);
-    if (!written || written.uid !== facts.uid) return facts;
-    const shown = facts.ingress.join() === written.ingress.join() && facts.allocatedFrom === written.allocatedFrom;
-    if (shown) this.written.delete(facts.key);
-    return shown ? facts : { ...facts, ingress: written.ingress, allocatedFrom: written.allocatedFrom };
+    if (!written) return facts;
+    if (written.uid === facts.uid && written.before.has(service.metadata?.resourceVersion))
+      return { ...facts, ...written.state };
+    this.written.delete(facts.key);
+    return facts;
   }
 
   /** The allocation of every Service, made again after any change; what it changes is queued. */
@@ -218,9 +224,6 @@ export class PoolController {
   private async syncService(key: string, result: AllocateResult): Promise<void> {
     const service = this.options.services.get(key);
     if (!service) return;
-    const resourceVersion = service.metadata?.resourceVersion;
-    // Our own write reaches the cache a moment later: until then the cached copy is not written from again.
-    if (this.acted.has(key) && this.acted.get(key) === resourceVersion) return;
     const facts = this.facts(service);
     const decision = this.decide(facts, result.services.get(key));
     if (decision.action === "ignore") return;
@@ -233,16 +236,19 @@ export class PoolController {
       for (const write of writes) this.options.metrics.writes.with({ write, result: "dry-run" }).inc();
       return log.info("would write (dry run)", { writes: writes.join(","), reason: decision.reason });
     }
-    this.acted.set(key, resourceVersion);
-    try {
-      for (const write of writes) {
-        // Leadership can lapse between the decision and a write: the last check is right before each call.
-        if (!this.options.isLeader()) return void this.acted.delete(key);
-        if (!(await this.send(service, facts, decision, write, log))) return;
-      }
-    } catch (err) {
-      this.acted.delete(key);
-      throw err;
+    const { ingress, allocatedFrom, finalizer } = facts;
+    const state = { ingress, allocatedFrom, finalizer };
+    const written = this.written.get(key) ?? { uid: facts.uid, before: new Set(), state };
+    let version = service.metadata?.resourceVersion;
+    for (const write of writes) {
+      // Leadership can lapse between the decision and a write: the last check is right before each call.
+      if (!this.options.isLeader()) return;
+      // Each write starts from the version the one before made.
+      written.before.add(version);
+      version = await this.send(service, version, decision, write, log);
+      if (version === undefined) return void this.written.delete(key);
+      written.state = after(written.state, write, decision);
+      this.written.set(key, written);
     }
     if (decision.action === "allocate" && writes.includes("status")) {
       log.info("wrote ingress", { ingress: decision.ips.join(","), reason: decision.reason });
@@ -262,14 +268,14 @@ export class PoolController {
     return allocation ?? { action: "ignore" };
   }
 
-  /** One write; false when the Service changed or went meanwhile (its next version is synced afresh). */
+  /** One write; the version it made, or undefined when the Service changed or went meanwhile (synced afresh). */
   private async send(
     service: Service,
-    facts: L2ServiceFacts,
+    resourceVersion: string | undefined,
     decision: Decision,
     write: Write,
     log: Logger,
-  ): Promise<boolean> {
+  ): Promise<string | undefined> {
     const { metadata = {} } = service;
     const resource = this.options.serviceResource(metadata.namespace ?? "");
     const name = metadata.name ?? "";
@@ -277,31 +283,25 @@ export class PoolController {
     const ips = decision.action === "allocate" ? decision.ips : [];
     const allocatedFrom = decision.action === "allocate" ? decision.pools.join(",") : undefined;
     try {
+      let written: Service;
       if (write === "status") {
         const ingress: LoadBalancerIngress[] = ips.map((ip) => ({ ip, ipMode: "VIP" }));
-        await resource.patch(name, "merge", { status: { loadBalancer: { ingress } } }, { subresource: "status" });
-        // An allocation's record is written before its status (writesFor), or was already.
-        const recorded = decision.action === "allocate" ? allocatedFrom : facts.allocatedFrom;
-        this.written.set(facts.key, { uid: facts.uid, ingress: ips, allocatedFrom: recorded });
+        const patch = { status: { loadBalancer: { ingress } } };
+        written = await resource.patch(name, "merge", patch, { subresource: "status" });
       } else {
         // Pinned to the version read: a finalizer list changed by someone else meanwhile is never overwritten.
         const finalizers = write === "record" ? [...others, LB_FINALIZER] : others;
         const annotations = { [ALLOCATED_FROM_ANNOTATION]: write === "record" ? allocatedFrom : null };
-        const patch = { metadata: { resourceVersion: metadata.resourceVersion, finalizers, annotations } };
-        await resource.patch(name, "merge", patch);
-        if (write === "record") {
-          this.written.set(facts.key, { uid: facts.uid, ingress: facts.ingress, allocatedFrom });
-        }
+        written = await resource.patch(name, "merge", { metadata: { resourceVersion, finalizers, annotations } });
       }
       this.options.metrics.writes.with({ write, result: "ok" }).inc();
-      return true;
+      return written.metadata?.resourceVersion;
     } catch (err) {
       const result = isApiError(err, "Conflict") ? "conflict" : isApiError(err, "NotFound") ? "gone" : "error";
       this.options.metrics.writes.with({ write, result }).inc();
       if (result === "error") throw new Error(`${write} failed: ${(err as Error).message}`, { cause: err });
       log.v(2)?.("Service changed meanwhile; syncing it again", { write, result });
-      this.acted.delete(facts.key);
-      return false;
+      return undefined;
     }
   }
 
@@ -350,6 +350,14 @@ const release = (rule: "deleted" | "not-ours", reason: string): Decision => ({
   reason,
   moved: undefined,
 });
+
+/** A Service's state after one write. */
+function after(state: WrittenState, write: Write, decision: Decision): WrittenState {
+  const allocation = decision.action === "allocate" ? decision : undefined;
+  if (write === "status") return { ...state, ingress: allocation?.ips ?? [] };
+  if (write === "record") return { ...state, finalizer: true, allocatedFrom: allocation?.pools.join(",") };
+  return { ...state, finalizer: false, allocatedFrom: undefined };
+}
 
 /** The writes that bring a Service to the decision, in order: the record before the status it explains. */
 function writesFor(facts: L2ServiceFacts, decision: Decision): Write[] {

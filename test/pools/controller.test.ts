@@ -139,10 +139,11 @@ describe("address pool controller, against kube-apiserver", () => {
     // While no controller runs, one more Service comes.
     await g.create("d", { ports: port(83) });
     await withController(async (running) => {
-      await running.controller.idle();
       await until("d refused too", () => g.warnings("d"), [
         `refused (pool-exhausted): no free IPv4 address in pool(s) ${g.pool("tiny")}`,
       ]);
+      await running.controller.idle();
+      assert.equal(running.writes(), 0, "the restarted controller wrote");
       assert.deepEqual(await g.ingress("a"), ["198.51.100.16 VIP"]);
       assert.deepEqual(await g.ingress("b"), ["198.51.100.17 VIP"]);
       assert.deepEqual(await g.ingress("c"), []);

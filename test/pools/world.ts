@@ -26,6 +26,8 @@ export interface RunningController {
   controller: PoolController;
   metrics: PoolsMetrics;
   registry: Registry;
+  /** Patches (Services, their status, pools' status) the controller's client has sent. */
+  writes(): number;
   stop(): Promise<void>;
 }
 
@@ -67,13 +69,21 @@ export async function startPoolWorld(): Promise<PoolWorld> {
     events: (namespace, name) => eventsAbout(plane.admin, namespace, name),
     async startController(options = {}) {
       const config = await loadClientConfig({ kubeconfig, env: {} });
-      const client = new KubeClient(config, { component: "pools-controller-test" });
+      let writes = 0;
+      const client = new KubeClient(config, {
+        component: "pools-controller-test",
+        onResponse: (verb) => {
+          if (verb === "patch") writes++;
+        },
+      });
       const log = createLogger({ verbosity: 2, format: "text", write: () => {} });
       const watches = servicePools.watches(undefined as never);
       const services = trimmedInformer(client, watches.services);
       const nodes = trimmedInformer(client, watches.nodes);
       const poolCache = trimmedInformer(client, watches.pools);
-      const events = new EventRecorder(client, { component: "pools-controller-test" });
+      // Events through a client of their own: only the controller's writes are counted.
+      const eventsClient = new KubeClient(config, { component: "pools-controller-test" });
+      const events = new EventRecorder(eventsClient, { component: "pools-controller-test" });
       const registry = new Registry();
       const metrics = createPoolsMetrics(registry, "test_pools_");
       const controller = new PoolController({
@@ -100,12 +110,14 @@ export async function startPoolWorld(): Promise<PoolWorld> {
         controller,
         metrics,
         registry,
+        writes: () => writes,
         async stop() {
           running.delete(handle);
           await controller.stop();
           await Promise.all(informers.map((each) => each.stop()));
           await events.flush();
           client.close();
+          eventsClient.close();
         },
       };
       running.add(handle);
