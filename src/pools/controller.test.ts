@@ -1,6 +1,6 @@
-// The controller's loop with fake caches and a fake API whose watch lags behind its writes: what this process wrote
-// stands in for the cached copy, so a Service seen meanwhile never gets an address already handed out; and a
-// restart on the written state writes nothing.
+// The controller's loop with fake caches and a fake API whose watch lags behind its writes (and whose answers can be
+// held): what this process writes stands in for the cached copy from its decision on, so a Service seen meanwhile
+// never gets an address already handed out; and a restart on the written state writes nothing.
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { Node, Service } from "kubernetes-types/core/v1.js";
@@ -45,6 +45,8 @@ function world() {
   const pending: Service[] = [];
   let version = 100;
   const writes: { name: string; ingress?: string[] }[] = [];
+  /** While set, the API answers no write (each is recorded in `writes` when sent). */
+  let gate: Promise<void> | undefined;
   const controller = new PoolController({
     config: { claimClassless: false },
     dryRun: false,
@@ -53,6 +55,9 @@ function world() {
     pools,
     serviceResource: (namespace) => ({
       patch: async (name, _type, body) => {
+        const ingress = (body as Service).status?.loadBalancer?.ingress?.map(({ ip }) => ip ?? "");
+        writes.push({ name, ...(ingress ? { ingress } : {}) });
+        await gate;
         const key = `${namespace}/${name}`;
         const before = stored.get(key) ?? (services.get(key) as Service);
         const pinned = (body as Service).metadata?.resourceVersion;
@@ -62,8 +67,6 @@ function world() {
         const after = merge(before, { ...(body as object), metadata: next });
         stored.set(key, after as Service);
         pending.push(after as Service);
-        const ingress = (body as Service).status?.loadBalancer?.ingress?.map(({ ip }) => ip ?? "");
-        writes.push({ name, ...(ingress ? { ingress } : {}) });
         return after as Service;
       },
     }),
@@ -84,7 +87,18 @@ function world() {
       controller.serviceHandlers.onUpdate?.(before, item);
     }
   };
-  return { controller, services, add, deliver, writes };
+  /** Holds every write's answer until the returned function is called. */
+  const hold = () => {
+    let open = () => {};
+    gate = new Promise((resolve) => {
+      open = resolve;
+    });
+    return () => {
+      gate = undefined;
+      open();
+    };
+  };
+  return { controller, services, add, deliver, writes, hold };
 }
 
 test("a Service seen before the watch shows an allocation never gets that address, even when older", async () => {
@@ -101,6 +115,28 @@ test("a Service seen before the watch shows an allocation never gets that addres
   await controller.idle();
   assert.equal(writes.length, 4, "the delivered versions are written from again");
 });
+
+test("an address is held from the decision on, while its writes are unanswered", async () => {
+  const { controller, add, writes, hold } = world();
+  controller.start();
+  const answer = hold();
+  add(service("newer", "2026-01-01T00:00:05Z"));
+  await waitForWrites(writes, 1);
+  add(service("older", "2026-01-01T00:00:01Z"));
+  await waitForWrites(writes, 2);
+  answer();
+  await controller.idle();
+  const statuses = writes.filter(({ ingress }) => ingress).map(({ name, ingress }) => `${name} ${ingress}`);
+  assert.deepEqual(statuses.sort(), ["newer 198.51.100.0", "older 198.51.100.1"]);
+});
+
+/** Waits (bounded) until `count` writes were sent. */
+async function waitForWrites(writes: unknown[], count: number): Promise<void> {
+  for (let turns = 0; writes.length < count; turns++) {
+    assert.ok(turns < 1000, `${count} writes never sent`);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
 
 test("a new controller on the written state writes nothing", async () => {
   const first = world();

@@ -1,12 +1,12 @@
 // The address pool controller: Services, LoadBalancerIPPools and Nodes from informers → keyed work queue
 // (kube/workqueue.ts, per-key backoff) → sync one Service or one pool's status. allocate() (allocate.ts) runs over
 // every Service of ours at once, only once every informer has synced (start()), and again after each burst of
-// changes; the Services and pools whose outcome changed are queued.
+// changes; the Services whose allocation changed, and every pool, are queued.
 //
 // A Service's allocation is recorded before it is announced: first the finalizer and the allocated-from annotation
 // (one merge patch pinned to the resourceVersion read), then status.loadBalancer.ingress (ipMode VIP). What this
-// process wrote stands in for the cached copy until the watch delivers it, so a burst of changes in between never
-// sees the address free. Only the leader writes, and only what differs.
+// process writes stands in for the cached copy from the moment it decides until the watch delivers the writes, so
+// an allocation made in between never sees the address free. Only the leader writes, and only what differs.
 //
 // Which node announces each address is the next step's (the agents' announcers); this controller gives addresses.
 import type { LoadBalancerIngress, Node, Service } from "kubernetes-types/core/v1.js";
@@ -236,19 +236,21 @@ export class PoolController {
       for (const write of writes) this.options.metrics.writes.with({ write, result: "dry-run" }).inc();
       return log.info("would write (dry run)", { writes: writes.join(","), reason: decision.reason });
     }
+    // Held from now, before the first write is answered: an allocation made meanwhile sees the address taken. A
+    // write that failed otherwise than by a conflict may have happened: it stays held until the cache moves on.
     const { ingress, allocatedFrom, finalizer } = facts;
     const state = { ingress, allocatedFrom, finalizer };
     const written = this.written.get(key) ?? { uid: facts.uid, before: new Set(), state };
+    written.state = writes.reduce((state, write) => after(state, write, decision), written.state);
+    this.written.set(key, written);
     let version = service.metadata?.resourceVersion;
     for (const write of writes) {
       // Leadership can lapse between the decision and a write: the last check is right before each call.
-      if (!this.options.isLeader()) return;
-      // Each write starts from the version the one before made.
+      if (!this.options.isLeader()) return this.unwritten(key);
+      // Each write starts from the version the one before made, which does not show this write yet.
       written.before.add(version);
       version = await this.send(service, version, decision, write, log);
-      if (version === undefined) return void this.written.delete(key);
-      written.state = after(written.state, write, decision);
-      this.written.set(key, written);
+      if (version === undefined) return this.unwritten(key);
     }
     if (decision.action === "allocate" && writes.includes("status")) {
       log.info("wrote ingress", { ingress: decision.ips.join(","), reason: decision.reason });
@@ -256,6 +258,12 @@ export class PoolController {
       this.options.events.record(serviceReference(service), "Normal", event, `Allocated ${decision.reason}`);
     }
     if (decision.action === "release") log.info("released Service", { reason: decision.reason });
+  }
+
+  /** Writes that did not all happen: the cache is the truth again, and allocation runs again on it. */
+  private unwritten(key: string): void {
+    this.written.delete(key);
+    this.changed(ALLOCATION);
   }
 
   private decide(facts: L2ServiceFacts, allocation: Allocation | undefined): Decision {
