@@ -4,9 +4,9 @@
 // changes; the Services whose allocation changed, and every pool, are queued.
 //
 // A Service's allocation is recorded before it is announced: first the finalizer and the allocated-from annotation
-// (one merge patch pinned to the resourceVersion read), then status.loadBalancer.ingress (ipMode VIP). What this
-// process writes stands in for the cached copy from the moment it decides until the watch delivers the writes, so
-// an allocation made in between never sees the address free. Only the leader writes, and only what differs.
+// (one merge patch pinned to the resourceVersion read), then status.loadBalancer.ingress (ipMode VIP). The addresses
+// this process decides are held for allocate() from the decision until the cache shows them, so an allocation made
+// in between never sees them free. Only the leader writes, and only what differs.
 //
 // Which node announces each address is the next step's (the agents' announcers); this controller gives addresses.
 import type { LoadBalancerIngress, Node, Service } from "kubernetes-types/core/v1.js";
@@ -62,12 +62,11 @@ type Decision =
 
 type Write = "record" | "status" | "release";
 
-/** What this process wrote to a Service, and the versions of it that predate those writes. */
-interface Written {
+/** What a Service holds once this process's writes to it are done. */
+interface Hold {
   uid: string;
-  /** The cached copy at one of these versions does not show the writes yet. */
-  before: Set<string | undefined>;
-  state: WrittenState;
+  ingress: string[];
+  allocatedFrom: string | undefined;
 }
 
 type WrittenState = Pick<L2ServiceFacts, "ingress" | "allocatedFrom" | "finalizer">;
@@ -86,8 +85,10 @@ export class PoolController {
   private stale = true;
   /** What allocate() reads of each Service of ours, to tell when it must run again. */
   private readonly inputs = new Map<string, string>();
-  /** Until the watch delivers what this process wrote, its facts stand in for the cached copy's. */
-  private readonly written = new Map<string, Written>();
+  /** What Services hold by this process's decisions, for allocate(), until their cached copies show it. */
+  private readonly holds = new Map<string, Hold>();
+  /** Per Service, the versions its writes started from: not synced from again (the writes' own come next). */
+  private readonly acted = new Map<string, Set<string | undefined>>();
   /** The last warning told per Service: told again only when it changes. */
   private readonly warned = new Map<string, string>();
   private started = false;
@@ -108,7 +109,7 @@ export class PoolController {
     onUpdate: (_, service) => this.serviceChanged(service),
     onDelete: (service) => {
       const key = objectKey(service);
-      for (const map of [this.inputs, this.written, this.warned]) map.delete(key);
+      for (const map of [this.inputs, this.holds, this.acted, this.warned]) map.delete(key);
       this.changed(ALLOCATION);
     },
   };
@@ -175,16 +176,17 @@ export class PoolController {
   }
 
   /**
-   * A Service's facts, with what this process wrote in place of a cached copy older than those writes: a burst of
-   * changes in between then never sees the address free, and the same writes are not sent twice.
+   * A Service as allocate() reads it: what this process decided it holds, until its cached copy shows it. An
+   * allocation made while the writes are unanswered, or before the watch delivers them, sees the address taken; a
+   * write that failed may have happened, and its address stays taken until a later decision or the cache says.
    */
-  private facts(service: Service): L2ServiceFacts {
+  private allocationFacts(service: Service): L2ServiceFacts {
     const facts = l2ServiceFacts(service);
-    const written = this.written.get(facts.key);
-    if (!written) return facts;
-    if (written.uid === facts.uid && written.before.has(service.metadata?.resourceVersion))
-      return { ...facts, ...written.state };
-    this.written.delete(facts.key);
+    const hold = this.holds.get(facts.key);
+    if (!hold) return facts;
+    const shown = facts.ingress.join() === hold.ingress.join() && facts.allocatedFrom === hold.allocatedFrom;
+    if (hold.uid === facts.uid && !shown) return { ...facts, ingress: hold.ingress, allocatedFrom: hold.allocatedFrom };
+    this.holds.delete(facts.key);
     return facts;
   }
 
@@ -197,7 +199,7 @@ export class PoolController {
     this.pools = pools.list().map(poolFacts);
     this.nodeAddresses = nodeAddresses(nodes.list());
     const next = allocate({
-      services: services.list().map((service) => this.facts(service)),
+      services: services.list().map((service) => this.allocationFacts(service)),
       pools: this.pools,
       nodeAddresses: this.nodeAddresses,
       claimClassless: this.options.config.claimClassless,
@@ -224,33 +226,40 @@ export class PoolController {
   private async syncService(key: string, result: AllocateResult): Promise<void> {
     const service = this.options.services.get(key);
     if (!service) return;
-    const facts = this.facts(service);
+    const resourceVersion = service.metadata?.resourceVersion;
+    if (this.acted.get(key)?.has(resourceVersion)) return;
+    const facts = l2ServiceFacts(service);
     const decision = this.decide(facts, result.services.get(key));
-    if (decision.action === "ignore") return;
+    if (decision.action === "ignore") return void this.holds.delete(key);
     this.options.metrics.syncs.with({ action: decision.action, rule: decision.rule }).inc();
     this.warn(service, decision);
     const writes = writesFor(facts, decision);
-    if (!writes.length) return;
+    if (!writes.length) return void this.holds.delete(key); // the cached copy shows the decision
     const log = this.options.log.with({ service: key, rule: decision.rule });
     if (this.options.dryRun) {
       for (const write of writes) this.options.metrics.writes.with({ write, result: "dry-run" }).inc();
       return log.info("would write (dry run)", { writes: writes.join(","), reason: decision.reason });
     }
-    // Held from now, before the first write is answered: an allocation made meanwhile sees the address taken. A
-    // write that failed otherwise than by a conflict may have happened: it stays held until the cache moves on.
+    // Held from the decision on, before the first write is answered.
     const { ingress, allocatedFrom, finalizer } = facts;
-    const state = { ingress, allocatedFrom, finalizer };
-    const written = this.written.get(key) ?? { uid: facts.uid, before: new Set(), state };
-    written.state = writes.reduce((state, write) => after(state, write, decision), written.state);
-    this.written.set(key, written);
-    let version = service.metadata?.resourceVersion;
-    for (const write of writes) {
-      // Leadership can lapse between the decision and a write: the last check is right before each call.
-      if (!this.options.isLeader()) return this.unwritten(key);
-      // Each write starts from the version the one before made, which does not show this write yet.
-      written.before.add(version);
-      version = await this.send(service, version, decision, write, log);
-      if (version === undefined) return this.unwritten(key);
+    const done = writes.reduce((state, write) => after(state, write, decision), { ingress, allocatedFrom, finalizer });
+    this.holds.set(key, { uid: facts.uid, ingress: done.ingress, allocatedFrom: done.allocatedFrom });
+    const acted = new Set<string | undefined>();
+    this.acted.set(key, acted);
+    let version = resourceVersion;
+    try {
+      for (const write of writes) {
+        // Leadership can lapse between the decision and a write: the last check is right before each call.
+        if (!this.options.isLeader()) return void this.acted.delete(key); // synced afresh when it leads again
+        // Each write starts from the version the one before made. The watch may deliver that version before this
+        // write is answered: it lacks what this write adds, and a sync from it would write the same again.
+        acted.add(version);
+        version = await this.send(service, version, decision, write, log);
+        if (version === undefined) return void this.acted.delete(key);
+      }
+    } catch (err) {
+      this.acted.delete(key);
+      throw err;
     }
     if (decision.action === "allocate" && writes.includes("status")) {
       log.info("wrote ingress", { ingress: decision.ips.join(","), reason: decision.reason });
@@ -258,12 +267,6 @@ export class PoolController {
       this.options.events.record(serviceReference(service), "Normal", event, `Allocated ${decision.reason}`);
     }
     if (decision.action === "release") log.info("released Service", { reason: decision.reason });
-  }
-
-  /** Writes that did not all happen: the cache is the truth again, and allocation runs again on it. */
-  private unwritten(key: string): void {
-    this.written.delete(key);
-    this.changed(ALLOCATION);
   }
 
   private decide(facts: L2ServiceFacts, allocation: Allocation | undefined): Decision {
