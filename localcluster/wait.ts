@@ -23,3 +23,18 @@ export async function waitFor<T>(
     `timed out after ${timeoutMs} ms waiting for ${what}${lastError ? ` (last error: ${(lastError as Error).message})` : ""}`,
   );
 }
+
+/** Waits until `read` gives `expected` (compared as JSON), and says what it last saw when it never does. */
+export async function waitForEqual<T>(
+  what: string,
+  read: () => Promise<T>,
+  expected: T,
+  timeoutMs = 20_000,
+): Promise<void> {
+  let last: T | undefined;
+  try {
+    await waitFor(what, async () => JSON.stringify((last = await read())) === JSON.stringify(expected), timeoutMs);
+  } catch (err) {
+    throw new Error(`${(err as Error).message}; last seen ${JSON.stringify(last)}`, { cause: err });
+  }
+}

@@ -4,7 +4,8 @@
 // - charts/local-ccm/controllers.yaml: node-lifecycle-controller's registered controllers with the Helm value
 //   that runs each (if any) and the RBAC rules each needs, which nlc-rbac.yaml grants while it runs;
 // - deploy/*.yaml: `helm template` of the chart with default values into kube-system, one file per
-//   template (templates/rbac.yaml → deploy/rbac.yaml), for `kubectl apply` without Helm.
+//   template (templates/rbac.yaml → deploy/rbac.yaml) and per CRD (crds/x.yaml → deploy/x.yaml), for
+//   `kubectl apply` without Helm.
 // test/deploy/ fails when a committed file differs from what this script writes.
 import { readdir, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -66,7 +67,8 @@ export function chartControllersYaml(): string {
     namespacedRulesCoveredBy: rolesCoveredBy(controller),
   }));
   const header = `# ${GENERATED} from the controller registry (src/manager/registry.ts); do not edit.\n`;
-  return `${header}${stringify({ controllers })}`;
+  // Controllers share rule objects (service/definition.ts LOAD_BALANCER_RULES): written out in full each time.
+  return `${header}${stringify({ controllers }, { aliasDuplicateObjects: false })}`;
 }
 
 /**
@@ -96,13 +98,13 @@ export function helmTemplate(helm: string, args: string[] = []): Promise<string>
 }
 
 /**
- * Splits `helm template` output into one file per template, named after the template, each with a
- * header in place of Helm's "# Source:" lines.
+ * Splits `helm template` output into one file per template or CRD, named after its file in the chart, each with
+ * a header in place of Helm's "# Source:" lines.
  */
 export function splitByTemplate(rendered: string): Map<string, string> {
   const files = new Map<string, string[]>();
   for (const document of rendered.split(/^---\n/m)) {
-    const source = /^# Source: [^/]+\/templates\/(.+)\n/.exec(document);
+    const source = /^# Source: [^/]+\/(?:templates|crds)\/(.+)\n/.exec(document);
     if (!source) continue;
     const body = document.slice(source[0].length).trim();
     if (body === "") continue;
@@ -117,13 +119,13 @@ export function splitByTemplate(rendered: string): Map<string, string> {
 
 /** deploy/ file name → content, from the chart as it is on disk. */
 export async function renderDeployFiles(helm: string): Promise<Map<string, string>> {
-  return splitByTemplate(await helmTemplate(helm));
+  return splitByTemplate(await helmTemplate(helm, ["--include-crds"]));
 }
 
-/** The template files (without helpers), which name the deploy/ files. */
+/** The template and CRD files (without helpers), which name the deploy/ files. */
 export async function templateNames(): Promise<string[]> {
-  const entries = await readdir(path.join(CHART_DIR, "templates"));
-  return entries.filter((name) => name.endsWith(".yaml")).sort();
+  const entries = await Promise.all(["templates", "crds"].map((folder) => readdir(path.join(CHART_DIR, folder))));
+  return entries.flat().filter((name) => name.endsWith(".yaml")).sort();
 }
 
 async function main(): Promise<void> {

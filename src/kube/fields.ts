@@ -114,3 +114,8 @@ export const IDENTITY_FIELDS: readonly FieldPath[] = [
   ["metadata", "namespace"],
   ["metadata", "resourceVersion"],
 ];
+
+/** What a cache of one consumer's watch holds of an object: its own transform, or its fields and the identity ones. */
+export function keepTransform<T>(keep: readonly FieldPath[] | ((obj: T) => T)): (obj: T) => T {
+  return typeof keep === "function" ? keep : projection<T>([...IDENTITY_FIELDS, ...keep]);
+}

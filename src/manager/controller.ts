@@ -63,6 +63,11 @@ export interface ControllerDefinition<F extends readonly FlagSpec[], C, M, W ext
   summary: string;
   /** Its flags, appended to the program's one table. */
   flags: F;
+  /**
+   * Its bool flag that makes it serve LoadBalancer Services without a loadBalancerClass, if it has one: of the
+   * controllers that run, at most one may have it on, or two would write the same Services.
+   */
+  classlessFlag?: F[number]["name"];
   /** Its config from its flags' parsed values (their validate checks have passed). */
   parse(values: FlagValues<F>): C;
   /** Its metrics names' part after node_lifecycle_controller_ ("" keeps the first controller's names). */

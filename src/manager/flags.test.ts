@@ -242,10 +242,20 @@ describe("--controllers, as kube-controller-manager's", () => {
   for (const [text, enabled] of cases)
     test(`${text} runs ${enabled.join(", ")}`, () => assert.deepEqual(parse([`--controllers=${text}`]).controllers, new Set(enabled)));
 
+  test("class-less Services are claimed by one running controller at most", () => {
+    rejects(
+      ["--controllers=*,service-l2-pools", "--lb-claim-classless", "--lb-l2-claim-classless"],
+      "--lb-claim-classless and --lb-l2-claim-classless both claim Services without a loadBalancerClass: turn on one",
+    );
+    // A controller that does not run claims nothing.
+    const flags = ["--lb-claim-classless", "--lb-l2-claim-classless"];
+    assert.deepEqual(parse(["--controllers=*", ...flags]).controllers, new Set(["node-lifecycle", "service"]));
+  });
+
   test("unknown names and an empty choice are usage errors", () => {
     rejects(
       ["--controllers=*,csr"],
-      'invalid value "*,csr" for --controllers: unknown controller "csr" (known: node-lifecycle, kubelet-serving-csr, service)',
+      'invalid value "*,csr" for --controllers: unknown controller "csr" (known: node-lifecycle, kubelet-serving-csr, service, service-l2-pools)',
     );
     rejects(
       ["--controllers=-node-lifecycle,-service"],
@@ -296,6 +306,7 @@ describe("the program's flag table", () => {
       "lb-node-selector": "loadBalancer.nodeSelector",
       "lb-max-nodes": "loadBalancer.maxNodes",
       "lb-reserved-ports": "loadBalancer.reservedPorts",
+      "lb-l2-claim-classless": "loadBalancer.l2.pools.claimClassless",
       kubeconfig: undefined,
       v: `${prefix}verbosity`,
       "log-format": `${prefix}logFormat`,

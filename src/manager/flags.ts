@@ -147,11 +147,18 @@ export function parseManagerFlags(
 ): ManagerFlags {
   const { values, given } = parseFlags(managerFlagTable, argv, env);
   const own = values as unknown as ProgramValues;
+  // Checked by the table's parses(…): this parses without error.
+  const controllers = parseControllers(own.controllers);
+  const classless = controllers.flatMap(({ classlessFlag }) =>
+    classlessFlag && (values as Record<string, unknown>)[classlessFlag] === true ? [`--${classlessFlag}`] : [],
+  );
+  if (classless.length > 1) {
+    throw new UsageError(`${classless.join(" and ")} both claim Services without a loadBalancerClass: turn on one`);
+  }
   return {
     leaderElection: leaderElection(own, given.has("leader-elect-resource-namespace"), podNamespace),
     dryRun: own["dry-run"],
-    // Checked by the table's parses(…): this parses without error.
-    controllers: parseControllers(own.controllers),
+    controllers,
     // Parsed once, whether or not it runs, as every flag is checked whether or not it is read.
     configs: new Map(CONTROLLERS.map((definition) => [definition.name, definition.parse(values)])),
     ...commonFlags(own),

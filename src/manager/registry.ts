@@ -3,10 +3,16 @@
 import { markdownTable } from "../cli/markdown.ts";
 import { kubeletServingCsr } from "../csr/definition.ts";
 import { nodeLifecycle } from "../lifecycle/definition.ts";
+import { servicePools } from "../pools/definition.ts";
 import { serviceLoadBalancer } from "../service/definition.ts";
 import type { AnyController, PolicyRule } from "./controller.ts";
 
-export const CONTROLLERS: readonly AnyController[] = [nodeLifecycle, kubeletServingCsr, serviceLoadBalancer];
+export const CONTROLLERS: readonly AnyController[] = [
+  nodeLifecycle,
+  kubeletServingCsr,
+  serviceLoadBalancer,
+  servicePools,
+];
 
 /**
  * The README's table of controllers: name, whether --controllers=* runs it (and the chart's switch, if any), what it

@@ -123,7 +123,7 @@ const claims = (lbClass: string | undefined, config: ServiceConfig) =>
   lbClass === NODE_ADDRESS_CLASS || (lbClass === undefined && config.claimClassless);
 
 /** Older first; Services created in the same second by key (namespace/name). */
-export function byAge(a: ServiceFacts, b: ServiceFacts): number {
+export function byAge(a: Pick<ServiceFacts, "created" | "key">, b: Pick<ServiceFacts, "created" | "key">): number {
   if (a.created !== b.created) return a.created < b.created ? -1 : 1;
   return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
 }

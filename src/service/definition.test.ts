@@ -4,7 +4,9 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
-import { IDENTITY_FIELDS, projection } from "../kube/fields.ts";
+import { keepTransform } from "../kube/fields.ts";
+import type { KubeObject } from "../kube/resource.ts";
+import type { Watch } from "../kube/sharedinformers.ts";
 import { parseLabelSelector } from "../kube/labelselector.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS, NODE_SELECTOR_ANNOTATION, serviceFacts } from "./decide.ts";
 import { serviceLoadBalancer } from "./definition.ts";
@@ -13,9 +15,9 @@ import { AUTOSCALER_TAINT, nodeFacts } from "./nodes.ts";
 
 const watches = serviceLoadBalancer.watches(undefined as never);
 
-function trim<T>(watch: { keep: unknown }, obj: T): T {
+function trim<T extends KubeObject>(watch: Watch<T>, obj: T): T {
   assert.ok(Array.isArray(watch.keep), "kept fields, not a transform: the watches are shared");
-  return projection<T>([...IDENTITY_FIELDS, ...watch.keep])(obj);
+  return keepTransform<T>(watch.keep)(obj);
 }
 
 test("a Service keeps what serviceFacts reads; its spec's other fields go", () => {

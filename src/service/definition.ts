@@ -5,7 +5,7 @@ import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, Resource, SERVICE_RESOURCE } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
-import { defineController } from "../manager/controller.ts";
+import { defineController, type PolicyRule } from "../manager/controller.ts";
 import { ServiceController } from "./controller.ts";
 import { serviceConfig, serviceFlagTable } from "./flags.ts";
 import { createServiceMetrics } from "./metrics.ts";
@@ -17,6 +17,18 @@ const WATCHES = {
   endpointSlices: watch<EndpointSlice>({ resource: ENDPOINT_SLICE_RESOURCE, keep: ENDPOINT_SLICE_FIELDS }),
 };
 
+/**
+ * What every LoadBalancer controller needs. Cluster-wide: Services are in every namespace, and so are the Events
+ * about them (the program's own Events grant covers "default" only). The finalizer is a patch of the Service, the
+ * ingress one of services/status; Nodes for their addresses.
+ */
+export const LOAD_BALANCER_RULES: readonly PolicyRule[] = [
+  { apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] },
+  { apiGroups: [""], resources: ["services"], verbs: ["list", "watch", "patch"] },
+  { apiGroups: [""], resources: ["services/status"], verbs: ["patch"] },
+  { apiGroups: [""], resources: ["nodes"], verbs: ["list", "watch"] },
+];
+
 export const serviceLoadBalancer = defineController({
   name: "service",
   // It acts only on its own loadBalancerClass unless told to claim class-less Services too.
@@ -26,17 +38,13 @@ export const serviceLoadBalancer = defineController({
     "Gives LoadBalancer Services of class local-ccm.io/node-address the addresses of healthy nodes " +
     "(ExternalIP, else InternalIP), with the standard finalizer; refuses ports the nodes serve and port conflicts.",
   flags: serviceFlagTable,
+  classlessFlag: "lb-claim-classless",
   parse: serviceConfig,
   metricsSubsystem: "service_",
   createMetrics: createServiceMetrics,
   rbac: {
-    // Cluster-wide: Services are in every namespace, and so are the Events about them (the program's own Events
-    // grant covers "default" only). The finalizer is a patch of the Service, the ingress one of services/status.
     cluster: [
-      { apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] },
-      { apiGroups: [""], resources: ["services"], verbs: ["list", "watch", "patch"] },
-      { apiGroups: [""], resources: ["services/status"], verbs: ["patch"] },
-      { apiGroups: [""], resources: ["nodes"], verbs: ["list", "watch"] },
+      ...LOAD_BALANCER_RULES,
       { apiGroups: ["discovery.k8s.io"], resources: ["endpointslices"], verbs: ["list", "watch"] },
     ],
   },

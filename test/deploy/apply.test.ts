@@ -38,6 +38,7 @@ describe("server-side dry-run apply", () => {
       "clusterrole.rbac.authorization.k8s.io/node-lifecycle-controller",
       "clusterrolebinding.rbac.authorization.k8s.io/local-ccm",
       "clusterrolebinding.rbac.authorization.k8s.io/node-lifecycle-controller",
+      "customresourcedefinition.apiextensions.k8s.io/loadbalancerippools.local-ccm.io",
       "daemonset.apps/local-ccm",
       "deployment.apps/node-lifecycle-controller",
       "poddisruptionbudget.policy/node-lifecycle-controller",
@@ -78,6 +79,9 @@ describe("server-side dry-run apply", () => {
       "--set=podSecurity.runAsGroup=1000",
       "--set=image.tag=dev",
       "--set=metrics.tlsSecretName=metrics-tls", // the Secret's volume and mounts, as the server validates them
+      "--set=loadBalancer.l2.enabled=true",
+      "--set=loadBalancer.l2.pools.claimClassless=true",
+      "--set=loadBalancer.nodeAddress.enabled=false",
     ]);
     const objects = created(await plane.kubectl(["apply", "--dry-run=server", "-f", "-"], manifests));
     assert.equal(objects.length, 24);

@@ -221,6 +221,18 @@ const REFUSALS: { values: Record<string, unknown>; line: string; program?: Progr
     args: ["--leader-elect-retry-period=10000ms"],
   },
   {
+    values: {
+      "loadBalancer.l2.enabled": true,
+      "loadBalancer.claimClassless": true,
+      "loadBalancer.l2.pools.claimClassless": true,
+    },
+    line:
+      "loadBalancer.claimClassless and loadBalancer.l2.pools.claimClassless both claim Services without a " +
+      "loadBalancerClass: set one",
+    program: "node-lifecycle-controller",
+    args: ["--controllers=*,service-l2-pools", "--lb-claim-classless", "--lb-l2-claim-classless"],
+  },
+  {
     values: { "nodeLifecycleController.controller.pingTimeout": "0s" },
     line: "nodeLifecycleController.controller.pingTimeout=0s: --ping-timeout must be greater than 0",
     program: "node-lifecycle-controller",
@@ -880,6 +892,13 @@ describe("Helm chart", () => {
       { "nodeLifecycleController.controller.notReadyTimeout": "0s", "controller.healthBindAddress": ":65535" },
       { "nodeLifecycleController.controller.leaderElection.renewDeadline": "14.999s" },
       { "loadBalancer.reservedPorts": "9000-9000, 1-65535" },
+      // Class-less Services claimed by the pools only, the node-address controller off.
+      {
+        "loadBalancer.l2.enabled": true,
+        "loadBalancer.nodeAddress.enabled": false,
+        "loadBalancer.l2.pools.claimClassless": true,
+        "loadBalancer.claimClassless": true,
+      },
       { "nodeLifecycleController.enabled": false, "nodeLifecycleController.controller.leaderElection.renewDeadline": "1h" },
     ];
     await Promise.all(accepted.map((set) => render(setJson(set))));

@@ -12,7 +12,7 @@ import { LB_FINALIZER, NODE_ADDRESS_CLASS, NODE_SELECTOR_ANNOTATION } from "../.
 import { SERVICE_NAME_LABEL } from "../../src/service/endpoints.ts";
 import { AUTOSCALER_TAINT, EXCLUDE_LABEL } from "../../src/service/nodes.ts";
 import { SERVICE_RESOURCE } from "../../src/kube/resource.ts";
-import { waitFor } from "../../localcluster/wait.ts";
+import { waitFor, waitForEqual } from "../../localcluster/wait.ts";
 import { type NodeSpec, type RunningController, type ServiceWorld, startServiceWorld } from "./world.ts";
 
 const WAIT_MS = 60_000;
@@ -55,15 +55,8 @@ const HTTP: ServicePort = { port: 80, protocol: "TCP" };
 const internal = (address: string) => ({ type: "InternalIP", address });
 const external = (address: string) => ({ type: "ExternalIP", address });
 
-/** Waits until `read` gives `expected` (deep-equal), and says what it last saw when it never does. */
-async function until<T>(what: string, read: () => Promise<T>, expected: T): Promise<void> {
-  let last: T | undefined;
-  try {
-    await waitFor(what, async () => JSON.stringify((last = await read())) === JSON.stringify(expected), WAIT_MS);
-  } catch (err) {
-    assert.fail(`${(err as Error).message}; last seen ${JSON.stringify(last)}`);
-  }
-}
+const until = <T>(what: string, read: () => Promise<T>, expected: T) =>
+  waitForEqual(what, read, expected, WAIT_MS);
 
 async function withController<T>(
   options: Parameters<ServiceWorld["startController"]>[0],

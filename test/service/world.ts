@@ -2,17 +2,14 @@
 // and the agent would write, Services in namespaces of their own, and the controller run in this process on real
 // informers that keep only the fields it declares, as a service account granted only its RBAC rules (a missing
 // grant fails the tests), with a client of its own whose writes are counted.
-import type { Event, Namespace, Node, NodeAddress, Service, Taint } from "kubernetes-types/core/v1.js";
+import type { Node, NodeAddress, Service, Taint } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { createLogger } from "../../src/cli/log.ts";
 import { Registry } from "../../src/cli/metrics.ts";
 import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
 import { EventRecorder } from "../../src/kube/events.ts";
-import { IDENTITY_FIELDS, projection } from "../../src/kube/fields.ts";
-import { Informer } from "../../src/kube/informer.ts";
 import { type KubeObject, Resource, type ResourceRef } from "../../src/kube/resource.ts";
-import type { Watch } from "../../src/kube/sharedinformers.ts";
 import { ServiceController } from "../../src/service/controller.ts";
 import type { ServiceConfig } from "../../src/service/decide.ts";
 import { DEFAULT_RESERVED_PORTS, parsePortRange } from "../../src/service/flags.ts";
@@ -20,6 +17,7 @@ import { createServiceMetrics } from "../../src/service/metrics.ts";
 import { serviceLoadBalancer } from "../../src/service/definition.ts";
 import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, SERVICE_RESOURCE } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
+import { controllerKubeconfig, createNamespace, eventsAbout, trimmedInformer } from "../kube/controller-harness.ts";
 
 export const CONFIG: ServiceConfig = {
   claimClassless: false,
@@ -67,30 +65,13 @@ export interface ServiceWorld {
   stop(): Promise<void>;
 }
 
-let namespaces = 0;
-
 // Not "service-controller": kube-controller-manager's own service account of that name has a bootstrap grant.
-const ACCOUNT = { namespace: "kube-system", name: "local-ccm-service-controller" };
-
-/** The controller's service account, bound to a ClusterRole of exactly its RBAC rules. */
-async function controllerKubeconfig(plane: ControlPlane): Promise<string> {
-  const role = { apiVersion: "rbac.authorization.k8s.io/v1", kind: "ClusterRole", metadata: { name: ACCOUNT.name } };
-  const binding = {
-    apiVersion: "rbac.authorization.k8s.io/v1",
-    kind: "ClusterRoleBinding",
-    metadata: { name: ACCOUNT.name },
-    roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: ACCOUNT.name },
-    subjects: [{ kind: "ServiceAccount", ...ACCOUNT }],
-  };
-  const items = [{ ...role, rules: serviceLoadBalancer.rbac.cluster }, binding];
-  await plane.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "List", items }));
-  return plane.serviceAccountKubeconfig(ACCOUNT);
-}
+const ACCOUNT = "local-ccm-service-controller";
 
 export async function startServiceWorld(): Promise<ServiceWorld> {
   const plane = await startControlPlane();
   const admin = plane.admin;
-  const kubeconfig = await controllerKubeconfig(plane);
+  const kubeconfig = await controllerKubeconfig(plane, ACCOUNT, serviceLoadBalancer.rbac.cluster);
   const resource = <T extends KubeObject>(ref: ResourceRef, namespace?: string) =>
     new Resource<T>(admin, namespace === undefined ? ref : { ...ref, namespace });
   const nodes = resource<Node>(NODE_RESOURCE);
@@ -100,11 +81,7 @@ export async function startServiceWorld(): Promise<ServiceWorld> {
     nodes,
     services: (namespace) => resource<Service>(SERVICE_RESOURCE, namespace),
     endpointSlices: (namespace) => resource<EndpointSlice>(ENDPOINT_SLICE_RESOURCE, namespace),
-    async namespace() {
-      const name = `svc-test-${process.pid}-${++namespaces}`;
-      await resource<Namespace>({ group: "", version: "v1", plural: "namespaces" }).create({ metadata: { name } });
-      return name;
-    },
+    namespace: () => createNamespace(admin, "svc-test"),
     async addNode(name, spec) {
       await nodes.create({
         metadata: { name, labels: spec.labels ?? {} },
@@ -121,15 +98,7 @@ export async function startServiceWorld(): Promise<ServiceWorld> {
       const condition = { type: "Ready", status, lastHeartbeatTime: now, lastTransitionTime: now };
       await nodes.patch(name, "strategic", { status: { conditions: [condition] } }, { subresource: "status" });
     },
-    async events(namespace, name) {
-      const events = resource<Event>({ group: "", version: "v1", plural: "events" }, namespace);
-      const { items } = await events.list({ fieldSelector: `involvedObject.name=${name}` });
-      return items.map(({ type, reason, message }) => ({
-        type: type ?? "",
-        reason: reason ?? "",
-        message: message ?? "",
-      }));
-    },
+    events: (namespace, name) => eventsAbout(admin, namespace, name),
     async startController(options = {}) {
       const config = await loadClientConfig({ kubeconfig, env: {} });
       let writes = 0;
@@ -140,15 +109,10 @@ export async function startServiceWorld(): Promise<ServiceWorld> {
         },
       });
       const log = createLogger({ verbosity: 2, format: "text", write: () => {} });
-      // The controller's watches, trimmed to the fields it keeps as the program's shared informers trim them.
-      const informer = <T extends KubeObject>({ resource, keep }: Watch<T>) =>
-        new Informer(new Resource<T>(client, resource), {
-          transform: typeof keep === "function" ? keep : projection<T>([...IDENTITY_FIELDS, ...keep]),
-        });
       const watches = serviceLoadBalancer.watches(undefined as never);
-      const services = informer(watches.services);
-      const nodeCache = informer(watches.nodes);
-      const endpointSlices = informer(watches.endpointSlices);
+      const services = trimmedInformer(client, watches.services);
+      const nodeCache = trimmedInformer(client, watches.nodes);
+      const endpointSlices = trimmedInformer(client, watches.endpointSlices);
       // Events through a client of their own: only the writes to Services are counted.
       const eventsClient = new KubeClient(config, { component: "service-controller-test" });
       const events = new EventRecorder(eventsClient, { component: "service-controller-test" });

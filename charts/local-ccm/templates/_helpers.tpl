@@ -170,6 +170,11 @@ the schema has checked each value's form.
 {{- if not (gt $renew $retry) }}
 {{- fail (printf "%s.renewDeadline=%s must be longer than %s.retryPeriod=%s" $prefix $election.renewDeadline $prefix $election.retryPeriod) }}
 {{- end }}
+{{- /* src/manager/flags.ts: of the controllers that run, one at most claims Services without a class. */}}
+{{- $lb := .Values.loadBalancer }}
+{{- if and $lb.nodeAddress.enabled $lb.l2.enabled $lb.claimClassless $lb.l2.pools.claimClassless }}
+{{- fail "loadBalancer.claimClassless and loadBalancer.l2.pools.claimClassless both claim Services without a loadBalancerClass: set one" }}
+{{- end }}
 {{- else if .Values.csrApproval.enabled }}
 {{- fail "csrApproval.enabled needs nodeLifecycleController.enabled: the approver runs in the node-lifecycle-controller Deployment" }}
 {{- end }}

@@ -1,0 +1,176 @@
+// The controller's loop with fake caches and a fake API whose watch lags behind its writes (and whose answers can be
+// held): what this process writes stands in for the cached copy from its decision on, so a Service seen meanwhile
+// never gets an address already handed out; and a restart on the written state writes nothing.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { Node, Service } from "kubernetes-types/core/v1.js";
+import { createLogger } from "../cli/log.ts";
+import { Registry } from "../cli/metrics.ts";
+import { ApiError } from "../kube/errors.ts";
+import { objectKey } from "../kube/informer.ts";
+import { L2_CLASS } from "./allocate.ts";
+import { PoolController } from "./controller.ts";
+import { createPoolsMetrics } from "./metrics.ts";
+import type { LoadBalancerIPPool } from "./pool.ts";
+
+class FakeCache<T extends { metadata?: { namespace?: string; name?: string } }> {
+  readonly items = new Map<string, T>();
+  get = (key: string) => this.items.get(key);
+  list = () => [...this.items.values()];
+  put = (item: T) => this.items.set(objectKey(item), item);
+}
+
+/** RFC 7386 merge patch. */
+function merge(target: unknown, patch: unknown): unknown {
+  if (typeof patch !== "object" || patch === null || Array.isArray(patch)) return patch;
+  const out: Record<string, unknown> = { ...(typeof target === "object" && target !== null ? target : {}) };
+  for (const [key, value] of Object.entries(patch)) {
+    if (value === null) delete out[key];
+    else out[key] = merge(out[key], value);
+  }
+  return out;
+}
+
+const service = (name: string, created: string): Service => ({
+  metadata: { namespace: "ns", name, uid: `uid-${name}`, resourceVersion: "1", creationTimestamp: created },
+  spec: { type: "LoadBalancer", loadBalancerClass: L2_CLASS, ipFamilies: ["IPv4"], ports: [{ port: 80 }] },
+});
+
+/** A controller whose API keeps the written Services apart until `deliver()` plays the watch events. */
+function world(options: { failFirstStatus?: boolean } = {}) {
+  const services = new FakeCache<Service>();
+  const nodes = new FakeCache<Node>();
+  const pools = new FakeCache<LoadBalancerIPPool>();
+  pools.put({ metadata: { name: "p" }, spec: { addresses: ["198.51.100.0/31"] } });
+  const stored = new Map<string, Service>();
+  const pending: Service[] = [];
+  let version = 100;
+  const writes: { name: string; ingress?: string[] }[] = [];
+  /** While set, the API answers no write (each is recorded in `writes` when sent). */
+  let gate: Promise<void> | undefined;
+  const controller = new PoolController({
+    config: { claimClassless: false },
+    dryRun: false,
+    services,
+    nodes,
+    pools,
+    serviceResource: (namespace) => ({
+      patch: async (name, _type, body) => {
+        const ingress = (body as Service).status?.loadBalancer?.ingress?.map(({ ip }) => ip ?? "");
+        writes.push({ name, ...(ingress ? { ingress } : {}) });
+        await gate;
+        if (ingress && options.failFirstStatus) {
+          options.failFirstStatus = false;
+          throw new Error("the connection was reset");
+        }
+        const key = `${namespace}/${name}`;
+        const before = stored.get(key) ?? (services.get(key) as Service);
+        const pinned = (body as Service).metadata?.resourceVersion;
+        if (pinned !== undefined && pinned !== before.metadata?.resourceVersion)
+          throw new ApiError(409, undefined, `patch ${key} pinned to ${pinned}`);
+        const next = { ...(body as Service).metadata, resourceVersion: String(++version) };
+        const after = merge(before, { ...(body as object), metadata: next });
+        stored.set(key, after as Service);
+        pending.push(after as Service);
+        return after as Service;
+      },
+    }),
+    poolResource: { patch: async (_name, _type, body) => body as LoadBalancerIPPool },
+    isLeader: () => true,
+    events: { record: () => {} },
+    log: createLogger({ verbosity: 0, format: "text", write: () => {} }),
+    metrics: createPoolsMetrics(new Registry(), "test_"),
+    retryBackoff: { baseMs: 1, capMs: 10 },
+  });
+  const add = (item: Service) => {
+    services.put(item);
+    controller.serviceHandlers.onAdd?.(item);
+  };
+  const deliver = () => {
+    for (const item of pending.splice(0)) {
+      const before = services.get(objectKey(item)) as Service;
+      services.put(item);
+      controller.serviceHandlers.onUpdate?.(before, item);
+    }
+  };
+  /** Holds every write's answer until the returned function is called. */
+  const hold = () => {
+    let open = () => {};
+    gate = new Promise((resolve) => {
+      open = resolve;
+    });
+    return () => {
+      gate = undefined;
+      open();
+    };
+  };
+  return { controller, services, add, deliver, writes, hold };
+}
+
+test("a Service seen before the watch shows an allocation never gets that address, even when older", async () => {
+  const { controller, add, deliver, writes } = world();
+  controller.start();
+  add(service("newer", "2026-01-01T00:00:05Z"));
+  await controller.idle();
+  assert.deepEqual(writes, [{ name: "newer" }, { name: "newer", ingress: ["198.51.100.0"] }]);
+  // An older Service shows up (its informer event was late) before the watch delivers the writes above.
+  add(service("older", "2026-01-01T00:00:01Z"));
+  await controller.idle();
+  assert.deepEqual(writes.slice(2), [{ name: "older" }, { name: "older", ingress: ["198.51.100.1"] }]);
+  deliver();
+  await controller.idle();
+  assert.equal(writes.length, 4, "the delivered versions are written from again");
+});
+
+test("an address is held from the decision on, while its writes are unanswered", async () => {
+  const { controller, add, writes, hold } = world();
+  controller.start();
+  const answer = hold();
+  add(service("newer", "2026-01-01T00:00:05Z"));
+  await waitForWrites(writes, 1);
+  add(service("older", "2026-01-01T00:00:01Z"));
+  await waitForWrites(writes, 2);
+  answer();
+  await controller.idle();
+  const statuses = writes.filter(({ ingress }) => ingress).map(({ name, ingress }) => `${name} ${ingress}`);
+  assert.deepEqual(statuses.sort(), ["newer 198.51.100.0", "older 198.51.100.1"]);
+});
+
+/** Waits (bounded) until `count` writes were sent. */
+async function waitForWrites(writes: unknown[], count: number): Promise<void> {
+  for (let turns = 0; writes.length < count; turns++) {
+    assert.ok(turns < 1000, `${count} writes never sent`);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
+test("a write that failed is sent again once the cache moves on, its address held meanwhile", async () => {
+  const { controller, add, deliver, writes } = world({ failFirstStatus: true });
+  controller.start();
+  add(service("a", "2026-01-01T00:00:05Z"));
+  await waitForWrites(writes, 2);
+  // Retried from the version read, the record conflicts (it was written): the Service waits for its next version.
+  await waitForWrites(writes, 3);
+  await controller.idle();
+  add(service("older", "2026-01-01T00:00:01Z"));
+  await controller.idle();
+  deliver();
+  await controller.idle();
+  const statuses = writes.filter(({ ingress }) => ingress).map(({ name, ingress }) => `${name} ${ingress}`);
+  assert.deepEqual(statuses, ["a 198.51.100.0", "older 198.51.100.1", "a 198.51.100.0"]);
+});
+
+test("a new controller on the written state writes nothing", async () => {
+  const first = world();
+  first.controller.start();
+  first.add(service("a", "2026-01-01T00:00:01Z"));
+  await first.controller.idle();
+  first.deliver();
+  await first.controller.idle();
+  await first.controller.stop();
+  const second = world();
+  for (const item of first.services.list()) second.services.put(item);
+  second.controller.start();
+  await second.controller.idle();
+  assert.deepEqual(second.writes, []);
+});

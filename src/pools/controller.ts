@@ -1,0 +1,404 @@
+// The address pool controller: Services, LoadBalancerIPPools and Nodes from informers → keyed work queue
+// (kube/workqueue.ts, per-key backoff) → sync one Service or one pool's status. allocate() (allocate.ts) runs over
+// every Service of ours at once, only once every informer has synced (start()), and again after each burst of
+// changes; the Services whose allocation changed, and every pool, are queued.
+//
+// A Service's allocation is recorded before it is announced: first the finalizer and the allocated-from annotation
+// (one merge patch pinned to the resourceVersion read), then status.loadBalancer.ingress (ipMode VIP). The addresses
+// this process decides are held for allocate() from the decision until the cache shows them, so an allocation made
+// in between never sees them free. Only the leader writes, and only what differs.
+//
+// Which node announces each address is the next step's (the agents' announcers); this controller gives addresses.
+import type { LoadBalancerIngress, Node, Service } from "kubernetes-types/core/v1.js";
+import type { Logger } from "../cli/log.ts";
+import { isApiError } from "../kube/errors.ts";
+import { type EventRecorder, serviceReference } from "../kube/events.ts";
+import { type InformerHandlers, objectKey } from "../kube/informer.ts";
+import type { Resource } from "../kube/resource.ts";
+import { WorkQueue } from "../kube/workqueue.ts";
+import { canonicalIp } from "../net/ip.ts";
+import type { Cache } from "../service/controller.ts";
+import { LB_FINALIZER } from "../service/decide.ts";
+import type { BackoffOptions } from "../time/backoff.ts";
+import {
+  ALLOCATED_FROM_ANNOTATION,
+  type AllocateResult,
+  allocate,
+  type Allocation,
+  isOurs,
+  type L2ServiceFacts,
+  l2ServiceFacts,
+} from "./allocate.ts";
+import type { PoolsConfig } from "./flags.ts";
+import type { PoolsMetrics } from "./metrics.ts";
+import { type LoadBalancerIPPool, type PoolFacts, type PoolStatus, poolFacts } from "./pool.ts";
+import { poolStatus, sameStatus } from "./status.ts";
+
+export interface PoolControllerOptions {
+  config: PoolsConfig;
+  dryRun: boolean;
+  services: Cache<Service>;
+  nodes: Cache<Node>;
+  pools: Cache<LoadBalancerIPPool>;
+  /** The Service resource of a namespace (patches of the object and of its status). */
+  serviceResource(namespace: string): Pick<Resource<Service>, "patch">;
+  poolResource: Pick<Resource<LoadBalancerIPPool>, "patch">;
+  /** True while this replica may write (always, without leader election). */
+  isLeader(): boolean;
+  events: Pick<EventRecorder, "record">;
+  log: Logger;
+  metrics: PoolsMetrics;
+  /** Keys synced at once (default 4). */
+  workers?: number;
+  /** Retry delays of a key whose write failed (default 1 s doubling to 5 min). */
+  retryBackoff?: BackoffOptions;
+}
+
+/** What a Service should be brought to. */
+type Decision =
+  | Allocation
+  | { action: "release"; rule: "deleted" | "not-ours"; reason: string; moved: undefined }
+  | { action: "ignore" };
+
+type Write = "record" | "status" | "release";
+
+/** What a Service holds once this process's writes to it are done. */
+interface Hold {
+  uid: string;
+  ingress: string[];
+  allocatedFrom: string | undefined;
+}
+
+type WrittenState = Pick<L2ServiceFacts, "ingress" | "allocatedFrom" | "finalizer">;
+
+/** Queue keys: one per Service, one per pool, and one that only reallocates (a Node changed). */
+const SERVICE = "service:";
+const POOL = "pool:";
+const ALLOCATION = "allocation";
+
+export class PoolController {
+  private readonly options: Required<PoolControllerOptions>;
+  private readonly queue: WorkQueue;
+  private result: AllocateResult | undefined;
+  private pools: PoolFacts[] = [];
+  private nodeAddresses = new Map<string, string>();
+  private stale = true;
+  /** What allocate() reads of each Service of ours, to tell when it must run again. */
+  private readonly inputs = new Map<string, string>();
+  /** What Services hold by this process's decisions, for allocate(), until their cached copies show it. */
+  private readonly holds = new Map<string, Hold>();
+  /** Per Service, the versions its writes started from: not synced from again (the writes' own come next). */
+  private readonly acted = new Map<string, Set<string | undefined>>();
+  /** The last warning told per Service: told again only when it changes. */
+  private readonly warned = new Map<string, string>();
+  private started = false;
+  private stopped = false;
+
+  constructor(options: PoolControllerOptions) {
+    this.options = { workers: 4, retryBackoff: { baseMs: 1000, capMs: 300_000 }, ...options };
+    this.queue = new WorkQueue({
+      workers: this.options.workers,
+      backoff: this.options.retryBackoff,
+      sync: (key) => this.sync(key),
+      onError: (key, err, retryInMs) => this.options.log.error("syncing failed", { key, err, retryInMs }),
+    });
+  }
+
+  readonly serviceHandlers: InformerHandlers<Service> = {
+    onAdd: (service) => this.serviceChanged(service),
+    onUpdate: (_, service) => this.serviceChanged(service),
+    onDelete: (service) => {
+      const key = objectKey(service);
+      for (const map of [this.inputs, this.holds, this.acted, this.warned]) map.delete(key);
+      this.changed(ALLOCATION);
+    },
+  };
+
+  readonly poolHandlers: InformerHandlers<LoadBalancerIPPool> = {
+    onAdd: (pool) => this.changed(POOL + objectKey(pool)),
+    onUpdate: (_, pool) => this.changed(POOL + objectKey(pool)),
+    onDelete: () => this.changed(ALLOCATION),
+  };
+
+  readonly nodeHandlers: InformerHandlers<Node> = {
+    onAdd: () => this.changed(ALLOCATION),
+    onUpdate: (before, after) => {
+      if (JSON.stringify(before.status?.addresses) !== JSON.stringify(after.status?.addresses))
+        this.changed(ALLOCATION);
+    },
+    onDelete: () => this.changed(ALLOCATION),
+  };
+
+  /** Allocates, and syncs every Service and pool (call once every cache has synced). */
+  start(): void {
+    this.started = true;
+    this.resync();
+  }
+
+  /** Syncs everything cached again: at start, and when this replica starts leading. */
+  resync(): void {
+    this.stale = true;
+    for (const service of this.options.services.list()) this.enqueue(SERVICE + objectKey(service));
+    for (const pool of this.options.pools.list()) this.enqueue(POOL + objectKey(pool));
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.queue.stop();
+  }
+
+  /** Resolves once nothing is queued or being synced (for tests). */
+  idle(): Promise<void> {
+    return this.queue.idle();
+  }
+
+  /** Reallocates only when what allocate() reads of a Service of ours (before or after) changed. */
+  private serviceChanged(service: Service): void {
+    const facts = l2ServiceFacts(service);
+    const key = facts.key;
+    const inputs = isOurs(facts, this.options.config.claimClassless) ? JSON.stringify(facts) : undefined;
+    if (inputs !== this.inputs.get(key)) {
+      this.stale = true;
+      if (inputs === undefined) this.inputs.delete(key);
+      else this.inputs.set(key, inputs);
+    }
+    this.enqueue(SERVICE + key);
+  }
+
+  private changed(key: string): void {
+    this.stale = true;
+    this.enqueue(key);
+  }
+
+  /** Events before start() are taken in by its resync. */
+  private enqueue(key: string): void {
+    if (this.started && !this.stopped) this.queue.add(key);
+  }
+
+  /**
+   * A Service as allocate() reads it: what this process decided it holds, until its cached copy shows it. An
+   * allocation made while the writes are unanswered, or before the watch delivers them, sees the address taken; a
+   * write that failed may have happened, and its address stays taken until a later decision or the cache says.
+   */
+  private allocationFacts(service: Service): L2ServiceFacts {
+    const facts = l2ServiceFacts(service);
+    const hold = this.holds.get(facts.key);
+    if (!hold) return facts;
+    const shown = facts.ingress.join() === hold.ingress.join() && facts.allocatedFrom === hold.allocatedFrom;
+    if (hold.uid === facts.uid && !shown) return { ...facts, ingress: hold.ingress, allocatedFrom: hold.allocatedFrom };
+    this.holds.delete(facts.key);
+    return facts;
+  }
+
+  /** The allocation of every Service, made again after any change; what it changes is queued. */
+  private allocation(): AllocateResult {
+    if (this.result && !this.stale) return this.result;
+    this.stale = false;
+    const started = performance.now();
+    const { services, nodes, pools } = this.options;
+    this.pools = pools.list().map(poolFacts);
+    this.nodeAddresses = nodeAddresses(nodes.list());
+    const next = allocate({
+      services: services.list().map((service) => this.allocationFacts(service)),
+      pools: this.pools,
+      nodeAddresses: this.nodeAddresses,
+      claimClassless: this.options.config.claimClassless,
+    });
+    this.options.metrics.allocateSeconds.observe((performance.now() - started) / 1000);
+    const before = this.result;
+    this.result = next;
+    if (!before) return next;
+    for (const key of new Set([...before.services.keys(), ...next.services.keys()]))
+      if (JSON.stringify(before.services.get(key)) !== JSON.stringify(next.services.get(key)))
+        this.enqueue(SERVICE + key);
+    // Pools' statuses are cheap to compare, and depend on Nodes and other pools too: each is synced.
+    for (const pool of this.pools) this.enqueue(POOL + pool.name);
+    return next;
+  }
+
+  private async sync(key: string): Promise<void> {
+    if (!this.options.isLeader()) return;
+    const result = this.allocation();
+    if (key.startsWith(SERVICE)) return this.syncService(key.slice(SERVICE.length), result);
+    if (key.startsWith(POOL)) return this.syncPool(key.slice(POOL.length), result);
+  }
+
+  private async syncService(key: string, result: AllocateResult): Promise<void> {
+    const service = this.options.services.get(key);
+    if (!service) return;
+    const resourceVersion = service.metadata?.resourceVersion;
+    if (this.acted.get(key)?.has(resourceVersion)) return;
+    const facts = l2ServiceFacts(service);
+    const decision = this.decide(facts, result.services.get(key));
+    if (decision.action === "ignore") return void this.holds.delete(key);
+    this.options.metrics.syncs.with({ action: decision.action, rule: decision.rule }).inc();
+    this.warn(service, decision);
+    const writes = writesFor(facts, decision);
+    if (!writes.length) return void this.holds.delete(key); // the cached copy shows the decision
+    const log = this.options.log.with({ service: key, rule: decision.rule });
+    if (this.options.dryRun) {
+      for (const write of writes) this.options.metrics.writes.with({ write, result: "dry-run" }).inc();
+      return log.info("would write (dry run)", { writes: writes.join(","), reason: decision.reason });
+    }
+    // Held from the decision on, before the first write is answered.
+    const { ingress, allocatedFrom, finalizer } = facts;
+    const done = writes.reduce((state, write) => after(state, write, decision), { ingress, allocatedFrom, finalizer });
+    this.holds.set(key, { uid: facts.uid, ingress: done.ingress, allocatedFrom: done.allocatedFrom });
+    const acted = new Set<string | undefined>();
+    this.acted.set(key, acted);
+    let version = resourceVersion;
+    try {
+      for (const write of writes) {
+        // Leadership can lapse between the decision and a write: the last check is right before each call.
+        if (!this.options.isLeader()) return void this.acted.delete(key); // synced afresh when it leads again
+        // Each write starts from the version the one before made. The watch may deliver that version before this
+        // write is answered: it lacks what this write adds, and a sync from it would write the same again.
+        acted.add(version);
+        version = await this.send(service, version, decision, write, log);
+        if (version === undefined) return void this.acted.delete(key);
+      }
+    } catch (err) {
+      this.acted.delete(key);
+      throw err;
+    }
+    if (decision.action === "allocate" && writes.includes("status")) {
+      log.info("wrote ingress", { ingress: decision.ips.join(","), reason: decision.reason });
+      const event = facts.ingress.length ? "UpdatedLoadBalancer" : "EnsuredLoadBalancer";
+      this.options.events.record(serviceReference(service), "Normal", event, `Allocated ${decision.reason}`);
+    }
+    if (decision.action === "release") log.info("released Service", { reason: decision.reason });
+  }
+
+  private decide(facts: L2ServiceFacts, allocation: Allocation | undefined): Decision {
+    const ours = isOurs(facts, this.options.config.claimClassless);
+    // Released only when surely ours: the allocated-from annotation is this controller's signature, and the
+    // finalizer is shared with every controller built on k8s.io/cloud-provider.
+    if (facts.deleting && ours) return release("deleted", "the Service is being deleted");
+    if (!ours && facts.allocatedFrom !== undefined)
+      return release("not-ours", facts.deleting ? "the Service is being deleted" : "the Service is no longer ours");
+    return allocation ?? { action: "ignore" };
+  }
+
+  /** One write; the version it made, or undefined when the Service changed or went meanwhile (synced afresh). */
+  private async send(
+    service: Service,
+    resourceVersion: string | undefined,
+    decision: Decision,
+    write: Write,
+    log: Logger,
+  ): Promise<string | undefined> {
+    const { metadata = {} } = service;
+    const resource = this.options.serviceResource(metadata.namespace ?? "");
+    const name = metadata.name ?? "";
+    const others = (metadata.finalizers ?? []).filter((finalizer) => finalizer !== LB_FINALIZER);
+    const ips = decision.action === "allocate" ? decision.ips : [];
+    const allocatedFrom = decision.action === "allocate" ? decision.pools.join(",") : undefined;
+    try {
+      let written: Service;
+      if (write === "status") {
+        const ingress: LoadBalancerIngress[] = ips.map((ip) => ({ ip, ipMode: "VIP" }));
+        const patch = { status: { loadBalancer: { ingress } } };
+        written = await resource.patch(name, "merge", patch, { subresource: "status" });
+      } else {
+        // Pinned to the version read: a finalizer list changed by someone else meanwhile is never overwritten.
+        const finalizers = write === "record" ? [...others, LB_FINALIZER] : others;
+        const annotations = { [ALLOCATED_FROM_ANNOTATION]: write === "record" ? allocatedFrom : null };
+        written = await resource.patch(name, "merge", { metadata: { resourceVersion, finalizers, annotations } });
+      }
+      this.options.metrics.writes.with({ write, result: "ok" }).inc();
+      return written.metadata?.resourceVersion;
+    } catch (err) {
+      const result = isApiError(err, "Conflict") ? "conflict" : isApiError(err, "NotFound") ? "gone" : "error";
+      this.options.metrics.writes.with({ write, result }).inc();
+      if (result === "error") throw new Error(`${write} failed: ${(err as Error).message}`, { cause: err });
+      log.v(2)?.("Service changed meanwhile; syncing it again", { write, result });
+      return undefined;
+    }
+  }
+
+  private async syncPool(name: string, result: AllocateResult): Promise<void> {
+    const pool = this.options.pools.get(name);
+    const facts = this.pools.find((each) => each.name === name);
+    if (!pool || !facts) return;
+    const status = poolStatus(facts, this.pools, result.used.get(name) ?? new Set(), this.nodeAddresses);
+    if (sameStatus(pool.status, status)) return;
+    if (!this.options.dryRun) return this.writePoolStatus(name, status);
+    this.options.metrics.writes.with({ write: "pool-status", result: "dry-run" }).inc();
+  }
+
+  private async writePoolStatus(name: string, status: PoolStatus): Promise<void> {
+    try {
+      await this.options.poolResource.patch(name, "merge", { status }, { subresource: "status" });
+      this.options.metrics.writes.with({ write: "pool-status", result: "ok" }).inc();
+    } catch (err) {
+      const gone = isApiError(err, "NotFound");
+      this.options.metrics.writes.with({ write: "pool-status", result: gone ? "gone" : "error" }).inc();
+      if (!gone) throw new Error(`pool-status failed: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  /** A Warning Event and log when what is wrong with a Service changes; nothing while it stays the same. */
+  private warn(service: Service, decision: Decision): void {
+    const key = objectKey(service);
+    const warning =
+      decision.action === "refuse"
+        ? { reason: "AllocationFailed", message: `refused (${decision.rule}): ${decision.reason}` }
+        : decision.action === "allocate" && decision.moved
+          ? { reason: "AddressMoved", message: `moved to ${decision.ips.join(", ")}: ${decision.moved}` }
+          : undefined;
+    if (!warning) return void this.warned.delete(key);
+    if (this.warned.get(key) === warning.message) return;
+    this.warned.set(key, warning.message);
+    this.options.log.warn("Service not served as asked", { service: key, rule: decision.action, ...warning });
+    if (this.options.dryRun) return;
+    this.options.events.record(serviceReference(service), "Warning", warning.reason, warning.message);
+  }
+}
+
+const release = (rule: "deleted" | "not-ours", reason: string): Decision => ({
+  action: "release",
+  rule,
+  reason,
+  moved: undefined,
+});
+
+/** A Service's state after one write. */
+function after(state: WrittenState, write: Write, decision: Decision): WrittenState {
+  const allocation = decision.action === "allocate" ? decision : undefined;
+  if (write === "status") return { ...state, ingress: allocation?.ips ?? [] };
+  if (write === "record") return { ...state, finalizer: true, allocatedFrom: allocation?.pools.join(",") };
+  return { ...state, finalizer: false, allocatedFrom: undefined };
+}
+
+/** The writes that bring a Service to the decision, in order: the record before the status it explains. */
+function writesFor(facts: L2ServiceFacts, decision: Decision): Write[] {
+  switch (decision.action) {
+    case "ignore":
+      return [];
+    case "release":
+      return [
+        ...(facts.ingress.length && !facts.deleting ? (["status"] as const) : []),
+        ...(facts.finalizer || facts.allocatedFrom !== undefined ? (["release"] as const) : []),
+      ];
+    case "refuse":
+      return facts.ingress.length ? ["status"] : [];
+    case "allocate": {
+      const recorded = facts.finalizer && facts.allocatedFrom === decision.pools.join(",");
+      return [
+        ...(recorded ? [] : (["record"] as const)),
+        ...(facts.ingress.join() === decision.ips.join() ? [] : (["status"] as const)),
+      ];
+    }
+  }
+}
+
+/** Every Node's addresses (canonical text) → its name. */
+function nodeAddresses(nodes: Node[]): Map<string, string> {
+  const addresses = new Map<string, string>();
+  for (const node of nodes)
+    for (const { address } of node.status?.addresses ?? []) {
+      const ip = canonicalIp(address);
+      if (ip) addresses.set(ip, node.metadata?.name ?? "");
+    }
+  return addresses;
+}

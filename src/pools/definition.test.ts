@@ -1,0 +1,72 @@
+// The watches keep what the decisions read: the facts of a trimmed object are those of the whole one.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import type { Node, Service } from "kubernetes-types/core/v1.js";
+import { keepTransform } from "../kube/fields.ts";
+import type { KubeObject } from "../kube/resource.ts";
+import type { Watch } from "../kube/sharedinformers.ts";
+import { LB_FINALIZER } from "../service/decide.ts";
+import {
+  ALLOCATED_FROM_ANNOTATION,
+  L2_CLASS,
+  l2ServiceFacts,
+  POOL_ANNOTATION,
+  REQUESTED_IPS_ANNOTATION,
+  SHARING_ANNOTATION,
+} from "./allocate.ts";
+import { servicePools } from "./definition.ts";
+import { type LoadBalancerIPPool, poolFacts } from "./pool.ts";
+
+const watches = servicePools.watches({ claimClassless: false });
+
+const trim = <T extends KubeObject>(watch: Watch<T>, obj: T) => keepTransform(watch.keep)(obj);
+
+test("a Service keeps what l2ServiceFacts reads; other annotations and spec fields go", () => {
+  const service: Service = {
+    metadata: {
+      namespace: "ns",
+      name: "web",
+      uid: "u1",
+      resourceVersion: "9",
+      creationTimestamp: "2026-01-01T00:00:00Z",
+      deletionTimestamp: "2026-01-02T00:00:00Z",
+      finalizers: [LB_FINALIZER],
+      labels: { tier: "edge" },
+      annotations: {
+        [REQUESTED_IPS_ANNOTATION]: "198.51.100.1",
+        [POOL_ANNOTATION]: "p",
+        [SHARING_ANNOTATION]: "k",
+        [ALLOCATED_FROM_ANNOTATION]: "p",
+        "kubectl.kubernetes.io/last-applied-configuration": "{}",
+      },
+    },
+    spec: {
+      type: "LoadBalancer",
+      loadBalancerClass: L2_CLASS,
+      loadBalancerIP: "198.51.100.1",
+      ipFamilies: ["IPv4"],
+      ports: [{ port: 80, protocol: "UDP", targetPort: 8080, nodePort: 30080 }],
+      selector: { app: "web" },
+    },
+    status: { loadBalancer: { ingress: [{ ip: "198.51.100.1", ipMode: "VIP" }] } },
+  };
+  const trimmed = trim(watches.services, service);
+  assert.deepEqual(l2ServiceFacts(trimmed), l2ServiceFacts(service));
+  assert.equal(trimmed.metadata?.annotations?.["kubectl.kubernetes.io/last-applied-configuration"], undefined);
+  assert.equal(trimmed.spec?.selector, undefined);
+});
+
+test("a pool keeps its spec and status; a Node its addresses", () => {
+  const pool: LoadBalancerIPPool = {
+    metadata: { name: "p", managedFields: [{ manager: "kubectl" }] },
+    spec: { addresses: ["198.51.100.0/24"], namespaces: ["ns"], autoAssign: false, avoidBuggyIPs: true },
+    status: { size: "256", used: "0", free: "256", conflicts: [] },
+  };
+  assert.deepEqual(poolFacts(trim(watches.pools, pool)), poolFacts(pool));
+  const node: Node = {
+    metadata: { name: "n1", labels: { a: "b" } },
+    status: { addresses: [{ type: "InternalIP", address: "10.0.0.1" }], capacity: { cpu: "4" } },
+  };
+  const addresses = node.status?.addresses;
+  assert.deepEqual(trim(watches.nodes, node), { metadata: { name: "n1" }, status: { addresses } });
+});

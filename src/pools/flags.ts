@@ -1,0 +1,25 @@
+// The address pool controller's flags (lb-l2-*). They join the central program's one flag table; Helm values
+// under loadBalancer.l2.
+import { type FlagValues, flag } from "../cli/flags.ts";
+
+export interface PoolsConfig {
+  /** Give pool addresses to LoadBalancer Services without a loadBalancerClass too. */
+  claimClassless: boolean;
+}
+
+export const poolsFlagTable = [
+  flag({
+    name: "lb-l2-claim-classless",
+    type: "bool",
+    default: "false",
+    help:
+      "Address pool controller: also give pool addresses to LoadBalancer Services without a loadBalancerClass. " +
+      "Turn on at most one of this and --lb-claim-classless: one mode serves class-less Services. Services of " +
+      "class local-ccm.io/l2 are always its own.",
+    helm: "loadBalancer.l2.pools.claimClassless",
+  }),
+] as const;
+
+export function poolsConfig(values: FlagValues<typeof poolsFlagTable>): PoolsConfig {
+  return { claimClassless: values["lb-l2-claim-classless"] };
+}

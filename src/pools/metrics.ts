@@ -1,0 +1,29 @@
+// The address pool controller's Prometheus metrics, each named `prefix` + name (the program gives the prefix).
+import type { Registry } from "../cli/metrics.ts";
+
+export function createPoolsMetrics(registry: Registry, prefix: string) {
+  return {
+    syncs: registry.counter({
+      name: `${prefix}syncs_total`,
+      help:
+        "Services of ours synced, by action (allocate, refuse, release) and rule (kept, allocated; bad-request, " +
+        "no-pool, pool-exhausted, address-in-no-pool, address-held, port-overlap, node-address; deleted, " +
+        "not-ours).",
+      labels: ["action", "rule"],
+    }),
+    writes: registry.counter({
+      name: `${prefix}writes_total`,
+      help:
+        "Writes, by write (record: finalizer and allocated-from annotation, status, release, pool-status) and " +
+        "result (ok, conflict, gone, error, dry-run).",
+      labels: ["write", "result"],
+    }),
+    allocateSeconds: registry.histogram({
+      name: `${prefix}allocate_seconds`,
+      help: "Time to allocate the addresses of every Service of ours, once per burst of changes.",
+      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1],
+    }),
+  };
+}
+
+export type PoolsMetrics = ReturnType<typeof createPoolsMetrics>;

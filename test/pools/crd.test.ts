@@ -1,0 +1,76 @@
+// The LoadBalancerIPPool CRD against a real kube-apiserver: its CEL rules and schema refuse bad pools with their
+// message, take good ones with the defaults, and `kubectl get` shows the printer columns.
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { isApiError } from "../../src/kube/errors.ts";
+import { Resource } from "../../src/kube/resource.ts";
+import { type LoadBalancerIPPool, POOL_RESOURCE, POOL_TYPE } from "../../src/pools/pool.ts";
+import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
+import { installPoolCrd } from "./crd.ts";
+
+let plane: ControlPlane;
+let pools: Resource<LoadBalancerIPPool>;
+before(async () => {
+  plane = await startControlPlane();
+  await installPoolCrd(plane);
+  pools = new Resource(plane.admin, POOL_RESOURCE);
+});
+after(async () => {
+  await plane?.stop();
+});
+
+let created = 0;
+/** The apiserver's refusal of a pool with this spec, or undefined when it takes it. */
+async function refusal(spec: unknown): Promise<string | undefined> {
+  try {
+    await pools.create({ ...POOL_TYPE, metadata: { name: `pool-${++created}` }, spec } as LoadBalancerIPPool);
+    return undefined;
+  } catch (err) {
+    assert.ok(isApiError(err, "Invalid"), String(err));
+    return err.message;
+  }
+}
+
+const ADDRESS_RULE = "each address is a CIDR, an IP, or a first-last range of two IPs of one family";
+
+describe("LoadBalancerIPPool CRD", () => {
+  test("good pools are taken, with autoAssign true and avoidBuggyIPs false by default", async () => {
+    const ranges = ["198.51.101.10-198.51.101.20", "2001:db8:1::1 - 2001:db8:1::9"];
+    const addresses = ["198.51.100.0/24", "2001:db8::/64", ...ranges];
+    const selector = { matchLabels: { a: "b" } };
+    assert.equal(await refusal({ addresses, namespaces: ["web"], serviceSelector: selector }), undefined);
+    const pool = await pools.get(`pool-${created}`);
+    assert.deepEqual([pool.spec?.autoAssign, pool.spec?.avoidBuggyIPs], [true, false]);
+  });
+
+  test("bad addresses are refused with the rule's message", async () => {
+    const bad = ["198.51.100.0/33", "010.0.0.1", "198.51.100.1-2001:db8::1", "a-b", "1.2.3.4-5.6.7.8-9.9.9.9"];
+    for (const entry of [...bad, "fe80::1%eth0", "pool"]) {
+      const message = await refusal({ addresses: [entry] });
+      assert.ok(message?.includes(ADDRESS_RULE), `${entry}: ${message}`);
+    }
+  });
+
+  test("no addresses, a bad selector or namespace are refused", async () => {
+    assert.match((await refusal({ addresses: [] })) ?? "", /spec\.addresses: Invalid value: .*at least 1 item/);
+    assert.match((await refusal({})) ?? "", /spec\.addresses: Required value/);
+    const selector = { matchExpressions: [{ key: "tier", operator: "In" }] };
+    assert.match(
+      (await refusal({ addresses: ["198.51.100.0/24"], serviceSelector: selector })) ?? "",
+      /In and NotIn need values; Exists and DoesNotExist take none/,
+    );
+    const namespaces = ["Not_A_Label"];
+    assert.match((await refusal({ addresses: ["198.51.100.0/24"], namespaces })) ?? "", /namespaces\[0\]/);
+  });
+
+  test("kubectl get shows addresses, auto, size, used, free and age", async () => {
+    const name = `pool-${++created}`;
+    await pools.create({ ...POOL_TYPE, metadata: { name }, spec: { addresses: ["192.0.2.0/30"] } });
+    const status = { size: "4", used: "1", free: "3", conflicts: [] };
+    await pools.patch(name, "merge", { status }, { subresource: "status" });
+    const table = await plane.kubectl(["get", "loadbalancerippools", name]);
+    const [header, row] = table.trim().split("\n").map((line) => line.trim().split(/\s{2,}/));
+    assert.deepEqual(header, ["NAME", "ADDRESSES", "AUTO", "SIZE", "USED", "FREE", "AGE"]);
+    assert.deepEqual(row?.slice(0, 6), [name, '["192.0.2.0/30"]', "true", "4", "1", "3"]);
+  });
+});
