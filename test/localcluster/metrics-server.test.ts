@@ -79,7 +79,11 @@ describe("kubectl top nodes through kubelet certificates the approver approved",
     for (const row of rows) t.diagnostic(`kubectl top nodes: ${row.name} ${row.cpu} ${row.memory}`);
     assert.deepEqual(rows.map((row) => row.name).sort(), [...BOOT, PLAIN].sort());
     const pod = await metricsServerPod();
-    const usage = await cluster.kubectl(["top", "pod", pod.metadata?.name ?? "", "-n", METRICS_SERVER_NAMESPACE]);
+    // Its own figures, for the diagnostics only: they come a scrape after its node's (two samples make a CPU rate),
+    // and once in a few runs not at all within minutes (seen on a loaded machine; not what this test is about).
+    const usage = await waitFor("metrics-server's own pod figures", () =>
+      cluster.kubectl(["top", "pod", pod.metadata?.name ?? "", "-n", METRICS_SERVER_NAMESPACE]).catch(() => undefined),
+    60_000, 1000).catch(() => "none yet after 60 s");
     t.diagnostic(`metrics-server on ${pod.spec?.nodeName}: ${usage.trim().split("\n").at(-1)}`);
   });
 
