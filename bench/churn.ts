@@ -82,7 +82,9 @@ try {
 }
 
 /** "verb resource[/subresource] code", e.g. "update nodes/status 200". */
-const outcome = (event: AuditEvent) => `${requestKey(event)} ${event.responseStatus?.code ?? "?"}`;
+function outcome(event: AuditEvent): string {
+  return `${requestKey(event)} ${event.responseStatus?.code ?? "?"}`;
+}
 
 function report(samples: { second: number; memory: ProcessMemory }[], writes: Write[], output: string): void {
   const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
