@@ -5,7 +5,8 @@
 // agent sees a Node watch event that is not its own. RSS and anonymous memory are sampled every 10 s; growth is
 // measured from the end of the warm-up (BENCH_WARMUP_SECONDS, 120). With each sample its /metrics is scraped, as
 // Prometheus would, for the V8 heap in use (nodejs_heap_size_used_bytes): heap that grows is JavaScript keeping
-// objects; anonymous memory that grows while it does not is the runtime's own. Also prints the agent's Node
+// objects; anonymous memory that grows while it does not is the runtime's own (split into malloc's [heap] segment
+// and other anonymous mappings). Also prints the agent's Node
 // writes (audit log: it should write once per flap and never for the heartbeat), its warnings and errors; the run
 // fails if the agent exits.
 // Budget (issue 17): RSS grows by ≤ 1 MiB after warm-up.
@@ -15,7 +16,7 @@ import { waitFor } from "../localcluster/wait.ts";
 import { scrapeMetrics } from "../localcluster/metrics.ts";
 import { type AuditEvent, requestKey } from "../localcluster/audit.ts";
 import { SHIPPED_ENV } from "../test/deploy/shipped.ts";
-import { type ProcessMemory, processMemory } from "./proc.ts";
+import { anonymousBySegment, type ProcessMemory, processMemory } from "./proc.ts";
 import {
   agentCommand,
   agentRequests,
@@ -36,6 +37,7 @@ interface Sample {
   memory: ProcessMemory;
   /** V8's heap in use, bytes. */
   heapUsed: number;
+  anonymous: ReturnType<typeof anonymousBySegment>;
 }
 /** One write of the agent's: to its Node or not, and how the apiserver answered. */
 interface Write {
@@ -89,7 +91,7 @@ try {
       if (second % SAMPLE_EVERY_SECONDS === 0) {
         const memory = processMemory(agent.child.pid as number);
         const heapUsed = (await scrapeMetrics(metricsAt)).get("nodejs_heap_size_used_bytes") ?? Number.NaN;
-        samples.push({ second, memory, heapUsed });
+        samples.push({ second, memory, heapUsed, anonymous: anonymousBySegment(agent.child.pid as number) });
       }
       if (second === CHURN_SECONDS) break;
       await Promise.all([switchSource(second), heartbeat()]);
@@ -151,6 +153,8 @@ function report(samples: Sample[], writes: Write[], output: string): void {
   const series = (bytes: (s: Sample) => number) => samples.map((s) => (bytes(s) / 2 ** 20).toFixed(1)).join(" ");
   row(`RSS every ${SAMPLE_EVERY_SECONDS} s, MiB`, series((s) => s.memory.rss));
   row(`anonymous every ${SAMPLE_EVERY_SECONDS} s, MiB`, series((s) => s.memory.anon));
+  row(`anonymous: [heap] every ${SAMPLE_EVERY_SECONDS} s, MiB`, series((s) => s.anonymous.brk));
+  row(`anonymous: other every ${SAMPLE_EVERY_SECONDS} s, MiB`, series((s) => s.anonymous.mapped));
   row(`V8 heap used every ${SAMPLE_EVERY_SECONDS} s, MiB`, series((s) => s.heapUsed));
   row("Node writes by the agent", `${nodeWrites.length} for ${flaps} flaps (${counted(nodeWrites)})`);
   row("its other writes", `${otherWrites.length} (${counted(otherWrites)})`);
