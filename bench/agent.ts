@@ -16,23 +16,25 @@ import { setTimeout as delay } from "node:timers/promises";
 import type { Node } from "kubernetes-types/core/v1.js";
 import { isApiError } from "../src/kube/errors.ts";
 import { Informer } from "../src/kube/informer.ts";
-import { bundleProgram } from "../localcluster/bundle.ts";
 import { addressesOf, type NodeHost, registerNode, startAgent, startWorld } from "../test/agent/harness.ts";
 import { waitFor } from "../localcluster/wait.ts";
-import { auditEvents } from "../localcluster/audit.ts";
 import { processMemory } from "./proc.ts";
-import { SHIPPED_ENV, shippedCommand } from "../test/deploy/shipped.ts";
+import { SHIPPED_ENV } from "../test/deploy/shipped.ts";
+import {
+  agentCommand,
+  agentRequests,
+  BENCH_DIR,
+  bundledAgent,
+  defaultSourceSwitch,
+  isWrite,
+  NODE_ARGS,
+  RUNTIME,
+} from "./shipped-agent.ts";
 
 const TRIALS = Number(process.env.BENCH_TRIALS ?? 50);
 const REST_SECONDS = Number(process.env.BENCH_REST_SECONDS ?? 120);
-/** Node's own flags: as the DaemonSet gives them, unless BENCH_NODE_ARGS says otherwise ("" for none). */
-const NODE_ARGS = (process.env.BENCH_NODE_ARGS ?? shippedCommand("local-ccm").nodeArgs.join(" "))
-  .split(" ")
-  .filter(Boolean);
-const RUNTIME = process.env.BENCH_RUNTIME ?? process.execPath;
 const COLD_STARTS = Number(process.env.BENCH_COLD_STARTS ?? 5);
-const BENCH_DIR = path.join(import.meta.dirname, "../.cache/bench");
-const entry = await bundleProgram("local-ccm", BENCH_DIR);
+const entry = await bundledAgent();
 
 /** The DaemonSet's memory limit in deploy/, MiB. */
 function shippedLimitMiB(): number {
@@ -141,11 +143,9 @@ try {
   }
 
   const changeMs: number[] = [];
-  const alternate = "198.18.10.20";
-  await node.host.ip("address", "add", `${alternate}/24`, "dev", (await node.host.ip("-o", "-4", "route", "get", "8.8.8.8")).match(/dev (\S+)/)?.[1] as string);
+  const switchSource = await defaultSourceSwitch(node, "198.18.10.20");
   for (let i = 0; i < TRIALS; i++) {
-    const source = i % 2 === 0 ? alternate : node.external.v4;
-    await node.host.ip("route", "replace", "default", "via", "198.18.10.1", "src", source);
+    const source = await switchSource(i);
     const t0 = performance.now();
     changeMs.push(await until("IP change", (a) => a.includes(`ExternalIP=${source}`), t0));
   }
@@ -155,13 +155,8 @@ try {
   const restFrom = Date.now();
   await delay(REST_SECONDS * 1000);
   const restTo = Date.now();
-  const atRest = await auditEvents(world.plane.auditLogPath as string, {
-    userAgentSuffix: "(local-ccm)",
-    since: new Date(restFrom),
-    until: new Date(restTo),
-  });
-  const requests = new Map(atRest.map((event) => [event.auditID, event.verb]));
-  const writes = [...requests.values()].filter((verb) => !["get", "list", "watch"].includes(verb)).length;
+  const atRest = await agentRequests(world.plane.auditLogPath as string, new Date(restFrom), new Date(restTo));
+  const writes = atRest.filter(isWrite).length;
   const memory = processMemory(agent.child.pid as number);
   await agent.stop();
   await informer.stop();
@@ -173,12 +168,11 @@ try {
   const pct = (values: number[], p: number) => [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.ceil((p / 100) * values.length) - 1)] as number;
   const perHour = (count: number) => ((count * 3600) / REST_SECONDS).toFixed(1);
   const ms = (v: number) => `${v.toFixed(0)} ms`;
-  const runtime = RUNTIME === process.execPath ? `node ${process.version}` : RUNTIME;
-  console.log(`local-ccm agent (bundled, ${[runtime, ...NODE_ARGS].join(" ")}), ${TRIALS} trials, ${REST_SECONDS} s at rest`);
+  console.log(`local-ccm agent (bundled, ${agentCommand()}), ${TRIALS} trials, ${REST_SECONDS} s at rest`);
   console.log(`  start to first reconcile          ${ms(firstReconcile)}`);
   console.log(`  drift repair       p50 / p99      ${ms(pct(driftMs, 50))} / ${ms(pct(driftMs, 99))}`);
   console.log(`  IP change to Node  p50 / p99      ${ms(pct(changeMs, 50))} / ${ms(pct(changeMs, 99))}`);
-  console.log(`  API requests at rest              ${requests.size} in ${REST_SECONDS} s = ${perHour(requests.size)} per hour (${[...new Set(requests.values())].join(", ") || "none"})`);
+  console.log(`  API requests at rest              ${atRest.length} in ${REST_SECONDS} s = ${perHour(atRest.length)} per hour (${[...new Set(atRest.map((e) => e.verb))].join(", ") || "none"})`);
   console.log(`  API writes at rest                ${writes} = ${perHour(writes)} per hour`);
   console.log("  watch renewal (by design)         every 30-60 min: at most 2 requests per hour");
   console.log(`  RSS / anonymous at rest           ${(memory.rss / 2 ** 20).toFixed(1)} MiB / ${(memory.anon / 2 ** 20).toFixed(1)} MiB`);

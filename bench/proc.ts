@@ -25,3 +25,18 @@ export function cpuSeconds(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
   return (Number(fields[11]) + Number(fields[12])) / ticksPerSecond;
 }
+
+/**
+ * A process's anonymous memory by where it lives (/proc/<pid>/smaps), bytes: `brk`, the [heap] segment (glibc's main
+ * malloc arena), and `mapped`, every other anonymous mapping (V8's heap pages, other threads' arenas, stacks).
+ */
+export function anonymousBySegment(pid: number): { brk: number; mapped: number } {
+  let segment = "";
+  const bytes = { brk: 0, mapped: 0 };
+  for (const line of readFileSync(`/proc/${pid}/smaps`, "utf8").split("\n")) {
+    if (/^[0-9a-f]+-[0-9a-f]+ /.test(line)) segment = line.trim().split(/\s+/)[5] ?? "";
+    const anonymous = /^Anonymous:\s+(\d+) kB/.exec(line)?.[1];
+    if (anonymous) bytes[segment === "[heap]" ? "brk" : "mapped"] += Number(anonymous) * 1024;
+  }
+  return bytes;
+}
