@@ -38,7 +38,7 @@ export interface Binaries {
   actionlint: string;
 }
 
-interface Component {
+export interface Component {
   name: string;
   version: string;
   module: string;
@@ -266,6 +266,21 @@ export async function ensureBinaries(): Promise<Binaries> {
     coredns: binaryPath(coredns, "coredns"),
     actionlint: binaryPath(actionlint, "actionlint"),
   };
+}
+
+/**
+ * The binaries of a component that ensureBinaries() leaves out (built only when something asks for it, e.g. a
+ * benchmark's anchor): binary name → path, built first if missing.
+ */
+export async function ensureComponent(component: Component): Promise<Record<string, string>> {
+  const missing = missingBinaries(component).length;
+  if (missing > 0) {
+    const progress = new BuildProgress(missing);
+    progress.say(`building ${component.name} ${component.version} with Go into ${componentDir(component)}`);
+    await buildComponent(component, progress);
+    progress.say(`built ${component.name} ${component.version}`);
+  }
+  return Object.fromEntries(Object.keys(component.commands).map((binary) => [binary, binaryPath(component, binary)]));
 }
 
 /**
