@@ -1,7 +1,8 @@
 // Builds the pinned upstream binaries (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
 // kube-proxy, kubectl, agnhost, etcd, helm, metrics-server, coredns, actionlint) from their Go modules into a
 // git-ignored cache keyed by version; a binary that is already there is not rebuilt. Upstream's e2e suite
-// (e2e.test) is built the same way but apart (ensureE2ETest): only the peer suite needs it, not every cluster.
+// (e2e.test) is built the same way but apart (ensureE2ETest): only the peer suite needs it, not every cluster;
+// so are components only a benchmark's anchor needs (ensureComponent, e.g. metallb.ts).
 //
 // Each component gets a small wrapper module whose go.mod requires the upstream module and lists
 // the commands as `tool` directives: `go install pkg@version` cannot build k8s.io/kubernetes,

@@ -11,7 +11,7 @@ import { after, before, describe, test } from "node:test";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { NETEXEC_PORT, netexecBackends } from "../../localcluster/agnhost.ts";
 import { type Cluster, clusterLayout, startCluster } from "../../localcluster/cluster.ts";
-import { installMetallb, METALLB_NAMESPACE } from "../../localcluster/metallb.ts";
+import { installMetallb, l2PoolObjects, METALLB_NAMESPACE } from "../../localcluster/metallb.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
 
@@ -35,16 +35,28 @@ const SERVICE = {
 
 describe("MetalLB in L2 mode on the local cluster", () => {
   let cluster: Cluster;
+  let installSeconds: string;
   before(async () => {
     cluster = await startCluster({ nodes: 3, projectImage: false });
     // kubelet registers every Node with the taint a cloud controller removes; none runs here, so the admin does.
     for (const node of cluster.nodes) await cluster.kubectl(["taint", "node", node.name, `${UNINITIALIZED_TAINT}-`]);
     await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(netexecBackends(WORKERS.length)));
+    const started = Date.now();
     await installMetallb(cluster, { name: "public", addresses: [poolRange(cluster.slot)] });
+    installSeconds = ((Date.now() - started) / 1000).toFixed(1);
     await cluster.kubectl(["rollout", "status", "deployment/netexec", "--timeout=180s"]);
   });
   after(async () => {
     await cluster?.stop();
+  });
+
+  test("installed as users have it: MetalLB's webhook, reached by the apiserver, refuses a bad pool", async (t) => {
+    t.diagnostic(`installMetallb took ${installSeconds} s (images imported, rollouts, the pool accepted)`);
+    const [pool] = l2PoolObjects("bad", ["198.19.300.0/24"]);
+    await assert.rejects(
+      cluster.kubectl(["apply", "-f", "-"], JSON.stringify(pool)),
+      /admission webhook "ipaddresspoolvalidationwebhook\.metallb\.io" denied the request/,
+    );
   });
 
   test("a LoadBalancer Service answers the client host at a pool address that one worker announces", async (t) => {
