@@ -161,3 +161,12 @@ export async function installMetallb(cluster: Cluster, pool: MetallbPool, option
   await waitFor("MetalLB's webhook to accept the pool", () => apply(l2PoolObjects(pool.name, pool.addresses)),
     WEBHOOK_WAIT_MS, 1_000);
 }
+
+/** The node whose speaker announces the Service, as MetalLB records it (its ServiceL2Status), if one does. */
+export async function announcingNode(cluster: Cluster, namespace: string, name: string): Promise<string | undefined> {
+  const list = JSON.parse(
+    await cluster.kubectl(["get", "servicel2statuses.metallb.io", "-n", METALLB_NAMESPACE, "-o", "json"]),
+  ) as { items: { status?: { node?: string; serviceName?: string; serviceNamespace?: string } }[] };
+  const ours = list.items.find(({ status }) => status?.serviceNamespace === namespace && status.serviceName === name);
+  return ours?.status?.node;
+}
