@@ -1,7 +1,7 @@
 // MetalLB in L2 mode on the local cluster: the anchor our L2 announcement is measured against, installed as its
 // users install it. Its controller and speaker are built from the pinned module go.universe.tf/metallb like the
 // other upstream binaries (build.ts: static, CGO off, cached), but only on demand (ensureMetallbImages), not by
-// ensureBinaries: only the anchor's benchmark and test need them. Each goes into a one-file image laid out as
+// ensureBinaries: only the anchor's benchmark and test need them. Each goes into a single-layer image laid out as
 // upstream's Dockerfiles lay it out (the binary at /, LICENSE), without their distroless base.
 //
 // The objects are MetalLB's own: its Helm chart from the same module, rendered by the pinned helm with the values
@@ -68,7 +68,7 @@ export async function ensureMetallbImages(): Promise<Record<MetallbProgram, Meta
           files: [
             { path: `/${program}`, source: binaries[program] as string, mode: 0o755 },
             { path: "/LICENSE", source: license, mode: 0o644 },
-            // What the distroless base brings that they use: a writable /tmp (the webhook's certificates).
+            // From the distroless base, what they use: /tmp, where the webhook's certificates are mounted.
             { path: "/tmp", directory: true, mode: 0o1777 },
           ],
           config: { Entrypoint: [`/${program}`] },
@@ -153,7 +153,7 @@ export async function installMetallb(cluster: Cluster, pool: MetallbPool, option
     for (const image of Object.values(images)) await node.ctr(["images", "import", image.tarball]);
   }
   const apply = async (items: KubeObject[]) =>
-    cluster.kubectl(["apply", "--server-side", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "List", items }));
+    cluster.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "List", items }));
   await apply(await metallbObjects(options));
   for (const workload of [`deployment/${RELEASE}-controller`, `daemonset/${RELEASE}-speaker`]) {
     await cluster.kubectl(["rollout", "status", "-n", METALLB_NAMESPACE, workload, `--timeout=${ROLLOUT_TIMEOUT}`]);
