@@ -73,3 +73,38 @@ export async function ensureAgnhostImage(): Promise<string> {
   );
   return tarball;
 }
+
+/** The port `netexecBackends` serve on, as upstream's e2e tests run netexec. */
+export const NETEXEC_PORT = 8080;
+
+/**
+ * The backend of the local cluster's Service tests, as upstream's e2e tests run one: a Deployment "netexec" in
+ * "default" (pods labelled app=netexec) of agnhost netexec on NETEXEC_PORT, at most one replica per node.
+ */
+export function netexecBackends(replicas: number) {
+  const labels = { app: "netexec" };
+  return {
+    apiVersion: "apps/v1",
+    kind: "Deployment",
+    metadata: { name: "netexec", namespace: "default" },
+    spec: {
+      replicas,
+      selector: { matchLabels: labels },
+      template: {
+        metadata: { labels },
+        spec: {
+          topologySpreadConstraints: [
+            {
+              maxSkew: 1,
+              topologyKey: "kubernetes.io/hostname",
+              whenUnsatisfiable: "DoNotSchedule",
+              labelSelector: { matchLabels: labels },
+            },
+          ],
+          // The image's entrypoint is /agnhost.
+          containers: [{ name: "netexec", image: AGNHOST_IMAGE, args: ["netexec", `--http-port=${NETEXEC_PORT}`] }],
+        },
+      },
+    },
+  };
+}

@@ -1,7 +1,8 @@
 // Builds the pinned upstream binaries (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
 // kube-proxy, kubectl, agnhost, etcd, helm, metrics-server, coredns, actionlint) from their Go modules into a
 // git-ignored cache keyed by version; a binary that is already there is not rebuilt. Upstream's e2e suite
-// (e2e.test) is built the same way but apart (ensureE2ETest): only the peer suite needs it, not every cluster.
+// (e2e.test) is built the same way but apart (ensureE2ETest): only the peer suite needs it, not every cluster;
+// so are components only a benchmark's anchor needs (ensureComponent, e.g. metallb.ts).
 //
 // Each component gets a small wrapper module whose go.mod requires the upstream module and lists
 // the commands as `tool` directives: `go install pkg@version` cannot build k8s.io/kubernetes,
@@ -38,7 +39,7 @@ export interface Binaries {
   actionlint: string;
 }
 
-interface Component {
+export interface Component {
   name: string;
   version: string;
   module: string;
@@ -266,6 +267,21 @@ export async function ensureBinaries(): Promise<Binaries> {
     coredns: binaryPath(coredns, "coredns"),
     actionlint: binaryPath(actionlint, "actionlint"),
   };
+}
+
+/**
+ * The binaries of a component that ensureBinaries() leaves out (built only when something asks for it, e.g. a
+ * benchmark's anchor): binary name → path, built first if missing.
+ */
+export async function ensureComponent(component: Component): Promise<Record<string, string>> {
+  const missing = missingBinaries(component).length;
+  if (missing > 0) {
+    const progress = new BuildProgress(missing);
+    progress.say(`building ${component.name} ${component.version} with Go into ${componentDir(component)}`);
+    await buildComponent(component, progress);
+    progress.say(`built ${component.name} ${component.version}`);
+  }
+  return Object.fromEntries(Object.keys(component.commands).map((binary) => [binary, binaryPath(component, binary)]));
 }
 
 /**

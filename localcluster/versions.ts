@@ -16,3 +16,8 @@ export const AGNHOST_VERSION = "2.63.0";
 /** CoreDNS as kubeadm of the pinned Kubernetes installs it (cmd/kubeadm/app/constants CoreDNSVersion): cluster DNS
  * on the local cluster (coredns.ts). */
 export const COREDNS_VERSION = "v1.14.2";
+/** MetalLB, the anchor the L2 announcement benchmark runs side by side with ours (metallb.ts; built on demand).
+ * Not the newest, v0.16.2: it requires github.com/metallb/frr-k8s v0.0.27, whose zip the module proxy refuses
+ * ("This module version is not available", as every frr-k8s after v0.0.26), and it does not compile with v0.0.26.
+ * v0.16.1 is the newest MetalLB whose whole module graph the proxy serves. */
+export const METALLB_VERSION = "v0.16.1";

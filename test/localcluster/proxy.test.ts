@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import { after, before, describe, test } from "node:test";
-import { AGNHOST_IMAGE } from "../../localcluster/agnhost.ts";
+import { NETEXEC_PORT, netexecBackends } from "../../localcluster/agnhost.ts";
 import { type Cluster, type ClusterNode, startCluster } from "../../localcluster/cluster.ts";
 import { run } from "../../localcluster/exec.ts";
 import {
@@ -24,35 +24,12 @@ const rssMiB = (pid: number | undefined) =>
 
 /** Two netexec backends, one per worker (node-1, node-2), behind a NodePort Service. */
 const BACKENDS = [
-  {
-    apiVersion: "apps/v1",
-    kind: "Deployment",
-    metadata: { name: "netexec", namespace: "default" },
-    spec: {
-      replicas: 2,
-      selector: { matchLabels: { app: "netexec" } },
-      template: {
-        metadata: { labels: { app: "netexec" } },
-        spec: {
-          topologySpreadConstraints: [
-            {
-              maxSkew: 1,
-              topologyKey: "kubernetes.io/hostname",
-              whenUnsatisfiable: "DoNotSchedule",
-              labelSelector: { matchLabels: { app: "netexec" } },
-            },
-          ],
-          // As upstream's e2e tests run it: the image's entrypoint is /agnhost.
-          containers: [{ name: "netexec", image: AGNHOST_IMAGE, args: ["netexec", "--http-port=8080"] }],
-        },
-      },
-    },
-  },
+  netexecBackends(2),
   {
     apiVersion: "v1",
     kind: "Service",
     metadata: { name: "netexec", namespace: "default" },
-    spec: { type: "NodePort", selector: { app: "netexec" }, ports: [{ port: 80, targetPort: 8080 }] },
+    spec: { type: "NodePort", selector: { app: "netexec" }, ports: [{ port: 80, targetPort: NETEXEC_PORT }] },
   },
 ];
 

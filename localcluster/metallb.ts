@@ -1,0 +1,172 @@
+// MetalLB in L2 mode on the local cluster: the anchor our L2 announcement is measured against, installed as its
+// users install it. Its controller and speaker are built from the pinned module go.universe.tf/metallb like the
+// other upstream binaries (build.ts: static, CGO off, cached), but only on demand (ensureMetallbImages), not by
+// ensureBinaries: only the anchor's benchmark and test need them. Each goes into a single-layer image laid out as
+// upstream's Dockerfiles lay it out (the binary at /, LICENSE), without their distroless base.
+//
+// The objects are MetalLB's own: its Helm chart from the same module, rendered by the pinned helm with the values
+// that make it L2 only and point it at these images (metallbObjects), then a pool and its L2Advertisement
+// (l2PoolObjects). installMetallb does all of it on a cluster.
+import { existsSync } from "node:fs";
+import { mkdir, readFile } from "node:fs/promises";
+import path from "node:path";
+import { parse, parseAllDocuments } from "yaml";
+import { CACHE_DIR, type Component, ensureBinaries, ensureComponent } from "./build.ts";
+import type { Cluster } from "./cluster.ts";
+import { run } from "./exec.ts";
+import { writeImageTarball } from "./oci-image.ts";
+import { METALLB_VERSION } from "./versions.ts";
+import { waitFor } from "./wait.ts";
+
+const MODULE = "go.universe.tf/metallb";
+
+const COMPONENT: Component = {
+  name: "metallb",
+  version: METALLB_VERSION,
+  module: MODULE,
+  commands: { controller: `${MODULE}/controller`, speaker: `${MODULE}/speaker` },
+  ldflags: [],
+};
+
+/** localhost/ says they come from no registry. */
+const REPOSITORIES = { controller: "localhost/metallb-controller", speaker: "localhost/metallb-speaker" } as const;
+
+export type MetallbProgram = keyof typeof REPOSITORIES;
+
+export const METALLB_IMAGES = {
+  controller: `${REPOSITORIES.controller}:${METALLB_VERSION}`,
+  speaker: `${REPOSITORIES.speaker}:${METALLB_VERSION}`,
+} as const satisfies Record<MetallbProgram, string>;
+
+export const METALLB_NAMESPACE = "metallb-system";
+const RELEASE = "metallb";
+
+export interface MetallbImage {
+  tarball: string;
+  reference: string;
+}
+
+/** The pinned module in Go's module cache (downloaded if needed). */
+async function metallbModuleDir(): Promise<string> {
+  const out = await run("go", ["mod", "download", "-json", `${MODULE}@${METALLB_VERSION}`]);
+  return (JSON.parse(out) as { Dir: string }).Dir;
+}
+
+/** The controller's and the speaker's image tarballs for `ctr images import`, built once per version. */
+export async function ensureMetallbImages(): Promise<Record<MetallbProgram, MetallbImage>> {
+  const dir = path.join(CACHE_DIR, `metallb-images-${METALLB_VERSION}`);
+  const tarball = (program: MetallbProgram) => path.join(dir, `${program}.tar`);
+  const programs = Object.keys(METALLB_IMAGES) as MetallbProgram[];
+  if (programs.some((program) => !existsSync(tarball(program)))) {
+    const binaries = await ensureComponent(COMPONENT);
+    const license = path.join(await metallbModuleDir(), "LICENSE");
+    await mkdir(dir, { recursive: true });
+    for (const program of programs) {
+      await writeImageTarball(
+        {
+          reference: METALLB_IMAGES[program],
+          files: [
+            { path: `/${program}`, source: binaries[program] as string, mode: 0o755 },
+            { path: "/LICENSE", source: license, mode: 0o644 },
+            // From the distroless base, what they use: /tmp, where the webhook's certificates are mounted.
+            { path: "/tmp", directory: true, mode: 0o1777 },
+          ],
+          config: { Entrypoint: [`/${program}`] },
+        },
+        tarball(program),
+      );
+    }
+  }
+  return Object.fromEntries(
+    programs.map((program) => [program, { tarball: tarball(program), reference: METALLB_IMAGES[program] }]),
+  ) as Record<MetallbProgram, MetallbImage>;
+}
+
+export interface KubeObject {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string };
+  spec?: unknown;
+}
+
+export interface MetallbOptions {
+  /** MetalLB then serves only Services of this class (its --lb-class); default: class-less ones, as it ships. */
+  loadBalancerClass?: string;
+}
+
+/**
+ * What `helm install metallb charts/metallb` of the pinned module installs for L2 mode, with these images:
+ * its namespace (config/native/ns.yaml: privileged, for the speaker's host network and NET_RAW), CRDs, RBAC,
+ * the webhook, the controller Deployment and the speaker DaemonSet (host network, NET_RAW only; memberlist on,
+ * its secret made by the controller). FRR is off: the chart installs frr-k8s by default, for BGP.
+ */
+export async function metallbObjects(options: MetallbOptions = {}): Promise<KubeObject[]> {
+  const { helm } = await ensureBinaries();
+  const module = await metallbModuleDir();
+  const values: Record<string, string> = {
+    "frrk8s.enabled": "false",
+    ...(options.loadBalancerClass ? { loadBalancerClass: options.loadBalancerClass } : {}),
+  };
+  for (const program of Object.keys(REPOSITORIES) as MetallbProgram[]) {
+    values[`${program}.image.repository`] = REPOSITORIES[program];
+    values[`${program}.image.tag`] = METALLB_VERSION;
+    // Imported on every node: nothing is pulled, and a missing import shows as ErrImageNeverPull.
+    values[`${program}.image.pullPolicy`] = "Never";
+  }
+  const sets = Object.entries(values).flatMap(([key, value]) => ["--set", `${key}=${value}`]);
+  const rendered = await run(helm, [
+    "template", RELEASE, path.join(module, "charts/metallb"), "--namespace", METALLB_NAMESPACE, ...sets,
+  ]);
+  const namespace = parse(await readFile(path.join(module, "config/native/ns.yaml"), "utf8")) as KubeObject;
+  const objects = parseAllDocuments(rendered)
+    .map((doc) => doc.toJS() as KubeObject | null)
+    .filter((object) => object !== null);
+  return [namespace, ...objects];
+}
+
+/** A pool of `addresses` (ranges first-last or CIDRs) and the L2Advertisement that announces it from every node. */
+export function l2PoolObjects(name: string, addresses: string[]): KubeObject[] {
+  const metadata = { name, namespace: METALLB_NAMESPACE };
+  return [
+    { apiVersion: "metallb.io/v1beta1", kind: "IPAddressPool", metadata, spec: { addresses } },
+    { apiVersion: "metallb.io/v1beta1", kind: "L2Advertisement", metadata, spec: { ipAddressPools: [name] } },
+  ];
+}
+
+export interface MetallbPool {
+  name: string;
+  addresses: string[];
+}
+
+const ROLLOUT_TIMEOUT = "300s";
+/** The pool is refused until the controller's webhook serves (its certificate made, its endpoint ready). */
+const WEBHOOK_WAIT_MS = 180_000;
+
+/**
+ * Imports the images on every node, applies metallbObjects and waits for the controller and every speaker to be
+ * ready, then applies the pool. Speakers run only on nodes without the uninitialized taint (they tolerate the
+ * control-plane taint only): initialise the nodes first.
+ */
+export async function installMetallb(cluster: Cluster, pool: MetallbPool, options: MetallbOptions = {}): Promise<void> {
+  const images = await ensureMetallbImages();
+  for (const node of cluster.nodes) {
+    for (const image of Object.values(images)) await node.ctr(["images", "import", image.tarball]);
+  }
+  const apply = async (items: KubeObject[]) =>
+    cluster.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "List", items }));
+  await apply(await metallbObjects(options));
+  for (const workload of [`deployment/${RELEASE}-controller`, `daemonset/${RELEASE}-speaker`]) {
+    await cluster.kubectl(["rollout", "status", "-n", METALLB_NAMESPACE, workload, `--timeout=${ROLLOUT_TIMEOUT}`]);
+  }
+  await waitFor("MetalLB's webhook to accept the pool", () => apply(l2PoolObjects(pool.name, pool.addresses)),
+    WEBHOOK_WAIT_MS, 1_000);
+}
+
+/** The node whose speaker announces the Service, as MetalLB records it (its ServiceL2Status), if one does. */
+export async function announcingNode(cluster: Cluster, namespace: string, name: string): Promise<string | undefined> {
+  const list = JSON.parse(
+    await cluster.kubectl(["get", "servicel2statuses.metallb.io", "-n", METALLB_NAMESPACE, "-o", "json"]),
+  ) as { items: { status?: { node?: string; serviceName?: string; serviceNamespace?: string } }[] };
+  const ours = list.items.find(({ status }) => status?.serviceNamespace === namespace && status.serviceName === name);
+  return ours?.status?.node;
+}
