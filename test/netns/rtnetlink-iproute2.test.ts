@@ -18,6 +18,7 @@ import { test } from "node:test";
 import { isDeepStrictEqual } from "node:util";
 import fc from "fast-check";
 import { waitFor } from "../../localcluster/wait.ts";
+import { solicitedNodeGroup } from "../../src/net/ndp.ts";
 import type { HostAddress, HostLink } from "../../src/net/netlink.ts";
 import { type Lookups, lookupsIn } from "./detect-client.ts";
 import { createNetwork, type Host } from "./netns.ts";
@@ -223,7 +224,6 @@ function script(config: Config) {
     `net/ipv4/conf/${name}/promote_secondaries=${link.promoteSecondaries ? 1 : 0}`,
   ]);
   const add = (spec: AddressSpec) => {
-    const { link, name, peer } = linkName(config, spec.link);
     const dev = deviceOf(config, spec);
     const { argument } = addressOf(spec);
     const options = [
@@ -237,12 +237,16 @@ function script(config: Config) {
             ...(spec.deprecated ? ["preferred_lft 0"] : []),
           ]),
     ];
-    // The duplicate first: DAD's first probe may leave at once (always for optimistic addresses).
-    const other = dev === name ? peer : name;
-    const duplicated = spec.duplicate && link.kind === "veth" && dev !== "lo";
-    const duplicate = duplicated ? [`address add ${argument} dev ${other} nodad`] : [];
-    return [...duplicate, `address add ${argument} dev ${dev} ${options.join(" ")}`];
+    return `address add ${argument} dev ${dev} ${options.join(" ")}`;
   };
+  // Duplicates go on the other end before anything else: DAD's first probe may leave at once (always for optimistic
+  // addresses), and is lost unless the other end has joined the address's solicited-node group by then.
+  const duplicates = config.addresses.flatMap((spec) => {
+    const { link, name, peer } = linkName(config, spec.link);
+    const dev = deviceOf(config, spec);
+    if (!spec.duplicate || link.kind !== "veth" || dev === "lo") return [];
+    return [`address add ${addressOf(spec).argument} dev ${dev === name ? peer : name} nodad`];
+  });
   const bulk = Array.from({ length: config.bulk }, (_, i) => [
     `address add 198.18.7.${(i % 250) + 1}/24 dev ${links[0]?.name}`,
     `address add fd00:198:18:7::${(0x1000 + i).toString(16)}/64 dev ${links[0]?.name} nodad`,
@@ -258,13 +262,13 @@ function script(config: Config) {
     ...links.flatMap(({ link, peer }) =>
       link.peerInBridge && peer && firstBridge ? [`link set ${peer} master ${firstBridge.name}`] : [],
     ),
-    ...config.addresses.filter((spec) => !spec.late).flatMap(add),
+    ...config.addresses.filter((spec) => !spec.late).map(add),
     ...bulk,
     ...links.flatMap(({ link, name, peer }) => [
       ...(link.state === "down" ? [] : [`link set ${name} up`]),
       ...(peer && link.peerUp ? [`link set ${peer} up`] : []),
     ]),
-    ...config.addresses.filter((spec) => spec.late).flatMap(add),
+    ...config.addresses.filter((spec) => spec.late).map(add),
     ...links.flatMap(({ link, name }) => (link.state === "up-then-down" ? [`link set ${name} down`] : [])),
     ...config.deletions.flatMap((index) => {
       const spec = config.addresses[index % config.addresses.length] as AddressSpec;
@@ -303,7 +307,7 @@ function script(config: Config) {
       });
     return [...routes, ...rules].map((line) => line.replace(/ +/g, " ").trim());
   };
-  return { create, sysctls, state, ipv4: routing(4), ipv6: routing(6) };
+  return { create, sysctls, duplicates, state, ipv4: routing(4), ipv6: routing(6) };
 }
 
 /**
@@ -311,14 +315,14 @@ function script(config: Config) {
  * no bridge port, holds the same address. DAD starts when the link is reported ready (linkwatch, asynchronous), so a
  * reading right after the configuration may come before it fails.
  */
-function failingDad(config: Config): { address: string; dev: string }[] {
+function failingDad(config: Config): { address: string; dev: string; peer: string }[] {
   return config.addresses.flatMap((spec, index) => {
-    const { link, name } = linkName(config, spec.link);
+    const { link, name, peer = "" } = linkName(config, spec.link);
     const kept = !config.deletions.some((deleted) => deleted % config.addresses.length === index);
     const fails =
       spec.family === 6 && spec.duplicate && deviceOf(config, spec) === name && !spec.nodad && kept &&
       link.kind === "veth" && link.dad && link.state === "up" && link.peerUp && !link.peerInBridge;
-    return fails ? [{ address: canonical(addressOf(spec).local), dev: name }] : [];
+    return fails ? [{ address: canonical(addressOf(spec).local), dev: name, peer }] : [];
   });
 }
 
@@ -390,12 +394,20 @@ async function batch(host: Host, options: string[], lines: string[]): Promise<{ 
 }
 
 async function apply(host: Host, config: Config): Promise<{ commands: string; total: number; refused: string[] }> {
-  const { create, sysctls, state, ipv4, ipv6 } = script(config);
+  const { create, sysctls, duplicates, state, ipv4, ipv6 } = script(config);
   // Link-local addresses without DAD, so only links that ask for DAD have a state that moves.
   await required(host, ["sysctl", "-q", "-w", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0"]);
   await required(host, ["ip", "-batch", "-"], `${create.join("\n")}\n`);
   await required(host, ["sysctl", "-q", "-w", ...sysctls]);
+  const refusedDuplicates = (await batch(host, [], duplicates)).refused;
+  for (const { address, peer } of failingDad(config)) {
+    const group = solicitedNodeGroup(address);
+    await waitFor(`${peer} to join ${group}`, async () =>
+      (await inside(host, ["ip", "-6", "maddr", "show", "dev", peer])).stdout.split(/\s+/).includes(group),
+    );
+  }
   const refused = [
+    ...refusedDuplicates,
     ...(await batch(host, [], state)).refused,
     ...(await batch(host, ["-4"], ipv4)).refused,
     ...(await batch(host, ["-6"], ipv6)).refused,
@@ -403,6 +415,7 @@ async function apply(host: Host, config: Config): Promise<{ commands: string; to
   const commands = [
     ...create,
     ...sysctls.map((line) => `sysctl ${line}`),
+    ...duplicates,
     ...state,
     ...ipv4.map((line) => `-4 ${line}`),
     ...ipv6.map((line) => `-6 ${line}`),
