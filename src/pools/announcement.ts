@@ -1,0 +1,64 @@
+// What the address pool controller and the agents' announcers agree on: who may announce, and what.
+//
+// Each agent that may announce keeps a Lease of its own (ANNOUNCER_LEASE_PREFIX + node name, in the release
+// namespace), renewed every RENEW_INTERVAL_MS, holding the node name and the on-link prefixes of the node's links
+// (SEGMENTS_ANNOTATION). The controller assigns each Service's addresses to one live announcer on their segment and
+// records it on the Service (ANNOUNCER_ANNOTATION, and ANNOUNCER_LABEL for the agents' filtered watch). An agent
+// announces what is assigned to it only until announceDeadline(): before the controller, which times the Lease from
+// when it saw the renewal (after the agent sent it), can count the Lease expired and assign the address elsewhere.
+// So one address is never announced by two nodes while the API is reachable; only clock rates matter, not offsets.
+import { createHash } from "node:crypto";
+
+/** The announcer Lease of a node is this prefix plus the node's name (never the name alone: other Leases share the namespace). */
+export const ANNOUNCER_LEASE_PREFIX = "local-ccm-l2-";
+/** On every announcer Lease (value "true"): what the controller's Lease watch selects. */
+export const ANNOUNCER_LEASE_LABEL = "local-ccm.io/l2-announcer";
+/** On the Lease: the node's on-link prefixes (CIDRs, comma-separated) where it can announce. */
+export const SEGMENTS_ANNOTATION = "local-ccm.io/l2-segments";
+/** On the Service: the name of the node that announces its addresses. */
+export const ANNOUNCER_ANNOTATION = "local-ccm.io/announcer";
+/** On the Service: announcerLabelValue() of that node, so that each agent watches only its own Services. */
+export const ANNOUNCER_LABEL = "local-ccm.io/announcer";
+
+export const LEASE_DURATION_SECONDS = 3;
+export const RENEW_INTERVAL_MS = 1000;
+/** How long before the Lease could expire in the controller's eyes the agent stops announcing (clock rates, GC). */
+export const STOP_MARGIN_MS = 500;
+
+const MAX_NAME = 253;
+
+/** The announcer Lease's name for a node; undefined when it would be longer than a Kubernetes name may be. */
+export function announcerLeaseName(node: string): string | undefined {
+  const name = ANNOUNCER_LEASE_PREFIX + node;
+  return name.length <= MAX_NAME ? name : undefined;
+}
+
+/** The node an announcer Lease is for; undefined for any other Lease. */
+export function leaseNode(leaseName: string): string | undefined {
+  return leaseName.startsWith(ANNOUNCER_LEASE_PREFIX) && leaseName.length > ANNOUNCER_LEASE_PREFIX.length
+    ? leaseName.slice(ANNOUNCER_LEASE_PREFIX.length)
+    : undefined;
+}
+
+// A label value: at most 63 characters, alphanumerics with '-', '_', '.' inside.
+const LABEL_VALUE = /^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$/;
+
+/**
+ * The node's name when it is a valid label value, else "sha256." and the first 48 hex digits of its SHA-256 (node
+ * names may be 253 characters long; label values 63). The annotation holds the name itself, so a collision of
+ * hashes could only widen an agent's watch, never make it announce another node's addresses.
+ */
+export function announcerLabelValue(node: string): string {
+  if (LABEL_VALUE.test(node)) return node;
+  return `sha256.${createHash("sha256").update(node).digest("hex").slice(0, 48)}`;
+}
+
+/** Until when (agent's monotonic clock, ms) it may announce, after a renewal it sent at `sentAtMs` succeeded. */
+export function announceDeadline(sentAtMs: number, leaseDurationSeconds: number): number {
+  return sentAtMs + leaseDurationSeconds * 1000 - STOP_MARGIN_MS;
+}
+
+/** Until when (controller's monotonic clock, ms) a Lease whose renewal it saw at `observedAtMs` counts as live. */
+export function leaseExpiry(observedAtMs: number, leaseDurationSeconds: number): number {
+  return observedAtMs + leaseDurationSeconds * 1000;
+}
