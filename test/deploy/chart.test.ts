@@ -15,6 +15,7 @@ import { parseAgentFlags } from "../../src/agent/flags.ts";
 import { type FlagSpec, parseFlags, UsageError } from "../../src/cli/flags.ts";
 import { LOG_FORMATS } from "../../src/cli/log.ts";
 import { nodeLifecycle } from "../../src/lifecycle/definition.ts";
+import { ANNOUNCER_LEASE_LABEL, ANNOUNCER_LEASE_PREFIX } from "../../src/pools/announcement.ts";
 import { configOf, parseManagerFlags } from "../../src/manager/flags.ts";
 import {
   CHART_DIR,
@@ -670,6 +671,44 @@ describe("Helm chart", () => {
     assert.deepEqual(clusterAddressGrants(objects), ["ClusterRole"]);
     assert.equal(objects.find((obj) => obj.metadata.name === name), undefined, "no Role or RoleBinding");
     assert.deepEqual(clusterAddressGrants(defaults), ["ClusterRole"], "the service controller's grant");
+  });
+
+  test("loadBalancer.l2.enabled grants the agent its announcer Lease and a Services watch, under a policy; off, none", async () => {
+    // The agent's objects (the controller's are node-lifecycle-controller's) that are about Leases or Services.
+    const agentGrants = (objects: KubeObject[]) =>
+      objects
+        .filter((obj) => obj.metadata.name.startsWith("local-ccm") && /"leases"|"services"/.test(JSON.stringify(obj)))
+        .map((obj) => `${obj.kind} ${obj.metadata.name}`);
+    const [off, on] = await Promise.all([
+      render(["--namespace=ops"]),
+      render(["--namespace=ops", ...setJson({ "loadBalancer.l2.enabled": true })]),
+    ]);
+    assert.deepEqual(agentGrants(off), []);
+    assert.deepEqual(agentGrants(on).sort(), [
+      "ClusterRole local-ccm",
+      "Role local-ccm-announcer",
+      "ValidatingAdmissionPolicy local-ccm-announcer-lease",
+    ]);
+    // RBAC cannot select by label or name prefix: the agent may list and watch every Service, and write every Lease
+    // of the release namespace, where the policy keeps it to its own node's.
+    assert.deepEqual((find(on, "ClusterRole", "local-ccm").rules as unknown[]).slice(2, 3), [
+      { apiGroups: [""], resources: ["services"], verbs: ["list", "watch"] },
+    ]);
+    const role = find(on, "Role", "local-ccm-announcer");
+    assert.equal(role.metadata.namespace, "ops");
+    assert.deepEqual(role.rules, [
+      { apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create", "get", "update", "delete"] },
+    ]);
+    const binding = find(on, "RoleBinding", "local-ccm-announcer");
+    assert.equal(binding.metadata.namespace, "ops");
+    assert.deepEqual(binding.roleRef, { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "local-ccm-announcer" });
+    assert.deepEqual(binding.subjects, [{ kind: "ServiceAccount", name: "local-ccm", namespace: "ops" }]);
+    // The policy names the release's namespace in the Lease it allows, from the contract's prefix.
+    const policy = JSON.stringify(find(on, "ValidatingAdmissionPolicy", "local-ccm-announcer-lease").spec);
+    assert.ok(policy.includes(JSON.stringify(`"ops/${ANNOUNCER_LEASE_PREFIX}" + variables.ownNode`).slice(1, -1)), policy);
+    assert.ok(policy.includes(JSON.stringify(`[?"${ANNOUNCER_LEASE_LABEL}"]`).slice(1, -1)), policy);
+    const policyBinding = find(on, "ValidatingAdmissionPolicyBinding", "local-ccm-announcer-lease");
+    assert.deepEqual(policyBinding.spec, { policyName: "local-ccm-announcer-lease", validationActions: ["Deny"] });
   });
 
   test("the admission policies name the release's ServiceAccounts, the Lease and the protected lists", async () => {
