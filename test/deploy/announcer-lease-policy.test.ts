@@ -126,7 +126,8 @@ describe("announcer Lease admission policy", () => {
   });
 
   test("default install (deploy/, l2 off): RBAC lets the agent touch no Lease and read no Service", async () => {
-    const cannot = (verb: string, resource: string) => new RegExp(`User "${AGENT}" cannot ${verb} resource "${resource}"`);
+    const cannot = (verb: string, resource: string) =>
+      new RegExp(`User "${AGENT}" cannot ${verb} resource "${resource}"`);
     const create = () => leases.create(announcerLease(OWN, NODES.a), { dryRun });
     assert.match(await denial(create), cannot("create", "leases"));
     assert.match(await denial(() => leases.get(OWN)), cannot("get", "leases"));
@@ -188,11 +189,13 @@ describe("announcer Lease admission policy", () => {
       ];
       await leases.delete(OWN); // so that a create of its name reaches admission, not "already exists"
       await gone(OWN);
-      for (const [what, lease, message] of cases) await assertRefused(what, () => leases.create(lease, { dryRun }), message);
+      for (const [what, lease, message] of cases) {
+        await assertRefused(what, () => leases.create(lease, { dryRun }), message);
+      }
       await leases.create(announcerLease(OWN, NODES.a));
     });
 
-    test("updating or deleting another Lease, or its own into another holder or without the label, is denied", async () => {
+    test("updating or deleting another Lease, or its own to another holder or without the label, is denied", async () => {
       const [others, leader, own] = await Promise.all([leases.get(OTHERS), leases.get(LEADER), leases.get(OWN)]);
       const takeOver = (lease: Lease) => ({ ...lease, spec: { ...lease.spec, holderIdentity: NODES.a } });
       const cases: [string, () => Promise<unknown>, string][] = [
@@ -237,7 +240,8 @@ describe("announcer Lease admission policy", () => {
     // Last: the grants it adds widen the agent's RBAC for whatever would follow.
     test("granted patch, or Leases in another namespace, the policy still holds, in every patch type", async () => {
       const role = "extra-lease-writes";
-      await plane.kubectl(["create", "clusterrole", role, "--verb=create,patch", "--resource=leases.coordination.k8s.io"]);
+      const grant = ["create", "clusterrole", role, "--verb=create,patch", "--resource=leases.coordination.k8s.io"];
+      await plane.kubectl(grant);
       const binding = ["create", "clusterrolebinding", role, `--clusterrole=${role}`];
       await plane.kubectl([...binding, `--serviceaccount=${NAMESPACE}:local-ccm`]);
       const elsewhere = new Resource<Lease>(agentClient, { ...LEASES, namespace: "default" });
@@ -261,7 +265,9 @@ describe("announcer Lease admission policy", () => {
           ["label false", OWN, renewal(type, OWN, NODES.a, "false"), labelRule('it is "false"')],
         ];
         // An apply that leaves the label out keeps it while the create's field manager still owns it too.
-        if (type !== "apply") cases.push(["label removed", OWN, renewal(type, OWN, NODES.a, null), labelRule("it has none")]);
+        if (type !== "apply") {
+          cases.push(["label removed", OWN, renewal(type, OWN, NODES.a, null), labelRule("it has none")]);
+        }
         for (const [what, name, body, message] of cases) {
           await assertRefused(`${type}, ${what}`, () => patch(type, name, body, { dryRun }), message);
         }

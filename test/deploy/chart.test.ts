@@ -673,7 +673,7 @@ describe("Helm chart", () => {
     assert.deepEqual(clusterAddressGrants(defaults), ["ClusterRole"], "the service controller's grant");
   });
 
-  test("loadBalancer.l2.enabled grants the agent its announcer Lease and a Services watch, under a policy; off, none", async () => {
+  test("loadBalancer.l2.enabled: the agent's announcer Lease and Services watch, under a policy; off, none", async () => {
     // The agent's objects (the controller's are node-lifecycle-controller's) that are about Leases or Services.
     const agentGrants = (objects: KubeObject[]) =>
       objects
@@ -701,12 +701,19 @@ describe("Helm chart", () => {
     ]);
     const binding = find(on, "RoleBinding", "local-ccm-announcer");
     assert.equal(binding.metadata.namespace, "ops");
-    assert.deepEqual(binding.roleRef, { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "local-ccm-announcer" });
+    const roleRef = { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "local-ccm-announcer" };
+    assert.deepEqual(binding.roleRef, roleRef);
     assert.deepEqual(binding.subjects, [{ kind: "ServiceAccount", name: "local-ccm", namespace: "ops" }]);
-    // The policy names the release's namespace in the Lease it allows, from the contract's prefix.
-    const policy = JSON.stringify(find(on, "ValidatingAdmissionPolicy", "local-ccm-announcer-lease").spec);
-    assert.ok(policy.includes(JSON.stringify(`"ops/${ANNOUNCER_LEASE_PREFIX}" + variables.ownNode`).slice(1, -1)), policy);
-    assert.ok(policy.includes(JSON.stringify(`[?"${ANNOUNCER_LEASE_LABEL}"]`).slice(1, -1)), policy);
+    // The policy: the release's agent, the Lease of src/pools/announcement.ts in the release namespace, its label.
+    const policy = find(on, "ValidatingAdmissionPolicy", "local-ccm-announcer-lease").spec as {
+      matchConditions: { expression: string }[];
+      variables: { name: string; expression: string }[];
+      validations: { expression: string }[];
+    };
+    assert.match(policy.matchConditions[0]?.expression ?? "", /== "system:serviceaccount:ops:local-ccm"$/);
+    const ownLease = policy.variables.find((variable) => variable.name === "ownLease")?.expression;
+    assert.equal(ownLease, `"ops/${ANNOUNCER_LEASE_PREFIX}" + variables.ownNode`);
+    assert.ok(policy.validations.some((rule) => rule.expression.includes(`[?"${ANNOUNCER_LEASE_LABEL}"]`)));
     const policyBinding = find(on, "ValidatingAdmissionPolicyBinding", "local-ccm-announcer-lease");
     assert.deepEqual(policyBinding.spec, { policyName: "local-ccm-announcer-lease", validationActions: ["Deny"] });
   });
