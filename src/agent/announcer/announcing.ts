@@ -1,0 +1,178 @@
+// Layer-2 announcing on this node, wired: its announcer Lease (lease.ts), one watch of the Services assigned to it
+// (by the announcer label), netlink's links and addresses, and one announcer per link in use (announcer.ts). What
+// to announce where is decided in assignments.ts from those; this file only applies the difference. Every
+// trigger (a Service event, a netlink change, a renewal, the Lease's deadline) runs the same reconcile, which
+// also keeps a timer at the Lease's deadline: when renewals stop succeeding, everything is withdrawn then.
+import { performance } from "node:perf_hooks";
+import type { Lease } from "kubernetes-types/coordination/v1.js";
+import type { Service } from "kubernetes-types/core/v1.js";
+import type { Logger } from "../../cli/log.ts";
+import type { KubeClient } from "../../kube/client.ts";
+import { Informer } from "../../kube/informer.ts";
+import { leaseResource, Resource, SERVICE_RESOURCE } from "../../kube/resource.ts";
+import type { Netlink } from "../../net/netlink.ts";
+import {
+  ANNOUNCER_ANNOTATION,
+  ANNOUNCER_LABEL,
+  announcerLabelValue,
+  announcerLeaseName,
+} from "../../pools/announcement.ts";
+import type { AnnounceFlags } from "../flags.ts";
+import type { AnnouncerMetrics } from "../metrics.ts";
+import { type AnnouncedLink, type Announcer, startAnnouncer } from "./announcer.ts";
+import { type Assignment, decideAssignments, SKIP_RULES } from "./assignments.ts";
+import { AnnouncerLease } from "./lease.ts";
+import { nodeSegments, type Segment, segmentsAnnotation } from "./segments.ts";
+
+export interface AnnouncingOptions {
+  client: KubeClient;
+  netlink: Netlink;
+  node: string;
+  flags: AnnounceFlags;
+  log: Logger;
+  metrics: AnnouncerMetrics;
+}
+
+export interface Announcing {
+  /** Withdraws everything, then deletes the Lease (a successor need not wait for it to expire). */
+  stop(): Promise<void>;
+}
+
+/** Netlink events come in bursts: one refresh per burst. */
+const NETLINK_DEBOUNCE_MS = 200;
+
+/** What assignments.ts reads of a Service: the rest is never cached. */
+function trimService(service: Service): Service {
+  const { namespace, name, resourceVersion, deletionTimestamp, annotations } = service.metadata ?? {};
+  const announcer = annotations?.[ANNOUNCER_ANNOTATION];
+  return {
+    metadata: {
+      namespace,
+      name,
+      resourceVersion,
+      deletionTimestamp,
+      annotations: announcer === undefined ? {} : { [ANNOUNCER_ANNOTATION]: announcer },
+    },
+    spec: { type: service.spec?.type },
+    status: { loadBalancer: { ingress: (service.status?.loadBalancer?.ingress ?? []).map(({ ip }) => ({ ip })) } },
+  };
+}
+
+export async function startAnnouncing(options: AnnouncingOptions): Promise<Announcing> {
+  const { client, netlink, node, flags, metrics } = options;
+  const log = options.log.with({ node });
+  const name = announcerLeaseName(node) as string; // checked with the flags
+  const lease = new AnnouncerLease({
+    leases: new Resource<Lease>(client, leaseResource(flags.leaseNamespace)),
+    identity: { node, name, namespace: flags.leaseNamespace },
+    log,
+    onRenewed: () => reconcile(),
+    onResult: (result) => metrics.renewals.with({ result }).inc(),
+  });
+  // Only this node's Services; at rest the watch is renewed every 30-60 min, as the Node's.
+  const services = new Informer(new Resource<Service>(client, SERVICE_RESOURCE), {
+    labelSelector: `${ANNOUNCER_LABEL}=${announcerLabelValue(node)}`,
+    transform: trimService,
+    watchTimeoutSeconds: { min: 1800, max: 3600 },
+    onError: (err) => log.error("watching the Services to announce failed", { err }),
+  });
+  const announcers = new Map<string, { link: AnnouncedLink; announcer: Announcer }>();
+  let segments: Segment[] = [];
+  let hostAddresses: string[] = [];
+  let deadlineTimer: NodeJS.Timeout | undefined;
+  let lastRule: Assignment["rule"] | undefined;
+  let lastSkipped = "";
+  let stopped = false;
+
+  function reconcile(): void {
+    if (stopped) return;
+    const validUntil = lease.validUntil();
+    const leaseValid = performance.now() < validUntil;
+    clearTimeout(deadlineTimer);
+    // Re-armed on every pass: a timer that fires a little early finds the Lease still valid and waits again.
+    if (leaseValid) deadlineTimer = setTimeout(reconcile, validUntil - performance.now());
+    const assignment = decideAssignments({ node, services: services.list(), segments, hostAddresses, leaseValid });
+    report(assignment);
+    apply(assignment);
+  }
+
+  /** Logs what changed (the rule, the skipped addresses) once, and sets the gauges. */
+  function report(assignment: Assignment): void {
+    if (assignment.rule !== lastRule) {
+      if (assignment.rule === "lease-not-valid" && lastRule !== undefined) log.warn(`L2: ${assignment.reason}`);
+      else log.info(`L2: ${assignment.reason}`);
+      lastRule = assignment.rule;
+    }
+    const skipped = JSON.stringify(assignment.skipped);
+    if (skipped !== lastSkipped)
+      for (const { service, address, rule, reason } of assignment.skipped)
+        log.info(`L2: not announcing: ${reason}`, { service, address, rule });
+    lastSkipped = skipped;
+    for (const rule of SKIP_RULES)
+      metrics.skipped.with({ rule }).set(assignment.skipped.filter((skip) => skip.rule === rule).length);
+  }
+
+  /** Brings the announcers in line with the assignment: new links get one, links left without addresses lose it. */
+  function apply(assignment: Assignment): void {
+    for (const [linkName, current] of announcers) {
+      const wanted = assignment.byLink.get(linkName);
+      if (wanted && sameLink(wanted.link, current.link)) continue;
+      current.announcer.close(); // withdraws what it announced there
+      announcers.delete(linkName);
+      log.info("L2: announcer closed", { link: linkName });
+    }
+    for (const [linkName, { link, addresses }] of assignment.byLink) {
+      let entry = announcers.get(linkName);
+      if (!entry) {
+        entry = { link, announcer: startAnnouncer({ link, log }) };
+        announcers.set(linkName, entry);
+      }
+      const { announcer } = entry;
+      for (const address of announcer.announced()) if (!addresses.includes(address)) announcer.withdraw(address);
+      for (const address of addresses) {
+        try {
+          announcer.announce(address);
+        } catch (err) {
+          log.error("L2: announcing failed", { err, address, link: linkName });
+        }
+      }
+    }
+    const count = [...announcers.values()].reduce((sum, { announcer }) => sum + announcer.announced().length, 0);
+    metrics.announced.set(count);
+  }
+
+  async function refreshLinks(): Promise<void> {
+    try {
+      const [addresses, links] = await Promise.all([netlink.listAddresses(), netlink.listLinks()]);
+      segments = nodeSegments(addresses, links, flags.interfaces);
+      hostAddresses = addresses.map((address) => address.address);
+      lease.setSegments(segmentsAnnotation(segments));
+      reconcile();
+    } catch (err) {
+      log.error("L2: listing the links and addresses failed", { err });
+    }
+  }
+
+  services.addHandlers({ onAdd: reconcile, onUpdate: reconcile, onDelete: reconcile });
+  await refreshLinks();
+  const changes = netlink.watchChanges(() => void refreshLinks(), NETLINK_DEBOUNCE_MS);
+  services.start();
+  lease.start();
+  log.info("L2 announcing started", { lease: `${flags.leaseNamespace}/${name}`, segments: segmentsAnnotation(segments) });
+
+  return {
+    async stop() {
+      stopped = true;
+      clearTimeout(deadlineTimer);
+      changes.close();
+      for (const { announcer } of announcers.values()) announcer.close();
+      announcers.clear();
+      metrics.announced.set(0);
+      log.info("L2: withdrawn everything (stopping)");
+      await services.stop();
+      await lease.stop();
+    },
+  };
+}
+
+const sameLink = (a: AnnouncedLink, b: AnnouncedLink) => a.index === b.index && a.mac === b.mac;
