@@ -69,11 +69,13 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     onRenewed: () => reconcile(),
     onResult: (result) => metrics.renewals.with({ result }).inc(),
   });
-  // Only this node's Services; at rest the watch is renewed every 30-60 min, as the Node's.
+  // Only this node's Services. The watch is renewed every 1-2 min, not 30-60 as the Node's: a connection that died
+  // silently is then noticed within minutes (its idle timeout), not an hour in which the node might go on announcing
+  // an address since assigned to another. Beside the renewals every second it costs nothing.
   const services = new Informer(new Resource<Service>(client, SERVICE_RESOURCE), {
     labelSelector: `${ANNOUNCER_LABEL}=${announcerLabelValue(node)}`,
     transform: trimService,
-    watchTimeoutSeconds: { min: 1800, max: 3600 },
+    watchTimeoutSeconds: { min: 60, max: 120 },
     onError: (err) => log.error("watching the Services to announce failed", { err }),
   });
   const announcers = new Map<string, { link: AnnouncedLink; announcer: Announcer }>();
@@ -92,14 +94,17 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     // Re-armed on every pass: a timer that fires a little early finds the Lease still valid and waits again.
     if (leaseValid) deadlineTimer = setTimeout(reconcile, validUntil - performance.now());
     const assignment = decideAssignments({ node, services: services.list(), segments, hostAddresses, leaseValid });
-    report(assignment);
+    report(assignment, validUntil);
     apply(assignment);
   }
 
   /** Logs what changed (the rule, the skipped addresses) once, and sets the gauges. */
-  function report(assignment: Assignment): void {
+  function report(assignment: Assignment, validUntil: number): void {
     if (assignment.rule !== lastRule) {
-      if (assignment.rule === "lease-not-valid" && lastRule !== undefined) log.warn(`L2: ${assignment.reason}`);
+      // How long after the deadline the withdrawal came (a late timer: a busy event loop), for the record.
+      const lateMs = Math.round(performance.now() - validUntil);
+      if (assignment.rule === "lease-not-valid" && lastRule !== undefined)
+        log.warn(`L2: ${assignment.reason}`, { afterDeadlineMs: lateMs });
       else log.info(`L2: ${assignment.reason}`);
       lastRule = assignment.rule;
     }
