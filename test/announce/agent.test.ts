@@ -52,6 +52,8 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
   let net: Network;
   let plane: ControlPlane;
   let proxy: TcpProxy;
+  let node: Host;
+  let nodeLink: string;
   let client: Host;
   let clientLink: string;
   let nodeMac: string;
@@ -74,9 +76,9 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
       await bridge.ip("link", "set", link.nameA, "master", "br0");
       return link.nameB;
     };
-    const node = await quietHost(net);
+    node = await quietHost(net);
     client = await quietHost(net);
-    const nodeLink = await join(node, 1);
+    nodeLink = await join(node, 1);
     clientLink = await join(client, 9);
     nodeMac = JSON.parse(await node.ip("-j", "link", "show", nodeLink))[0].address;
     // The node's link to the API: it has a MAC too, and is left out by --lb-l2-interfaces.
@@ -179,7 +181,8 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
     const service = current
       ? await services.patch("web", "merge", { metadata })
       : await services.create({ metadata, spec: { type: "LoadBalancer", ports: [{ port: 80 }] } });
-    const ingress = ADDRESSES.map((ip) => ({ ip, ipMode: "VIP" }));
+    // And one in none of the node's segments: skipped by rule.
+    const ingress = [...ADDRESSES, "203.0.113.5"].map((ip) => ({ ip, ipMode: "VIP" }));
     const name = service.metadata?.name as string;
     await services.patch(name, "merge", { status: { loadBalancer: { ingress } } }, { subresource: "status" });
   };
@@ -201,9 +204,28 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
     assert.equal(recreated.spec?.holderIdentity, NODE);
   });
 
+  test("the Lease: another writer's change is re-read and kept (holder taken back); segments follow the links", async () => {
+    const lease = (await readLease()) as Lease;
+    const labels = { ...lease.metadata?.labels, team: "net" };
+    // Its next update, pinned to the resourceVersion it read, conflicts: it re-reads and renews on top.
+    await leases.update({ ...lease, metadata: { ...lease.metadata, labels }, spec: { ...lease.spec, holderIdentity: "x" } });
+    const renewedOnTop = async () => {
+      const current = await readLease();
+      return current?.spec?.holderIdentity === NODE && current.metadata?.labels?.team === "net";
+    };
+    await waitFor("the Lease renewed on top of the other writer's change", renewedOnTop, WAIT_MS).catch(diagnose);
+    await node.ip("address", "add", "198.18.78.1/24", "dev", nodeLink);
+    const segments = `${SUBNET.v4}.0/24,198.18.78.0/24,${SUBNET.v6}:/64`;
+    const followed = async () => (await readLease())?.metadata?.annotations?.[SEGMENTS_ANNOTATION] === segments;
+    await waitFor(`segments ${segments}`, followed, WAIT_MS).catch(diagnose);
+  });
+
   test("a Service assigned to the node is announced (ARP, NDP); assigned to another node, it is not", async () => {
     await assign(NODE);
     await answered("the client resolving both addresses to the node's MAC");
+    const metrics = await (await fetch(`http://${NODE_ROOT_IP}:10265/metrics`)).text();
+    assert.match(metrics, /^local_ccm_l2_announced_addresses 2$/m);
+    assert.match(metrics, /^local_ccm_l2_skipped_addresses\{rule="no-segment"\} 1$/m, "the address outside its segments");
     await assign("node-b");
     await unanswered("nobody answering once the Service is another node's");
     await assign(NODE);
