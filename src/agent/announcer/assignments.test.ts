@@ -1,7 +1,9 @@
 // The node's segments and what it announces where, from plain data (tables).
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import fc from "fast-check";
 import type { Service } from "kubernetes-types/core/v1.js";
+import { cidrContains } from "../../net/ip.ts";
 import type { HostAddress, HostLink } from "../../net/netlink.ts";
 import { ANNOUNCER_ANNOTATION } from "../../pools/announcement.ts";
 import { decideAssignments } from "./assignments.ts";
@@ -120,4 +122,32 @@ test("assignments: only an exact annotation counts (the label may be a hash shar
     assert.equal(decision.byLink.size, 0, JSON.stringify(announcer));
     assert.equal(decision.skipped[0]?.rule, "other-announcer");
   }
+});
+
+test("assignments (property): each address once, on a link with the longest prefix holding it, or skipped", () => {
+  const octet = fc.integer({ min: 0, max: 255 });
+  const length = fc.integer({ min: 16, max: 30 });
+  const hostAddress = fc.record({ third: octet, fourth: octet, length, index: fc.constantFrom(2, 3) });
+  const ingress = fc.array(fc.tuple(octet, octet), { maxLength: 4 });
+  fc.assert(
+    fc.property(fc.array(hostAddress, { maxLength: 5 }), fc.array(ingress, { maxLength: 4 }), (hosts, ips) => {
+      const listing = hosts.map((h) => listed(`198.18.${h.third}.${h.fourth}/${h.length}@${h.index}`));
+      const segments = nodeSegments(listing, links, []);
+      const services = ips.map((pairs, i) => service(`s${i}`, pairs.map(([a, b]) => `198.18.${a}.${b}`)));
+      const hostAddresses = listing.map((address) => address.address);
+      const decision = decideAssignments({ node: NODE, services, segments, hostAddresses, leaseValid: true });
+      const announced = [...decision.byLink.values()].flatMap(({ link, addresses }) =>
+        addresses.map((address) => [link, address] as const),
+      );
+      assert.equal(new Set(announced.map(([, address]) => address)).size, announced.length, "each address once");
+      for (const [link, address] of announced) {
+        const holding = segments.filter((segment) => cidrContains(segment.cidr, address));
+        const longest = Math.max(...holding.map((segment) => segment.cidr.prefixLength));
+        assert.ok(holding.some((s) => s.link.index === link.index && s.cidr.prefixLength === longest), address);
+      }
+      const all = new Set(ips.flat().map(([a, b]) => `198.18.${a}.${b}`));
+      const skipped = new Set(decision.skipped.map((skip) => skip.address));
+      for (const address of all) assert.ok(announced.some(([, a]) => a === address) !== skipped.has(address), address);
+    }),
+  );
 });
