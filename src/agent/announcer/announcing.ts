@@ -20,7 +20,7 @@ import {
 import type { AnnounceFlags } from "../flags.ts";
 import type { AnnouncerMetrics } from "../metrics.ts";
 import { type AnnouncedLink, type Announcer, startAnnouncer } from "./announcer.ts";
-import { type Assignment, decideAssignments, SKIP_RULES } from "./assignments.ts";
+import { type Assignment, decideAssignments, type LinkAnnouncements, SKIP_RULES } from "./assignments.ts";
 import { AnnouncerLease } from "./lease.ts";
 import { nodeSegments, type Segment, segmentsAnnotation } from "./segments.ts";
 
@@ -78,7 +78,7 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     watchTimeoutSeconds: { min: 60, max: 120 },
     onError: (err) => log.error("watching the Services to announce failed", { err }),
   });
-  const announcers = new Map<string, { link: AnnouncedLink; announcer: Announcer }>();
+  const announcers = new LinkAnnouncers(log);
   let segments: Segment[] = [];
   let hostAddresses: string[] = [];
   let deadlineTimer: NodeJS.Timeout | undefined;
@@ -95,7 +95,7 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     if (leaseValid) deadlineTimer = setTimeout(reconcile, validUntil - performance.now());
     const assignment = decideAssignments({ node, services: services.list(), segments, hostAddresses, leaseValid });
     report(assignment, validUntil);
-    apply(assignment);
+    metrics.announced.set(announcers.apply(assignment.byLink));
   }
 
   /** Logs what changed (the rule, the skipped addresses) once, and sets the gauges. */
@@ -115,35 +115,6 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     lastSkipped = skipped;
     for (const rule of SKIP_RULES)
       metrics.skipped.with({ rule }).set(assignment.skipped.filter((skip) => skip.rule === rule).length);
-  }
-
-  /** Brings the announcers in line with the assignment: new links get one, links left without addresses lose it. */
-  function apply(assignment: Assignment): void {
-    for (const [linkName, current] of announcers) {
-      const wanted = assignment.byLink.get(linkName);
-      if (wanted && sameLink(wanted.link, current.link)) continue;
-      current.announcer.close(); // withdraws what it announced there
-      announcers.delete(linkName);
-      log.info("L2: announcer closed", { link: linkName });
-    }
-    for (const [linkName, { link, addresses }] of assignment.byLink) {
-      let entry = announcers.get(linkName);
-      if (!entry) {
-        entry = { link, announcer: startAnnouncer({ link, log }) };
-        announcers.set(linkName, entry);
-      }
-      const { announcer } = entry;
-      for (const address of announcer.announced()) if (!addresses.includes(address)) announcer.withdraw(address);
-      for (const address of addresses) {
-        try {
-          announcer.announce(address);
-        } catch (err) {
-          log.error("L2: announcing failed", { err, address, link: linkName });
-        }
-      }
-    }
-    const count = [...announcers.values()].reduce((sum, { announcer }) => sum + announcer.announced().length, 0);
-    metrics.announced.set(count);
   }
 
   async function refreshLinks(): Promise<void> {
@@ -170,8 +141,7 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
       stopped = true;
       clearTimeout(deadlineTimer);
       changes.close();
-      for (const { announcer } of announcers.values()) announcer.close();
-      announcers.clear();
+      announcers.closeAll();
       metrics.announced.set(0);
       log.info("L2: withdrawn everything (stopping)");
       await services.stop();
@@ -180,4 +150,49 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
   };
 }
 
-const sameLink = (a: AnnouncedLink, b: AnnouncedLink) => a.index === b.index && a.mac === b.mac;
+/** One announcer per link in use, brought in line with what to announce on each. */
+class LinkAnnouncers {
+  private readonly log: Logger;
+  private readonly byLink = new Map<string, { link: AnnouncedLink; announcer: Announcer }>();
+  /** "<address> <link>" whose announce() threw: retried on every pass (each second), said once. */
+  private readonly failing = new Set<string>();
+
+  constructor(log: Logger) {
+    this.log = log;
+  }
+
+  /** Announces and withdraws as `wanted` says; a link no longer in use (or replaced) loses its announcer. */
+  apply(wanted: Map<string, LinkAnnouncements>): number {
+    for (const [name, current] of this.byLink) {
+      const next = wanted.get(name);
+      if (next && next.link.index === current.link.index && next.link.mac === current.link.mac) continue;
+      current.announcer.close(); // withdraws what it announced there
+      this.byLink.delete(name);
+      this.log.info("L2: announcer closed", { link: name });
+    }
+    for (const [name, { link, addresses }] of wanted) {
+      const entry = this.byLink.get(name) ?? { link, announcer: startAnnouncer({ link, log: this.log }) };
+      this.byLink.set(name, entry);
+      for (const address of entry.announcer.announced())
+        if (!addresses.includes(address)) entry.announcer.withdraw(address);
+      for (const address of addresses) this.announce(entry.announcer, name, address);
+    }
+    return [...this.byLink.values()].reduce((sum, { announcer }) => sum + announcer.announced().length, 0);
+  }
+
+  closeAll(): void {
+    for (const { announcer } of this.byLink.values()) announcer.close();
+    this.byLink.clear();
+  }
+
+  private announce(announcer: Announcer, link: string, address: string): void {
+    const key = `${address} ${link}`;
+    try {
+      announcer.announce(address);
+      this.failing.delete(key);
+    } catch (err) {
+      if (!this.failing.has(key)) this.log.error("L2: announcing failed", { err, address, link });
+      this.failing.add(key);
+    }
+  }
+}
