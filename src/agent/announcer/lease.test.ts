@@ -26,7 +26,7 @@ test("a new Lease: label, segments, this node holding it for LEASE_DURATION_SECO
   });
 });
 
-test("a renewal keeps the read resourceVersion, others' labels and the acquireTime; a taken-over one is acquired anew", () => {
+test("a renewal keeps the resourceVersion read, others' labels, its acquireTime; taken back, it is acquired anew", () => {
   const read = announcerLease(identity, "198.18.0.0/24", first);
   read.metadata = { ...read.metadata, resourceVersion: "42", labels: { ...read.metadata?.labels, team: "net" } };
   const renewed = announcerLease(identity, "198.18.1.0/24", second, read);
