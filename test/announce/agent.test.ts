@@ -28,7 +28,7 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
   let node: AgentNode;
 
   before(async () => {
-    world = await startAnnounceWorld();
+    world = await startAnnounceWorld(77);
     node = await world.addNode(NODE, 0);
   });
 

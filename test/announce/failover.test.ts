@@ -43,7 +43,7 @@ describe("failover between two agents: the old announcer is silent before the ne
   let stopCapture: () => Promise<void> = async () => undefined;
 
   before(async () => {
-    world = await startAnnounceWorld();
+    world = await startAnnounceWorld(78);
     a = await world.addNode("node-a", 0);
     b = await world.addNode("node-b", 1);
     const capture = spawn("nsenter", [

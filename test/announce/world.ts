@@ -1,7 +1,8 @@
 // A world for the agent's L2 announcing: a real kube-apiserver, and one bridge joining a client and node network
 // namespaces. Each node runs the agent (src/bin/local-ccm.ts, --lb-l2-announce) as uid 65532 with CAP_NET_RAW only,
 // and reaches the API through a proxy of its own that the test can cut while the node's links stay up.
-//   root 198.19.77.<4s+1>/30 ── .<4s+2>/30 node s ── bridge 198.18.77.0/24, fd00:198:77::/64 ── client (.9)
+//   root 198.19.<n>.<4s+1>/30 ── .<4s+2>/30 node s ── bridge 198.18.77.0/24, fd00:198:77::/64 ── client (.9)
+// (<n>: one per test file, as the root namespace is shared; the bridge is in namespaces of the file's own.)
 import { type ChildProcess, spawn } from "node:child_process";
 import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
@@ -27,7 +28,6 @@ const AGENT = path.resolve(import.meta.dirname, "../../src/bin/local-ccm.ts");
 export const NAMESPACE = "kube-system";
 export const SUBNET = { v4: "198.18.77", v6: "fd00:198:77:" };
 const MAX_NODES = 4;
-const rootIP = (slot: number) => `198.19.77.${4 * slot + 1}`;
 
 export interface AgentNode {
   name: string;
@@ -59,7 +59,9 @@ export interface AnnounceWorld {
   stop(): Promise<void>;
 }
 
-export async function startAnnounceWorld(): Promise<AnnounceWorld> {
+/** `subnet`: 198.19.<subnet>.0/24 for the nodes' links to the root namespace (test/announce/: 77 and 78). */
+export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld> {
+  const rootIP = (slot: number) => `198.19.${subnet}.${4 * slot + 1}`;
   const net = await createNetwork();
   const stops: (() => Promise<void>)[] = [() => net.remove()];
   const stop = async () => {
@@ -94,7 +96,7 @@ export async function startAnnounceWorld(): Promise<AnnounceWorld> {
       const host = await quietHost(net);
       const link = await join(host, slot + 1);
       const mac = JSON.parse(await host.ip("-j", "link", "show", link))[0].address as string;
-      const [root, reachableAt] = [rootIP(slot), `198.19.77.${4 * slot + 2}`];
+      const [root, reachableAt] = [rootIP(slot), `198.19.${subnet}.${4 * slot + 2}`];
       // Its link to the API has a MAC too: --lb-l2-interfaces leaves it out.
       await net.link("root", host, { addressesA: [`${root}/30`], addressesB: [`${reachableAt}/30`] });
       const proxy = await startTcpProxy(root, { host: root, port: Number(new URL(plane.serverAt(root)).port) });
