@@ -22,7 +22,7 @@ import type { AnnouncerMetrics } from "../metrics.ts";
 import { type AnnouncedLink, type Announcer, startAnnouncer } from "./announcer.ts";
 import { type Assignment, decideAssignments, type LinkAnnouncements, SKIP_RULES } from "./assignments.ts";
 import { AnnouncerLease } from "./lease.ts";
-import { nodeSegments, type Segment, segmentsAnnotation } from "./segments.ts";
+import { nodeSegments, type Segment, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
 
 export interface AnnouncingOptions {
   client: KubeClient;
@@ -84,6 +84,7 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
   let deadlineTimer: NodeJS.Timeout | undefined;
   let lastRule: Assignment["rule"] | undefined;
   let lastSkipped = "";
+  let lastUnusable = "";
   let stopped = false;
 
   function reconcile(): void {
@@ -121,6 +122,10 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     try {
       const [addresses, links] = await Promise.all([netlink.listAddresses(), netlink.listLinks()]);
       segments = nodeSegments(addresses, links, flags.interfaces);
+      const unusable = unusableInterfaces(links, flags.interfaces).join(",");
+      if (unusable !== lastUnusable && unusable !== "")
+        log.warn("L2: --lb-l2-interfaces names no link with a MAC here: nothing announced there", { unusable });
+      lastUnusable = unusable;
       hostAddresses = addresses.map((address) => address.address);
       lease.setSegments(segmentsAnnotation(segments));
       reconcile();

@@ -7,7 +7,7 @@ import { cidrContains } from "../../net/ip.ts";
 import type { HostAddress, HostLink } from "../../net/netlink.ts";
 import { ANNOUNCER_ANNOTATION } from "../../pools/announcement.ts";
 import { decideAssignments } from "./assignments.ts";
-import { nodeSegments, segmentsAnnotation } from "./segments.ts";
+import { nodeSegments, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
 
 const links: HostLink[] = [
   { index: 1, name: "lo" },
@@ -54,6 +54,7 @@ test("segments: global, settled addresses on links with a MAC (within --lb-l2-in
   ];
   for (const [name, interfaces, expected] of cases)
     assert.equal(segmentsAnnotation(nodeSegments(host, links, interfaces)), expected, name);
+  assert.deepEqual(unusableInterfaces(links, ["eth1", "wg0", "eth9"]), ["wg0", "eth9"]);
 });
 
 const NODE = "node-a";

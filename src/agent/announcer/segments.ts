@@ -31,6 +31,11 @@ export function nodeSegments(addresses: HostAddress[], links: HostLink[], interf
   return [...segments.values()].sort((a, b) => compare(a.prefix, b.prefix) || a.link.index - b.link.index);
 }
 
+/** Names in --lb-l2-interfaces that are no link with a MAC here: nothing is announced there. */
+export function unusableInterfaces(links: HostLink[], interfaces: readonly string[]): string[] {
+  return interfaces.filter((name) => !links.some((link) => link.name === name && link.mac));
+}
+
 /** The Lease's SEGMENTS_ANNOTATION: the prefixes, unique, sorted, comma-separated. */
 export function segmentsAnnotation(segments: readonly Segment[]): string {
   return [...new Set(segments.map((segment) => segment.prefix))].join(",");
