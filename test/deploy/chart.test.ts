@@ -55,7 +55,7 @@ const WORKLOAD: Record<Program, { kind: string; name: string }> = {
 };
 /** What the downward API gives each program in a pod (for parsing its rendered args). */
 const POD_ENV: Record<Program, Record<string, string>> = {
-  "local-ccm": { NODE_NAME: "node-a", POD_IP: "198.18.0.7" },
+  "local-ccm": { NODE_NAME: "node-a", POD_IP: "198.18.0.7", POD_NAMESPACE: "kube-system" },
   "node-lifecycle-controller": { POD_NAMESPACE: "kube-system", POD_NAME: "nlc-0" },
 };
 
@@ -471,6 +471,7 @@ describe("Helm chart", () => {
       assert.deepEqual(agent.env, [
         { name: "NODE_NAME", valueFrom: { fieldRef: { fieldPath: "spec.nodeName" } } },
         { name: "POD_IP", valueFrom: { fieldRef: { fieldPath: "status.podIP" } } },
+        { name: "POD_NAMESPACE", valueFrom: { fieldRef: { fieldPath: "metadata.namespace" } } },
       ]);
       assert.deepEqual(agent.securityContext, {
         allowPrivilegeEscalation: false,
@@ -610,6 +611,21 @@ describe("Helm chart", () => {
       );
     });
   }
+
+  test("loadBalancer.l2.enabled: the agent announces, with NET_RAW its only capability (uid 0: no ambient caps)", async () => {
+    const objects = await render(setJson({ "loadBalancer.l2.enabled": true }));
+    const agent = container(objects, "local-ccm");
+    assert.deepEqual(agent.args, ["--lb-l2-announce=true"]);
+    assert.deepEqual(agent.securityContext, {
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      runAsNonRoot: false,
+      runAsUser: 0,
+      capabilities: { drop: ["ALL"], add: ["NET_RAW"] },
+    });
+    const announce = parseAgentFlags(expand("local-ccm", agent.args ?? []), POD_ENV["local-ccm"]).announce;
+    assert.deepEqual(announce, { leaseNamespace: "kube-system", interfaces: [] });
+  });
 
   test("csrApproval.enabled runs the approver beside node-lifecycle, with its grants; off, nothing about CSRs", async () => {
     const defaults = await render();
