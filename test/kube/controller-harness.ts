@@ -1,14 +1,25 @@
 // What the tests of a controller run in-process against a real kube-apiserver share: its service account bound to
 // a ClusterRole of exactly its RBAC rules (a missing grant fails the tests), namespaces of their own, the Events
-// about an object, and informers that keep only the fields the controller declares, as the program's shared
-// informers trim them.
+// about an object, and the controller itself created from its definition as the program creates it, on
+// informers that keep only the fields (and select what) it declares, with a client of its own whose writes count.
 import type { Event, Namespace } from "kubernetes-types/core/v1.js";
-import type { KubeClient } from "../../src/kube/client.ts";
+import type { FlagSpec } from "../../src/cli/flags.ts";
+import { createLogger } from "../../src/cli/log.ts";
+import { Registry } from "../../src/cli/metrics.ts";
+import { KubeClient } from "../../src/kube/client.ts";
+import { loadClientConfig } from "../../src/kube/config.ts";
+import { EventRecorder } from "../../src/kube/events.ts";
 import { keepTransform } from "../../src/kube/fields.ts";
 import { Informer } from "../../src/kube/informer.ts";
 import { type KubeObject, Resource } from "../../src/kube/resource.ts";
 import type { Watch } from "../../src/kube/sharedinformers.ts";
-import type { PolicyRule } from "../../src/manager/controller.ts";
+import type {
+  Caches,
+  ControllerDefinition,
+  PolicyRule,
+  RunningController,
+  Watches,
+} from "../../src/manager/controller.ts";
 import type { ControlPlane } from "../../localcluster/controlplane.ts";
 
 /** A kubeconfig of kube-system's ServiceAccount `name`, bound to a ClusterRole of the same name with `rules`. */
@@ -48,6 +59,83 @@ export async function eventsAbout(
 }
 
 /** An informer of a controller's watch, trimmed to the fields it keeps, through `client`. */
-export function trimmedInformer<T extends KubeObject>(client: KubeClient, { resource, keep }: Watch<T>): Informer<T> {
-  return new Informer(new Resource<T>(client, resource), { transform: keepTransform(keep) });
+export function trimmedInformer<T extends KubeObject>(client: KubeClient, watch: Watch<T>): Informer<T> {
+  const { resource, keep, labelSelector, fieldSelector } = watch;
+  return new Informer(new Resource<T>(client, resource), { transform: keepTransform(keep), labelSelector, fieldSelector });
+}
+
+/** A controller run in this process by startController(). */
+export interface ControllerRun<R, M> {
+  controller: R;
+  metrics: M;
+  registry: Registry;
+  /** Patches the controller's client has sent (its Events go through a client of their own). */
+  writes(): number;
+  /** Sets whether it leads (it starts as `leader`). */
+  lead(leader: boolean): void;
+  stop(): Promise<void>;
+}
+
+export interface ControllerRunOptions<C> {
+  /** Of the controller's service account (controllerKubeconfig). */
+  kubeconfig: string;
+  config: C;
+  /** Default true. */
+  leader?: boolean;
+  dryRun?: boolean;
+}
+
+/** Creates a controller from its definition on informers of its declared watches, and starts it once they synced. */
+export async function startController<F extends readonly FlagSpec[], C, M, W extends Watches, R extends RunningController>(
+  definition: ControllerDefinition<F, C, M, W, R>,
+  options: ControllerRunOptions<C>,
+): Promise<ControllerRun<R, M>> {
+  const config = await loadClientConfig({ kubeconfig: options.kubeconfig, env: {} });
+  const component = `${definition.name}-test`;
+  let writes = 0;
+  const client = new KubeClient(config, {
+    component,
+    onResponse: (verb) => {
+      if (verb === "patch") writes++;
+    },
+  });
+  const eventsClient = new KubeClient(config, { component });
+  const events = new EventRecorder(eventsClient, { component });
+  const informers = Object.entries(definition.watches(options.config)).map(
+    ([name, watch]) => [name, trimmedInformer(client, watch as Watch<KubeObject>)] as const,
+  );
+  const registry = new Registry();
+  const metrics = definition.createMetrics(registry, `test_${definition.metricsSubsystem}`);
+  let leader = options.leader ?? true;
+  const controller = definition.create(
+    {
+      client,
+      caches: Object.fromEntries(informers) as unknown as Caches<W>,
+      events,
+      log: createLogger({ verbosity: 2, format: "text", write: () => {} }),
+      metrics,
+      isLeader: () => leader,
+      dryRun: options.dryRun ?? false,
+    },
+    options.config,
+  );
+  for (const [, informer] of informers) informer.start();
+  await Promise.all(informers.map(([, informer]) => informer.waitForSync()));
+  controller.start();
+  return {
+    controller,
+    metrics,
+    registry,
+    writes: () => writes,
+    lead: (next) => {
+      leader = next;
+    },
+    async stop() {
+      await controller.stop();
+      await Promise.all(informers.map(([, informer]) => informer.stop()));
+      await events.flush();
+      client.close();
+      eventsClient.close();
+    },
+  };
 }
