@@ -61,7 +61,8 @@ export async function eventsAbout(
 /** An informer of a controller's watch, trimmed to the fields it keeps, through `client`. */
 export function trimmedInformer<T extends KubeObject>(client: KubeClient, watch: Watch<T>): Informer<T> {
   const { resource, keep, labelSelector, fieldSelector } = watch;
-  return new Informer(new Resource<T>(client, resource), { transform: keepTransform(keep), labelSelector, fieldSelector });
+  const transform = keepTransform(keep);
+  return new Informer(new Resource<T>(client, resource), { transform, labelSelector, fieldSelector });
 }
 
 /** A controller run in this process by startController(). */
@@ -85,8 +86,14 @@ export interface ControllerRunOptions<C> {
   dryRun?: boolean;
 }
 
-/** Creates a controller from its definition on informers of its declared watches, and starts it once they synced. */
-export async function startController<F extends readonly FlagSpec[], C, M, W extends Watches, R extends RunningController>(
+/** Creates a controller from its definition on informers of its declared watches; starts it once they synced. */
+export async function startController<
+  F extends readonly FlagSpec[],
+  C,
+  M,
+  W extends Watches,
+  R extends RunningController,
+>(
   definition: ControllerDefinition<F, C, M, W, R>,
   options: ControllerRunOptions<C>,
 ): Promise<ControllerRun<R, M>> {
