@@ -21,6 +21,8 @@ export interface PolicyRule {
 export interface Rbac {
   cluster: PolicyRule[];
   namespaced?: Record<string, PolicyRule[]>;
+  /** Rules in the namespace the chart is installed in (a flag of the controller names it to the program). */
+  releaseNamespace?: PolicyRule[];
 }
 
 /** A controller's watches by the name it reads its cache under. */

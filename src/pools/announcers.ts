@@ -14,10 +14,10 @@
 // 3. A Service without an announcer that already had addresses when this controller started waits until it has
 //    run GRACE_MS: a controller before it may have released it just before.
 // 4. A new announcer, when needed: rendezvous hashing keyed by the group's smallest address, among the eligible.
-import type { Cidr } from "../net/ip.ts";
-import { cidrContains } from "../net/ip.ts";
+import type { Service } from "kubernetes-types/core/v1.js";
+import { type Cidr, cidrContains } from "../net/ip.ts";
 import { hashString, topByScore } from "../service/rendezvous.ts";
-import { LEASE_DURATION_SECONDS } from "./announcement.ts";
+import { ANNOUNCER_ANNOTATION, ANNOUNCER_LABEL, LEASE_DURATION_SECONDS } from "./announcement.ts";
 import { ipNumber } from "./ranges.ts";
 
 /** How long a released Service, and one found without an announcer at start, waits for a new one. */
@@ -96,6 +96,15 @@ export function assignAnnouncers(input: AnnouncersInput): AnnouncersResult {
   for (const decision of decisions.values())
     if (decision.action === "wait") wakeAtMs = Math.min(wakeAtMs ?? Infinity, decision.untilMs);
   return { decisions, wakeAtMs };
+}
+
+/** What the announcement reads of a Service beside its allocation, and the announcer label its write sets. */
+export function announcedFacts(service: Service): { local: boolean; announcer?: string; label?: string } {
+  return {
+    local: service.spec?.externalTrafficPolicy === "Local",
+    announcer: service.metadata?.annotations?.[ANNOUNCER_ANNOTATION],
+    label: service.metadata?.labels?.[ANNOUNCER_LABEL],
+  };
 }
 
 /** The node each Service should name now (undefined: none). */

@@ -49,11 +49,13 @@ function world(options: { failFirstStatus?: boolean } = {}) {
   /** While set, the API answers no write (each is recorded in `writes` when sent). */
   let gate: Promise<void> | undefined;
   const controller = new PoolController({
-    config: { claimClassless: false },
+    config: { claimClassless: false, leaseNamespace: "kube-system" },
     dryRun: false,
     services,
     nodes,
     pools,
+    leases: new FakeCache(),
+    endpointSlices: new FakeCache(),
     serviceResource: (namespace) => ({
       patch: async (name, _type, body) => {
         const ingress = (body as Service).status?.loadBalancer?.ingress?.map(({ ip }) => ip ?? "");

@@ -17,7 +17,7 @@ import {
 import { servicePools } from "./definition.ts";
 import { type LoadBalancerIPPool, poolFacts } from "./pool.ts";
 
-const watches = servicePools.watches({ claimClassless: false });
+const watches = servicePools.watches({ claimClassless: false, leaseNamespace: "kube-system" });
 
 const trim = <T extends KubeObject>(watch: Watch<T>, obj: T) => keepTransform(watch.keep)(obj);
 
@@ -56,7 +56,7 @@ test("a Service keeps what l2ServiceFacts reads; other annotations and spec fiel
   assert.equal(trimmed.spec?.selector, undefined);
 });
 
-test("a pool keeps its spec and status; a Node its addresses", () => {
+test("a pool keeps its spec and status; a Node its addresses and what the node rules read", () => {
   const pool: LoadBalancerIPPool = {
     metadata: { name: "p", managedFields: [{ manager: "kubectl" }] },
     spec: { addresses: ["198.51.100.0/24"], namespaces: ["ns"], autoAssign: false, avoidBuggyIPs: true },
@@ -68,5 +68,5 @@ test("a pool keeps its spec and status; a Node its addresses", () => {
     status: { addresses: [{ type: "InternalIP", address: "10.0.0.1" }], capacity: { cpu: "4" } },
   };
   const addresses = node.status?.addresses;
-  assert.deepEqual(trim(watches.nodes, node), { metadata: { name: "n1" }, status: { addresses } });
+  assert.deepEqual(trim(watches.nodes, node), { metadata: { name: "n1", labels: { a: "b" } }, status: { addresses } });
 });

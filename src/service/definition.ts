@@ -29,6 +29,13 @@ export const LOAD_BALANCER_RULES: readonly PolicyRule[] = [
   { apiGroups: [""], resources: ["nodes"], verbs: ["list", "watch"] },
 ];
 
+/** For externalTrafficPolicy Local: which nodes hold a ready endpoint. */
+export const ENDPOINT_SLICE_RULE: PolicyRule = {
+  apiGroups: ["discovery.k8s.io"],
+  resources: ["endpointslices"],
+  verbs: ["list", "watch"],
+};
+
 export const serviceLoadBalancer = defineController({
   name: "service",
   // It acts only on its own loadBalancerClass unless told to claim class-less Services too.
@@ -45,7 +52,7 @@ export const serviceLoadBalancer = defineController({
   rbac: {
     cluster: [
       ...LOAD_BALANCER_RULES,
-      { apiGroups: ["discovery.k8s.io"], resources: ["endpointslices"], verbs: ["list", "watch"] },
+      ENDPOINT_SLICE_RULE,
     ],
   },
   // The same whatever its config: the node selector is matched against labels, which the Node watch keeps whole.
