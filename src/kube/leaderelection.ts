@@ -26,7 +26,7 @@ export interface LeaderElectionOptions {
 }
 
 /** MicroTime wants exactly six fractional digits. */
-function microTime(date: Date): string {
+export function microTime(date: Date): string {
   return date.toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
 }
 

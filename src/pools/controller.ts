@@ -334,7 +334,10 @@ export class PoolController {
     const next = assignAnnouncers({
       services,
       announcers,
-      ineligible: (node) => this.nodeFacts.get(node)?.ineligible ?? { rule: "no-node", reason: "has no Node" },
+      ineligible: (node) => {
+        const facts = this.nodeFacts.get(node);
+        return facts ? facts.ineligible : { rule: "no-node", reason: "has no Node" };
+      },
       readyNodes: (service) => this.endpoints.readyNodes(service),
       nowMs,
       startedAtMs: this.startedAtMs,

@@ -1,6 +1,7 @@
 // An EndpointSlice as the LoadBalancer controllers read it, for externalTrafficPolicy Local: which Service it
-// belongs to and which nodes hold a ready endpoint of it; ReadyEndpoints keeps them per Service. `ready` is read as kube-proxy reads it
-// (pkg/proxy/endpointslicecache.go: unset counts as ready), since kube-proxy decides where Local traffic lands.
+// belongs to and which nodes hold a ready endpoint of it; ReadyEndpoints keeps them per Service. `ready` is read
+// as kube-proxy reads it (pkg/proxy/endpointslicecache.go: unset counts as ready), since kube-proxy decides where
+// Local traffic lands.
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { objectKey } from "../kube/informer.ts";
 

@@ -2,7 +2,7 @@
 // a ClusterRole of exactly its RBAC rules (a missing grant fails the tests), namespaces of their own, the Events
 // about an object, and the controller itself created from its definition as the program creates it, on
 // informers that keep only the fields (and select what) it declares, with a client of its own whose writes count.
-import type { Event, Namespace } from "kubernetes-types/core/v1.js";
+import type { Event, Namespace, Node, NodeAddress, Taint } from "kubernetes-types/core/v1.js";
 import type { FlagSpec } from "../../src/cli/flags.ts";
 import { createLogger } from "../../src/cli/log.ts";
 import { Registry } from "../../src/cli/metrics.ts";
@@ -22,20 +22,61 @@ import type {
 } from "../../src/manager/controller.ts";
 import type { ControlPlane } from "../../localcluster/controlplane.ts";
 
-/** A kubeconfig of kube-system's ServiceAccount `name`, bound to a ClusterRole of the same name with `rules`. */
-export async function controllerKubeconfig(plane: ControlPlane, name: string, rules: PolicyRule[]): Promise<string> {
+/**
+ * A kubeconfig of kube-system's ServiceAccount `name`, bound to a ClusterRole of the same name with `rules`, and to
+ * a Role of that name in each namespace of `namespaced`.
+ */
+export async function controllerKubeconfig(
+  plane: ControlPlane,
+  name: string,
+  rules: PolicyRule[],
+  namespaced: Record<string, PolicyRule[]> = {},
+): Promise<string> {
   const account = { namespace: "kube-system", name };
   const rbac = "rbac.authorization.k8s.io";
-  const role = { apiVersion: `${rbac}/v1`, kind: "ClusterRole", metadata: { name }, rules };
-  const binding = {
-    apiVersion: `${rbac}/v1`,
-    kind: "ClusterRoleBinding",
-    metadata: { name },
-    roleRef: { apiGroup: rbac, kind: "ClusterRole", name },
-    subjects: [{ kind: "ServiceAccount", ...account }],
-  };
-  await plane.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "List", items: [role, binding] }));
+  const grant = (kind: "ClusterRole" | "Role", rules: PolicyRule[], namespace?: string) => [
+    { apiVersion: `${rbac}/v1`, kind, metadata: { name, namespace }, rules },
+    {
+      apiVersion: `${rbac}/v1`,
+      kind: `${kind}Binding`,
+      metadata: { name, namespace },
+      roleRef: { apiGroup: rbac, kind, name },
+      subjects: [{ kind: "ServiceAccount", ...account }],
+    },
+  ];
+  const items = [
+    ...grant("ClusterRole", rules),
+    ...Object.entries(namespaced).flatMap(([namespace, rules]) => grant("Role", rules, namespace)),
+  ];
+  await plane.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "List", items }));
   return plane.serviceAccountKubeconfig(account);
+}
+
+/** A Node as the kubelet and the agent would register it. */
+export interface NodeSpec {
+  addresses: NodeAddress[];
+  ready?: "True" | "False" | "Unknown";
+  labels?: Record<string, string>;
+  taints?: Taint[];
+  unschedulable?: boolean;
+}
+
+/** Registers a Node and writes its status (addresses, Ready). */
+export async function createNode(nodes: Resource<Node>, name: string, spec: NodeSpec): Promise<void> {
+  await nodes.create({
+    metadata: { name, labels: spec.labels ?? {} },
+    spec: { taints: spec.taints ?? [], unschedulable: spec.unschedulable },
+  });
+  const now = new Date().toISOString();
+  const ready = { type: "Ready", status: spec.ready ?? "True", lastHeartbeatTime: now, lastTransitionTime: now };
+  const status = { addresses: spec.addresses, conditions: [ready] };
+  await nodes.patch(name, "merge", { status }, { subresource: "status" });
+}
+
+export async function setNodeReady(nodes: Resource<Node>, name: string, status: "True" | "False" | "Unknown") {
+  const now = new Date().toISOString();
+  const condition = { type: "Ready", status, lastHeartbeatTime: now, lastTransitionTime: now };
+  await nodes.patch(name, "strategic", { status: { conditions: [condition] } }, { subresource: "status" });
 }
 
 let namespaces = 0;
@@ -86,7 +127,7 @@ export interface ControllerRunOptions<C> {
   dryRun?: boolean;
 }
 
-/** Creates a controller from its definition on informers of its declared watches; starts it once they synced. */
+/** Creates a controller from its definition on informers of its declared watches; starts it once synced. */
 export async function startController<
   F extends readonly FlagSpec[],
   C,

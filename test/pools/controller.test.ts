@@ -134,7 +134,8 @@ describe("address pool controller, against kube-apiserver", () => {
         `refused (pool-exhausted): no free IPv4 address in pool(s) ${g.pool("tiny")}`,
       ]);
       await running.controller.idle();
-      assert.match(running.registry.expose(), /test_service_l2_pools_syncs_total\{action="refuse",rule="pool-exhausted"\} [1-9]/);
+      const exhausted = /test_service_l2_pools_syncs_total\{action="refuse",rule="pool-exhausted"\} [1-9]/;
+      assert.match(running.registry.expose(), exhausted);
     });
     // While no controller runs, one more Service comes.
     await g.create("d", { ports: port(83) });

@@ -1,24 +1,40 @@
 // A world for the address pool controller's tests: a real control plane with the chart's LoadBalancerIPPool CRD,
-// Nodes with addresses, Services in namespaces of their own, and the controller run in this process as
+// Nodes with addresses, Services in namespaces of their own, announcer Leases renewed as the agents renew them (in
+// a namespace of their own), EndpointSlices, and the controller run in this process as
 // ../kube/controller-harness.ts runs controllers (its own RBAC rules only, trimmed informers).
+import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Node, NodeAddress, Service } from "kubernetes-types/core/v1.js";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
+import { microTime } from "../../src/kube/leaderelection.ts";
 import {
+  ENDPOINT_SLICE_RESOURCE,
   type KubeObject,
+  LEASE_RESOURCE,
   NODE_RESOURCE,
   Resource,
   type ResourceRef,
   SERVICE_RESOURCE,
 } from "../../src/kube/resource.ts";
+import {
+  ANNOUNCER_LEASE_LABEL,
+  announcerLeaseName,
+  LEASE_DURATION_SECONDS,
+  RENEW_INTERVAL_MS,
+  SEGMENTS_ANNOTATION,
+} from "../../src/pools/announcement.ts";
 import { PoolController } from "../../src/pools/controller.ts";
 import { servicePools } from "../../src/pools/definition.ts";
 import type { PoolsMetrics } from "../../src/pools/metrics.ts";
 import { type LoadBalancerIPPool, POOL_RESOURCE, POOL_TYPE } from "../../src/pools/pool.ts";
+import { SERVICE_NAME_LABEL } from "../../src/service/endpoints.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import {
   type ControllerRun,
   controllerKubeconfig,
   createNamespace,
+  createNode,
   eventsAbout,
+  setNodeReady,
   startController,
 } from "../kube/controller-harness.ts";
 import { installPoolCrd } from "./crd.ts";
@@ -33,21 +49,33 @@ export interface PoolWorld {
   /** A fresh namespace. */
   namespace(): Promise<string>;
   createPool(name: string, spec: LoadBalancerIPPool["spec"]): Promise<void>;
+  /** A Ready Node. */
   addNode(name: string, addresses: NodeAddress[]): Promise<void>;
+  setReady(name: string, ready: "True" | "False"): Promise<void>;
+  /** A node's announcer Lease, renewed every RENEW_INTERVAL_MS as its agent would, until stopped. */
+  announce(node: string, segments: string[]): Promise<{ stop(): void }>;
+  /** An EndpointSlice of a Service with a ready endpoint on each of `nodes`. */
+  endpoints(namespace: string, service: string, nodes: string[]): Promise<void>;
   /** The reasons and messages of the Events about a Service. */
   events(namespace: string, name: string): Promise<{ type: string; reason: string; message: string }[]>;
-  startController(options?: { claimClassless?: boolean }): Promise<RunningController>;
+  /** It leads unless `leader` is false. */
+  startController(options?: { claimClassless?: boolean; leader?: boolean }): Promise<RunningController>;
   stop(): Promise<void>;
 }
 
 export async function startPoolWorld(): Promise<PoolWorld> {
   const plane = await startControlPlane();
   await installPoolCrd(plane);
-  const kubeconfig = await controllerKubeconfig(plane, "local-ccm-pools-controller", servicePools.rbac.cluster);
+  const leaseNamespace = await createNamespace(plane.admin, "pools-leases");
+  const kubeconfig = await controllerKubeconfig(plane, "local-ccm-pools-controller", servicePools.rbac.cluster, {
+    [leaseNamespace]: servicePools.rbac.releaseNamespace ?? [],
+  });
   const resource = <T extends KubeObject>(ref: ResourceRef, namespace?: string) =>
     new Resource<T>(plane.admin, namespace === undefined ? ref : { ...ref, namespace });
   const pools = resource<LoadBalancerIPPool>(POOL_RESOURCE);
   const running = new Set<RunningController>();
+  const leases = resource<Lease>(LEASE_RESOURCE, leaseNamespace);
+  const renewers = new Set<NodeJS.Timeout>();
   return {
     plane,
     pools,
@@ -56,15 +84,44 @@ export async function startPoolWorld(): Promise<PoolWorld> {
     async createPool(name, spec) {
       await pools.create({ ...POOL_TYPE, metadata: { name }, spec });
     },
-    async addNode(name, addresses) {
-      const nodes = resource<Node>(NODE_RESOURCE);
-      await nodes.create({ metadata: { name } });
-      await nodes.patch(name, "merge", { status: { addresses } }, { subresource: "status" });
+    addNode: (name, addresses) => createNode(resource<Node>(NODE_RESOURCE), name, { addresses }),
+    setReady: (name, ready) => setNodeReady(resource<Node>(NODE_RESOURCE), name, ready),
+    async announce(node, segments) {
+      const name = announcerLeaseName(node) ?? "";
+      const renew = () => leases.patch(name, "merge", { spec: { renewTime: microTime(new Date()) } });
+      await leases.create({
+        metadata: {
+          name,
+          labels: { [ANNOUNCER_LEASE_LABEL]: "true" },
+          annotations: { [SEGMENTS_ANNOTATION]: segments.join(",") },
+        },
+        spec: { holderIdentity: node, leaseDurationSeconds: LEASE_DURATION_SECONDS, renewTime: microTime(new Date()) },
+      });
+      // A renewal that fails (the world stopping) is the agent losing the API: the Lease just ages.
+      const timer = setInterval(() => renew().catch(() => {}), RENEW_INTERVAL_MS);
+      renewers.add(timer);
+      return {
+        stop: () => {
+          clearInterval(timer);
+          renewers.delete(timer);
+        },
+      };
+    },
+    async endpoints(namespace, service, nodes) {
+      await resource<EndpointSlice>(ENDPOINT_SLICE_RESOURCE, namespace).create({
+        metadata: { name: `${service}-ready`, labels: { [SERVICE_NAME_LABEL]: service } },
+        addressType: "IPv4",
+        endpoints: nodes.map((nodeName, i) => ({
+          addresses: [`10.244.0.${i + 1}`],
+          nodeName,
+          conditions: { ready: true },
+        })),
+      });
     },
     events: (namespace, name) => eventsAbout(plane.admin, namespace, name),
     async startController(options = {}) {
-      const config = { claimClassless: options.claimClassless ?? false };
-      const run = await startController(servicePools, { kubeconfig, config });
+      const config = { claimClassless: options.claimClassless ?? false, leaseNamespace };
+      const run = await startController(servicePools, { kubeconfig, config, leader: options.leader });
       const handle: RunningController = {
         ...run,
         stop: async () => {
@@ -76,6 +133,7 @@ export async function startPoolWorld(): Promise<PoolWorld> {
       return handle;
     },
     async stop() {
+      for (const timer of renewers) clearInterval(timer);
       for (const each of running) await each.stop();
       await plane.stop();
     },

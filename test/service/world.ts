@@ -1,7 +1,7 @@
 // A world for the service controller's tests: a real control plane, Nodes registered with the status a kubelet
 // and the agent would write, Services in namespaces of their own, and the controller run in this process as
 // ../kube/controller-harness.ts runs controllers (its own RBAC rules only, trimmed informers, counted writes).
-import type { Node, NodeAddress, Service, Taint } from "kubernetes-types/core/v1.js";
+import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { type KubeObject, Resource, type ResourceRef } from "../../src/kube/resource.ts";
 import { ServiceController } from "../../src/service/controller.ts";
@@ -15,7 +15,10 @@ import {
   type ControllerRun,
   controllerKubeconfig,
   createNamespace,
+  createNode,
   eventsAbout,
+  type NodeSpec,
+  setNodeReady,
   startController,
 } from "../kube/controller-harness.ts";
 
@@ -25,13 +28,7 @@ export const CONFIG: ServiceConfig = {
   reservedPorts: DEFAULT_RESERVED_PORTS.split(",").map(parsePortRange),
 };
 
-export interface NodeSpec {
-  addresses: NodeAddress[];
-  ready?: "True" | "False" | "Unknown";
-  labels?: Record<string, string>;
-  taints?: Taint[];
-  unschedulable?: boolean;
-}
+export type { NodeSpec };
 
 /** Its writes are patches of Services (object or status). */
 export type RunningController = ControllerRun<ServiceController, ServiceMetrics>;
@@ -76,22 +73,8 @@ export async function startServiceWorld(): Promise<ServiceWorld> {
     services: (namespace) => resource<Service>(SERVICE_RESOURCE, namespace),
     endpointSlices: (namespace) => resource<EndpointSlice>(ENDPOINT_SLICE_RESOURCE, namespace),
     namespace: () => createNamespace(admin, "svc-test"),
-    async addNode(name, spec) {
-      await nodes.create({
-        metadata: { name, labels: spec.labels ?? {} },
-        spec: { taints: spec.taints ?? [], unschedulable: spec.unschedulable },
-      });
-      const now = new Date().toISOString();
-      const ready = { type: "Ready", status: spec.ready ?? "True", lastHeartbeatTime: now, lastTransitionTime: now };
-      await nodes.patch(name, "merge", { status: { addresses: spec.addresses, conditions: [ready] } }, {
-        subresource: "status",
-      });
-    },
-    async setReady(name, status) {
-      const now = new Date().toISOString();
-      const condition = { type: "Ready", status, lastHeartbeatTime: now, lastTransitionTime: now };
-      await nodes.patch(name, "strategic", { status: { conditions: [condition] } }, { subresource: "status" });
-    },
+    addNode: (name, spec) => createNode(nodes, name, spec),
+    setReady: (name, status) => setNodeReady(nodes, name, status),
     events: (namespace, name) => eventsAbout(admin, namespace, name),
     async startController(options = {}) {
       const config = { ...CONFIG, ...options.config };
