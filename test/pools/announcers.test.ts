@@ -12,7 +12,7 @@ import { L2_CLASS } from "../../src/pools/allocate.ts";
 import { ANNOUNCER_ANNOTATION, ANNOUNCER_LABEL, announcerLabelValue } from "../../src/pools/announcement.ts";
 import { hashString, topByScore } from "../../src/service/rendezvous.ts";
 import { waitFor, waitForEqual } from "../../localcluster/wait.ts";
-import { type PoolWorld, type RunningController, startPoolWorld } from "./world.ts";
+import { type PoolWorld, startPoolWorld } from "./world.ts";
 
 const WAIT_MS = 60_000;
 
@@ -86,14 +86,6 @@ function ranked(address: string, nodes: string[]): string[] {
 
 const until = <T>(what: string, read: () => Promise<T>, expected: T) => waitForEqual(what, read, expected, WAIT_MS);
 
-async function withController<T>(body: (running: RunningController) => Promise<T>): Promise<T> {
-  const running = await world.startController();
-  try {
-    return await body(running);
-  } finally {
-    await running.stop();
-  }
-}
 
 /** Every value the announcer annotation of a Service takes, each change once, from a watch of the Service. */
 function recordAnnouncers(namespace: string, name: string) {
@@ -120,7 +112,7 @@ describe("announcer assignment, against kube-apiserver", () => {
     try {
       await g.announce(a);
       await g.announce(off, ["10.78.0.0/24"]);
-      await withController(async () => {
+      await world.withController(async () => {
         await g.create("web");
         await until("web announced by a, the only live announcer on its segment", () => g.announcer("web"), a);
         await g.announce(b);
@@ -138,7 +130,7 @@ describe("announcer assignment, against kube-apiserver", () => {
     try {
       const renewing = new Map<string, { stop(): void }>();
       for (const node of g.nodes) renewing.set(node, await g.announce(node));
-      await withController(async (running) => {
+      await world.withController(async (running) => {
         await g.create("web");
         const first = await waitFor("web announced", () => g.announcer("web"), WAIT_MS);
         renewing.get(first)?.stop();
@@ -159,7 +151,7 @@ describe("announcer assignment, against kube-apiserver", () => {
       const last = ranked(g.address(0), g.nodes).at(-1) ?? "";
       await g.create("local", { externalTrafficPolicy: "Local" });
       await world.endpoints(g.namespace, "local", [last]);
-      await withController(async () => {
+      await world.withController(async () => {
         await until("announced by the node with the endpoint", () => g.announcer("local"), last);
       });
     } finally {
@@ -171,7 +163,7 @@ describe("announcer assignment, against kube-apiserver", () => {
     const g = await group(["a", "b"]);
     try {
       for (const node of g.nodes) await g.announce(node);
-      await withController(async (running) => {
+      await world.withController(async (running) => {
         await g.create("web");
         const first = await waitFor("web announced", () => g.announcer("web"), WAIT_MS);
         const other = g.nodes.find((node) => node !== first);
@@ -195,7 +187,7 @@ describe("announcer assignment, against kube-apiserver", () => {
   test("no live announcer on the segment: a Warning that says so, no announcer; one comes with a Lease", async () => {
     const g = await group(["a"]);
     try {
-      await withController(async () => {
+      await world.withController(async () => {
         await g.create("web");
         await until("allocated", () => g.ingress("web"), [g.address(0)]);
         await waitFor(
@@ -217,12 +209,12 @@ describe("announcer assignment, against kube-apiserver", () => {
     try {
       for (const node of g.nodes) await g.announce(node);
       let announcer: string | undefined;
-      await withController(async () => {
+      await world.withController(async () => {
         await g.create("web");
         announcer = await waitFor("web announced", () => g.announcer("web"), WAIT_MS);
       });
       const version = await g.version("web");
-      await withController(async (running) => {
+      await world.withController(async (running) => {
         await waitFor("the Leases seen live", () => /live_announcers [2-9]/.test(running.registry.expose()), WAIT_MS);
         await running.controller.idle();
         assert.equal(await g.announcer("web"), announcer);
@@ -236,7 +228,7 @@ describe("announcer assignment, against kube-apiserver", () => {
   test("a replica that does not lead writes nothing; once it leads, it assigns", async () => {
     const g = await group(["a"]);
     try {
-      await withController(async () => {
+      await world.withController(async () => {
         await g.create("web");
         await until("allocated, without announcer", () => g.ingress("web"), [g.address(0)]);
       });

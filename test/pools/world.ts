@@ -60,6 +60,8 @@ export interface PoolWorld {
   events(namespace: string, name: string): Promise<{ type: string; reason: string; message: string }[]>;
   /** It leads unless `leader` is false. */
   startController(options?: { claimClassless?: boolean; leader?: boolean }): Promise<RunningController>;
+  /** Runs `body` with a leading controller started for it, and stops the controller after. */
+  withController<T>(body: (running: RunningController) => Promise<T>): Promise<T>;
   stop(): Promise<void>;
 }
 
@@ -76,7 +78,7 @@ export async function startPoolWorld(): Promise<PoolWorld> {
   const running = new Set<RunningController>();
   const leases = resource<Lease>(LEASE_RESOURCE, leaseNamespace);
   const renewers = new Set<NodeJS.Timeout>();
-  return {
+  const world: PoolWorld = {
     plane,
     pools,
     services: (namespace) => resource<Service>(SERVICE_RESOURCE, namespace),
@@ -132,10 +134,19 @@ export async function startPoolWorld(): Promise<PoolWorld> {
       running.add(handle);
       return handle;
     },
+    async withController(body) {
+      const running = await world.startController();
+      try {
+        return await body(running);
+      } finally {
+        await running.stop();
+      }
+    },
     async stop() {
       for (const timer of renewers) clearInterval(timer);
       for (const each of running) await each.stop();
       await plane.stop();
     },
   };
+  return world;
 }
