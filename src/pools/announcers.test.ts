@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
+import { parseLabelSelector } from "../kube/labelselector.ts";
 import { cidrContains, parseCidr } from "../net/ip.ts";
 import { hashString } from "../service/rendezvous.ts";
 import {
@@ -32,6 +33,7 @@ interface World {
   announcers: Announcer[];
   notReady?: string[];
   ready?: Record<string, string[]>;
+  labels?: Record<string, Record<string, string>>;
   nowMs?: number;
   startedAtMs?: number;
 }
@@ -43,6 +45,7 @@ function input(world: World): AnnouncersInput {
     announcers: world.announcers,
     ineligible: (node) => (notReady.has(node) ? { rule: "not-ready", reason: "is not Ready (False)" } : undefined),
     readyNodes: (key) => new Set(world.ready?.[key] ?? []),
+    nodeLabels: (node) => world.labels?.[node] ?? {},
     nowMs: world.nowMs ?? 100_000,
     startedAtMs: world.startedAtMs ?? 0,
   };
@@ -94,6 +97,21 @@ describe("assignAnnouncers", () => {
       assert.equal(got?.rule, "no-announcer");
       assert.match(got?.reason ?? "", reason);
     }
+  });
+
+  test("node-selector annotations: every Service of the group's; one that does not parse names itself", () => {
+    const labels = { n1: { zone: "a" }, n2: { zone: "b", fast: "yes" } };
+    const announcers = [announcer("n1"), announcer("n2")];
+    const services = [
+      service("a", ["192.0.2.10"], { nodeSelector: parseLabelSelector("zone in (a,b)") }),
+      service("b", ["192.0.2.10"], { nodeSelector: parseLabelSelector("fast=yes") }),
+    ];
+    assert.equal(announcerOf(decision({ services, announcers, labels }, "a") ?? assert.fail()), "n2");
+    const none = [service("a", ["192.0.2.10"], { nodeSelector: parseLabelSelector("zone=c") })];
+    assert.match(decision({ services: none, announcers, labels }, "a")?.reason ?? "", /matches zone=c$/);
+    const bad = [service("a", ["192.0.2.10"], { nodeSelector: "annotation local-ccm.io/node-selector: bad" })];
+    const reason = decision({ services: bad, announcers, labels }, "a")?.reason;
+    assert.equal(reason, "ns/a: annotation local-ccm.io/node-selector: bad");
   });
 
   test("sticky: an eligible current announcer stays when another node joins", () => {

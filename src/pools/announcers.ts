@@ -4,8 +4,9 @@
 //
 // Services that share an address form a group (connected components over their addresses): a group has one
 // announcer, eligible for every Service of it, so one address is never assigned to two nodes. Eligible: its Lease
-// is live, its segments hold every address of the group, it passes the node rules (service/nodes.ts), and for a
-// Service with externalTrafficPolicy Local it holds a ready endpoint. Order of the rules, per group:
+// is live, its segments hold every address of the group, it passes the node rules (service/nodes.ts) and the
+// Services' node-selector annotations, and for a Service with externalTrafficPolicy Local it holds a ready
+// endpoint. Order of the rules, per group:
 // 1. sticky: a current announcer that is eligible stays (a node joining moves nothing).
 // 2. released: a current announcer whose Lease is live but that is no longer eligible (or not the group's one) is
 //    removed now; its Service gets a new one only GRACE_MS later, when its agent has surely seen the release and
@@ -15,7 +16,9 @@
 //    run GRACE_MS: a controller before it may have released it just before.
 // 4. A new announcer, when needed: rendezvous hashing keyed by the group's smallest address, among the eligible.
 import type { Service } from "kubernetes-types/core/v1.js";
+import { type LabelSelector, matchesLabels } from "../kube/labelselector.ts";
 import { type Cidr, cidrContains } from "../net/ip.ts";
+import { annotationSelector, NODE_SELECTOR_ANNOTATION } from "../service/decide.ts";
 import { hashString, topByScore } from "../service/rendezvous.ts";
 import { ANNOUNCER_ANNOTATION, ANNOUNCER_LABEL, LEASE_DURATION_SECONDS } from "./announcement.ts";
 import { ipNumber } from "./ranges.ts";
@@ -32,6 +35,8 @@ export interface AnnouncedService {
   local: boolean;
   /** The node its announcer annotation names. */
   announcer: string | undefined;
+  /** Its node-selector annotation (service/decide.ts), or why it does not parse. */
+  nodeSelector?: LabelSelector | string;
   /** When this controller last released it (monotonic ms). */
   releasedAtMs?: number;
   /** It had addresses and no announcer when this controller started. */
@@ -54,6 +59,8 @@ export interface AnnouncersInput {
   announcers: readonly Announcer[];
   /** Why a node may not carry LoadBalancer traffic (service/nodes.ts rules); absent when it may. */
   ineligible(node: string): { rule: string; reason: string } | undefined;
+  /** A node's labels, for the Services' node selectors. */
+  nodeLabels(node: string): Record<string, string>;
   /** Nodes with a ready endpoint of a Service. */
   readyNodes(service: string): ReadonlySet<string>;
   nowMs: number;
@@ -99,9 +106,12 @@ export function assignAnnouncers(input: AnnouncersInput): AnnouncersResult {
 }
 
 /** What the announcement reads of a Service beside its allocation, and the announcer label its write sets. */
-export function announcedFacts(service: Service): { local: boolean; announcer?: string; label?: string } {
+export function announcedFacts(
+  service: Service,
+): Pick<AnnouncedService, "local" | "announcer" | "nodeSelector"> & { label?: string } {
   return {
     local: service.spec?.externalTrafficPolicy === "Local",
+    nodeSelector: annotationSelector(service.metadata?.annotations?.[NODE_SELECTOR_ANNOTATION]),
     announcer: service.metadata?.annotations?.[ANNOUNCER_ANNOTATION],
     label: service.metadata?.labels?.[ANNOUNCER_LABEL],
   };
@@ -167,8 +177,15 @@ function eligibility(group: Group, announcers: readonly Announcer[], input: Anno
     const why = onSegment.slice(0, 3).map(({ name }) => `${name} ${input.ineligible(name)?.reason}`);
     return `no live announcer on the segment may carry traffic: ${why.join("; ")}`;
   }
+  const unparsed = group.services.find(({ nodeSelector }) => typeof nodeSelector === "string");
+  if (unparsed) return `${unparsed.key}: ${unparsed.nodeSelector}`;
+  const selectors = group.services.flatMap(({ nodeSelector }) => (nodeSelector ? [nodeSelector as LabelSelector] : []));
+  const matches = (node: string) => selectors.every((selector) => matchesLabels(selector, input.nodeLabels(node)));
+  const selected = fit.filter(({ name }) => matches(name));
+  if (!selected.length)
+    return `no live announcer on the segment matches ${selectors.map(({ text }) => text).join(" and ")}`;
   const local = group.services.filter((service) => service.local);
-  const ready = fit.filter(({ name }) => local.every(({ key }) => input.readyNodes(key).has(name)));
+  const ready = selected.filter(({ name }) => local.every(({ key }) => input.readyNodes(key).has(name)));
   if (!ready.length)
     return `no live announcer on the segment has a ready endpoint of ${local.map(({ key }) => key).join(", ")}`;
   return ready;

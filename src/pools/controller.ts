@@ -26,7 +26,7 @@ import { canonicalIp } from "../net/ip.ts";
 import type { Cache } from "../service/controller.ts";
 import { LB_FINALIZER } from "../service/decide.ts";
 import { endpointSliceFacts, ReadyEndpoints } from "../service/endpoints.ts";
-import { type NodeFacts, nodeFacts } from "../service/nodes.ts";
+import { type NodeFacts, nodeFacts, sameNodeFacts } from "../service/nodes.ts";
 import type { BackoffOptions } from "../time/backoff.ts";
 import {
   ALLOCATED_FROM_ANNOTATION,
@@ -109,6 +109,8 @@ export class PoolController {
   private stale = true;
   /** What allocate() reads of each Service of ours, to tell when it must run again. */
   private readonly inputs = new Map<string, string>();
+  /** What assignAnnouncers() reads of each Service beside its allocation, likewise. */
+  private readonly announceInputs = new Map<string, string>();
   /** What Services hold by this process's decisions, for allocate(), until their cached copies show it. */
   private readonly holds = new Map<string, Hold>();
   /** Per Service, the versions its writes started from: not synced from again (the writes' own come next). */
@@ -151,8 +153,8 @@ export class PoolController {
     onUpdate: (_, service) => this.serviceChanged(service),
     onDelete: (service) => {
       const key = objectKey(service);
-      for (const map of [this.inputs, this.holds, this.acted, this.warned, this.releasedAt, this.warnedAnnouncer])
-        map.delete(key);
+      const maps = [this.inputs, this.announceInputs, this.holds, this.acted, this.warned, this.warnedAnnouncer];
+      for (const map of [...maps, this.releasedAt]) map.delete(key);
       this.changed(ALLOCATION);
     },
   };
@@ -234,8 +236,11 @@ export class PoolController {
       if (inputs === undefined) this.inputs.delete(key);
       else this.inputs.set(key, inputs);
     }
-    // Its announcer, externalTrafficPolicy or status may have changed: cheap to assign again.
-    this.announceStale = true;
+    const announced = JSON.stringify([facts.ingress, facts.deleting, announcedFacts(service)]);
+    if (announced !== this.announceInputs.get(key)) {
+      this.announceStale = true;
+      this.announceInputs.set(key, announced);
+    }
     this.enqueue(SERVICE + key);
   }
 
@@ -251,7 +256,8 @@ export class PoolController {
 
   private nodeChanged(node: Node): void {
     const facts = nodeFacts(node, undefined);
-    if (this.nodeFacts.get(facts.name)?.ineligible?.rule !== facts.ineligible?.rule) this.announcementChanged();
+    const before = this.nodeFacts.get(facts.name);
+    if (!before || !sameNodeFacts(before, facts)) this.announcementChanged();
     this.nodeFacts.set(facts.name, facts);
   }
 
@@ -326,10 +332,11 @@ export class PoolController {
       const allocation = result.services.get(facts.key);
       if (allocation?.action !== "allocate" || facts.deleting || facts.ingress.join() !== allocation.ips.join())
         continue;
-      const { local, announcer } = announcedFacts(service);
+      const { local, announcer, nodeSelector } = announcedFacts(service);
       const releasedAtMs = this.releasedAt.get(facts.key);
       const unannouncedAtStart = this.unannouncedAtStart.has(facts.key);
-      services.push({ key: facts.key, ips: allocation.ips, local, announcer, releasedAtMs, unannouncedAtStart });
+      const { key, ips } = { key: facts.key, ips: allocation.ips };
+      services.push({ key, ips, local, announcer, nodeSelector, releasedAtMs, unannouncedAtStart });
     }
     const next = assignAnnouncers({
       services,
@@ -338,6 +345,7 @@ export class PoolController {
         const facts = this.nodeFacts.get(node);
         return facts ? facts.ineligible : { rule: "no-node", reason: "has no Node" };
       },
+      nodeLabels: (node) => this.nodeFacts.get(node)?.labels ?? {},
       readyNodes: (service) => this.endpoints.readyNodes(service),
       nowMs,
       startedAtMs: this.startedAtMs,

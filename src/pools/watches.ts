@@ -8,6 +8,7 @@ import {
   REQUESTED_IPS_ANNOTATION,
   SHARING_ANNOTATION,
 } from "./allocate.ts";
+import { NODE_SELECTOR_ANNOTATION } from "../service/decide.ts";
 import { ANNOUNCER_ANNOTATION, SEGMENTS_ANNOTATION } from "./announcement.ts";
 
 /** Labels whole: a pool's serviceSelector may name any. Finalizers whole: the record patch writes the list back. */
@@ -23,6 +24,7 @@ export const SERVICE_FIELDS: readonly FieldPath[] = [
     SHARING_ANNOTATION,
     ALLOCATED_FROM_ANNOTATION,
     ANNOUNCER_ANNOTATION,
+    NODE_SELECTOR_ANNOTATION,
   ].map(
     (key): FieldPath => ["metadata", "annotations", key],
   ),
