@@ -12,7 +12,7 @@
 // them from the announcer Leases (leases.ts), the Nodes and, for Local, the EndpointSlices; the announcer
 // annotation and label are written by a merge patch pinned to the version read, after the status, and removed
 // before anything else when the Service loses its addresses or its announcer. Liveness changes with time alone:
-// a timer runs the assignment again when the first live Lease would expire or a grace ends.
+// the queue runs the assignment again (addAfter) when the first live Lease would expire or a grace ends.
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { LoadBalancerIngress, Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
@@ -129,7 +129,6 @@ export class PoolController {
   /** The last announcement warning told per Service. */
   private readonly warnedAnnouncer = new Map<string, string>();
   private startedAtMs = 0;
-  private timer: NodeJS.Timeout | undefined;
   private started = false;
   private stopped = false;
 
@@ -217,7 +216,6 @@ export class PoolController {
 
   async stop(): Promise<void> {
     this.stopped = true;
-    clearTimeout(this.timer);
     await this.queue.stop();
   }
 
@@ -318,7 +316,7 @@ export class PoolController {
 
   /**
    * The announcer of every allocated Service whose status shows its addresses, assigned again after any change
-   * and when a Lease expires or a grace ends (the timer); the Services whose decision changed are queued.
+   * and when a Lease expires or a grace ends (wakeAt); the Services whose decision changed are queued.
    */
   private announcements(result: AllocateResult): AnnouncersResult {
     if (this.announcement && !this.announceStale) return this.announcement;
@@ -364,14 +362,14 @@ export class PoolController {
 
   /** Assigns the announcers again at `atMs` (monotonic ms), when a Lease may expire or a grace ends. */
   private wakeAt(atMs: number): void {
-    clearTimeout(this.timer);
-    if (atMs === Infinity || this.stopped) return;
     // A millisecond late, so that the time it wakes at is past the expiry it waits for.
-    this.timer = setTimeout(() => this.announcementChanged(), Math.max(0, atMs - this.options.now()) + 1);
+    if (atMs !== Infinity) this.queue.addAfter(ANNOUNCEMENT, Math.max(0, atMs - this.options.now()) + 1);
   }
 
   private async sync(key: string): Promise<void> {
     if (!this.options.isLeader()) return;
+    // Queued by a change, or by wakeAt(): time alone changes which Leases are live.
+    if (key === ANNOUNCEMENT) this.announceStale = true;
     const result = this.allocation();
     const announcement = this.announcements(result);
     if (key.startsWith(SERVICE)) return this.syncService(key.slice(SERVICE.length), result, announcement);
