@@ -12,8 +12,8 @@
 //    removed now; its Service gets a new one only GRACE_MS later, when its agent has surely seen the release and
 //    withdrawn. A current announcer whose Lease is not live is replaced at once: its agent has already stopped
 //    (announceDeadline() < leaseExpiry(), announcement.ts).
-// 3. A Service without an announcer that already had addresses when this controller started waits until it has
-//    run GRACE_MS: a controller before it may have released it just before.
+// 3. A Service without an announcer that already had addresses when this controller started leading waits until
+//    it has led GRACE_MS: the leader before it may have released it just before.
 // 4. A new announcer, when needed: rendezvous hashing keyed by the group's smallest address, among the eligible.
 import type { Service } from "kubernetes-types/core/v1.js";
 import { type LabelSelector, matchesLabels } from "../kube/labelselector.ts";
@@ -39,7 +39,7 @@ export interface AnnouncedService {
   nodeSelector?: LabelSelector | string;
   /** When this controller last released it (monotonic ms). */
   releasedAtMs?: number;
-  /** It had addresses and no announcer when this controller started. */
+  /** It had addresses and no announcer when this controller started leading. */
   unannouncedAtStart?: boolean;
 }
 
@@ -64,7 +64,7 @@ export interface AnnouncersInput {
   /** Nodes with a ready endpoint of a Service. */
   readyNodes(service: string): ReadonlySet<string>;
   nowMs: number;
-  /** When this controller started (monotonic ms). */
+  /** When this controller started leading (monotonic ms). */
   startedAtMs: number;
 }
 

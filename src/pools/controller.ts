@@ -124,7 +124,7 @@ export class PoolController {
   private announceStale = true;
   /** When this process removed a live announcer from each Service (monotonic ms). */
   private readonly releasedAt = new Map<string, number>();
-  /** Services that had addresses and no announcer when this process started. */
+  /** Services that had addresses and no announcer when this replica started leading. */
   private readonly unannouncedAtStart = new Set<string>();
   /** The last announcement warning told per Service. */
   private readonly warnedAnnouncer = new Map<string, string>();
@@ -199,17 +199,19 @@ export class PoolController {
   /** Allocates, and syncs every Service and pool (call once every cache has synced). */
   start(): void {
     this.started = true;
-    this.startedAtMs = this.options.now();
-    for (const service of this.options.services.list())
-      if (l2ServiceFacts(service).ingress.length && announcedFacts(service).announcer === undefined)
-        this.unannouncedAtStart.add(objectKey(service));
     this.resync();
   }
 
-  /** Syncs everything cached again: at start, and when this replica starts leading. */
+  /** Syncs everything cached again, and starts the start grace: at start, and when this replica starts leading. */
   resync(): void {
     this.stale = true;
     this.announceStale = true;
+    // The replica that led before may have released a Service just now: a grace from here (announcers.ts).
+    this.startedAtMs = this.options.now();
+    this.unannouncedAtStart.clear();
+    for (const service of this.options.services.list())
+      if (l2ServiceFacts(service).ingress.length && announcedFacts(service).announcer === undefined)
+        this.unannouncedAtStart.add(objectKey(service));
     for (const service of this.options.services.list()) this.enqueue(SERVICE + objectKey(service));
     for (const pool of this.options.pools.list()) this.enqueue(POOL + objectKey(pool));
   }
