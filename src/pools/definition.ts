@@ -16,7 +16,7 @@ import {
 } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
 import { defineController } from "../manager/controller.ts";
-import { ENDPOINT_SLICE_RULE, LOAD_BALANCER_RULES } from "../service/definition.ts";
+import { ENDPOINT_SLICE_RULE, LOAD_BALANCER_RULES, loadBalancerParts } from "../service/definition.ts";
 import { ENDPOINT_SLICE_FIELDS, NODE_FIELDS } from "../service/watches.ts";
 import { ANNOUNCER_LEASE_LABEL } from "./announcement.ts";
 import { PoolController } from "./controller.ts";
@@ -70,18 +70,13 @@ export const servicePools = defineController({
     const { services, nodes, pools, leases, endpointSlices } = context.caches;
     const controller = new PoolController({
       config,
-      dryRun: context.dryRun,
       services,
       nodes,
       pools,
       leases,
       endpointSlices,
-      serviceResource: (namespace) => new Resource<Service>(context.client, { ...SERVICE_RESOURCE, namespace }),
       poolResource: new Resource<LoadBalancerIPPool>(context.client, POOL_RESOURCE),
-      isLeader: context.isLeader,
-      events: context.events,
-      log: context.log,
-      metrics: context.metrics,
+      ...loadBalancerParts(context),
     });
     services.addHandlers(controller.serviceHandlers);
     nodes.addHandlers(controller.nodeHandlers);
