@@ -21,7 +21,13 @@ export interface ResourceRef {
 /** The resources more than one controller or program reads: one definition each. */
 export const NODE_RESOURCE: ResourceRef = { group: "", version: "v1", plural: "nodes" };
 export const SERVICE_RESOURCE: ResourceRef = { group: "", version: "v1", plural: "services" };
-export const LEASE_RESOURCE: ResourceRef = { group: "coordination.k8s.io", version: "v1", plural: "leases" };
+/** coordination.k8s.io Leases of one namespace (leader election, the L2 announcers'). */
+export const leaseResource = (namespace: string): ResourceRef => ({
+  group: "coordination.k8s.io",
+  version: "v1",
+  plural: "leases",
+  namespace,
+});
 export const ENDPOINT_SLICE_RESOURCE: ResourceRef = { group: "discovery.k8s.io", version: "v1", plural: "endpointslices" };
 
 export interface Selectors {

@@ -9,7 +9,7 @@ import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import {
   ENDPOINT_SLICE_RESOURCE,
-  LEASE_RESOURCE,
+  leaseResource,
   NODE_RESOURCE,
   Resource,
   SERVICE_RESOURCE,
@@ -35,7 +35,7 @@ const SHARED_WATCHES = {
 const watches = ({ leaseNamespace }: PoolsConfig) => ({
   ...SHARED_WATCHES,
   leases: watch<Lease>({
-    resource: { ...LEASE_RESOURCE, namespace: leaseNamespace },
+    resource: leaseResource(leaseNamespace),
     labelSelector: `${ANNOUNCER_LEASE_LABEL}=true`,
     keep: LEASE_FIELDS,
   }),

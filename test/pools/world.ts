@@ -9,7 +9,7 @@ import { microTime } from "../../src/kube/leaderelection.ts";
 import {
   ENDPOINT_SLICE_RESOURCE,
   type KubeObject,
-  LEASE_RESOURCE,
+  leaseResource,
   NODE_RESOURCE,
   Resource,
   type ResourceRef,
@@ -76,7 +76,7 @@ export async function startPoolWorld(): Promise<PoolWorld> {
     new Resource<T>(plane.admin, namespace === undefined ? ref : { ...ref, namespace });
   const pools = resource<LoadBalancerIPPool>(POOL_RESOURCE);
   const running = new Set<RunningController>();
-  const leases = resource<Lease>(LEASE_RESOURCE, leaseNamespace);
+  const leases = new Resource<Lease>(plane.admin, leaseResource(leaseNamespace));
   const renewers = new Set<NodeJS.Timeout>();
   const world: PoolWorld = {
     plane,
