@@ -1,0 +1,235 @@
+// Layer-2 pool addresses as users run them: `helm install` of charts/local-ccm with loadBalancer.l2.enabled on four
+// real kubelets with kube-proxy (localcluster/), node-0 the control-plane node (kubeadm's exclusion label: the
+// workers announce), a LoadBalancerIPPool inside the nodes' public /24, which the client host shares. In both proxy
+// modes, from the client host:
+// - a Service of class local-ccm.io/l2 answers curl at its pool address, and the client's ARP entry for it is the
+//   MAC of the node the Service names as its announcer; with externalTrafficPolicy Local the announcer is a node
+//   with an endpoint and the backend sees the client's own address;
+// - the announcer cut off from the API (its link stays up) stops answering and another worker takes over; the
+//   announcer powered off: another worker takes over and the address answers again. Through both, a prober on the
+//   client (arp-prober.ts) asks for the address five times a second: no request is ever answered by two nodes, and
+//   a node that stopped answering never answers again.
+import assert from "node:assert/strict";
+import { type ChildProcess, spawn } from "node:child_process";
+import { after, before, describe, test } from "node:test";
+import type { Service } from "kubernetes-types/core/v1.js";
+import { NETEXEC_PORT, netexecBackends } from "../../localcluster/agnhost.ts";
+import { type Cluster, clusterLayout, startCluster } from "../../localcluster/cluster.ts";
+import { PROXY_MODES, type ProxyMode } from "../../localcluster/kube-proxy.ts";
+import { helmInstallArgs, initialised, listNodes } from "../../localcluster/project.ts";
+import { waitFor } from "../../localcluster/wait.ts";
+import { L2_CLASS } from "../../src/pools/allocate.ts";
+import { ANNOUNCER_ANNOTATION } from "../../src/pools/announcement.ts";
+import type { ProbeLine } from "./arp-prober.ts";
+
+const WORKERS = ["node-1", "node-2", "node-3"];
+/** Generous: the machine runs other tests too. */
+const WAIT_MS = 120_000;
+const PROBE_INTERVAL_MS = 200;
+
+/** Beside the nodes (.10 and up) and the client host (.2) on the public network, never one of them. */
+const poolRange = (slot: number) => {
+  const prefix = clusterLayout(slot).publicGateway.replace(/\.1$/, "");
+  return `${prefix}.240-${prefix}.250`;
+};
+
+function l2Service(name: string, local = false) {
+  return {
+    apiVersion: "v1",
+    kind: "Service",
+    metadata: { name, namespace: "default" },
+    spec: {
+      type: "LoadBalancer",
+      loadBalancerClass: L2_CLASS,
+      externalTrafficPolicy: local ? "Local" : "Cluster",
+      selector: { app: "netexec" },
+      ports: [{ port: 80, targetPort: NETEXEC_PORT }],
+    },
+  };
+}
+
+/** What a prober saw: requests answered by more than one MAC, and MACs that answered again after another did. */
+function probeFindings(lines: readonly ProbeLine[]): { dualAnswers: string[]; returns: string[] } {
+  const byRequest = new Map<number, Set<string>>();
+  const sequence: string[] = [];
+  for (const line of lines) {
+    if (line.kind === "request") continue;
+    if (line.kind === "reply") byRequest.set(line.request, (byRequest.get(line.request) ?? new Set()).add(line.mac));
+    if (sequence.at(-1) !== line.mac) sequence.push(line.mac);
+  }
+  const dualAnswers = [...byRequest]
+    .filter(([, macs]) => macs.size > 1)
+    .map(([request, macs]) => `request ${request}: ${[...macs].join(", ")}`);
+  const returns = sequence.filter((mac, i) => sequence.indexOf(mac) < i);
+  return { dualAnswers, returns };
+}
+
+/** The prober in the client host's namespace; stop() ends it and gives every line it printed. */
+function startProber(cluster: Cluster, ip: string): { stop(): Promise<ProbeLine[]> } {
+  const prober: ChildProcess = spawn(
+    "ip",
+    ["netns", "exec", clusterLayout(cluster.slot).clientNetns, process.execPath,
+      new URL("arp-prober.ts", import.meta.url).pathname, "eth0", ip, String(PROBE_INTERVAL_MS)],
+    { stdio: ["ignore", "pipe", "inherit"] },
+  );
+  let output = "";
+  prober.stdout?.on("data", (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+  const exited = new Promise((resolve) => prober.once("exit", resolve));
+  return {
+    async stop() {
+      prober.kill("SIGTERM");
+      await exited;
+      return output.split("\n").filter(Boolean).map((line) => JSON.parse(line) as ProbeLine);
+    },
+  };
+}
+
+function l2Suite(mode: ProxyMode): void {
+  describe(`layer-2 pool addresses, kube-proxy in ${mode} mode`, () => {
+    let cluster: Cluster;
+    before(async () => {
+      cluster = await startCluster({ nodes: 4, proxyMode: mode });
+      await cluster.helm(helmInstallArgs({ "loadBalancer.l2.enabled": "true" }));
+      await waitFor(
+        "every Node initialised by its agent",
+        async () => (await listNodes(cluster)).filter(initialised).length === cluster.nodes.length,
+        WAIT_MS,
+        500,
+      );
+      const pool = {
+        apiVersion: "local-ccm.io/v1alpha1",
+        kind: "LoadBalancerIPPool",
+        metadata: { name: "public" },
+        spec: { addresses: [poolRange(cluster.slot)] },
+      };
+      await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(pool));
+      await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(netexecBackends(2)));
+      await cluster.kubectl(["rollout", "status", "deployment/netexec", "--timeout=180s"]);
+    });
+    after(async () => {
+      await cluster?.stop();
+    });
+
+    const getService = async (name: string) =>
+      JSON.parse(await cluster.kubectl(["get", "service", name, "-o", "json"])) as Service;
+    const announcerOf = (service: Service) => service.metadata?.annotations?.[ANNOUNCER_ANNOTATION];
+    /** Until the Service has a pool address and an announcer (other than `not`): both. */
+    const waitForAnnouncer = (name: string, not?: string) =>
+      waitFor(
+        `${name}'s pool address and an announcer${not ? ` other than ${not}` : ""}`,
+        async () => {
+          const service = await getService(name);
+          const [ip, announcer] = [service.status?.loadBalancer?.ingress?.[0]?.ip, announcerOf(service)];
+          return ip !== undefined && announcer !== undefined && announcer !== not && { ip, announcer };
+        },
+        WAIT_MS,
+        100,
+      );
+    const getFromClient = (ip: string, path: string) =>
+      cluster.client.exec("curl", ["--silent", "--show-error", "--fail", "--max-time", "5", `http://${ip}${path}`]);
+    const clientMac = async (ip: string) => {
+      const entries = JSON.parse(await cluster.client.exec("ip", ["-json", "neigh", "show", ip])) as {
+        lladdr?: string;
+      }[];
+      return entries[0]?.lladdr;
+    };
+    const nodeMac = async (name: string) => {
+      const [link] = JSON.parse(await cluster.node(name).exec("ip", ["-json", "link", "show", "eth0"])) as {
+        address: string;
+      }[];
+      return link?.address;
+    };
+    const backendNodes = async () => {
+      const pods = JSON.parse(await cluster.kubectl(["get", "pods", "-l", "app=netexec", "-o", "json"])) as {
+        items: { metadata: { name: string }; spec: { nodeName: string } }[];
+      };
+      return new Map(pods.items.map((pod) => [pod.metadata.name, pod.spec.nodeName]));
+    };
+
+    // Set by the first test, used by the failover tests after it.
+    let ip: string;
+    let announcer: string;
+
+    test("a pool address answers the client at the MAC of the node the Service names as its announcer", async (t) => {
+      const created = Date.now();
+      await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(l2Service("web")));
+      ({ ip, announcer } = await waitForAnnouncer("web"));
+      const [first, last] = poolRange(cluster.slot).split("-").map((address) => Number(address.split(".")[3]));
+      const host = Number(ip.split(".")[3]);
+      assert.ok(host >= (first as number) && host <= (last as number), `${ip} is outside the pool`);
+      assert.ok(WORKERS.includes(announcer), `announced by ${announcer}, not a worker`);
+
+      const answer = await waitFor(`${ip} answering the client`, () => getFromClient(ip, "/hostname"), WAIT_MS, 250);
+      t.diagnostic(`${ip} answered ${((Date.now() - created) / 1000).toFixed(1)} s after the Service was created`);
+      assert.ok((await backendNodes()).has(answer), `${ip} answered ${answer}`);
+      assert.equal(await clientMac(ip), await nodeMac(announcer));
+    });
+
+    test("externalTrafficPolicy Local: announced by a node with an endpoint, which sees the client", async () => {
+      await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(l2Service("local", true)));
+      const local = await waitForAnnouncer("local");
+      const pods = await backendNodes();
+      assert.ok([...pods.values()].includes(local.announcer), `${local.announcer} has no endpoint`);
+      const seen = await waitFor(`${local.ip} answering`, () => getFromClient(local.ip, "/clientip"), WAIT_MS, 250);
+      assert.equal(seen.replace(/:\d+$/, ""), clusterLayout(cluster.slot).clientIP);
+      assert.equal(await clientMac(local.ip), await nodeMac(local.announcer));
+    });
+
+    test("the announcer cut off from the API: another worker takes over, never both answering", async (t) => {
+      const prober = startProber(cluster, ip);
+      // Only the API: the node's link stays up, kubelet and the agent lose the apiserver (443 on the gateway).
+      const rule = ["OUTPUT", "-d", clusterLayout(cluster.slot).gateway, "-p", "tcp", "--dport", "443", "-j", "DROP"];
+      const cut = cluster.node(announcer);
+      const since = Date.now();
+      await cut.exec("iptables", ["-I", ...rule]);
+      try {
+        const next = await waitForAnnouncer("web", announcer);
+        const nextMac = await nodeMac(next.announcer);
+        await waitFor(`the client resolving ${ip} to ${next.announcer}`, async () => (await clientMac(ip)) === nextMac,
+          WAIT_MS, 100);
+        t.diagnostic(`${announcer} cut off: ${ip} at ${next.announcer}'s MAC after ${(Date.now() - since) / 1000} s`);
+        await waitFor(`${ip} answering the client`, () => getFromClient(ip, "/hostname"), WAIT_MS, 250);
+      } finally {
+        await cut.exec("iptables", ["-D", ...rule]);
+      }
+      const lines = await prober.stop();
+      assert.ok(lines.some((line) => line.kind === "reply"), "the prober saw no reply at all");
+      assert.deepEqual(probeFindings(lines), { dualAnswers: [], returns: [] });
+      ({ announcer } = await waitForAnnouncer("web"));
+    });
+
+    test("the announcer powered off: another worker takes over and the address answers again", async (t) => {
+      const prober = startProber(cluster, ip);
+      const killed = Date.now();
+      await cluster.killNode(announcer);
+      const next = await waitForAnnouncer("web", announcer);
+      const nextMac = await nodeMac(next.announcer);
+      await waitFor(`the client resolving ${ip} to ${next.announcer}`, async () => (await clientMac(ip)) === nextMac,
+        WAIT_MS, 100);
+      t.diagnostic(`${announcer} powered off: ${ip} at ${next.announcer} after ${(Date.now() - killed) / 1000} s`);
+      // kube-proxy still sends some connections to the dead node's backend until its endpoint goes.
+      await waitFor(`${ip} answering the client`, () => getFromClient(ip, "/hostname"), WAIT_MS, 250);
+      assert.deepEqual(probeFindings(await prober.stop()), { dualAnswers: [], returns: [] });
+    });
+  });
+}
+
+test("probeFindings: a request answered by two MACs, and a MAC answering again after another, are found", () => {
+  const at = (kind: "reply" | "announcement", request: number, mac: string): ProbeLine => ({
+    kind,
+    request,
+    atMs: 0,
+    mac,
+  });
+  const request = (n: number): ProbeLine => ({ kind: "request", request: n, atMs: 0 });
+  const clean = [request(1), at("reply", 1, "a"), request(2), at("announcement", 2, "b"), at("reply", 2, "b")];
+  assert.deepEqual(probeFindings(clean), { dualAnswers: [], returns: [] });
+  assert.deepEqual(probeFindings([...clean, request(3), at("reply", 3, "b"), at("reply", 3, "a")]), {
+    dualAnswers: ["request 3: b, a"],
+    returns: ["a"],
+  });
+});
+
+for (const mode of PROXY_MODES) l2Suite(mode);
