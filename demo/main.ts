@@ -3,8 +3,9 @@
 // installed as a user installs it, the agent pods initialise their nodes, the node-lifecycle-controller's
 // replicas run on the control-plane node, an autoscaler-tainted worker loses power and the controller
 // deletes it, the Events are shown, a LoadBalancer Service of local-ccm's class gets the healthy nodes' addresses
-// and answers curl from the client host outside the nodes, and everything is removed at the end (also on Ctrl-C;
-// what a killed demo left, the next start removes).
+// and answers curl from the client host outside the nodes, a Service of the layer-2 class gets an address of its own
+// from a pool, announced by one worker, and keeps answering at it when that worker loses power, and everything is
+// removed at the end (also on Ctrl-C; what a killed demo left, the next start removes).
 // With `-- --kubeconfig=FILE --node-name=NAME` it instead runs the agent once against that cluster,
 // for this machine's Node, and exits with the agent's code (no root, no build).
 import { spawn } from "node:child_process";
@@ -26,10 +27,12 @@ import {
 } from "../localcluster/project.ts";
 import { waitFor } from "../localcluster/wait.ts";
 import { AUTOSCALER_TAINT } from "../src/lifecycle/decide.ts";
+import { L2_CLASS } from "../src/pools/allocate.ts";
+import { ANNOUNCER_ANNOTATION } from "../src/pools/announcement.ts";
 import { NODE_ADDRESS_CLASS } from "../src/service/decide.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
-const NODES = 3;
+const NODES = 4;
 // Short enough to watch (the defaults are 5m, 30s, 3 × 5s): a NotReady node is probed 20 s after it
 // turned NotReady, with one ICMP echo and one TCP connect per address, each given a second.
 const CHART_VALUES = {
@@ -37,6 +40,7 @@ const CHART_VALUES = {
   "nodeLifecycleController.controller.reconcileInterval": "2s",
   "nodeLifecycleController.controller.pingCount": 1,
   "nodeLifecycleController.controller.pingTimeout": "1s",
+  "loadBalancer.l2.enabled": "true",
 };
 /** A small web app behind a LoadBalancer Service of our class: upstream's e2e backend, agnhost netexec. */
 const WEB = {
@@ -51,7 +55,18 @@ const WEB = {
         selector: { matchLabels: { app: "web" } },
         template: {
           metadata: { labels: { app: "web" } },
-          spec: { containers: [{ name: "netexec", image: AGNHOST_IMAGE, args: ["netexec", "--http-port=8080"] }] },
+          spec: {
+            // One per node once scaled up (the layer-2 step): a worker's death leaves a pod on another.
+            topologySpreadConstraints: [
+              {
+                maxSkew: 1,
+                topologyKey: "kubernetes.io/hostname",
+                whenUnsatisfiable: "DoNotSchedule",
+                labelSelector: { matchLabels: { app: "web" } },
+              },
+            ],
+            containers: [{ name: "netexec", image: AGNHOST_IMAGE, args: ["netexec", "--http-port=8080"] }],
+          },
         },
       },
     },
@@ -184,6 +199,7 @@ async function story(cluster: Cluster, started: number): Promise<void> {
   await showEvents(cluster);
 
   await loadBalancer(cluster, show);
+  await layer2(cluster, show, victim.name);
 }
 
 /** The web app behind a LoadBalancer Service of our class, reached with curl from the client host. */
@@ -217,6 +233,82 @@ async function loadBalancer(cluster: Cluster, show: (...kubectlArgs: string[]) =
   console.log(`client$ curl ${url}`);
   console.log(answer);
   note(`the client host ${cluster.client.ip} reached pod ${answer} ${seconds(created)} after kubectl apply`);
+}
+
+/** The web app again, at an address of its own from a pool, announced by one worker, through that worker's death. */
+async function layer2(cluster: Cluster, show: (...kubectlArgs: string[]) => Promise<void>, dead: string) {
+  const prefix = cluster.client.ip.replace(/\.\d+$/, "");
+  step(`a pool on the nodes' public network and a Service of class ${L2_CLASS}: an address of its own`);
+  const pool = {
+    apiVersion: "local-ccm.io/v1alpha1",
+    kind: "LoadBalancerIPPool",
+    metadata: { name: "public" },
+    spec: { addresses: [`${prefix}.240-${prefix}.250`] },
+  };
+  const service = {
+    apiVersion: "v1",
+    kind: "Service",
+    metadata: { name: "web-l2", namespace: "default" },
+    spec: {
+      type: "LoadBalancer",
+      loadBalancerClass: L2_CLASS,
+      selector: { app: "web" },
+      ports: [{ port: 80, targetPort: 8080 }],
+    },
+  };
+  await show("scale", "deployment", "web", "--replicas=2");
+  await cluster.kubectl(["rollout", "status", "deployment/web", "--timeout=180s"]);
+  console.log(`$ kubectl apply -f - # LoadBalancerIPPool public (${prefix}.240-${prefix}.250), Service web-l2`);
+  const created = Date.now();
+  const list = { apiVersion: "v1", kind: "List", items: [pool, service] };
+  await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(list));
+  const announced = (not?: string) =>
+    waitFor(
+      `web-l2's address and its announcer${not ? ` other than ${not}` : ""}`,
+      async () => {
+        const found = JSON.parse(await cluster.kubectl(["get", "service", "web-l2", "-o", "json"])) as Service;
+        const ip = found.status?.loadBalancer?.ingress?.[0]?.ip;
+        const announcer = found.metadata?.annotations?.[ANNOUNCER_ANNOTATION];
+        return ip !== undefined && announcer !== undefined && announcer !== not && { ip, announcer };
+      },
+      120_000,
+      100,
+    );
+  const { ip, announcer } = await announced();
+  const columns = [
+    "NAME:.metadata.name",
+    "EXTERNAL-IP:.status.loadBalancer.ingress[*].ip",
+    `ANNOUNCER:.metadata.annotations.${ANNOUNCER_ANNOTATION.replaceAll(".", "\\.")}`,
+  ].join(",");
+  await show("get", "service", "web-l2", "-o", `custom-columns=${columns}`);
+  await show("get", "lbpool");
+  const url = `http://${ip}/hostname`;
+  const curl = () => cluster.client.exec("curl", ["-sS", "--max-time", "2", url]).then((out) => out.trim());
+  const answer = await waitFor(`an answer at ${url}`, curl, 120_000, 250);
+  console.log(`client$ curl ${url}`);
+  console.log(answer);
+  const mac = async (name: string) =>
+    (JSON.parse(await cluster.node(name).exec("ip", ["-json", "link", "show", "eth0"])) as { address: string }[])[0]
+      ?.address;
+  console.log(`client$ ip neigh show ${ip}`);
+  console.log((await cluster.client.exec("ip", ["neigh", "show", ip])).trimEnd());
+  note(`${announcer} answers ARP for ${ip} with its MAC ${await mac(announcer)}`);
+  note(`the pod answered ${seconds(created)} after kubectl apply`);
+
+  step(`${announcer}, which announces ${ip}, loses power`);
+  const killed = Date.now();
+  await cluster.killNode(announcer);
+  const next = await announced(announcer);
+  const nextMac = await mac(next.announcer);
+  await waitFor(`the client resolving ${ip} to ${next.announcer}`, async () =>
+    (await cluster.client.exec("ip", ["neigh", "show", ip])).includes(nextMac ?? "-"), 120_000, 100);
+  note(`${next.announcer} took ${ip} over ${seconds(killed)} after the power loss (its Lease outlived ${announcer}'s)`);
+  const again = await waitFor(`an answer at ${url} again`, curl, 120_000, 250);
+  console.log(`client$ curl ${url}`);
+  console.log(again);
+  note(`the client reached ${ip} again ${seconds(killed)} after the power loss (${dead} and ${announcer} are gone)`);
+  console.log(`client$ ip neigh show ${ip}`);
+  console.log((await cluster.client.exec("ip", ["neigh", "show", ip])).trimEnd());
 }
 
 async function showEvents(cluster: Cluster): Promise<void> {

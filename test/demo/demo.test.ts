@@ -2,7 +2,8 @@
 // register tainted on containerd, node-0 the control-plane node, the chart's agent pods initialise their
 // nodes, the controller's replicas run on the control-plane node only, the killed autoscaler-tainted worker
 // is deleted, the Events are shown, a LoadBalancer Service of our class answers curl from the client host at a
-// node's ExternalIP, and nothing is left on the machine.
+// node's ExternalIP, a Service of the layer-2 class answers at a pool address through its announcer's death, and
+// nothing is left on the machine.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
@@ -12,7 +13,7 @@ import { test } from "node:test";
 import { leftoversOf } from "../../localcluster/cluster.ts";
 import { KUBERNETES_VERSION } from "../../localcluster/versions.ts";
 
-const NODE_NAMES = ["node-0", "node-1", "node-2"];
+const NODE_NAMES = ["node-0", "node-1", "node-2", "node-3"];
 const CONTROL_PLANE = "node-0";
 /** The taints a node keeps once initialised: kubeadm's on the control-plane node, none elsewhere. */
 const keptTaints = (name: string) => (name === CONTROL_PLANE ? "node-role\\.kubernetes\\.io/control-plane" : "<none>");
@@ -63,7 +64,7 @@ test("the demo initialises the nodes, deletes the killed one, shows Events, serv
   assert.match(row(killed, victim), /NotReady/);
   const [, afterDeletion = ""] = killed.split("node-lifecycle-controller deleted it");
   assert.equal(row(afterDeletion, victim), "", `${victim} is gone from kubectl get nodes`);
-  assert.equal(NODE_NAMES.filter((name) => row(afterDeletion, name) !== "").length, 2, "the others are untouched");
+  assert.equal(NODE_NAMES.filter((name) => row(afterDeletion, name) !== "").length, 3, "the others are untouched");
 
   const events = section(out, "Events");
   for (const name of NODE_NAMES)
@@ -87,6 +88,18 @@ test("the demo initialises the nodes, deletes the killed one, shows Events, serv
   assert.notEqual(node, victim, "a node that is still there");
   const curl = `\nclient\\$ curl http://${address?.replaceAll(".", "\\.")}/hostname\n`;
   assert.match(balanced, new RegExp(`${curl}web-[a-z0-9]+-[a-z0-9]+\n`), "the pod answers with its name");
+
+  // A pool address of web-l2's own, answered by one worker; that worker killed, another takes it and the pod answers.
+  const pooled = section(out, "a pool on the nodes' public network");
+  const [, l2Address = "", announcer = ""] = /\nweb-l2 +(198\.19\.\d+\.2(?:4\d|50)) +(node-\d)\n/.exec(pooled) ?? [];
+  assert.ok(l2Address, `web-l2's pool address and announcer are printed:\n${pooled}`);
+  assert.ok(announcer !== victim && announcer !== CONTROL_PLANE, `announced by a live worker: ${announcer}`);
+  const l2Curl = `\nclient\\$ curl http://${l2Address.replaceAll(".", "\\.")}/hostname\n`;
+  assert.match(pooled, new RegExp(`${l2Curl}web-[a-z0-9]+-[a-z0-9]+\n`));
+  const takeover = section(out, `${announcer}, which announces`);
+  const [, successor = ""] = /\n {3}(node-\d) took \S+ over/.exec(takeover) ?? [];
+  assert.ok(![announcer, victim, CONTROL_PLANE, ""].includes(successor), `taken over by another worker: ${successor}`);
+  assert.match(takeover, new RegExp(`${l2Curl}web-[a-z0-9]+-[a-z0-9]+\n`), "answers again after the power loss");
 
   const [, slot, dir = ""] = /cluster slot (\d+), state and logs in (\S+)/.exec(out) ?? [];
   assert.ok(dir.startsWith(tmp), `the cluster's folder is in the test's TMPDIR: ${dir}`);
