@@ -1,19 +1,26 @@
 // Least privilege, proven: each program runs a full integration against a real control plane under
 // the RBAC we ship, and what its ServiceAccount used (from the audit log) must be exactly what the
 // shipped Roles and ClusterRoles grant it: no grant left unused, no request outside the grants.
-// The programs run as the image runs them: their bundles, with the manifests' Node flags.
+// The programs run as the image runs them: their bundles, with the manifests' Node flags. The default install
+// (deploy/), then the chart with what its values turn on (csrApproval, layer-2 announcement) and its args for it.
 import assert from "node:assert/strict";
 import { readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
+import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Event, Namespace, Service } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
 import { bundleProgram } from "../../localcluster/bundle.ts";
 import { isApiError } from "../../src/kube/errors.ts";
-import { Resource } from "../../src/kube/resource.ts";
+import { leaseResource, Resource } from "../../src/kube/resource.ts";
+import { L2_CLASS } from "../../src/pools/allocate.ts";
+import { ANNOUNCER_ANNOTATION, announcerLeaseName } from "../../src/pools/announcement.ts";
+import { type LoadBalancerIPPool, POOL_RESOURCE, POOL_TYPE } from "../../src/pools/pool.ts";
+import { helmTemplate, splitByTemplate } from "../../scripts/render-manifests.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 import {
   addressesOf,
+  type NodeHost,
   registerNode,
   startAgent,
   startWorld as startAgentWorld,
@@ -31,9 +38,11 @@ import {
   type World as LifecycleWorld,
 } from "../lifecycle/world.ts";
 import { approverRbac, nodeClient, requestCertificate } from "../csr/world.ts";
+import { installPoolCrd } from "../pools/crd.ts";
+import { keepAnnouncerLease } from "../pools/world.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { metricsScraperToken, scrapeSecure } from "../../localcluster/metrics.ts";
-import { shippedCommand } from "./shipped.ts";
+import { shippedCommand, workloadContainers } from "./shipped.ts";
 import { isUninitialized } from "../../src/kube/nodes.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
@@ -88,6 +97,25 @@ function permissionSet(permissions: Permission[]): Permission[] {
 async function asShipped(program: string): Promise<{ entry: string; nodeArgs: string[] }> {
   const entry = await bundleProgram(program, path.join(ROOT, ".cache/test/least-privilege"));
   return { entry, nodeArgs: shippedCommand(program).nodeArgs };
+}
+
+/**
+ * The chart rendered with `values` set (helm --set), as `helm install` would apply it: a template's text (its
+ * RBAC, written to `dir` for assertLeastPrivilege), and a container's args (what the values turn on).
+ */
+async function renderChart(helm: string, values: string[]) {
+  const rendered = await helmTemplate(helm, values.flatMap((value) => ["--set", value]));
+  const templates = splitByTemplate(rendered);
+  return {
+    async writeTemplate(name: string, dir: string): Promise<string> {
+      const text = templates.get(name);
+      if (text === undefined) throw new Error(`the chart renders no ${name} with ${values.join(", ")}`);
+      const file = path.join(dir, `${path.basename(name, ".yaml")}-${values.join("-").replace(/[^a-z0-9]+/gi, "-")}.yaml`);
+      await writeFile(file, text);
+      return file;
+    },
+    args: (container: string): string[] => workloadContainers(rendered).find((c) => c.name === container)?.args ?? [],
+  };
 }
 
 interface AuditEntry {
@@ -249,6 +277,34 @@ async function serviceRound(plane: LifecycleWorld["plane"], address: string): Pr
   );
 }
 
+/**
+ * The address pool controller's round: a LoadBalancer Service of class local-ccm.io/l2, in a namespace of its own,
+ * gets the pool's `address` (a patch of services/status) and `announcer` in its annotation (a patch of the Service,
+ * with the finalizer); deleted, it loses the finalizer and goes.
+ */
+async function l2Round(plane: LifecycleWorld["plane"], address: string, announcer: string): Promise<void> {
+  const namespace = "least-privilege-l2";
+  const core = { group: "", version: "v1" } as const;
+  await new Resource<Namespace>(plane.admin, { ...core, plural: "namespaces" }).create({ metadata: { name: namespace } });
+  const services = new Resource<Service>(plane.admin, { ...core, plural: "services", namespace });
+  await services.create({
+    metadata: { name: "web" },
+    spec: { type: "LoadBalancer", loadBalancerClass: L2_CLASS, ports: [{ port: 80, protocol: "TCP" }] },
+  });
+  await waitFor(`the Service given ${address}, announced by ${announcer}`, async () => {
+    const service = await services.get("web");
+    const ips = service.status?.loadBalancer?.ingress?.map((ingress) => ingress.ip);
+    return ips?.join() === address && service.metadata?.annotations?.[ANNOUNCER_ANNOTATION] === announcer;
+  });
+  await services.delete("web");
+  await waitFor("the Service gone (its finalizer removed)", async () =>
+    services.get("web").then(
+      () => false,
+      (err: unknown) => isApiError(err, "NotFound"),
+    ),
+  );
+}
+
 /** How many LISTs of Nodes node-lifecycle-controller's account made, from the audit log. */
 async function nodeLists(auditLogPath: string | undefined): Promise<number> {
   assert.ok(auditLogPath, "the control plane writes an audit log");
@@ -310,19 +366,20 @@ test("the comparison finds unused grants and missing ones, and reads only the ac
 });
 
 describe("the agent under deploy/rbac.yaml", () => {
+  const name = "least-privilege-node";
+  const kubeletIP = "198.18.100.17";
   let world: AgentWorld;
+  let node: NodeHost;
   before(async () => {
     world = await startAgentWorld();
+    node = await world.nodeHost(9); // agent.test.ts, which may run alongside, uses 0–7
+    await registerNode(world.nodes, name, kubeletIP, { on: node });
   });
   after(async () => {
     await world?.stop();
   });
 
   test("a full run (watch, address writes, taint removal, a repeated event, --run-once) uses exactly its grants", async () => {
-    const name = "least-privilege-node";
-    const kubeletIP = "198.18.100.17";
-    const node = await world.nodeHost(9); // agent.test.ts, which may run alongside, uses 0–7
-    await registerNode(world.nodes, name, kubeletIP, { on: node });
     const events = new Resource<Event>(world.plane.admin, { group: "", version: "v1", plural: "events", namespace: "default" });
 
     // Loop mode: LIST + WATCH of its Node, PUT nodes/status, the taint's JSON PATCH, Events created.
@@ -362,6 +419,50 @@ describe("the agent under deploy/rbac.yaml", () => {
     assert.equal(await once.exited, 0, once.output());
 
     await assertLeastPrivilege(world.plane.auditLogPath, AGENT_RBAC_FILE, AGENT_ACCOUNT);
+  });
+
+  // After the run above, in the same audit log: both runs together must use exactly what the chart grants with
+  // loadBalancer.l2.enabled. The agent announces as the DaemonSet runs it then (its args, the release namespace
+  // from POD_NAMESPACE): its announcer Lease created, renewed by updates, re-read (a GET) when another writer's
+  // change makes an update conflict, and deleted on SIGTERM; the Services assigned to it listed and watched.
+  test("with layer-2 announcement (loadBalancer.l2.enabled), a run that also keeps its announcer Lease uses exactly its grants", async () => {
+    const chart = await renderChart(world.plane.binaries.helm, ["loadBalancer.l2.enabled=true"]);
+    const rbacFile = await chart.writeTemplate("rbac.yaml", world.plane.dir);
+    await world.plane.kubectl(["apply", "-f", rbacFile]);
+    const args = chart.args("local-ccm");
+    assert.ok(args.includes("--lb-l2-announce=true"), `the DaemonSet announces: ${args.join(" ")}`);
+    const leases = new Resource<Lease>(world.plane.admin, leaseResource(AGENT_ACCOUNT.namespace));
+    const leaseName = announcerLeaseName(name) as string;
+    const readLease = () =>
+      leases.get(leaseName).catch((err: unknown) => {
+        if (isApiError(err, "NotFound")) return undefined;
+        throw err;
+      });
+    const agent = startAgent(node, [`--node-name=${name}`, ...args], {
+      ...(await asShipped("local-ccm")),
+      env: { POD_NAMESPACE: AGENT_ACCOUNT.namespace },
+    });
+    try {
+      const diagnose = (err: unknown): never => {
+        throw new Error(`${(err as Error).message}\nagent:\n${agent.output().split("\n").slice(-40).join("\n")}`, {
+          cause: err,
+        });
+      };
+      const first = await waitFor("the announcer Lease created", readLease).catch(diagnose);
+      assert.equal(first.spec?.holderIdentity, name);
+      // Another writer's change (a merge patch, unpinned): the agent's next update conflicts, it re-reads and renews.
+      const patched = await leases.patch(leaseName, "merge", { metadata: { labels: { team: "net" } } });
+      const renewedOnTop = async () => {
+        const lease = await readLease();
+        return lease?.metadata?.labels?.team === "net" && lease.spec?.renewTime !== patched.spec?.renewTime;
+      };
+      await waitFor("the Lease renewed on top of the other writer's change", renewedOnTop).catch(diagnose);
+      assert.equal(await agent.stop(), 0, agent.output());
+    } finally {
+      await agent.stop();
+    }
+    assert.equal(await readLease(), undefined, "SIGTERM deletes the announcer Lease");
+    await assertLeastPrivilege(world.plane.auditLogPath, rbacFile, AGENT_ACCOUNT);
   });
 });
 
@@ -458,5 +559,37 @@ describe("the node-lifecycle-controller under deploy/nlc-rbac.yaml", () => {
     await assertLeastPrivilege(world.plane.auditLogPath, rbacFile, NLC_ACCOUNT);
     // One watch per resource per process: both controllers read Nodes from one informer, which listed them once.
     assert.equal((await nodeLists(world.plane.auditLogPath)) - nodeListsBefore, 1, "LISTs of Nodes in this run");
+  });
+
+  // After the runs above, in the same audit log: all three together must use exactly what the chart grants with
+  // csrApproval.enabled and loadBalancer.l2.enabled. The address pool controller runs as the Deployment runs it
+  // then (its args): it lists and watches the pools (the chart's CRD) and the announcer Leases in the release
+  // namespace, hands a Service of its class a pool address and records the announcer on it.
+  test("with layer-2 announcement too (loadBalancer.l2.enabled), a run that also assigns a pool address uses exactly its grants", async () => {
+    const chart = await renderChart(world.plane.binaries.helm, ["csrApproval.enabled=true", "loadBalancer.l2.enabled=true"]);
+    const rbacFile = await chart.writeTemplate("nlc-rbac.yaml", world.plane.dir);
+    await world.plane.kubectl(["apply", "-f", rbacFile]);
+    await installPoolCrd(world.plane);
+    const args = chart.args("node-lifecycle-controller");
+    assert.ok(args.some((arg) => arg.includes("service-l2-pools")), `the Deployment runs the pools: ${args.join(" ")}`);
+    // healthy-a (from the first run: Ready, at 198.18.200.1) announces on its segment, as its agent would.
+    const segment = "198.18.200";
+    const pools = new Resource<LoadBalancerIPPool>(world.plane.admin, POOL_RESOURCE);
+    await pools.create({ ...POOL_TYPE, metadata: { name: "least-privilege" }, spec: { addresses: [`${segment}.10`] } });
+    const leases = new Resource<Lease>(world.plane.admin, leaseResource(NLC_ACCOUNT.namespace));
+    const announcer = await keepAnnouncerLease(leases, "healthy-a", [`${segment}.0/24`]);
+    try {
+      nlc = new ControllerProcess(
+        world,
+        controllerFlags(world, { notReadyTimeout: "3s", reconcileInterval: "1s" }, ...args),
+        await asShipped("node-lifecycle-controller"),
+      );
+      await nlc.waitForLog("started leading");
+      await l2Round(world.plane, `${segment}.10`, "healthy-a");
+      assert.equal(await nlc.stop(), 0);
+    } finally {
+      announcer.stop();
+    }
+    await assertLeastPrivilege(world.plane.auditLogPath, rbacFile, NLC_ACCOUNT);
   });
 });

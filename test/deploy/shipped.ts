@@ -2,7 +2,7 @@
 // and benchmarks start the programs with the same Node flags as the DaemonSet and the Deployment.
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
-import type { PodSpec } from "kubernetes-types/core/v1.js";
+import type { Container, PodSpec } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
 import { DEPLOY_DIR } from "../../scripts/render-manifests.ts";
 import { READAHEAD_PRELOAD } from "../../localcluster/image.ts";
@@ -16,12 +16,16 @@ export interface ShippedCommand {
   script: string;
 }
 
+/** The containers of the workloads (DaemonSets, Deployments) in a manifests file's text. */
+export function workloadContainers(manifests: string): Container[] {
+  return parseAllDocuments(manifests).flatMap((doc) => (doc.toJS() as Workload)?.spec?.template?.spec?.containers ?? []);
+}
+
 /** The `node [flags] script` command of the container named `container` in deploy/. */
 export function shippedCommand(container: string): ShippedCommand {
   const command = readdirSync(DEPLOY_DIR)
     .filter((file) => file.endsWith(".yaml"))
-    .flatMap((file) => parseAllDocuments(readFileSync(path.join(DEPLOY_DIR, file), "utf8")))
-    .flatMap((doc) => (doc.toJS() as Workload)?.spec?.template?.spec?.containers ?? [])
+    .flatMap((file) => workloadContainers(readFileSync(path.join(DEPLOY_DIR, file), "utf8")))
     .find((c) => c.name === container)?.command;
   const [executable, ...args] = command ?? [];
   const script = args.findIndex((arg) => !arg.startsWith("-"));

@@ -65,6 +65,27 @@ export interface PoolWorld {
   stop(): Promise<void>;
 }
 
+/** A node's announcer Lease in `leases`' namespace, created and renewed every RENEW_INTERVAL_MS as its agent would. */
+export async function keepAnnouncerLease(
+  leases: Resource<Lease>,
+  node: string,
+  segments: string[],
+): Promise<{ stop(): void }> {
+  const name = announcerLeaseName(node) ?? "";
+  const renew = () => leases.patch(name, "merge", { spec: { renewTime: microTime(new Date()) } });
+  await leases.create({
+    metadata: {
+      name,
+      labels: { [ANNOUNCER_LEASE_LABEL]: "true" },
+      annotations: { [SEGMENTS_ANNOTATION]: segments.join(",") },
+    },
+    spec: { holderIdentity: node, leaseDurationSeconds: LEASE_DURATION_SECONDS, renewTime: microTime(new Date()) },
+  });
+  // A renewal that fails (the world stopping) is the agent losing the API: the Lease just ages.
+  const timer = setInterval(() => renew().catch(() => {}), RENEW_INTERVAL_MS);
+  return { stop: () => clearInterval(timer) };
+}
+
 export async function startPoolWorld(): Promise<PoolWorld> {
   const plane = await startControlPlane();
   await installPoolCrd(plane);
@@ -77,7 +98,7 @@ export async function startPoolWorld(): Promise<PoolWorld> {
   const pools = resource<LoadBalancerIPPool>(POOL_RESOURCE);
   const running = new Set<RunningController>();
   const leases = new Resource<Lease>(plane.admin, leaseResource(leaseNamespace));
-  const renewers = new Set<NodeJS.Timeout>();
+  const renewers = new Set<{ stop(): void }>();
   const world: PoolWorld = {
     plane,
     pools,
@@ -89,23 +110,12 @@ export async function startPoolWorld(): Promise<PoolWorld> {
     addNode: (name, addresses) => createNode(resource<Node>(NODE_RESOURCE), name, { addresses }),
     setReady: (name, ready) => setNodeReady(resource<Node>(NODE_RESOURCE), name, ready),
     async announce(node, segments) {
-      const name = announcerLeaseName(node) ?? "";
-      const renew = () => leases.patch(name, "merge", { spec: { renewTime: microTime(new Date()) } });
-      await leases.create({
-        metadata: {
-          name,
-          labels: { [ANNOUNCER_LEASE_LABEL]: "true" },
-          annotations: { [SEGMENTS_ANNOTATION]: segments.join(",") },
-        },
-        spec: { holderIdentity: node, leaseDurationSeconds: LEASE_DURATION_SECONDS, renewTime: microTime(new Date()) },
-      });
-      // A renewal that fails (the world stopping) is the agent losing the API: the Lease just ages.
-      const timer = setInterval(() => renew().catch(() => {}), RENEW_INTERVAL_MS);
-      renewers.add(timer);
+      const announcer = await keepAnnouncerLease(leases, node, segments);
+      renewers.add(announcer);
       return {
         stop: () => {
-          clearInterval(timer);
-          renewers.delete(timer);
+          announcer.stop();
+          renewers.delete(announcer);
         },
       };
     },
@@ -143,7 +153,7 @@ export async function startPoolWorld(): Promise<PoolWorld> {
       }
     },
     async stop() {
-      for (const timer of renewers) clearInterval(timer);
+      for (const announcer of renewers) announcer.stop();
       for (const each of running) await each.stop();
       await plane.stop();
     },
