@@ -12,7 +12,12 @@ export const NODE_ARGS = (process.env.BENCH_NODE_ARGS ?? shippedCommand("local-c
   .filter(Boolean);
 /** This Node, unless BENCH_RUNTIME names another runtime's executable. */
 export const RUNTIME = process.env.BENCH_RUNTIME ?? process.execPath;
-export const BENCH_DIR = path.join(import.meta.dirname, "../.cache/bench");
+/**
+ * Where the bundle goes (BENCH_DIR, default .cache/bench). The bundle loads the native addons from the
+ * node_modules above its real path: with .cache shared between checkouts (a symlink), point BENCH_DIR into this
+ * checkout to measure its own addons.
+ */
+export const BENCH_DIR = process.env.BENCH_DIR ?? path.join(import.meta.dirname, "../.cache/bench");
 
 /** The agent's bundle, as the image holds it. */
 export const bundledAgent = () => bundleProgram("local-ccm", BENCH_DIR);
