@@ -1,16 +1,22 @@
-// releaseFilePages(): once the agent has started, unmaps the pages of the runtime's binary and libraries that
-// start-up touched (madvise MADV_DONTNEED), then drops those files' pages that no process maps any more from the
-// page cache (posix_fadvise POSIX_FADV_DONTNEED). Node 24 maps ~40 MiB of its 120 MB binary while it starts and
-// uses a fraction of that at rest. Pages touched again fault back in, one at a time in read-only data (MADV_RANDOM,
-// as random-readahead.c sets it at start: mappings made since, such as V8's remap of its builtins, lack it); on
-// kernel 6.18 a fault in an executable mapping still reads read_ahead_kb after the page, whatever the advice.
+// releaseFilePages(dropFromPageCache): unmaps the pages of the runtime's binary and libraries that the process
+// touched (madvise MADV_DONTNEED over its read-only file mappings) and, when asked, then drops those files' pages
+// that no process maps any more from the page cache (posix_fadvise POSIX_FADV_DONTNEED). Node 24 maps ~40 MiB of
+// its 120 MB binary while it starts and uses a fraction of that at rest: the agent releases once, with the cache
+// drop, when it has started (a cold start's pages are charged to its pod), and again without it after later work
+// (trimMalloc beside it), so that what it touches again is a minor fault from the page cache, not a disk read.
+// Pages touched again fault back in, one at a time in read-only data (MADV_RANDOM, as random-readahead.c sets it
+// at start: mappings made since, such as V8's remap of its builtins, lack it); on kernel 6.18 a fault in an
+// executable mapping still reads read_ahead_kb after the page when it is not cached, whatever the advice.
 // Only read-only file mappings holding no private copy of a page (smaps' Anonymous: 0) are touched: for those,
 // dropping a page and faulting it back gives the same bytes. MADV_PAGEOUT would do both steps in one, but the
 // kernel grants it only to a process that may write the file, and the agent's binary is root's.
 // Returns the bytes of mappings unmapped.
+// trimMalloc(): glibc's malloc_trim(0): gives back the free memory of every malloc arena, the free pages inside
+// the [heap] segment included (madvise), which free() alone keeps. Returns whether any memory was given back.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <node_api.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -52,11 +58,17 @@ static void drop_cached_pages(void) {
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     close(fd);
   }
-  released_count = 0;
 }
 
 static napi_value ReleaseFilePages(napi_env env, napi_callback_info info) {
-  (void)info;
+  size_t argc = 1;
+  napi_value argv[1];
+  bool drop_from_page_cache = true;  // without an argument: as at start-up
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok) return NULL;
+  if (argc >= 1 && napi_get_value_bool(env, argv[0], &drop_from_page_cache) != napi_ok) {
+    napi_throw_type_error(env, NULL, "releaseFilePages: dropFromPageCache must be a boolean");
+    return NULL;
+  }
   FILE *smaps = fopen("/proc/self/smaps", "re");
   if (!smaps) {
     napi_throw_error(env, strerrorname_np(errno), "releaseFilePages: cannot read /proc/self/smaps");
@@ -81,17 +93,30 @@ static napi_value ReleaseFilePages(napi_env env, napi_callback_info info) {
   }
   released += release(&current);
   fclose(smaps);
-  drop_cached_pages();
+  if (drop_from_page_cache) drop_cached_pages();
+  released_count = 0;
   napi_value result;
   napi_create_double(env, released, &result);
   return result;
 }
 
-NAPI_MODULE_INIT() {
+static napi_value TrimMalloc(napi_env env, napi_callback_info info) {
+  (void)info;
+  napi_value result;
+  napi_get_boolean(env, malloc_trim(0) == 1, &result);
+  return result;
+}
+
+static bool export_function(napi_env env, napi_value exports, const char *name, napi_callback callback) {
   napi_value function;
-  if (napi_create_function(env, "releaseFilePages", NAPI_AUTO_LENGTH, ReleaseFilePages, NULL, &function) != napi_ok ||
-      napi_set_named_property(env, exports, "releaseFilePages", function) != napi_ok) {
-    napi_throw_error(env, NULL, "memory addon: cannot export releaseFilePages");
+  return napi_create_function(env, name, NAPI_AUTO_LENGTH, callback, NULL, &function) == napi_ok &&
+         napi_set_named_property(env, exports, name, function) == napi_ok;
+}
+
+NAPI_MODULE_INIT() {
+  if (!export_function(env, exports, "releaseFilePages", ReleaseFilePages) ||
+      !export_function(env, exports, "trimMalloc", TrimMalloc)) {
+    napi_throw_error(env, NULL, "memory addon: cannot export its functions");
     return NULL;
   }
   return exports;
