@@ -9,13 +9,13 @@ import { EventRecorder } from "../kube/events.ts";
 import { Informer } from "../kube/informer.ts";
 import { NODE_RESOURCE, Resource } from "../kube/resource.ts";
 import { openNetlink } from "../net/netlink.ts";
-import { Agent } from "./agent.ts";
+import { Agent, type ReconcileResult } from "./agent.ts";
 import { startAnnouncing } from "./announcer/announcing.ts";
 import { PROGRAM, parseAgentFlags } from "./flags.ts";
 import { metadataOptions } from "./metadata/options.ts";
 import { createMetrics } from "./metrics.ts";
 import { agentReadiness } from "./readiness.ts";
-import { releaseStartupPages } from "./startuppages.ts";
+import { releaseStartupPages, TrimAfterWork, trimMemory } from "./memoryrelease.ts";
 
 /** Netlink events come in bursts (an address add brings routes with it): one reconcile per burst. */
 const NETLINK_DEBOUNCE_MS = 200;
@@ -47,7 +47,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
       requireLocalNode: flags.requireLocalNode,
       metadata: await metadataOptions(flags.metadata, metrics.agent),
     },
-    { nodes, netlink, events, log, metrics: metrics.agent, onReconciled: releaseOnceReady },
+    { nodes, netlink, events, log, metrics: metrics.agent, onReconciled: releaseMemory },
   );
   ctx.onShutdown(() => client.close());
   ctx.onShutdown(() => netlink.close());
@@ -81,13 +81,21 @@ export async function runAgent(ctx: MainContext): Promise<void> {
       error: agent.lastError === undefined ? undefined : (agent.lastError as Error).message,
       result: agent.lastResult,
     });
-  // Start-up's pages go once, when the node is first done (ready); what the agent touches again faults back in.
+  // Start-up's pages go once, when the node is first done (ready); after that, each bout of work (a write) is
+  // followed by a trim once it is over (memoryrelease.ts). What the agent touches again faults back in.
   let pagesReleased = false;
-  function releaseOnceReady(): void {
-    if (pagesReleased || !readiness().ok) return;
-    pagesReleased = true;
-    releaseStartupPages(log);
+  let trims: TrimAfterWork | undefined;
+  function releaseMemory(result: ReconcileResult): void {
+    if (!pagesReleased) {
+      if (!readiness().ok) return;
+      pagesReleased = true;
+      // Without the addon a trim would fail each time: no trims then.
+      if (releaseStartupPages(log) !== undefined) trims = new TrimAfterWork(() => trimMemory(log));
+      return;
+    }
+    if (result.addressesWritten || result.taintRemoved || result.metadataWritten) trims?.worked();
   }
+  ctx.onShutdown(() => trims?.stop());
   const reconcile = () => agent.trigger(cached);
   informer.addHandlers({ onAdd: reconcile, onUpdate: reconcile });
   const endpoints = await startEndpoints(flags, {

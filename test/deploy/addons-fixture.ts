@@ -3,7 +3,7 @@
 // library is loaded: {"icmp": …, "routeSource": …, "pagesReleased": …, "preloaded": …}.
 import { readFileSync } from "node:fs";
 import { createLogger } from "../../src/cli/log.ts";
-import { releaseStartupPages } from "../../src/agent/startuppages.ts";
+import { releaseStartupPages } from "../../src/agent/memoryrelease.ts";
 import { echo } from "../../src/net/icmp.ts";
 import { openNetlink } from "../../src/net/netlink.ts";
 

@@ -1,10 +1,12 @@
 // native/memory against this kernel: the preload library turns readahead off for every mapped segment of the
 // runtime (smaps' `rr` flag: VM_RAND_READ), and releaseFilePages() unmaps the binary's resident pages, which
-// fault back in when touched; as a user that may not write the binary too, as the agent runs (uid 65532).
+// fault back in when touched; as a user that may not write the binary too, as the agent runs (uid 65532). A trim
+// after work gives back what malloc freed. Then when the agent trims (fake timers).
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import path from "node:path";
 import { test } from "node:test";
+import { TrimAfterWork } from "./memoryrelease.ts";
 import { READAHEAD_PRELOAD } from "../../localcluster/image.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
@@ -58,4 +60,72 @@ test("releaseFilePages() unmaps the binary's pages, as a user that may not write
   assert.ok(result.after < result.before / 2, `RssFile ${result.before} KiB → ${result.after} KiB`);
   assert.ok(result.random, "every mapping of the binary random-read afterwards, V8's remap included");
   assert.ok(result.later > result.after, `pages touched again fault back: ${result.after} → ${result.later} KiB`);
+});
+
+test("a trim gives back the pages malloc freed inside its heap, and unmaps the binary's pages again", () => {
+  // Buffers of 4 KiB come from malloc's main arena; the last one, kept, holds the freed ones below the heap's top,
+  // where free() never gives memory back. The trim runs through the agent's module, as the agent runs it.
+  const script = `
+    const fs = require("fs");
+    const kib = (field) => {
+      const line = fs.readFileSync("/proc/self/status", "utf8").split("\\n").find((l) => l.startsWith(field + ":"));
+      return Number(line.split(/\\s+/)[1]);
+    };
+    const { trimMemory } = require("./src/agent/memoryrelease.ts");
+    const { createLogger } = require("./src/cli/log.ts");
+    const lines = [];
+    const log = createLogger({ verbosity: 2, format: "json", write: (line) => lines.push(JSON.parse(line)) });
+    let held = Array.from({ length: 8000 }, () => Buffer.allocUnsafeSlow(4096).fill(1));
+    const kept = Buffer.allocUnsafeSlow(4096).fill(2);
+    held = null;
+    (async () => {
+      for (let i = 0; i < 5; i++) {
+        globalThis.gc();
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      const before = { anon: kib("RssAnon"), file: kib("RssFile") };
+      trimMemory(log);
+      const after = { anon: kib("RssAnon"), file: kib("RssFile") };
+      console.log(JSON.stringify({ before, after, kept: kept.length, logged: lines }));
+    })();
+  `;
+  const ran = spawnSync(process.execPath, ["--expose-gc", "-e", script], {
+    cwd: ROOT,
+    encoding: "utf8",
+    timeout: 60_000,
+    env: { ...process.env, LD_PRELOAD: PRELOAD },
+  });
+  assert.equal(ran.status, 0, ran.stderr);
+  type Kib = { anon: number; file: number };
+  const result = JSON.parse(ran.stdout) as { before: Kib; after: Kib; logged: { msg: string }[] };
+  const summary = JSON.stringify(result);
+  assert.ok(result.before.anon - result.after.anon >= 20 * 1024, `RssAnon: at least 20 of the 32 MiB freed: ${summary}`);
+  assert.ok(result.after.file < result.before.file / 2, `RssFile: the binary's pages unmapped: ${summary}`);
+  assert.ok(result.logged.some((l) => l.msg === "memory trimmed"), summary);
+});
+
+test("the agent trims once quiet after work, and at most once per maxWaitMs while work goes on", (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout", "Date"] });
+  const trims: number[] = [];
+  const trimmer = new TrimAfterWork(() => trims.push(Date.now()), { quietMs: 30_000, maxWaitMs: 60_000 });
+  trimmer.worked();
+  t.mock.timers.tick(29_999);
+  assert.deepEqual(trims, [], "not while it may still be working");
+  t.mock.timers.tick(1);
+  assert.deepEqual(trims, [30_000], "30 s quiet after the work");
+  // Work every second from 40 s on: trims 60 s after the first work since the last trim.
+  for (let second = 40; second < 200; second++) {
+    t.mock.timers.tick(second * 1000 - Date.now());
+    trimmer.worked();
+  }
+  assert.deepEqual(trims, [30_000, 100_000, 160_000]);
+  // From 199 s on, quiet: 60 s after the first work since the trim at 160 s comes before 30 s of quiet.
+  t.mock.timers.tick(20_999);
+  assert.equal(trims.length, 3);
+  t.mock.timers.tick(1);
+  assert.deepEqual(trims, [30_000, 100_000, 160_000, 220_000]);
+  trimmer.worked();
+  trimmer.stop();
+  t.mock.timers.tick(120_000);
+  assert.equal(trims.length, 4, "none after stop()");
 });
