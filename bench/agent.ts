@@ -5,6 +5,8 @@
 // image's LD_PRELOAD, and a copy of the runtime of its own, as a pod's image layer holds one (whose page cache the
 // cold starts drop). The runtime is this Node unless BENCH_RUNTIME names another's executable
 // (e.g. node_modules/@oven/bun-linux-x64/bin/bun, with BENCH_NODE_ARGS="").
+// After the rest, BENCH_QUIET_TRIALS (3) drift repairs each after 35 s of quiet: the agent trims its memory 30 s
+// after work, so these pay for faulting back what the repair runs (the page cache still holds it).
 // Then BENCH_COLD_STARTS (5) cold starts under the DaemonSet's memory limit (BENCH_COLD_LIMIT_MIB overrides it;
 // see coldStart below). The runtime's copy goes to BENCH_COLD_DIR (default .cache/bench): point it at a disk with
 // another readahead to compare.
@@ -34,6 +36,7 @@ import {
 const TRIALS = Number(process.env.BENCH_TRIALS ?? 50);
 const REST_SECONDS = Number(process.env.BENCH_REST_SECONDS ?? 120);
 const COLD_STARTS = Number(process.env.BENCH_COLD_STARTS ?? 5);
+const QUIET_TRIALS = Number(process.env.BENCH_QUIET_TRIALS ?? 3);
 const entry = await bundledAgent();
 
 /** The DaemonSet's memory limit in deploy/, MiB. */
@@ -158,6 +161,13 @@ try {
   const atRest = await agentRequests(world.plane.auditLogPath as string, new Date(restFrom), new Date(restTo));
   const writes = atRest.filter(isWrite).length;
   const memory = processMemory(agent.child.pid as number);
+  const quietDriftMs: number[] = [];
+  for (let i = 0; i < QUIET_TRIALS; i++) {
+    await delay(35_000);
+    await dropExternalIP();
+    const t0 = performance.now();
+    quietDriftMs.push(await until("drift repair", (a) => a.includes(`ExternalIP=${node.external.v4}`), t0));
+  }
   await agent.stop();
   await informer.stop();
 
@@ -172,6 +182,7 @@ try {
   console.log(`  start to first reconcile          ${ms(firstReconcile)}`);
   console.log(`  drift repair       p50 / p99      ${ms(pct(driftMs, 50))} / ${ms(pct(driftMs, 99))}`);
   console.log(`  IP change to Node  p50 / p99      ${ms(pct(changeMs, 50))} / ${ms(pct(changeMs, 99))}`);
+  if (quietDriftMs.length > 0) console.log(`  drift repair after 35 s quiet     ${quietDriftMs.map(ms).join(", ")}`);
   console.log(`  API requests at rest              ${atRest.length} in ${REST_SECONDS} s = ${perHour(atRest.length)} per hour (${[...new Set(atRest.map((e) => e.verb))].join(", ") || "none"})`);
   console.log(`  API writes at rest                ${writes} = ${perHour(writes)} per hour`);
   console.log("  watch renewal (by design)         every 30-60 min: at most 2 requests per hour");
