@@ -84,7 +84,10 @@ describe("server-side dry-run apply", () => {
       "--set=loadBalancer.nodeAddress.enabled=false",
     ]);
     const objects = created(await plane.kubectl(["apply", "--dry-run=server", "-f", "-"], manifests));
-    assert.equal(objects.length, 24);
+    // 24 of the default install with the pools' grants, and layer-2 announcement's Roles, bindings and policy.
+    assert.equal(objects.length, 30);
+    assert.ok(objects.includes("role.rbac.authorization.k8s.io/local-ccm-announcer"));
+    assert.ok(objects.includes("validatingadmissionpolicy.admissionregistration.k8s.io/local-ccm-announcer-lease"));
     assert.ok(objects.includes("daemonset.apps/local-ccm"));
     assert.ok(objects.includes("deployment.apps/node-lifecycle-controller"));
   });
