@@ -25,12 +25,28 @@ describe("parseAgentFlags", () => {
       reconcileIntervalMs: 10_000,
       runOnce: false,
       metadata: { mode: "none", timeoutMs: 10_000, updateLabels: false, rules: { providerIDTemplate: "", rules: [] } },
+      announce: undefined,
       kubeconfig: "",
       verbosity: 0,
       logFormat: "text",
       healthBindAddress: { port: AGENT_HEALTH_PORT },
       metrics: { address: { port: AGENT_METRICS_PORT }, secure: true, withHealth: false },
     });
+  });
+
+  test("announcing: the Lease namespace from the flag or POD_NAMESPACE; refused without one or for a long name", () => {
+    const env = { NODE_NAME: "node-1", POD_NAMESPACE: "kube-system" };
+    assert.deepEqual(parse(["--lb-l2-announce"], env).announce, { leaseNamespace: "kube-system", interfaces: [] });
+    assert.equal(parse(["--lb-l2-announce", "--lb-l2-lease-namespace=ops"], env).announce?.leaseNamespace, "ops");
+    assert.equal(parse([], env).announce, undefined);
+    rejects(["--lb-l2-announce"], "--lb-l2-announce needs --lb-l2-lease-namespace (or env POD_NAMESPACE)");
+    const long = `${"n".repeat(60)}.${"n".repeat(60)}.${"n".repeat(60)}.${"n".repeat(60)}`;
+    rejects(
+      ["--lb-l2-announce", `--node-name=${long}`],
+      `--lb-l2-announce: node name "${long}" is too long for its announcer Lease's name`,
+      env,
+    );
+    rejects(["--lb-l2-interfaces=eth0,a/b"], 'invalid value "eth0,a/b" for --lb-l2-interfaces: "a/b" is not an interface name (at most 15 characters, no \'/\' or spaces)');
   });
 
   test("every flag set", () => {
@@ -51,6 +67,9 @@ describe("parseAgentFlags", () => {
         "--zone-rules=cidr:198.18.1.0/24=rack-1",
         "--instance-type-rules=product:^PowerEdge (R\\d+)$=$1",
         "--update-metadata-labels",
+        "--lb-l2-announce",
+        "--lb-l2-lease-namespace=ops",
+        "--lb-l2-interfaces=eth1,bond0",
         "--kubeconfig=/etc/kubeconfig",
         "--v=4",
         "--log-format=json",
@@ -93,6 +112,7 @@ describe("parseAgentFlags", () => {
           ],
         },
       },
+      announce: { leaseNamespace: "ops", interfaces: ["eth1", "bond0"] },
       kubeconfig: "/etc/kubeconfig",
       verbosity: 4,
       logFormat: "json",
@@ -323,6 +343,9 @@ describe("the agent's flag table", () => {
         "zone-rules",
         "instance-type-rules",
         "update-metadata-labels",
+        "lb-l2-announce",
+        "lb-l2-lease-namespace",
+        "lb-l2-interfaces",
         "kubeconfig",
         "v",
         "log-format",
@@ -359,6 +382,10 @@ describe("the agent's flag table", () => {
       "zone-rules": "metadata.zoneRules",
       "instance-type-rules": "metadata.instanceTypeRules",
       "update-metadata-labels": "metadata.updateLabels",
+      "lb-l2-announce": "loadBalancer.l2.enabled",
+      // The release namespace, from POD_NAMESPACE: not a value.
+      "lb-l2-lease-namespace": undefined,
+      "lb-l2-interfaces": "loadBalancer.l2.interfaces",
       kubeconfig: undefined,
       v: "controller.verbosity",
       "log-format": "controller.logFormat",

@@ -3,8 +3,9 @@
 // README and the Helm values.
 import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts";
 import { type Env, flag, parseFlags, UsageError } from "../cli/flags.ts";
-import { cidr, dnsSubdomain, eachItem, oneOf, positive } from "../cli/validate.ts";
+import { cidr, dnsLabel, dnsSubdomain, eachItem, oneOf, positive } from "../cli/validate.ts";
 import { canonicalIp, ipProblem } from "../net/ip.ts";
+import { announcerLeaseName } from "../pools/announcement.ts";
 import type { DetectionMethod } from "./detect.ts";
 import type { MetadataMode } from "./metadata/client.ts";
 import { PROVIDERS } from "./metadata/providers.ts";
@@ -27,6 +28,15 @@ export interface AgentFlags extends CommonFlags {
   reconcileIntervalMs: number;
   runOnce: boolean;
   metadata: MetadataFlags;
+  /** Set when the agent announces the LoadBalancer addresses assigned to its node (layer 2). */
+  announce: AnnounceFlags | undefined;
+}
+
+export interface AnnounceFlags {
+  /** Where the node's announcer Lease lives. */
+  leaseNamespace: string;
+  /** Announce only on these links; empty: on every link with a MAC. */
+  interfaces: string[];
 }
 
 export interface MetadataFlags {
@@ -121,6 +131,36 @@ const metadataFlags = [
   }),
 ] as const;
 
+const announceFlags = [
+  flag({
+    name: "lb-l2-announce",
+    type: "bool",
+    default: "false",
+    help:
+      "Announce the LoadBalancer addresses the address pool controller assigns to this node (ARP, NDP), only " +
+      "while this node's announcer Lease is surely valid; needs CAP_NET_RAW. Renewing the Lease (every second) " +
+      "is then the agent's only API request at rest.",
+    // One switch for both halves of layer-2 mode: the pool controller runs, and the agents announce.
+    helm: "loadBalancer.l2.enabled",
+  }),
+  flag({
+    name: "lb-l2-lease-namespace",
+    type: "string",
+    default: "",
+    env: "POD_NAMESPACE",
+    help: "Namespace of the announcer Leases (the chart: the release namespace); needed with --lb-l2-announce.",
+    validate: (value) => (value === "" ? undefined : dnsLabel(value)),
+  }),
+  flag({
+    name: "lb-l2-interfaces",
+    type: "list",
+    default: "",
+    help: "Comma-separated interface names: announce only on these links. Empty: on every link with a MAC.",
+    helm: "loadBalancer.l2.interfaces",
+    validate: eachItem(interfaceProblem),
+  }),
+] as const;
+
 type AddressType = "internal" | "external";
 type Method = "target" | "cidr" | "interface";
 
@@ -198,6 +238,7 @@ export const agentFlagTable = [
       "address of this host; a Node with no IP yet is written. false: manage a Node from another machine on purpose.",
   }),
   ...metadataFlags,
+  ...announceFlags,
   ...commonFlagTable({ healthPort: AGENT_HEALTH_PORT, metricsPort: AGENT_METRICS_PORT, helmPrefix: "controller." }),
 ] as const;
 
@@ -230,8 +271,22 @@ export function parseAgentFlags(argv: readonly string[], env: Env): AgentFlags {
         ],
       },
     },
+    announce: announce(values["node-name"], values["lb-l2-announce"], {
+      leaseNamespace: values["lb-l2-lease-namespace"],
+      interfaces: values["lb-l2-interfaces"],
+    }),
     ...commonFlags(values),
   };
+}
+
+/** Announcing's settings when it is on; its bad input (no namespace, a node name too long for a Lease) refused. */
+function announce(node: string, on: boolean, flags: AnnounceFlags): AnnounceFlags | undefined {
+  if (!on) return undefined;
+  if (flags.leaseNamespace === "")
+    throw new UsageError("--lb-l2-announce needs --lb-l2-lease-namespace (or env POD_NAMESPACE)");
+  if (announcerLeaseName(node) === undefined)
+    throw new UsageError(`--lb-l2-announce: node name "${node}" is too long for its announcer Lease's name`);
+  return flags;
 }
 
 /**

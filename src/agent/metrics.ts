@@ -58,8 +58,36 @@ export function createAgentMetrics(registry: Registry) {
 
 export type AgentMetrics = ReturnType<typeof createAgentMetrics>;
 
+/** What the L2 announcer counts (announcer/announcing.ts); all stay 0 without --lb-l2-announce. */
+export function createAnnouncerMetrics(registry: Registry) {
+  return {
+    announced: registry.gauge({
+      name: "local_ccm_l2_announced_addresses",
+      help: "LoadBalancer addresses this node announces now (ARP, NDP).",
+    }),
+    skipped: registry.gauge({
+      name: "local_ccm_l2_skipped_addresses",
+      help:
+        "Addresses (or Services) assigned to this node that it does not announce, by rule: other-announcer, " +
+        "not-load-balancer, deleting, not-an-ip, host-address, no-segment.",
+      labels: ["rule"],
+    }),
+    renewals: registry.counter({
+      name: "local_ccm_l2_lease_renewals_total",
+      help: "Renewals of this node's announcer Lease by result: ok, error.",
+      labels: ["result"],
+    }),
+  };
+}
+
+export type AnnouncerMetrics = ReturnType<typeof createAnnouncerMetrics>;
+
 /** Everything local-ccm serves: the program's part, then the agent's (run.ts and the README use this). */
 export function createMetrics() {
   const program = createProgramMetrics(PROGRAM);
-  return { ...program, agent: createAgentMetrics(program.registry) };
+  return {
+    ...program,
+    agent: createAgentMetrics(program.registry),
+    announcer: createAnnouncerMetrics(program.registry),
+  };
 }

@@ -10,6 +10,7 @@ import { Informer } from "../kube/informer.ts";
 import { NODE_RESOURCE, Resource } from "../kube/resource.ts";
 import { openNetlink } from "../net/netlink.ts";
 import { Agent } from "./agent.ts";
+import { startAnnouncing } from "./announcer/announcing.ts";
 import { PROGRAM, parseAgentFlags } from "./flags.ts";
 import { metadataOptions } from "./metadata/options.ts";
 import { createMetrics } from "./metrics.ts";
@@ -106,6 +107,17 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   ctx.onShutdown(() => changes.close());
   const resync = setInterval(reconcile, flags.reconcileIntervalMs);
   ctx.onShutdown(() => clearInterval(resync));
+  if (flags.announce) {
+    const l2 = await startAnnouncing({
+      client,
+      netlink,
+      node: flags.nodeName,
+      flags: flags.announce,
+      log,
+      metrics: metrics.announcer,
+    });
+    ctx.onShutdown(() => l2.stop());
+  }
   log.info(`${PROGRAM} started`, { node: flags.nodeName, health: endpoints.health, metrics: endpoints.metrics });
   if ((await ctx.unlessStopped(informer.waitForSync())) && !cached()) {
     log.warn("node not found yet; waiting for it to be registered", { node: flags.nodeName });

@@ -10,7 +10,7 @@ import type { Lease, LeaseSpec } from "kubernetes-types/coordination/v1.js";
 import { sleep } from "../time/backoff.ts";
 import type { KubeClient } from "./client.ts";
 import { isApiError } from "./errors.ts";
-import { Resource } from "./resource.ts";
+import { leaseResource, Resource } from "./resource.ts";
 
 export interface LeaderElectionOptions {
   lease: { name: string; namespace: string };
@@ -26,7 +26,7 @@ export interface LeaderElectionOptions {
 }
 
 /** MicroTime wants exactly six fractional digits. */
-function microTime(date: Date): string {
+export function microTime(date: Date): string {
   return date.toISOString().replace(/\.(\d{3})Z$/, ".$1000Z");
 }
 
@@ -47,12 +47,7 @@ export class LeaderElector {
       throw new Error("leader election needs lease duration > renew deadline > retry period");
     }
     this.options = options;
-    this.leases = new Resource<Lease>(client, {
-      group: "coordination.k8s.io",
-      version: "v1",
-      plural: "leases",
-      namespace: options.lease.namespace,
-    });
+    this.leases = new Resource<Lease>(client, leaseResource(options.lease.namespace));
   }
 
   /** True only while we hold a lease renewed within the renew deadline. */

@@ -21,6 +21,13 @@ export interface ResourceRef {
 /** The resources more than one controller or program reads: one definition each. */
 export const NODE_RESOURCE: ResourceRef = { group: "", version: "v1", plural: "nodes" };
 export const SERVICE_RESOURCE: ResourceRef = { group: "", version: "v1", plural: "services" };
+/** coordination.k8s.io Leases of one namespace (leader election, the L2 announcers'). */
+export const leaseResource = (namespace: string): ResourceRef => ({
+  group: "coordination.k8s.io",
+  version: "v1",
+  plural: "leases",
+  namespace,
+});
 export const ENDPOINT_SLICE_RESOURCE: ResourceRef = { group: "discovery.k8s.io", version: "v1", plural: "endpointslices" };
 
 export interface Selectors {
@@ -135,6 +142,7 @@ export class Resource<T extends KubeObject> {
       path: this.path(),
       query: writeQuery(options),
       body: obj,
+      signal: options.signal,
     });
   }
 
@@ -175,7 +183,7 @@ export class Resource<T extends KubeObject> {
   /** DELETE; with preconditions the server refuses (Conflict) if the object is not the one we checked. */
   delete(
     name: string,
-    options: { preconditions?: Preconditions; dryRun?: boolean; propagationPolicy?: string } = {},
+    options: { preconditions?: Preconditions; dryRun?: boolean; propagationPolicy?: string; signal?: AbortSignal } = {},
   ): Promise<T | Status> {
     // dryRun goes in the body: the apiserver decodes a DELETE body over the query parameters.
     const body = {
@@ -185,7 +193,8 @@ export class Resource<T extends KubeObject> {
       propagationPolicy: options.propagationPolicy,
       dryRun: options.dryRun ? ["All"] : undefined,
     };
-    return this.client.request<T | Status>({ method: "DELETE", verb: "delete", path: this.path(name), body });
+    const request = { method: "DELETE", verb: "delete", path: this.path(name), body, signal: options.signal } as const;
+    return this.client.request<T | Status>(request);
   }
 
   /**

@@ -12,6 +12,7 @@ import {
   ipProblem,
   ipToBytes,
   parseCidr,
+  prefixOf,
   uniqueIPs,
 } from "./ip.ts";
 
@@ -115,6 +116,23 @@ test("containment: same family only, host bits of the CIDR ignored", () => {
   assert.ok(!cidrContains(cidr("fe80::/10"), "fe80::1%eth0")); // netip: a zoned address is in no prefix
   assert.ok(!cidrContains(cidr("10.0.0.0/8"), "010.0.0.1")); // nor text ParseAddr refuses
   assert.ok(cidrContains(cidr("::ffff:10.0.0.0/104"), "::ffff:10.1.2.3"));
+});
+
+test("the prefix of an address: host bits cleared; it contains the address, and its own network is itself", () => {
+  assert.equal(prefixOf("198.18.0.77", 24), "198.18.0.0/24");
+  assert.equal(prefixOf("198.18.0.77", 20), "198.18.0.0/20");
+  assert.equal(prefixOf("198.18.0.77", 32), "198.18.0.77/32");
+  assert.equal(prefixOf("198.18.0.77", 0), "0.0.0.0/0");
+  assert.equal(prefixOf("fd00:198:18::55", 64), "fd00:198:18::/64");
+  assert.equal(prefixOf("fd00:198:18:ab12::55", 52), "fd00:198:18:a000::/52");
+  fc.assert(
+    fc.property(fc.uint8Array({ minLength: 16, maxLength: 16 }), fc.integer({ min: 0, max: 128 }), (bytes, length) => {
+      const address = ipFromBytes(bytes);
+      const prefix = prefixOf(address, length);
+      assert.ok(cidrContains(cidr(prefix), address), `${prefix} holds ${address}`);
+      assert.equal(prefixOf(prefix.replace(/\/\d+$/, ""), length), prefix);
+    }),
+  );
 });
 
 test("a CIDR lies within another when it is as long or longer and starts inside it", () => {

@@ -215,6 +215,16 @@ export function parseCidr(text: string): Cidr | undefined {
   return { address: ipFromBytes(addr.bytes), prefixLength: Number(length), family };
 }
 
+/** The prefix `address` lies in, host bits cleared, as CIDR text: ("198.18.0.7", 24) → "198.18.0.0/24". */
+export function prefixOf(address: string, prefixLength: number): string {
+  const bytes = ipToBytes(address);
+  for (let i = 0; i < bytes.length; i++) {
+    const bits = Math.min(8, Math.max(0, prefixLength - i * 8));
+    bytes[i] = (bytes[i] ?? 0) & ((0xff00 >> bits) & 0xff);
+  }
+  return `${ipFromBytes(bytes)}/${prefixLength}`;
+}
+
 // A CIDR is checked against every host address on each detection: read its bytes once.
 const cidrBytes = new WeakMap<Cidr, Uint8Array>();
 

@@ -15,6 +15,7 @@ import { parseAgentFlags } from "../../src/agent/flags.ts";
 import { type FlagSpec, parseFlags, UsageError } from "../../src/cli/flags.ts";
 import { LOG_FORMATS } from "../../src/cli/log.ts";
 import { nodeLifecycle } from "../../src/lifecycle/definition.ts";
+import { ANNOUNCER_LEASE_LABEL, ANNOUNCER_LEASE_PREFIX } from "../../src/pools/announcement.ts";
 import { configOf, parseManagerFlags } from "../../src/manager/flags.ts";
 import {
   CHART_DIR,
@@ -54,7 +55,7 @@ const WORKLOAD: Record<Program, { kind: string; name: string }> = {
 };
 /** What the downward API gives each program in a pod (for parsing its rendered args). */
 const POD_ENV: Record<Program, Record<string, string>> = {
-  "local-ccm": { NODE_NAME: "node-a", POD_IP: "198.18.0.7" },
+  "local-ccm": { NODE_NAME: "node-a", POD_IP: "198.18.0.7", POD_NAMESPACE: "kube-system" },
   "node-lifecycle-controller": { POD_NAMESPACE: "kube-system", POD_NAME: "nlc-0" },
 };
 
@@ -470,6 +471,7 @@ describe("Helm chart", () => {
       assert.deepEqual(agent.env, [
         { name: "NODE_NAME", valueFrom: { fieldRef: { fieldPath: "spec.nodeName" } } },
         { name: "POD_IP", valueFrom: { fieldRef: { fieldPath: "status.podIP" } } },
+        { name: "POD_NAMESPACE", valueFrom: { fieldRef: { fieldPath: "metadata.namespace" } } },
       ]);
       assert.deepEqual(agent.securityContext, {
         allowPrivilegeEscalation: false,
@@ -610,6 +612,21 @@ describe("Helm chart", () => {
     });
   }
 
+  test("loadBalancer.l2.enabled: the agent announces, with NET_RAW its only capability (uid 0: no ambient caps)", async () => {
+    const objects = await render(setJson({ "loadBalancer.l2.enabled": true }));
+    const agent = container(objects, "local-ccm");
+    assert.deepEqual(agent.args, ["--lb-l2-announce=true"]);
+    assert.deepEqual(agent.securityContext, {
+      allowPrivilegeEscalation: false,
+      readOnlyRootFilesystem: true,
+      runAsNonRoot: false,
+      runAsUser: 0,
+      capabilities: { drop: ["ALL"], add: ["NET_RAW"] },
+    });
+    const announce = parseAgentFlags(expand("local-ccm", agent.args ?? []), POD_ENV["local-ccm"]).announce;
+    assert.deepEqual(announce, { leaseNamespace: "kube-system", interfaces: [] });
+  });
+
   test("csrApproval.enabled runs the approver beside node-lifecycle, with its grants; off, nothing about CSRs", async () => {
     const defaults = await render();
     const certificates = (objects: KubeObject[]) =>
@@ -670,6 +687,51 @@ describe("Helm chart", () => {
     assert.deepEqual(clusterAddressGrants(objects), ["ClusterRole"]);
     assert.equal(objects.find((obj) => obj.metadata.name === name), undefined, "no Role or RoleBinding");
     assert.deepEqual(clusterAddressGrants(defaults), ["ClusterRole"], "the service controller's grant");
+  });
+
+  test("loadBalancer.l2.enabled: the agent's announcer Lease and Services watch, under a policy; off, none", async () => {
+    // The agent's objects (the controller's are node-lifecycle-controller's) that are about Leases or Services.
+    const agentGrants = (objects: KubeObject[]) =>
+      objects
+        .filter((obj) => obj.metadata.name.startsWith("local-ccm") && /"leases"|"services"/.test(JSON.stringify(obj)))
+        .map((obj) => `${obj.kind} ${obj.metadata.name}`);
+    const [off, on] = await Promise.all([
+      render(["--namespace=ops"]),
+      render(["--namespace=ops", ...setJson({ "loadBalancer.l2.enabled": true })]),
+    ]);
+    assert.deepEqual(agentGrants(off), []);
+    assert.deepEqual(agentGrants(on).sort(), [
+      "ClusterRole local-ccm",
+      "Role local-ccm-announcer",
+      "ValidatingAdmissionPolicy local-ccm-announcer-lease",
+    ]);
+    // RBAC cannot select by label or name prefix: the agent may list and watch every Service, and write every Lease
+    // of the release namespace, where the policy keeps it to its own node's.
+    assert.deepEqual((find(on, "ClusterRole", "local-ccm").rules as unknown[]).slice(2, 3), [
+      { apiGroups: [""], resources: ["services"], verbs: ["list", "watch"] },
+    ]);
+    const role = find(on, "Role", "local-ccm-announcer");
+    assert.equal(role.metadata.namespace, "ops");
+    assert.deepEqual(role.rules, [
+      { apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create", "get", "update", "delete"] },
+    ]);
+    const binding = find(on, "RoleBinding", "local-ccm-announcer");
+    assert.equal(binding.metadata.namespace, "ops");
+    const roleRef = { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: "local-ccm-announcer" };
+    assert.deepEqual(binding.roleRef, roleRef);
+    assert.deepEqual(binding.subjects, [{ kind: "ServiceAccount", name: "local-ccm", namespace: "ops" }]);
+    // The policy: the release's agent, the Lease of src/pools/announcement.ts in the release namespace, its label.
+    const policy = find(on, "ValidatingAdmissionPolicy", "local-ccm-announcer-lease").spec as {
+      matchConditions: { expression: string }[];
+      variables: { name: string; expression: string }[];
+      validations: { expression: string }[];
+    };
+    assert.match(policy.matchConditions[0]?.expression ?? "", /== "system:serviceaccount:ops:local-ccm"$/);
+    const ownLease = policy.variables.find((variable) => variable.name === "ownLease")?.expression;
+    assert.equal(ownLease, `"ops/${ANNOUNCER_LEASE_PREFIX}" + variables.ownNode`);
+    assert.ok(policy.validations.some((rule) => rule.expression.includes(`[?"${ANNOUNCER_LEASE_LABEL}"]`)));
+    const policyBinding = find(on, "ValidatingAdmissionPolicyBinding", "local-ccm-announcer-lease");
+    assert.deepEqual(policyBinding.spec, { policyName: "local-ccm-announcer-lease", validationActions: ["Deny"] });
   });
 
   test("the admission policies name the release's ServiceAccounts, the Lease and the protected lists", async () => {

@@ -14,18 +14,9 @@ import type { ArpPacket } from "../../src/net/arp.ts";
 import { onExit } from "../../localcluster/cleanup.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { quietHost } from "./detect-client.ts";
-import { type Host, networkPool } from "./netns.ts";
+import { type Host, networkPool, RAW_ONLY } from "./netns.ts";
 
 const FIXTURE = path.join(import.meta.dirname, "announce-fixture.ts");
-/** The agent's user, with CAP_NET_RAW as its only capability (what the chart grants when announcing is on). */
-const RAW_ONLY = [
-  "--reuid=65532",
-  "--regid=65532",
-  "--clear-groups",
-  "--inh-caps=-all,+net_raw",
-  "--ambient-caps=-all,+net_raw",
-  "--bounding-set=-all,+net_raw",
-];
 const NONE = ["--reuid=65532", "--regid=65532", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"];
 const WAIT_MS = 30_000;
 

@@ -11,6 +11,19 @@ import { alive, type RunOptions, run } from "../../localcluster/exec.ts";
 
 const PREFIX = "lccm";
 
+/**
+ * setpriv arguments for the agent's user, with CAP_NET_RAW as its only capability: what announcing needs (the
+ * chart grants it as uid 0, as runtimes give added capabilities; here it is given to uid 65532 as an ambient one).
+ */
+export const RAW_ONLY = [
+  "--reuid=65532",
+  "--regid=65532",
+  "--clear-groups",
+  "--inh-caps=-all,+net_raw",
+  "--ambient-caps=-all,+net_raw",
+  "--bounding-set=-all,+net_raw",
+];
+
 export interface Host {
   /** Namespace name, for `ip netns exec <name> …`. */
   name: string;

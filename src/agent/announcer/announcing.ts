@@ -1,0 +1,203 @@
+// Layer-2 announcing on this node, wired: its announcer Lease (lease.ts), one watch of the Services assigned to it
+// (by the announcer label), netlink's links and addresses, and one announcer per link in use (announcer.ts). What
+// to announce where is decided in assignments.ts from those; this file only applies the difference. Every
+// trigger (a Service event, a netlink change, a renewal, the Lease's deadline) runs the same reconcile, which
+// also keeps a timer at the Lease's deadline: when renewals stop succeeding, everything is withdrawn then.
+import { performance } from "node:perf_hooks";
+import type { Lease } from "kubernetes-types/coordination/v1.js";
+import type { Service } from "kubernetes-types/core/v1.js";
+import type { Logger } from "../../cli/log.ts";
+import type { KubeClient } from "../../kube/client.ts";
+import { Informer } from "../../kube/informer.ts";
+import { leaseResource, Resource, SERVICE_RESOURCE } from "../../kube/resource.ts";
+import type { Netlink } from "../../net/netlink.ts";
+import {
+  ANNOUNCER_ANNOTATION,
+  ANNOUNCER_LABEL,
+  announcerLabelValue,
+  announcerLeaseName,
+} from "../../pools/announcement.ts";
+import type { AnnounceFlags } from "../flags.ts";
+import type { AnnouncerMetrics } from "../metrics.ts";
+import { type AnnouncedLink, type Announcer, startAnnouncer } from "./announcer.ts";
+import { type Assignment, decideAssignments, type LinkAnnouncements, SKIP_RULES } from "./assignments.ts";
+import { AnnouncerLease } from "./lease.ts";
+import { nodeSegments, type Segment, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
+
+export interface AnnouncingOptions {
+  client: KubeClient;
+  netlink: Netlink;
+  node: string;
+  flags: AnnounceFlags;
+  log: Logger;
+  metrics: AnnouncerMetrics;
+}
+
+export interface Announcing {
+  /** Withdraws everything, then deletes the Lease (a successor need not wait for it to expire). */
+  stop(): Promise<void>;
+}
+
+/** Netlink events come in bursts: one refresh per burst. */
+const NETLINK_DEBOUNCE_MS = 200;
+
+/** What assignments.ts reads of a Service: the rest is never cached. */
+function trimService(service: Service): Service {
+  const { namespace, name, resourceVersion, deletionTimestamp, annotations } = service.metadata ?? {};
+  const announcer = annotations?.[ANNOUNCER_ANNOTATION];
+  return {
+    metadata: {
+      namespace,
+      name,
+      resourceVersion,
+      deletionTimestamp,
+      annotations: announcer === undefined ? {} : { [ANNOUNCER_ANNOTATION]: announcer },
+    },
+    spec: { type: service.spec?.type },
+    status: { loadBalancer: { ingress: (service.status?.loadBalancer?.ingress ?? []).map(({ ip }) => ({ ip })) } },
+  };
+}
+
+export async function startAnnouncing(options: AnnouncingOptions): Promise<Announcing> {
+  const { client, netlink, node, flags, metrics } = options;
+  const log = options.log.with({ node });
+  const name = announcerLeaseName(node) as string; // checked with the flags
+  const lease = new AnnouncerLease({
+    leases: new Resource<Lease>(client, leaseResource(flags.leaseNamespace)),
+    identity: { node, name, namespace: flags.leaseNamespace },
+    log,
+    onRenewed: () => reconcile(),
+    onResult: (result) => metrics.renewals.with({ result }).inc(),
+  });
+  // Only this node's Services. The watch is renewed every 1-2 min, not 30-60 as the Node's: a connection that died
+  // silently is then noticed within minutes (its idle timeout), not an hour in which the node might go on announcing
+  // an address since assigned to another. Beside the renewals every second it costs nothing.
+  const services = new Informer(new Resource<Service>(client, SERVICE_RESOURCE), {
+    labelSelector: `${ANNOUNCER_LABEL}=${announcerLabelValue(node)}`,
+    transform: trimService,
+    watchTimeoutSeconds: { min: 60, max: 120 },
+    onError: (err) => log.error("watching the Services to announce failed", { err }),
+  });
+  const announcers = new LinkAnnouncers(log);
+  let segments: Segment[] = [];
+  let hostAddresses: string[] = [];
+  let deadlineTimer: NodeJS.Timeout | undefined;
+  let lastRule: Assignment["rule"] | undefined;
+  let lastSkipped = "";
+  let lastUnusable = "";
+  let stopped = false;
+
+  function reconcile(): void {
+    if (stopped) return;
+    const validUntil = lease.validUntil();
+    const leaseValid = performance.now() < validUntil;
+    clearTimeout(deadlineTimer);
+    // Re-armed on every pass: a timer that fires a little early finds the Lease still valid and waits again.
+    if (leaseValid) deadlineTimer = setTimeout(reconcile, validUntil - performance.now());
+    const assignment = decideAssignments({ node, services: services.list(), segments, hostAddresses, leaseValid });
+    report(assignment, validUntil);
+    metrics.announced.set(announcers.apply(assignment.byLink));
+  }
+
+  /** Logs what changed (the rule, the skipped addresses) once, and sets the gauges. */
+  function report(assignment: Assignment, validUntil: number): void {
+    if (assignment.rule !== lastRule) {
+      // How long after the deadline the withdrawal came (a late timer: a busy event loop), for the record.
+      const lateMs = Math.round(performance.now() - validUntil);
+      if (assignment.rule === "lease-not-valid" && lastRule !== undefined)
+        log.warn(`L2: ${assignment.reason}`, { afterDeadlineMs: lateMs });
+      else log.info(`L2: ${assignment.reason}`);
+      lastRule = assignment.rule;
+    }
+    const skipped = JSON.stringify(assignment.skipped);
+    if (skipped !== lastSkipped)
+      for (const { service, address, rule, reason } of assignment.skipped)
+        log.info(`L2: not announcing: ${reason}`, { service, address, rule });
+    lastSkipped = skipped;
+    for (const rule of SKIP_RULES)
+      metrics.skipped.with({ rule }).set(assignment.skipped.filter((skip) => skip.rule === rule).length);
+  }
+
+  async function refreshLinks(): Promise<void> {
+    try {
+      const [addresses, links] = await Promise.all([netlink.listAddresses(), netlink.listLinks()]);
+      segments = nodeSegments(addresses, links, flags.interfaces);
+      const unusable = unusableInterfaces(links, flags.interfaces).join(",");
+      if (unusable !== lastUnusable && unusable !== "")
+        log.warn("L2: --lb-l2-interfaces names no link with a MAC here: nothing announced there", { unusable });
+      lastUnusable = unusable;
+      hostAddresses = addresses.map((address) => address.address);
+      lease.setSegments(segmentsAnnotation(segments));
+      reconcile();
+    } catch (err) {
+      log.error("L2: listing the links and addresses failed", { err });
+    }
+  }
+
+  services.addHandlers({ onAdd: reconcile, onUpdate: reconcile, onDelete: reconcile });
+  await refreshLinks();
+  const changes = netlink.watchChanges(() => void refreshLinks(), NETLINK_DEBOUNCE_MS);
+  services.start();
+  lease.start();
+  log.info("L2 announcing started", { lease: `${flags.leaseNamespace}/${name}`, segments: segmentsAnnotation(segments) });
+
+  return {
+    async stop() {
+      stopped = true;
+      clearTimeout(deadlineTimer);
+      changes.close();
+      announcers.closeAll();
+      metrics.announced.set(0);
+      log.info("L2: withdrawn everything (stopping)");
+      await services.stop();
+      await lease.stop();
+    },
+  };
+}
+
+/** One announcer per link in use, brought in line with what to announce on each. */
+class LinkAnnouncers {
+  private readonly log: Logger;
+  private readonly byLink = new Map<string, { link: AnnouncedLink; announcer: Announcer }>();
+  /** "<address> <link>" whose announce() threw: retried on every pass (each second), said once. */
+  private readonly failing = new Set<string>();
+
+  constructor(log: Logger) {
+    this.log = log;
+  }
+
+  /** Announces and withdraws as `wanted` says; a link no longer in use (or replaced) loses its announcer. */
+  apply(wanted: Map<string, LinkAnnouncements>): number {
+    for (const [name, current] of this.byLink) {
+      const next = wanted.get(name);
+      if (next && next.link.index === current.link.index && next.link.mac === current.link.mac) continue;
+      current.announcer.close(); // withdraws what it announced there
+      this.byLink.delete(name);
+      this.log.info("L2: announcer closed", { link: name });
+    }
+    for (const [name, { link, addresses }] of wanted) {
+      const entry = this.byLink.get(name) ?? { link, announcer: startAnnouncer({ link, log: this.log }) };
+      this.byLink.set(name, entry);
+      for (const address of entry.announcer.announced())
+        if (!addresses.includes(address)) entry.announcer.withdraw(address);
+      for (const address of addresses) this.announce(entry.announcer, name, address);
+    }
+    return [...this.byLink.values()].reduce((sum, { announcer }) => sum + announcer.announced().length, 0);
+  }
+
+  closeAll(): void {
+    for (const { announcer } of this.byLink.values()) announcer.close();
+    this.byLink.clear();
+  }
+
+  private announce(announcer: Announcer, link: string, address: string): void {
+    const key = `${address} ${link}`;
+    try {
+      announcer.announce(address);
+      this.failing.delete(key);
+    } catch (err) {
+      if (!this.failing.has(key)) this.log.error("L2: announcing failed", { err, address, link });
+      this.failing.add(key);
+    }
+  }
+}

@@ -1,0 +1,164 @@
+// This node's announcer Lease (src/pools/announcement.ts is the contract): created when missing, renewed every
+// RENEW_INTERVAL_MS by an update pinned to the resourceVersion last read, deleted on a graceful stop so that the
+// pool controller moves the node's addresses at once. After each renewal that succeeded the node may announce
+// until announceDeadline() of the moment that renewal was SENT: the controller times the Lease from when it saw
+// it, which is later. Only the monotonic clock measures that; the Lease's times are for people.
+import { performance } from "node:perf_hooks";
+import type { Lease } from "kubernetes-types/coordination/v1.js";
+import type { Logger } from "../../cli/log.ts";
+import { isApiError } from "../../kube/errors.ts";
+import { microTime } from "../../kube/leaderelection.ts";
+import type { Resource } from "../../kube/resource.ts";
+import {
+  ANNOUNCER_LEASE_LABEL,
+  announceDeadline,
+  LEASE_DURATION_SECONDS,
+  RENEW_INTERVAL_MS,
+  SEGMENTS_ANNOTATION,
+} from "../../pools/announcement.ts";
+import { sleep } from "../../time/backoff.ts";
+
+export interface LeaseIdentity {
+  node: string;
+  /** announcerLeaseName(node), checked at start. */
+  name: string;
+  namespace: string;
+}
+
+/** The Lease as this node keeps it, from `current` (the one read) if any: acquireTime stays while it holds it. */
+export function announcerLease(identity: LeaseIdentity, segments: string, now: Date, current?: Lease): Lease {
+  const time = microTime(now);
+  const held = current?.spec?.holderIdentity === identity.node && current.spec.acquireTime;
+  return {
+    apiVersion: "coordination.k8s.io/v1",
+    kind: "Lease",
+    metadata: {
+      ...current?.metadata,
+      name: identity.name,
+      namespace: identity.namespace,
+      labels: { ...current?.metadata?.labels, [ANNOUNCER_LEASE_LABEL]: "true" },
+      annotations: { ...current?.metadata?.annotations, [SEGMENTS_ANNOTATION]: segments },
+    },
+    spec: {
+      ...current?.spec,
+      holderIdentity: identity.node,
+      leaseDurationSeconds: LEASE_DURATION_SECONDS,
+      acquireTime: held || time,
+      renewTime: time,
+    },
+  };
+}
+
+export interface AnnouncerLeaseOptions {
+  leases: Resource<Lease>;
+  identity: LeaseIdentity;
+  log: Logger;
+  /** After each renewal that succeeded: until when (performance.now() ms) the node may announce. */
+  onRenewed(deadlineMs: number): void;
+  /** Each renewal's result, for metrics. */
+  onResult(result: "ok" | "error"): void;
+}
+
+/** Conflicts (someone else wrote it) and deletions met in one renewal before it gives up until the next. */
+const WRITE_ATTEMPTS = 3;
+/** A renewal still unanswered after the Lease's duration can no longer give any validity. */
+const ROUND_TIMEOUT_MS = LEASE_DURATION_SECONDS * 1000;
+const DELETE_TIMEOUT_MS = 5000;
+
+export class AnnouncerLease {
+  private readonly options: AnnouncerLeaseOptions;
+  private readonly abort = new AbortController();
+  private current: Lease | undefined;
+  private segments = "";
+  private deadline = -Infinity;
+  private failing = false;
+  private loop: Promise<void> | undefined;
+
+  constructor(options: AnnouncerLeaseOptions) {
+    this.options = options;
+  }
+
+  /** Until when (performance.now() ms) the node may announce; in the past until a renewal succeeds. */
+  validUntil(): number {
+    return this.deadline;
+  }
+
+  /** The node's on-link prefixes (SEGMENTS_ANNOTATION), written with the next renewal. */
+  setSegments(segments: string): void {
+    this.segments = segments;
+  }
+
+  start(): void {
+    this.loop ??= this.run();
+  }
+
+  /** Stops renewing (the renewal under way is abandoned), then deletes the Lease this node wrote. */
+  async stop(): Promise<void> {
+    this.abort.abort();
+    await this.loop;
+    this.deadline = -Infinity;
+    const uid = this.current?.metadata?.uid;
+    if (!uid) return;
+    try {
+      const signal = AbortSignal.timeout(DELETE_TIMEOUT_MS);
+      await this.options.leases.delete(this.options.identity.name, { preconditions: { uid }, signal });
+      this.options.log.info("announcer Lease deleted", { lease: this.options.identity.name });
+    } catch (err) {
+      if (!isApiError(err, "NotFound")) this.options.log.warn("deleting the announcer Lease failed", { err });
+    }
+  }
+
+  private async run(): Promise<void> {
+    const stopped = this.abort.signal;
+    while (!stopped.aborted) {
+      const started = performance.now();
+      await this.renew(AbortSignal.any([stopped, AbortSignal.timeout(ROUND_TIMEOUT_MS)]));
+      await sleep(started + RENEW_INTERVAL_MS - performance.now(), stopped);
+    }
+  }
+
+  private async renew(signal: AbortSignal): Promise<void> {
+    const { log, onRenewed, onResult } = this.options;
+    try {
+      const sentAt = await this.write(signal);
+      this.deadline = announceDeadline(sentAt, LEASE_DURATION_SECONDS);
+      onResult("ok");
+      if (this.failing) log.info("announcer Lease renewed again", { lease: this.options.identity.name });
+      this.failing = false;
+      onRenewed(this.deadline);
+    } catch (err) {
+      if (this.abort.signal.aborted) return;
+      onResult("error");
+      // Said once per run of failures: the API may be away for long, and this runs every second.
+      if (!this.failing) log.warn("renewing the announcer Lease failed; announcing stops at its deadline", { err });
+      this.failing = true;
+    }
+  }
+
+  /** Creates or updates the Lease; returns when the write that succeeded was sent (monotonic ms). */
+  private async write(signal: AbortSignal): Promise<number> {
+    const { leases, identity } = this.options;
+    for (let attempt = 1; ; attempt++) {
+      const lease = announcerLease(identity, this.segments, new Date(), this.current);
+      const sentAt = performance.now();
+      try {
+        this.current = this.current ? await leases.update(lease, { signal }) : await leases.create(lease, { signal });
+        return sentAt;
+      } catch (err) {
+        if (attempt >= WRITE_ATTEMPTS) throw err;
+        if (isApiError(err, "NotFound")) this.current = undefined; // deleted: create it again
+        else if (isApiError(err, "Conflict") || isApiError(err, "AlreadyExists")) this.current = await this.read(signal);
+        else throw err;
+      }
+    }
+  }
+
+  private async read(signal: AbortSignal): Promise<Lease | undefined> {
+    try {
+      return await this.options.leases.get(this.options.identity.name, { signal });
+    } catch (err) {
+      if (isApiError(err, "NotFound")) return undefined;
+      throw err;
+    }
+  }
+}

@@ -1,0 +1,119 @@
+// The agent announcing for real (world.ts): a kube-apiserver, the agent in a node's network namespace as uid 65532
+// with CAP_NET_RAW only, reaching the API through a proxy the test can cut, and a client on the node's bridge. Its
+// announcer Lease is created with label, segments and holder, renewed, recreated when deleted; a Service assigned
+// to the node (annotation and label, an ingress IP in the link's subnet) makes the client resolve that IP to the
+// node's MAC, over ARP and NDP; moved to another node, or with the API cut, the node stops answering, and answers
+// again when the API returns; on SIGTERM it withdraws and deletes its Lease.
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import type { Lease } from "kubernetes-types/coordination/v1.js";
+import {
+  ANNOUNCER_LEASE_LABEL,
+  announcerLeaseName,
+  LEASE_DURATION_SECONDS,
+  SEGMENTS_ANNOTATION,
+} from "../../src/pools/announcement.ts";
+import { waitFor } from "../../localcluster/wait.ts";
+import { type AgentNode, type AnnounceWorld, startAnnounceWorld, SUBNET } from "./world.ts";
+
+const NODE = "node-a";
+const LEASE = announcerLeaseName(NODE) as string;
+const ADDRESSES = [`${SUBNET.v4}.55`, `${SUBNET.v6}:55`];
+/** And one in none of the node's segments: skipped by rule. */
+const INGRESS = [...ADDRESSES, "203.0.113.5"];
+const WAIT_MS = 60_000;
+
+describe("the agent announcing LoadBalancer addresses, with its Lease, against a real kube-apiserver", () => {
+  let world: AnnounceWorld;
+  let node: AgentNode;
+
+  before(async () => {
+    world = await startAnnounceWorld(77);
+    node = await world.addNode(NODE, 0);
+  });
+
+  after(() => world?.stop());
+
+  /** What went wrong, with the agent's last words. */
+  const diagnose = (err: unknown): never => {
+    throw new Error(`${(err as Error).message}\nagent:\n${node.logs().split("\n").slice(-40).join("\n")}`, {
+      cause: err,
+    });
+  };
+  const readLease = () => node.readLease();
+  const everyAddress = (mac: string | undefined) => async () => {
+    for (const address of ADDRESSES) if ((await world.resolve(address)) !== mac) return false;
+    return true;
+  };
+  const answered = (what: string) => waitFor(what, everyAddress(node.mac), WAIT_MS).catch(diagnose);
+  const unanswered = (what: string) => waitFor(what, everyAddress(undefined), WAIT_MS).catch(diagnose);
+  const assign = (to: string) => world.assign("web", to, INGRESS);
+
+  test("the Lease: created with label, segments and holder; renewed; created again when deleted", async () => {
+    const first = await waitFor("the announcer Lease", readLease, WAIT_MS).catch(diagnose);
+    assert.equal(first.metadata?.labels?.[ANNOUNCER_LEASE_LABEL], "true");
+    assert.equal(first.metadata?.annotations?.[SEGMENTS_ANNOTATION], `${SUBNET.v4}.0/24,${SUBNET.v6}:/64`);
+    assert.equal(first.spec?.holderIdentity, NODE);
+    assert.equal(first.spec?.leaseDurationSeconds, LEASE_DURATION_SECONDS);
+    const renewed = async () => (await readLease())?.spec?.renewTime !== first.spec?.renewTime;
+    await waitFor("a renewal (renewTime moves)", renewed, WAIT_MS).catch(diagnose);
+    await world.leases.delete(LEASE);
+    const again = async () => {
+      const lease = await readLease();
+      return lease && lease.metadata?.uid !== first.metadata?.uid && lease;
+    };
+    const recreated = await waitFor("the Lease created again", again, WAIT_MS).catch(diagnose);
+    assert.equal(recreated.spec?.holderIdentity, NODE);
+  });
+
+  test("the Lease: another writer's change is re-read and kept, the holder taken back; segments follow", async () => {
+    const lease = (await readLease()) as Lease;
+    const labels = { ...lease.metadata?.labels, team: "net" };
+    // Its next update, pinned to the resourceVersion it read, conflicts: it re-reads and renews on top.
+    const spec = { ...lease.spec, holderIdentity: "someone-else" };
+    await world.leases.update({ ...lease, metadata: { ...lease.metadata, labels }, spec });
+    const renewedOnTop = async () => {
+      const current = await readLease();
+      return current?.spec?.holderIdentity === NODE && current.metadata?.labels?.team === "net";
+    };
+    await waitFor("the Lease renewed on top of the other writer's change", renewedOnTop, WAIT_MS).catch(diagnose);
+    await node.host.ip("address", "add", "198.18.78.1/24", "dev", node.link);
+    const segments = `${SUBNET.v4}.0/24,198.18.78.0/24,${SUBNET.v6}:/64`;
+    const followed = async () => (await readLease())?.metadata?.annotations?.[SEGMENTS_ANNOTATION] === segments;
+    await waitFor(`segments ${segments}`, followed, WAIT_MS).catch(diagnose);
+  });
+
+  test("a Service assigned to the node is announced (ARP, NDP); assigned to another node, it is not", async () => {
+    await assign(NODE);
+    await answered("the client resolving both addresses to the node's MAC");
+    const metrics = await (await fetch(`http://${node.reachableAt}:10265/metrics`)).text();
+    assert.match(metrics, /^local_ccm_l2_announced_addresses 2$/m);
+    assert.match(metrics, /^local_ccm_l2_skipped_addresses\{rule="no-segment"\} 1$/m, "the address outside its segments");
+    await assign("node-b");
+    await unanswered("nobody answering once the Service is another node's");
+    await assign(NODE);
+    await answered("the node answering again once it is assigned back");
+  });
+
+  test("with the API cut, the node stops answering; when the API returns, it answers again", async (t) => {
+    await answered("the node answering before the cut");
+    node.proxy.cut();
+    await unanswered("nobody answering while the node cannot renew its Lease");
+    assert.match(node.logs(), /renewing the announcer Lease failed/);
+    // A figure, not a check (timers run late on a loaded machine): how long after its deadline it withdrew.
+    t.diagnostic(/not surely valid.*afterDeadlineMs=\S+/.exec(node.logs())?.[0] ?? "no withdrawal logged");
+    node.proxy.restore();
+    await answered("the node answering again once its Lease is renewed");
+  });
+
+  test("SIGTERM: everything withdrawn, the Lease deleted, exit 0", async () => {
+    await answered("the node answering before it stops");
+    node.signal("SIGTERM");
+    assert.equal(await node.exited, 0);
+    assert.equal(await readLease(), undefined, "the Lease is deleted");
+    await unanswered("nobody answering once the agent has stopped");
+    const lines = node.logs();
+    const [withdrawn, deleted] = [lines.indexOf("withdrawn everything"), lines.indexOf("announcer Lease deleted")];
+    assert.ok(withdrawn >= 0 && deleted > withdrawn, "withdrawn, then the Lease deleted");
+  });
+});

@@ -1,0 +1,193 @@
+// A world for the agent's L2 announcing: a real kube-apiserver, and one bridge joining a client and node network
+// namespaces. Each node runs the agent (src/bin/local-ccm.ts, --lb-l2-announce) as uid 65532 with CAP_NET_RAW only,
+// and reaches the API through a proxy of its own that the test can cut while the node's links stay up.
+//   root 198.19.<n>.<4s+1>/30 ── .<4s+2>/30 node s ── bridge 198.18.77.0/24, fd00:198:77::/64 ── client (.9)
+// (<n>: one per test file, as the root namespace is shared; the bridge is in namespaces of the file's own.)
+import { type ChildProcess, spawn } from "node:child_process";
+import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import type { Lease } from "kubernetes-types/coordination/v1.js";
+import type { Service } from "kubernetes-types/core/v1.js";
+import { isApiError } from "../../src/kube/errors.ts";
+import { leaseResource, Resource, SERVICE_RESOURCE } from "../../src/kube/resource.ts";
+import {
+  ANNOUNCER_ANNOTATION,
+  ANNOUNCER_LABEL,
+  announcerLabelValue,
+  announcerLeaseName,
+} from "../../src/pools/announcement.ts";
+import { onExit } from "../../localcluster/cleanup.ts";
+import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
+import { waitFor } from "../../localcluster/wait.ts";
+import { quietHost } from "../netns/detect-client.ts";
+import { createNetwork, type Host, RAW_ONLY } from "../netns/netns.ts";
+import { startTcpProxy, type TcpProxy } from "./tcp-proxy.ts";
+
+const AGENT = path.resolve(import.meta.dirname, "../../src/bin/local-ccm.ts");
+export const NAMESPACE = "kube-system";
+export const SUBNET = { v4: "198.18.77", v6: "fd00:198:77:" };
+const MAX_NODES = 4;
+
+export interface AgentNode {
+  name: string;
+  host: Host;
+  /** Its link on the bridge, and that link's MAC. */
+  link: string;
+  mac: string;
+  /** Its address on its root link: its /metrics (plain HTTP) is at http://<reachableAt>:10265/metrics. */
+  reachableAt: string;
+  proxy: TcpProxy;
+  logs(): string;
+  readLease(): Promise<Lease | undefined>;
+  signal(signal: NodeJS.Signals): void;
+  exited: Promise<number | null>;
+}
+
+export interface AnnounceWorld {
+  plane: ControlPlane;
+  leases: Resource<Lease>;
+  services: Resource<Service>;
+  client: Host;
+  clientLink: string;
+  /** A node in `slot` (0-3) on the bridge (its address there .<slot+1>), its agent started. */
+  addNode(name: string, slot: number): Promise<AgentNode>;
+  /** Asks afresh from the client: the MAC that answered for `address`, or undefined when nobody did. */
+  resolve(address: string): Promise<string | undefined>;
+  /** Assigns Service `name` to `node` as the pool controller does: annotation, label, ingress `addresses`. */
+  assign(name: string, node: string, addresses: string[]): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** `subnet`: 198.19.<subnet>.0/24 for the nodes' links to the root namespace (test/announce/: 77 and 78). */
+export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld> {
+  const rootIP = (slot: number) => `198.19.${subnet}.${4 * slot + 1}`;
+  const net = await createNetwork();
+  const stops: (() => Promise<void>)[] = [() => net.remove()];
+  const stop = async () => {
+    for (const step of stops.splice(0).reverse()) await step();
+  };
+  try {
+    const bridge = await net.host();
+    await bridge.ip("link", "add", "br0", "type", "bridge");
+    await bridge.ip("link", "set", "br0", "up");
+    const join = async (host: Host, suffix: number) => {
+      const addressesB = [`${SUBNET.v4}.${suffix}/24`, `${SUBNET.v6}:${suffix}/64`];
+      const link = await net.link(bridge, host, { addressesB });
+      await bridge.ip("link", "set", link.nameA, "master", "br0");
+      return link.nameB;
+    };
+    const client = await quietHost(net);
+    const clientLink = await join(client, 9);
+    const plane = await startControlPlane({ extraIPs: Array.from({ length: MAX_NODES }, (_, slot) => rootIP(slot)) });
+    stops.push(() => plane.stop());
+    // RBAC is not what these tests prove (least privilege and the node-scope policy have their own).
+    await plane.kubectl(["create", "serviceaccount", "l2-agent", "-n", NAMESPACE]);
+    const binding = ["create", "clusterrolebinding", "l2-agent", "--clusterrole=cluster-admin"];
+    await plane.kubectl([...binding, `--serviceaccount=${NAMESPACE}:l2-agent`]);
+    // The agents' user must read their kubeconfigs: a folder of their own.
+    const dir = await mkdtemp(path.join(os.tmpdir(), "l2-agent-"));
+    stops.push(() => rm(dir, { recursive: true, force: true }));
+    await chmod(dir, 0o755);
+    const leases = new Resource<Lease>(plane.admin, leaseResource(NAMESPACE));
+    const services = new Resource<Service>(plane.admin, { ...SERVICE_RESOURCE, namespace: "default" });
+
+    const addNode = async (name: string, slot: number): Promise<AgentNode> => {
+      const host = await quietHost(net);
+      const link = await join(host, slot + 1);
+      const mac = JSON.parse(await host.ip("-j", "link", "show", link))[0].address as string;
+      const [root, reachableAt] = [rootIP(slot), `198.19.${subnet}.${4 * slot + 2}`];
+      // Its link to the API has a MAC too: --lb-l2-interfaces leaves it out.
+      await net.link("root", host, { addressesA: [`${root}/30`], addressesB: [`${reachableAt}/30`] });
+      const proxy = await startTcpProxy(root, { host: root, port: Number(new URL(plane.serverAt(root)).port) });
+      stops.push(() => proxy.close());
+      const server = `https://${root}:${proxy.port}`;
+      const minted = await plane.serviceAccountKubeconfig({ namespace: NAMESPACE, name: "l2-agent", server });
+      const kubeconfig = path.join(dir, `${name}.kubeconfig`);
+      await writeFile(kubeconfig, await readFile(minted), { mode: 0o644 });
+      const args = [
+        ...[AGENT, `--node-name=${name}`, `--kubeconfig=${kubeconfig}`],
+        ...["--lb-l2-announce", `--lb-l2-lease-namespace=${NAMESPACE}`, `--lb-l2-interfaces=${link}`],
+        ...["--external-ip-target=", "--require-local-node=false", "--secure-metrics=false", "--v=2"],
+      ];
+      const argv = ["setpriv", "--pdeathsig", "KILL", ...RAW_ONLY, "--", process.execPath, ...args];
+      const agent: ChildProcess = spawn("nsenter", [`--net=/run/netns/${host.name}`, ...argv], {
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      const forget = onExit(() => agent.kill("SIGKILL"));
+      const exited = new Promise<number | null>((resolve) => agent.once("exit", (code) => resolve(code)));
+      stops.push(async () => {
+        if (agent.exitCode === null && agent.signalCode === null) agent.kill("SIGKILL");
+        await exited;
+        forget();
+      });
+      const logs: string[] = [];
+      for (const stream of [agent.stdout, agent.stderr]) stream?.on("data", (chunk: Buffer) => logs.push(String(chunk)));
+      const leaseName = announcerLeaseName(name) as string;
+      return {
+        name,
+        host,
+        link,
+        mac,
+        reachableAt,
+        proxy,
+        logs: () => logs.join(""),
+        readLease: () =>
+          leases.get(leaseName).catch((err: unknown) => {
+            if (isApiError(err, "NotFound")) return undefined;
+            throw err;
+          }),
+        signal: (signal) => agent.kill(signal),
+        exited,
+      };
+    };
+
+    const neighbour = async (address: string): Promise<{ lladdr?: string; state: string[] } | undefined> =>
+      JSON.parse(await client.ip("-j", "neigh", "show", "to", address, "dev", clientLink))[0];
+    // A datagram to the discard port: the client resolves the address first.
+    const sendFromClient = (address: string) =>
+      client.exec(process.execPath, [
+        "-e",
+        `const s = require("node:dgram").createSocket("udp${address.includes(":") ? 6 : 4}");
+         s.send("x", 9, ${JSON.stringify(address)}, () => s.close());`,
+      ]);
+
+    return {
+      plane,
+      leases,
+      services,
+      client,
+      clientLink,
+      addNode,
+      async resolve(address) {
+        await client.ip("neigh", "flush", "to", address, "dev", clientLink);
+        await sendFromClient(address);
+        const settled = await waitFor(`the client's question about ${address} settled`, async () => {
+          const entry = await neighbour(address);
+          return entry && !entry.state.includes("INCOMPLETE") && entry;
+        });
+        return settled.state.includes("FAILED") ? undefined : settled.lladdr;
+      },
+      async assign(name, node, addresses) {
+        const metadata = {
+          name,
+          namespace: "default",
+          annotations: { [ANNOUNCER_ANNOTATION]: node },
+          labels: { [ANNOUNCER_LABEL]: announcerLabelValue(node) },
+        };
+        const exists = await services.get(name).then(
+          () => true,
+          () => false,
+        );
+        if (exists) await services.patch(name, "merge", { metadata });
+        else await services.create({ metadata, spec: { type: "LoadBalancer", ports: [{ port: 80 }] } });
+        const ingress = addresses.map((ip) => ({ ip, ipMode: "VIP" }));
+        await services.patch(name, "merge", { status: { loadBalancer: { ingress } } }, { subresource: "status" });
+      },
+      stop,
+    };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
