@@ -51,6 +51,8 @@ const REST_SERVICES = Number(process.env.BENCH_L2_REST_SERVICES ?? 200);
 const TRIALS = Number(process.env.BENCH_L2_TRIALS ?? 10);
 const FAILOVER_NODES = Number(process.env.BENCH_L2_FAILOVER_NODES ?? 6);
 const REST_SECONDS = Number(process.env.BENCH_L2_REST_SECONDS ?? 60);
+/** Both phases at once, on two clusters: half the time, more load (printed beside the figures). */
+const PARALLEL = process.env.BENCH_L2_PARALLEL === "1";
 const NODES = 4;
 const PROBE_EVERY_MS = 100;
 /** Generous: the machine runs other work too. */
@@ -387,6 +389,14 @@ function total(byNode: Map<string, Map<string, number>> | undefined): string {
   return sum ? `${sum} (${[...counts].map(([what, n]) => `${n} ${what}`).join(", ")})` : "0";
 }
 
+/** Both results; when one fails, its error once the other has ended too (and stopped its cluster). */
+async function bothSettled<A, B>(a: Promise<A>, b: Promise<B>): Promise<[A, B]> {
+  const [first, second] = await Promise.allSettled([a, b]);
+  if (first.status === "rejected") throw first.reason;
+  if (second.status === "rejected") throw second.reason;
+  return [first.value, second.value];
+}
+
 async function main(): Promise<void> {
   const picked = process.argv.slice(2);
   const names = picked.length ? picked : Object.keys(IMPLEMENTATIONS);
@@ -395,13 +405,14 @@ async function main(): Promise<void> {
   const runs: [Implementation, Figures][] = [];
   for (const name of names) {
     const impl = IMPLEMENTATIONS[name] as Implementation;
-    const created = await createAndRest(impl);
-    const failed = await failovers(impl);
+    const [created, failed] = PARALLEL ? await bothSettled(createAndRest(impl), failovers(impl))
+      : [await createAndRest(impl), await failovers(impl)];
     runs.push([impl, { ...created, ...failed }]);
   }
   const row = (figure: string, cell: (f: Figures, impl: Implementation) => string, note = "") =>
     console.log(`| ${figure} | ${runs.map(([impl, f]) => cell(f, impl)).join(" | ")} | ${note} |`);
-  console.log(`\nL2 announcement, ${NODES} nodes (node-0 control plane), ${REST_SECONDS} s at rest\n`);
+  const phases = PARALLEL ? "both phases at once" : "one phase after the other";
+  console.log(`\nL2 announcement, ${NODES} nodes (node-0 control plane), ${REST_SECONDS} s at rest, ${phases}\n`);
   console.log(`| figure | ${runs.map(([impl]) => impl.label).join(" | ")} | |`);
   console.log(`|---|${runs.map(() => "---|").join("")}---|`);
   row(`Service created → answers the client, p50 / p99 (${SERVICES})`, (f) => latency(f.created));
