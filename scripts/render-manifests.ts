@@ -65,6 +65,7 @@ export function chartControllersYaml(): string {
     clusterRules: controller.rbac.cluster,
     namespacedRules: controller.rbac.namespaced ?? {},
     namespacedRulesCoveredBy: rolesCoveredBy(controller),
+    ...(controller.rbac.releaseNamespace ? { releaseNamespaceRules: controller.rbac.releaseNamespace } : {}),
   }));
   const header = `# ${GENERATED} from the controller registry (src/manager/registry.ts); do not edit.\n`;
   // Controllers share rule objects (service/definition.ts LOAD_BALANCER_RULES): written out in full each time.

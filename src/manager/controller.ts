@@ -21,6 +21,8 @@ export interface PolicyRule {
 export interface Rbac {
   cluster: PolicyRule[];
   namespaced?: Record<string, PolicyRule[]>;
+  /** Rules in the namespace the chart is installed in (a flag of the controller names it to the program). */
+  releaseNamespace?: PolicyRule[];
 }
 
 /** A controller's watches by the name it reads its cache under. */
@@ -52,7 +54,13 @@ export interface RunningController {
   stop(): Promise<void>;
 }
 
-export interface ControllerDefinition<F extends readonly FlagSpec[], C, M, W extends Watches> {
+export interface ControllerDefinition<
+  F extends readonly FlagSpec[],
+  C,
+  M,
+  W extends Watches,
+  R extends RunningController = RunningController,
+> {
   /** The --controllers item and the `controller` log key. */
   name: string;
   /** Whether --controllers=* runs it. */
@@ -77,15 +85,19 @@ export interface ControllerDefinition<F extends readonly FlagSpec[], C, M, W ext
   rbac: Rbac;
   /** The resources it reads, with selectors and the fields it keeps. */
   watches(config: C): W;
-  create(context: ControllerContext<M, W>, config: C): RunningController;
+  create(context: ControllerContext<M, W>, config: C): R;
 }
 
 /** Any controller definition, as the registry lists them. */
 export type AnyController = ControllerDefinition<readonly FlagSpec[], unknown, unknown, Watches>;
 
 /** Identity that checks a definition against its own types. */
-export function defineController<const F extends readonly FlagSpec[], C, M, W extends Watches>(
-  definition: ControllerDefinition<F, C, M, W>,
-): ControllerDefinition<F, C, M, W> {
+export function defineController<
+  const F extends readonly FlagSpec[],
+  C,
+  M,
+  W extends Watches,
+  R extends RunningController,
+>(definition: ControllerDefinition<F, C, M, W, R>): ControllerDefinition<F, C, M, W, R> {
   return definition;
 }

@@ -307,6 +307,7 @@ describe("the program's flag table", () => {
       "lb-max-nodes": "loadBalancer.maxNodes",
       "lb-reserved-ports": "loadBalancer.reservedPorts",
       "lb-l2-claim-classless": "loadBalancer.l2.pools.claimClassless",
+      "lb-l2-lease-namespace": undefined,
       kubeconfig: undefined,
       v: `${prefix}verbosity`,
       "log-format": `${prefix}logFormat`,

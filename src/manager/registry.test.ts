@@ -33,6 +33,8 @@ test("each controller's RBAC lets it list and watch every resource it watches, w
       const rules = [
         ...controller.rbac.cluster,
         ...(namespace === undefined ? [] : (controller.rbac.namespaced?.[namespace] ?? [])),
+        // The chart installs into the namespace it passes (deploy/: kube-system, the flags' default).
+        ...(namespace === "kube-system" ? (controller.rbac.releaseNamespace ?? []) : []),
       ];
       for (const verb of ["list", "watch"]) {
         assert.ok(
@@ -56,8 +58,8 @@ test("rulesGrant: every group, resource, verb and name of the rule, by one grant
   assert.ok(!rulesGrant([services], { ...services, resources: ["services", "endpoints"] }), "a resource missing");
 });
 
-test("the CSR approver's Role in default is needless while the service controller runs, and only then", () => {
-  assert.deepEqual(rolesCoveredBy(kubeletServingCsr), { default: ["service"] });
+test("the CSR approver's Role in default is needless while a LoadBalancer controller runs, and only then", () => {
+  assert.deepEqual(rolesCoveredBy(kubeletServingCsr), { default: ["service", "service-l2-pools"] });
   for (const controller of CONTROLLERS.filter((each) => each !== kubeletServingCsr))
     assert.deepEqual(rolesCoveredBy(controller), {}, `${controller.name} has no Role`);
 });

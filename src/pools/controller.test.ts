@@ -3,12 +3,19 @@
 // never gets an address already handed out; and a restart on the written state writes nothing.
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Node, Service } from "kubernetes-types/core/v1.js";
 import { createLogger } from "../cli/log.ts";
 import { Registry } from "../cli/metrics.ts";
 import { ApiError } from "../kube/errors.ts";
 import { objectKey } from "../kube/informer.ts";
 import { L2_CLASS } from "./allocate.ts";
+import {
+  ANNOUNCER_ANNOTATION,
+  ANNOUNCER_LEASE_PREFIX,
+  LEASE_DURATION_SECONDS,
+  SEGMENTS_ANNOTATION,
+} from "./announcement.ts";
 import { PoolController } from "./controller.ts";
 import { createPoolsMetrics } from "./metrics.ts";
 import type { LoadBalancerIPPool } from "./pool.ts";
@@ -37,27 +44,34 @@ const service = (name: string, created: string): Service => ({
 });
 
 /** A controller whose API keeps the written Services apart until `deliver()` plays the watch events. */
-function world(options: { failFirstStatus?: boolean } = {}) {
+function world(options: { failFirstStatus?: boolean; now?: () => number } = {}) {
   const services = new FakeCache<Service>();
   const nodes = new FakeCache<Node>();
+  const leases = new FakeCache<Lease>();
   const pools = new FakeCache<LoadBalancerIPPool>();
   pools.put({ metadata: { name: "p" }, spec: { addresses: ["198.51.100.0/31"] } });
   const stored = new Map<string, Service>();
   const pending: Service[] = [];
   let version = 100;
-  const writes: { name: string; ingress?: string[] }[] = [];
+  const writes: { name: string; ingress?: string[]; announcer?: string }[] = [];
   /** While set, the API answers no write (each is recorded in `writes` when sent). */
   let gate: Promise<void> | undefined;
   const controller = new PoolController({
-    config: { claimClassless: false },
+    config: { claimClassless: false, leaseNamespace: "kube-system" },
     dryRun: false,
     services,
     nodes,
     pools,
+    leases,
+    endpointSlices: new FakeCache(),
     serviceResource: (namespace) => ({
       patch: async (name, _type, body) => {
         const ingress = (body as Service).status?.loadBalancer?.ingress?.map(({ ip }) => ip ?? "");
-        writes.push({ name, ...(ingress ? { ingress } : {}) });
+        const annotations = (body as Service).metadata?.annotations ?? {};
+        const announcer = Object.hasOwn(annotations, ANNOUNCER_ANNOTATION)
+          ? { announcer: annotations[ANNOUNCER_ANNOTATION] ?? "none" }
+          : {};
+        writes.push({ name, ...(ingress ? { ingress } : {}), ...announcer });
         await gate;
         if (ingress && options.failFirstStatus) {
           options.failFirstStatus = false;
@@ -81,6 +95,7 @@ function world(options: { failFirstStatus?: boolean } = {}) {
     log: createLogger({ verbosity: 0, format: "text", write: () => {} }),
     metrics: createPoolsMetrics(new Registry(), "test_"),
     retryBackoff: { baseMs: 1, capMs: 10 },
+    ...(options.now ? { now: options.now } : {}),
   });
   const add = (item: Service) => {
     services.put(item);
@@ -104,7 +119,24 @@ function world(options: { failFirstStatus?: boolean } = {}) {
       open();
     };
   };
-  return { controller, services, add, deliver, writes, hold };
+  const addNode = (name: string) => {
+    const node: Node = { metadata: { name }, status: { conditions: [{ type: "Ready", status: "True" }] } };
+    nodes.put(node);
+    controller.nodeHandlers.onAdd?.(node);
+  };
+  /** An announcer Lease renewed at `renewTime`, on the pool's segment. */
+  const renew = (node: string, renewTime: string) => {
+    const name = ANNOUNCER_LEASE_PREFIX + node;
+    const lease: Lease = {
+      metadata: { namespace: "kube-system", name, annotations: { [SEGMENTS_ANNOTATION]: "198.51.100.0/24" } },
+      spec: { renewTime, leaseDurationSeconds: LEASE_DURATION_SECONDS },
+    };
+    const before = leases.get(`kube-system/${name}`);
+    leases.put(lease);
+    if (before) controller.leaseHandlers.onUpdate?.(before, lease);
+    else controller.leaseHandlers.onAdd?.(lease);
+  };
+  return { controller, services, add, deliver, writes, hold, addNode, renew };
 }
 
 test("a Service seen before the watch shows an allocation never gets that address, even when older", async () => {
@@ -173,4 +205,29 @@ test("a new controller on the written state writes nothing", async () => {
   second.controller.start();
   await second.controller.idle();
   assert.deepEqual(second.writes, []);
+});
+
+test("the announcer follows the status; it moves once its Lease is unrenewed a duration", async () => {
+  let nowMs = 0;
+  const { controller, add, deliver, writes, addNode, renew } = world({ now: () => nowMs });
+  for (const node of ["n1", "n2"]) addNode(node);
+  renew("n1", "2026-01-01T00:00:00.000000Z");
+  controller.start();
+  add(service("a", "2026-01-01T00:00:01Z"));
+  await controller.idle();
+  assert.deepEqual(writes, [{ name: "a" }, { name: "a", ingress: ["198.51.100.0"] }], "no announcer before the status");
+  deliver();
+  await controller.idle();
+  assert.deepEqual(writes.slice(2), [{ name: "a", announcer: "n1" }]);
+  deliver();
+  // n2 renews at 2.9 s: n1, unrenewed since 0, is still live and stays.
+  nowMs = 2900;
+  renew("n2", "2026-01-01T00:00:02.900000Z");
+  await controller.idle();
+  assert.equal(writes.length, 3);
+  // At 3 s n1's Lease has gone a duration unrenewed (by this controller's clock): n2 takes over at once.
+  nowMs = 3000;
+  renew("n2", "2026-01-01T00:00:03.000000Z");
+  await controller.idle();
+  assert.deepEqual(writes.slice(3), [{ name: "a", announcer: "n2" }]);
 });

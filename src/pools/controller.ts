@@ -8,8 +8,14 @@
 // this process decides are held for allocate() from the decision until the cache shows them, so an allocation made
 // in between never sees them free. Only the leader writes, and only what differs.
 //
-// Which node announces each address is the next step's (the agents' announcers); this controller gives addresses.
+// Once a Service's status shows its addresses, assignAnnouncers() (announcers.ts) picks the node that announces
+// them from the announcer Leases (leases.ts), the Nodes and, for Local, the EndpointSlices; the announcer
+// annotation and label are written by a merge patch pinned to the version read, after the status, and removed
+// before anything else when the Service loses its addresses or its announcer. Liveness changes with time alone:
+// the queue runs the assignment again (addAfter) when the first live Lease would expire or a grace ends.
+import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { LoadBalancerIngress, Node, Service } from "kubernetes-types/core/v1.js";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import type { Logger } from "../cli/log.ts";
 import { isApiError } from "../kube/errors.ts";
 import { type EventRecorder, serviceReference } from "../kube/events.ts";
@@ -19,6 +25,8 @@ import { WorkQueue } from "../kube/workqueue.ts";
 import { canonicalIp } from "../net/ip.ts";
 import type { Cache } from "../service/controller.ts";
 import { LB_FINALIZER } from "../service/decide.ts";
+import { endpointSliceFacts, ReadyEndpoints } from "../service/endpoints.ts";
+import { type NodeFacts, nodeFacts, sameNodeFacts } from "../service/nodes.ts";
 import type { BackoffOptions } from "../time/backoff.ts";
 import {
   ALLOCATED_FROM_ANNOTATION,
@@ -29,7 +37,17 @@ import {
   type L2ServiceFacts,
   l2ServiceFacts,
 } from "./allocate.ts";
+import { ANNOUNCER_ANNOTATION, ANNOUNCER_LABEL, announcerLabelValue } from "./announcement.ts";
+import {
+  type AnnouncedService,
+  type AnnouncerDecision,
+  type AnnouncersResult,
+  announcedFacts,
+  announcerOf,
+  assignAnnouncers,
+} from "./announcers.ts";
 import type { PoolsConfig } from "./flags.ts";
+import { AnnouncerLeases } from "./leases.ts";
 import type { PoolsMetrics } from "./metrics.ts";
 import { type LoadBalancerIPPool, type PoolFacts, type PoolStatus, poolFacts } from "./pool.ts";
 import { poolStatus, sameStatus } from "./status.ts";
@@ -40,6 +58,9 @@ export interface PoolControllerOptions {
   services: Cache<Service>;
   nodes: Cache<Node>;
   pools: Cache<LoadBalancerIPPool>;
+  /** The announcer Leases (announcement.ts) in their namespace. */
+  leases: Cache<Lease>;
+  endpointSlices: Cache<EndpointSlice>;
   /** The Service resource of a namespace (patches of the object and of its status). */
   serviceResource(namespace: string): Pick<Resource<Service>, "patch">;
   poolResource: Pick<Resource<LoadBalancerIPPool>, "patch">;
@@ -52,6 +73,8 @@ export interface PoolControllerOptions {
   workers?: number;
   /** Retry delays of a key whose write failed (default 1 s doubling to 5 min). */
   retryBackoff?: BackoffOptions;
+  /** A monotonic clock in ms (default performance.now): Leases are timed by it. */
+  now?: () => number;
 }
 
 /** What a Service should be brought to. */
@@ -60,7 +83,7 @@ type Decision =
   | { action: "release"; rule: "deleted" | "not-ours"; reason: string; moved: undefined }
   | { action: "ignore" };
 
-type Write = "record" | "status" | "release";
+type Write = "record" | "status" | "announcer" | "release";
 
 /** What a Service holds once this process's writes to it are done. */
 interface Hold {
@@ -71,10 +94,11 @@ interface Hold {
 
 type WrittenState = Pick<L2ServiceFacts, "ingress" | "allocatedFrom" | "finalizer">;
 
-/** Queue keys: one per Service, one per pool, and one that only reallocates (a Node changed). */
+/** Queue keys: one per Service, one per pool, one that only reallocates, one that only reassigns announcers. */
 const SERVICE = "service:";
 const POOL = "pool:";
 const ALLOCATION = "allocation";
+const ANNOUNCEMENT = "announcement";
 
 export class PoolController {
   private readonly options: Required<PoolControllerOptions>;
@@ -85,17 +109,36 @@ export class PoolController {
   private stale = true;
   /** What allocate() reads of each Service of ours, to tell when it must run again. */
   private readonly inputs = new Map<string, string>();
+  /** What assignAnnouncers() reads of each Service beside its allocation, likewise. */
+  private readonly announceInputs = new Map<string, string>();
   /** What Services hold by this process's decisions, for allocate(), until their cached copies show it. */
   private readonly holds = new Map<string, Hold>();
   /** Per Service, the versions its writes started from: not synced from again (the writes' own come next). */
   private readonly acted = new Map<string, Set<string | undefined>>();
   /** The last warning told per Service: told again only when it changes. */
   private readonly warned = new Map<string, string>();
+  private readonly leases = new AnnouncerLeases();
+  private readonly nodeFacts = new Map<string, NodeFacts>();
+  private readonly endpoints = new ReadyEndpoints();
+  private announcement: AnnouncersResult | undefined;
+  private announceStale = true;
+  /** When this process removed a live announcer from each Service (monotonic ms). */
+  private readonly releasedAt = new Map<string, number>();
+  /** Services that had addresses and no announcer when this replica started leading. */
+  private readonly unannouncedAtStart = new Set<string>();
+  /** The last announcement warning told per Service. */
+  private readonly warnedAnnouncer = new Map<string, string>();
+  private startedAtMs = 0;
   private started = false;
   private stopped = false;
 
   constructor(options: PoolControllerOptions) {
-    this.options = { workers: 4, retryBackoff: { baseMs: 1000, capMs: 300_000 }, ...options };
+    this.options = {
+      workers: 4,
+      retryBackoff: { baseMs: 1000, capMs: 300_000 },
+      now: () => performance.now(),
+      ...options,
+    };
     this.queue = new WorkQueue({
       workers: this.options.workers,
       backoff: this.options.retryBackoff,
@@ -109,7 +152,8 @@ export class PoolController {
     onUpdate: (_, service) => this.serviceChanged(service),
     onDelete: (service) => {
       const key = objectKey(service);
-      for (const map of [this.inputs, this.holds, this.acted, this.warned]) map.delete(key);
+      const maps = [this.inputs, this.announceInputs, this.holds, this.acted, this.warned, this.warnedAnnouncer];
+      for (const map of [...maps, this.releasedAt]) map.delete(key);
       this.changed(ALLOCATION);
     },
   };
@@ -121,12 +165,35 @@ export class PoolController {
   };
 
   readonly nodeHandlers: InformerHandlers<Node> = {
-    onAdd: () => this.changed(ALLOCATION),
+    onAdd: (node) => {
+      this.nodeChanged(node);
+      this.changed(ALLOCATION);
+    },
     onUpdate: (before, after) => {
+      this.nodeChanged(after);
       if (JSON.stringify(before.status?.addresses) !== JSON.stringify(after.status?.addresses))
         this.changed(ALLOCATION);
     },
-    onDelete: () => this.changed(ALLOCATION),
+    onDelete: (node) => {
+      this.nodeFacts.delete(node.metadata?.name ?? "");
+      this.announcementChanged();
+      this.changed(ALLOCATION);
+    },
+  };
+
+  readonly leaseHandlers: InformerHandlers<Lease> = {
+    onAdd: (lease) => this.leaseChanged(lease),
+    onUpdate: (_, lease) => this.leaseChanged(lease),
+    onDelete: (lease) => {
+      this.leases.gone(lease);
+      this.announcementChanged();
+    },
+  };
+
+  readonly endpointSliceHandlers: InformerHandlers<EndpointSlice> = {
+    onAdd: (slice) => this.sliceChanged(slice, false),
+    onUpdate: (_, slice) => this.sliceChanged(slice, false),
+    onDelete: (slice) => this.sliceChanged(slice, true),
   };
 
   /** Allocates, and syncs every Service and pool (call once every cache has synced). */
@@ -135,9 +202,16 @@ export class PoolController {
     this.resync();
   }
 
-  /** Syncs everything cached again: at start, and when this replica starts leading. */
+  /** Syncs everything cached again, and starts the start grace: at start, and when this replica starts leading. */
   resync(): void {
     this.stale = true;
+    this.announceStale = true;
+    // The replica that led before may have released a Service just now: a grace from here (announcers.ts).
+    this.startedAtMs = this.options.now();
+    this.unannouncedAtStart.clear();
+    for (const service of this.options.services.list())
+      if (l2ServiceFacts(service).ingress.length && announcedFacts(service).announcer === undefined)
+        this.unannouncedAtStart.add(objectKey(service));
     for (const service of this.options.services.list()) this.enqueue(SERVICE + objectKey(service));
     for (const pool of this.options.pools.list()) this.enqueue(POOL + objectKey(pool));
   }
@@ -162,12 +236,37 @@ export class PoolController {
       if (inputs === undefined) this.inputs.delete(key);
       else this.inputs.set(key, inputs);
     }
+    const announced = JSON.stringify([facts.ingress, facts.deleting, announcedFacts(service)]);
+    if (announced !== this.announceInputs.get(key)) {
+      this.announceStale = true;
+      this.announceInputs.set(key, announced);
+    }
     this.enqueue(SERVICE + key);
   }
 
   private changed(key: string): void {
     this.stale = true;
     this.enqueue(key);
+  }
+
+  private announcementChanged(): void {
+    this.announceStale = true;
+    this.enqueue(ANNOUNCEMENT);
+  }
+
+  private nodeChanged(node: Node): void {
+    const facts = nodeFacts(node, undefined);
+    const before = this.nodeFacts.get(facts.name);
+    if (!before || !sameNodeFacts(before, facts)) this.announcementChanged();
+    this.nodeFacts.set(facts.name, facts);
+  }
+
+  private leaseChanged(lease: Lease): void {
+    if (this.leases.seen(lease, this.options.now())) this.announcementChanged();
+  }
+
+  private sliceChanged(slice: EndpointSlice, deleted: boolean): void {
+    if (this.endpoints.update(endpointSliceFacts(slice), deleted).length) this.announcementChanged();
   }
 
   /** Events before start() are taken in by its resync. */
@@ -207,6 +306,7 @@ export class PoolController {
     this.options.metrics.allocateSeconds.observe((performance.now() - started) / 1000);
     const before = this.result;
     this.result = next;
+    this.announceStale = true;
     if (!before) return next;
     for (const key of new Set([...before.services.keys(), ...next.services.keys()]))
       if (JSON.stringify(before.services.get(key)) !== JSON.stringify(next.services.get(key)))
@@ -216,29 +316,97 @@ export class PoolController {
     return next;
   }
 
+  /**
+   * The announcer of every allocated Service whose status shows its addresses, assigned again after any change
+   * and when a Lease expires or a grace ends (wakeAt); the Services whose decision changed are queued.
+   */
+  private announcements(result: AllocateResult): AnnouncersResult {
+    if (this.announcement && !this.announceStale) return this.announcement;
+    this.announceStale = false;
+    const nowMs = this.options.now();
+    const { announcers, nextExpiryMs } = this.leases.announcers(nowMs);
+    this.options.metrics.liveAnnouncers.set(announcers.filter(({ live }) => live).length);
+    const services: AnnouncedService[] = [];
+    for (const service of this.options.services.list()) {
+      const facts = l2ServiceFacts(service);
+      const allocation = result.services.get(facts.key);
+      if (allocation?.action !== "allocate" || facts.deleting || facts.ingress.join() !== allocation.ips.join())
+        continue;
+      const { local, announcer, nodeSelector } = announcedFacts(service);
+      const releasedAtMs = this.releasedAt.get(facts.key);
+      const unannouncedAtStart = this.unannouncedAtStart.has(facts.key);
+      const { key, ips } = { key: facts.key, ips: allocation.ips };
+      services.push({ key, ips, local, announcer, nodeSelector, releasedAtMs, unannouncedAtStart });
+    }
+    const next = assignAnnouncers({
+      services,
+      announcers,
+      ineligible: (node) => {
+        const facts = this.nodeFacts.get(node);
+        return facts ? facts.ineligible : { rule: "no-node", reason: "has no Node" };
+      },
+      nodeLabels: (node) => this.nodeFacts.get(node)?.labels ?? {},
+      readyNodes: (service) => this.endpoints.readyNodes(service),
+      nowMs,
+      startedAtMs: this.startedAtMs,
+    });
+    const before = this.announcement?.decisions;
+    this.announcement = next;
+    for (const [key, decision] of next.decisions)
+      if (JSON.stringify(before?.get(key)) !== JSON.stringify(decision)) {
+        this.options.metrics.announcers.with({ action: decision.action, rule: decision.rule }).inc();
+        this.enqueue(SERVICE + key);
+      }
+    for (const key of before?.keys() ?? []) if (!next.decisions.has(key)) this.enqueue(SERVICE + key);
+    this.wakeAt(Math.min(next.wakeAtMs ?? Infinity, nextExpiryMs ?? Infinity));
+    return next;
+  }
+
+  /** Assigns the announcers again at `atMs` (monotonic ms), when a Lease may expire or a grace ends. */
+  private wakeAt(atMs: number): void {
+    // A millisecond late, so that the time it wakes at is past the expiry it waits for.
+    if (atMs !== Infinity) this.queue.addAfter(ANNOUNCEMENT, Math.max(0, atMs - this.options.now()) + 1);
+  }
+
   private async sync(key: string): Promise<void> {
     if (!this.options.isLeader()) return;
+    // Queued by a change, or by wakeAt(): time alone changes which Leases are live.
+    if (key === ANNOUNCEMENT) this.announceStale = true;
     const result = this.allocation();
-    if (key.startsWith(SERVICE)) return this.syncService(key.slice(SERVICE.length), result);
+    const announcement = this.announcements(result);
+    if (key.startsWith(SERVICE)) return this.syncService(key.slice(SERVICE.length), result, announcement);
     if (key.startsWith(POOL)) return this.syncPool(key.slice(POOL.length), result);
   }
 
-  private async syncService(key: string, result: AllocateResult): Promise<void> {
+  private async syncService(key: string, result: AllocateResult, announcement: AnnouncersResult): Promise<void> {
     const service = this.options.services.get(key);
     if (!service) return;
     const resourceVersion = service.metadata?.resourceVersion;
     if (this.acted.get(key)?.has(resourceVersion)) return;
     const facts = l2ServiceFacts(service);
     const decision = this.decide(facts, result.services.get(key));
-    if (decision.action === "ignore") return void this.holds.delete(key);
-    this.options.metrics.syncs.with({ action: decision.action, rule: decision.rule }).inc();
-    this.warn(service, decision);
-    const writes = writesFor(facts, decision);
+    const announced = decision.action === "allocate" ? announcement.decisions.get(key) : undefined;
+    const announcer = announced && announcerOf(announced);
+    const before = announcedFacts(service);
+    const differs = before.announcer !== announcer || before.label !== labelOf(announcer);
+    // An announcer goes before anything else changes, and comes after the status shows the addresses.
+    const writes: Write[] = [
+      ...(differs && announcer === undefined ? (["announcer"] as const) : []),
+      ...(decision.action === "ignore" ? [] : writesFor(facts, decision)),
+      ...(differs && announcer !== undefined ? (["announcer"] as const) : []),
+    ];
+    if (decision.action !== "ignore") {
+      this.options.metrics.syncs.with({ action: decision.action, rule: decision.rule }).inc();
+      this.warn(service, decision);
+    }
+    this.warnAnnouncer(service, announced);
     if (!writes.length) return void this.holds.delete(key); // the cached copy shows the decision
-    const log = this.options.log.with({ service: key, rule: decision.rule });
+    const rule = decision.action === "ignore" ? "not-ours" : decision.rule;
+    const reason = decision.action === "ignore" ? "the Service is not ours" : decision.reason;
+    const log = this.options.log.with({ service: key, rule });
     if (this.options.dryRun) {
       for (const write of writes) this.options.metrics.writes.with({ write, result: "dry-run" }).inc();
-      return log.info("would write (dry run)", { writes: writes.join(","), reason: decision.reason });
+      return log.info("would write (dry run)", { writes: writes.join(","), announcer, reason });
     }
     // Held from the decision on, before the first write is answered.
     const { ingress, allocatedFrom, finalizer } = facts;
@@ -254,8 +422,12 @@ export class PoolController {
         // Each write starts from the version the one before made. The watch may deliver that version before this
         // write is answered: it lacks what this write adds, and a sync from it would write the same again.
         acted.add(version);
-        version = await this.send(service, version, decision, write, log);
+        version = await this.send(service, version, decision, write, announcer, log);
         if (version === undefined) return void this.acted.delete(key);
+        // A live announcer removed: its agent announces until it sees that; the next one waits (announcers.ts).
+        const removed = write === "announcer" && announcer === undefined ? before.announcer : undefined;
+        if (removed !== undefined && this.leases.isLive(removed, this.options.now()))
+          this.releasedAt.set(key, this.options.now());
       }
     } catch (err) {
       this.acted.delete(key);
@@ -265,6 +437,10 @@ export class PoolController {
       log.info("wrote ingress", { ingress: decision.ips.join(","), reason: decision.reason });
       const event = facts.ingress.length ? "UpdatedLoadBalancer" : "EnsuredLoadBalancer";
       this.options.events.record(serviceReference(service), "Normal", event, `Allocated ${decision.reason}`);
+    }
+    if (writes.includes("announcer")) {
+      const fields = { announcer: announcer ?? "none", before: before.announcer ?? "none" };
+      log.info("wrote announcer", { ...fields, reason: announced?.reason ?? reason });
     }
     if (decision.action === "release") log.info("released Service", { reason: decision.reason });
   }
@@ -285,6 +461,7 @@ export class PoolController {
     resourceVersion: string | undefined,
     decision: Decision,
     write: Write,
+    announcer: string | undefined,
     log: Logger,
   ): Promise<string | undefined> {
     const { metadata = {} } = service;
@@ -299,6 +476,11 @@ export class PoolController {
         const ingress: LoadBalancerIngress[] = ips.map((ip) => ({ ip, ipMode: "VIP" }));
         const patch = { status: { loadBalancer: { ingress } } };
         written = await resource.patch(name, "merge", patch, { subresource: "status" });
+      } else if (write === "announcer") {
+        // Pinned to the version read: the announcer was decided from it.
+        const annotations = { [ANNOUNCER_ANNOTATION]: announcer ?? null };
+        const labels = { [ANNOUNCER_LABEL]: labelOf(announcer) ?? null };
+        written = await resource.patch(name, "merge", { metadata: { resourceVersion, annotations, labels } });
       } else {
         // Pinned to the version read: a finalizer list changed by someone else meanwhile is never overwritten.
         const finalizers = write === "record" ? [...others, LB_FINALIZER] : others;
@@ -337,19 +519,36 @@ export class PoolController {
     }
   }
 
-  /** A Warning Event and log when what is wrong with a Service changes; nothing while it stays the same. */
   private warn(service: Service, decision: Decision): void {
-    const key = objectKey(service);
     const warning =
       decision.action === "refuse"
         ? { reason: "AllocationFailed", message: `refused (${decision.rule}): ${decision.reason}` }
         : decision.action === "allocate" && decision.moved
           ? { reason: "AddressMoved", message: `moved to ${decision.ips.join(", ")}: ${decision.moved}` }
           : undefined;
-    if (!warning) return void this.warned.delete(key);
-    if (this.warned.get(key) === warning.message) return;
-    this.warned.set(key, warning.message);
-    this.options.log.warn("Service not served as asked", { service: key, rule: decision.action, ...warning });
+    this.tell(service, decision.action, warning, this.warned);
+  }
+
+  private warnAnnouncer(service: Service, decision: AnnouncerDecision | undefined): void {
+    const warning =
+      decision?.action === "refuse"
+        ? { reason: "NoAnnouncer", message: `refused (${decision.rule}): ${decision.reason}` }
+        : undefined;
+    this.tell(service, decision?.rule, warning, this.warnedAnnouncer);
+  }
+
+  /** A Warning Event and log when what is wrong with a Service changes; nothing while it stays the same. */
+  private tell(
+    service: Service,
+    rule: string | undefined,
+    warning: { reason: string; message: string } | undefined,
+    told: Map<string, string>,
+  ): void {
+    const key = objectKey(service);
+    if (!warning) return void told.delete(key);
+    if (told.get(key) === warning.message) return;
+    told.set(key, warning.message);
+    this.options.log.warn("Service not served as asked", { service: key, rule, ...warning });
     if (this.options.dryRun) return;
     this.options.events.record(serviceReference(service), "Warning", warning.reason, warning.message);
   }
@@ -362,9 +561,13 @@ const release = (rule: "deleted" | "not-ours", reason: string): Decision => ({
   moved: undefined,
 });
 
+const labelOf = (announcer: string | undefined) =>
+  announcer === undefined ? undefined : announcerLabelValue(announcer);
+
 /** A Service's state after one write. */
 function after(state: WrittenState, write: Write, decision: Decision): WrittenState {
   const allocation = decision.action === "allocate" ? decision : undefined;
+  if (write === "announcer") return state;
   if (write === "status") return { ...state, ingress: allocation?.ips ?? [] };
   if (write === "record") return { ...state, finalizer: true, allocatedFrom: allocation?.pools.join(",") };
   return { ...state, finalizer: false, allocatedFrom: undefined };

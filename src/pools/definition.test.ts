@@ -1,11 +1,12 @@
 // The watches keep what the decisions read: the facts of a trimmed object are those of the whole one.
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Node, Service } from "kubernetes-types/core/v1.js";
 import { keepTransform } from "../kube/fields.ts";
 import type { KubeObject } from "../kube/resource.ts";
 import type { Watch } from "../kube/sharedinformers.ts";
-import { LB_FINALIZER } from "../service/decide.ts";
+import { LB_FINALIZER, NODE_SELECTOR_ANNOTATION } from "../service/decide.ts";
 import {
   ALLOCATED_FROM_ANNOTATION,
   L2_CLASS,
@@ -14,14 +15,17 @@ import {
   REQUESTED_IPS_ANNOTATION,
   SHARING_ANNOTATION,
 } from "./allocate.ts";
+import { ANNOUNCER_ANNOTATION, ANNOUNCER_LEASE_PREFIX, SEGMENTS_ANNOTATION } from "./announcement.ts";
+import { announcedFacts } from "./announcers.ts";
 import { servicePools } from "./definition.ts";
+import { AnnouncerLeases } from "./leases.ts";
 import { type LoadBalancerIPPool, poolFacts } from "./pool.ts";
 
-const watches = servicePools.watches({ claimClassless: false });
+const watches = servicePools.watches({ claimClassless: false, leaseNamespace: "kube-system" });
 
 const trim = <T extends KubeObject>(watch: Watch<T>, obj: T) => keepTransform(watch.keep)(obj);
 
-test("a Service keeps what l2ServiceFacts reads; other annotations and spec fields go", () => {
+test("a Service keeps what l2ServiceFacts and announcedFacts read; other annotations and spec fields go", () => {
   const service: Service = {
     metadata: {
       namespace: "ns",
@@ -37,6 +41,8 @@ test("a Service keeps what l2ServiceFacts reads; other annotations and spec fiel
         [POOL_ANNOTATION]: "p",
         [SHARING_ANNOTATION]: "k",
         [ALLOCATED_FROM_ANNOTATION]: "p",
+        [ANNOUNCER_ANNOTATION]: "n1",
+        [NODE_SELECTOR_ANNOTATION]: "zone=a",
         "kubectl.kubernetes.io/last-applied-configuration": "{}",
       },
     },
@@ -44,6 +50,7 @@ test("a Service keeps what l2ServiceFacts reads; other annotations and spec fiel
       type: "LoadBalancer",
       loadBalancerClass: L2_CLASS,
       loadBalancerIP: "198.51.100.1",
+      externalTrafficPolicy: "Local",
       ipFamilies: ["IPv4"],
       ports: [{ port: 80, protocol: "UDP", targetPort: 8080, nodePort: 30080 }],
       selector: { app: "web" },
@@ -52,11 +59,12 @@ test("a Service keeps what l2ServiceFacts reads; other annotations and spec fiel
   };
   const trimmed = trim(watches.services, service);
   assert.deepEqual(l2ServiceFacts(trimmed), l2ServiceFacts(service));
+  assert.deepEqual(announcedFacts(trimmed), announcedFacts(service));
   assert.equal(trimmed.metadata?.annotations?.["kubectl.kubernetes.io/last-applied-configuration"], undefined);
   assert.equal(trimmed.spec?.selector, undefined);
 });
 
-test("a pool keeps its spec and status; a Node its addresses", () => {
+test("a pool keeps its spec and status; a Node its addresses and what the node rules read", () => {
   const pool: LoadBalancerIPPool = {
     metadata: { name: "p", managedFields: [{ manager: "kubectl" }] },
     spec: { addresses: ["198.51.100.0/24"], namespaces: ["ns"], autoAssign: false, avoidBuggyIPs: true },
@@ -68,5 +76,25 @@ test("a pool keeps its spec and status; a Node its addresses", () => {
     status: { addresses: [{ type: "InternalIP", address: "10.0.0.1" }], capacity: { cpu: "4" } },
   };
   const addresses = node.status?.addresses;
-  assert.deepEqual(trim(watches.nodes, node), { metadata: { name: "n1" }, status: { addresses } });
+  assert.deepEqual(trim(watches.nodes, node), { metadata: { name: "n1", labels: { a: "b" } }, status: { addresses } });
+});
+
+test("an announcer Lease keeps what AnnouncerLeases reads, and is watched by its label in its namespace", () => {
+  const lease: Lease = {
+    metadata: {
+      name: `${ANNOUNCER_LEASE_PREFIX}n1`,
+      namespace: "kube-system",
+      annotations: { [SEGMENTS_ANNOTATION]: "192.0.2.0/24", other: "x" },
+      managedFields: [{ manager: "agent" }],
+    },
+    spec: { holderIdentity: "n1", renewTime: "2026-01-01T00:00:00.000000Z", leaseDurationSeconds: 5 },
+  };
+  const read = (each: Lease) => {
+    const leases = new AnnouncerLeases();
+    leases.seen(each, 0);
+    return leases.announcers(1000);
+  };
+  assert.deepEqual(read(trim(watches.leases, lease)), read(lease));
+  assert.equal(watches.leases.resource.namespace, "kube-system");
+  assert.equal(watches.leases.labelSelector, "local-ccm.io/l2-announcer=true");
 });

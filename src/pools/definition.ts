@@ -1,23 +1,45 @@
 // The address pool controller as node-lifecycle-controller hosts it (manager/registry.ts): its flags, metrics,
-// RBAC, the watches it reads (Services, Nodes, LoadBalancerIPPools, each trimmed to what it decides on) and how it
-// is created from the program's shared parts. Off by default: the chart turns it on with loadBalancer.l2.enabled,
-// and ships the LoadBalancerIPPool CRD (charts/local-ccm/crds/).
+// RBAC, the watches it reads (Services, Nodes, LoadBalancerIPPools, EndpointSlices, and the announcer Leases in
+// their namespace, each trimmed to what it decides on) and how it is created from the program's shared parts. Off
+// by default: the chart turns it on with loadBalancer.l2.enabled, ships the LoadBalancerIPPool CRD
+// (charts/local-ccm/crds/), and grants the Leases' list and watch in the release namespace (nlc-rbac.yaml: a
+// namespace the registry's rules cannot name).
+import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Node, Service } from "kubernetes-types/core/v1.js";
-import { NODE_RESOURCE, Resource, SERVICE_RESOURCE } from "../kube/resource.ts";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
+import {
+  ENDPOINT_SLICE_RESOURCE,
+  leaseResource,
+  NODE_RESOURCE,
+  Resource,
+  SERVICE_RESOURCE,
+} from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
 import { defineController } from "../manager/controller.ts";
-import { LOAD_BALANCER_RULES } from "../service/definition.ts";
+import { ENDPOINT_SLICE_RULE, LOAD_BALANCER_RULES, loadBalancerParts } from "../service/definition.ts";
+import { ENDPOINT_SLICE_FIELDS, NODE_FIELDS } from "../service/watches.ts";
+import { ANNOUNCER_LEASE_LABEL } from "./announcement.ts";
 import { PoolController } from "./controller.ts";
-import { poolsConfig, poolsFlagTable } from "./flags.ts";
+import { type PoolsConfig, poolsConfig, poolsFlagTable } from "./flags.ts";
 import { createPoolsMetrics } from "./metrics.ts";
 import { type LoadBalancerIPPool, POOL_RESOURCE } from "./pool.ts";
-import { NODE_FIELDS, POOL_FIELDS, SERVICE_FIELDS } from "./watches.ts";
+import { LEASE_FIELDS, POOL_FIELDS, SERVICE_FIELDS } from "./watches.ts";
 
-const WATCHES = {
+const SHARED_WATCHES = {
   services: watch<Service>({ resource: SERVICE_RESOURCE, keep: SERVICE_FIELDS }),
   nodes: watch<Node>({ resource: NODE_RESOURCE, keep: NODE_FIELDS }),
   pools: watch<LoadBalancerIPPool>({ resource: POOL_RESOURCE, keep: POOL_FIELDS }),
+  endpointSlices: watch<EndpointSlice>({ resource: ENDPOINT_SLICE_RESOURCE, keep: ENDPOINT_SLICE_FIELDS }),
 };
+
+const watches = ({ leaseNamespace }: PoolsConfig) => ({
+  ...SHARED_WATCHES,
+  leases: watch<Lease>({
+    resource: leaseResource(leaseNamespace),
+    labelSelector: `${ANNOUNCER_LEASE_LABEL}=true`,
+    keep: LEASE_FIELDS,
+  }),
+});
 
 export const servicePools = defineController({
   name: "service-l2-pools",
@@ -26,7 +48,7 @@ export const servicePools = defineController({
   summary:
     "Gives LoadBalancer Services of class local-ccm.io/l2 addresses from LoadBalancerIPPools (requested, shared " +
     "or the lowest free), recorded on the Service so that a restart never hands one out twice; writes the " +
-    "pools' status. Announcing the addresses on the network is not there yet.",
+    "pools' status; assigns each address to one live announcer (the agents' Leases) and records it on the Service.",
   flags: poolsFlagTable,
   classlessFlag: "lb-l2-claim-classless",
   parse: poolsConfig,
@@ -36,29 +58,31 @@ export const servicePools = defineController({
     // As the node-address service controller's, plus the pools: read, and their status written.
     cluster: [
       ...LOAD_BALANCER_RULES,
+      ENDPOINT_SLICE_RULE,
       { apiGroups: ["local-ccm.io"], resources: ["loadbalancerippools"], verbs: ["list", "watch"] },
       { apiGroups: ["local-ccm.io"], resources: ["loadbalancerippools/status"], verbs: ["patch"] },
     ],
+    // The agents' announcer Leases, where they keep them (the chart passes --lb-l2-lease-namespace).
+    releaseNamespace: [{ apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["list", "watch"] }],
   },
-  watches: () => WATCHES,
+  watches,
   create(context, config) {
-    const { services, nodes, pools } = context.caches;
+    const { services, nodes, pools, leases, endpointSlices } = context.caches;
     const controller = new PoolController({
       config,
-      dryRun: context.dryRun,
       services,
       nodes,
       pools,
-      serviceResource: (namespace) => new Resource<Service>(context.client, { ...SERVICE_RESOURCE, namespace }),
+      leases,
+      endpointSlices,
       poolResource: new Resource<LoadBalancerIPPool>(context.client, POOL_RESOURCE),
-      isLeader: context.isLeader,
-      events: context.events,
-      log: context.log,
-      metrics: context.metrics,
+      ...loadBalancerParts(context),
     });
     services.addHandlers(controller.serviceHandlers);
     nodes.addHandlers(controller.nodeHandlers);
     pools.addHandlers(controller.poolHandlers);
+    leases.addHandlers(controller.leaseHandlers);
+    endpointSlices.addHandlers(controller.endpointSliceHandlers);
     return controller;
   },
 });

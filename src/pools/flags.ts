@@ -1,10 +1,13 @@
 // The address pool controller's flags (lb-l2-*). They join the central program's one flag table; Helm values
 // under loadBalancer.l2.
 import { type FlagValues, flag } from "../cli/flags.ts";
+import { dnsLabel } from "../cli/validate.ts";
 
 export interface PoolsConfig {
   /** Give pool addresses to LoadBalancer Services without a loadBalancerClass too. */
   claimClassless: boolean;
+  /** Where the agents keep their announcer Leases (announcement.ts). */
+  leaseNamespace: string;
 }
 
 export const poolsFlagTable = [
@@ -18,8 +21,17 @@ export const poolsFlagTable = [
       "class local-ccm.io/l2 are always its own.",
     helm: "loadBalancer.l2.pools.claimClassless",
   }),
+  flag({
+    name: "lb-l2-lease-namespace",
+    type: "string",
+    default: "kube-system",
+    help:
+      "Address pool controller: the namespace of the agents' announcer Leases, from which it picks the node " +
+      "that announces each address. The chart passes its release namespace, where the agents run.",
+    validate: dnsLabel,
+  }),
 ] as const;
 
 export function poolsConfig(values: FlagValues<typeof poolsFlagTable>): PoolsConfig {
-  return { claimClassless: values["lb-l2-claim-classless"] };
+  return { claimClassless: values["lb-l2-claim-classless"], leaseNamespace: values["lb-l2-lease-namespace"] };
 }

@@ -11,11 +11,22 @@ export function createPoolsMetrics(registry: Registry, prefix: string) {
         "not-ours).",
       labels: ["action", "rule"],
     }),
+    announcers: registry.counter({
+      name: `${prefix}announcer_decisions_total`,
+      help:
+        "Changes of the decision of which node announces a Service's addresses, by action (announce, wait, " +
+        "refuse) and rule (sticky, assigned, failover; released, release-grace, start-grace; no-announcer).",
+      labels: ["action", "rule"],
+    }),
+    liveAnnouncers: registry.gauge({
+      name: `${prefix}live_announcers`,
+      help: "Announcer Leases live by this controller's observation (renewed within their duration).",
+    }),
     writes: registry.counter({
       name: `${prefix}writes_total`,
       help:
-        "Writes, by write (record: finalizer and allocated-from annotation, status, release, pool-status) and " +
-        "result (ok, conflict, gone, error, dry-run).",
+        "Writes, by write (record: finalizer and allocated-from annotation, status, announcer: its annotation " +
+        "and label, release, pool-status) and result (ok, conflict, gone, error, dry-run).",
       labels: ["write", "result"],
     }),
     allocateSeconds: registry.histogram({

@@ -30,7 +30,7 @@ import {
   type ServiceFacts,
   serviceFacts,
 } from "./decide.ts";
-import { type EndpointSliceFacts, endpointSliceFacts } from "./endpoints.ts";
+import { type EndpointSliceFacts, endpointSliceFacts, ReadyEndpoints } from "./endpoints.ts";
 import type { ServiceMetrics } from "./metrics.ts";
 import { type ExternalFamilies, intentHolds, type NodeChange } from "./nodechange.ts";
 import { type IpFamily, type NodeFacts, nodeFacts, sameNodeFacts } from "./nodes.ts";
@@ -71,9 +71,7 @@ export class ServiceController {
   private eligible: { nodes: NodeFacts[]; addresses: Set<string> } | undefined;
   /** Eligible nodes with an ExternalIP, per family. */
   private readonly externalIPs: Record<IpFamily, number> = { IPv4: 0, IPv6: 0 };
-  private readonly slices = new Map<string, EndpointSliceFacts>();
-  /** Service key → its slices' keys. */
-  private readonly slicesOf = new Map<string, Set<string>>();
+  private readonly endpoints = new ReadyEndpoints();
   /** Each Service's planInputs() and, for ours, its facts (for the port-conflict enqueue). */
   private readonly inputs = new Map<string, string>();
   private readonly planned = new Map<string, ServiceFacts>();
@@ -125,7 +123,7 @@ export class ServiceController {
   readonly endpointSliceHandlers: InformerHandlers<EndpointSlice> = {
     onAdd: (slice) => this.sliceChanged(endpointSliceFacts(slice)),
     onUpdate: (_, slice) => this.sliceChanged(endpointSliceFacts(slice)),
-    onDelete: (slice) => this.sliceChanged({ ...endpointSliceFacts(slice), readyNodes: [] }, true),
+    onDelete: (slice) => this.sliceChanged(endpointSliceFacts(slice), true),
   };
 
   /** Syncs every cached Service (call once the caches have synced). */
@@ -220,17 +218,7 @@ export class ServiceController {
   }
 
   private sliceChanged(facts: EndpointSliceFacts, deleted = false): void {
-    const before = this.slices.get(facts.key);
-    if (deleted) this.slices.delete(facts.key);
-    else this.slices.set(facts.key, facts);
-    if (before && before.service !== facts.service) this.slicesOf.get(before.service)?.delete(facts.key);
-    const keys = this.slicesOf.get(facts.service) ?? new Set<string>();
-    if (deleted) keys.delete(facts.key);
-    else keys.add(facts.key);
-    if (keys.size) this.slicesOf.set(facts.service, keys);
-    else this.slicesOf.delete(facts.service);
-    if (before && before.service === facts.service && before.readyNodes.join() === facts.readyNodes.join()) return;
-    for (const service of new Set([facts.service, before?.service ?? facts.service])) {
+    for (const service of this.endpoints.update(facts, deleted)) {
       const ours = this.planned.get(service);
       if (!ours?.local) continue;
       this.alone.delete(service);
@@ -238,13 +226,6 @@ export class ServiceController {
       this.enqueueSharingPorts(ours, undefined);
       this.enqueue(service);
     }
-  }
-
-  private readyNodes(service: string): Set<string> {
-    const nodes = new Set<string>();
-    for (const key of this.slicesOf.get(service) ?? [])
-      for (const node of this.slices.get(key)?.readyNodes ?? []) nodes.add(node);
-    return nodes;
   }
 
   /** Events before start() are taken in by its resync. */
@@ -268,7 +249,7 @@ export class ServiceController {
       this.plan = planIngress({
         services: this.planned.values(),
         nodes: this.eligible.nodes,
-        readyNodes: (service) => this.readyNodes(service),
+        readyNodes: (service) => this.endpoints.readyNodes(service),
         config: this.options.config,
       }, this.alone);
       this.options.metrics.planSeconds.observe((performance.now() - started) / 1000);

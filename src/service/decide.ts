@@ -185,7 +185,7 @@ function reservedPort(ports: ServicePort[], reserved: PortRange[]): string | und
 export const formatRange = ({ from, to }: PortRange) => (from === to ? `${from}` : `${from}-${to}`);
 
 /** The annotation's selector, undefined without one, or the refusal's reason when it does not parse. */
-function annotationSelector(text: string | undefined): LabelSelector | string | undefined {
+export function annotationSelector(text: string | undefined): LabelSelector | string | undefined {
   if (text === undefined) return undefined;
   try {
     return parseLabelSelector(text);

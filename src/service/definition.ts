@@ -5,7 +5,7 @@ import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, Resource, SERVICE_RESOURCE } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
-import { defineController, type PolicyRule } from "../manager/controller.ts";
+import { type ControllerContext, defineController, type PolicyRule, type Watches } from "../manager/controller.ts";
 import { ServiceController } from "./controller.ts";
 import { serviceConfig, serviceFlagTable } from "./flags.ts";
 import { createServiceMetrics } from "./metrics.ts";
@@ -29,6 +29,20 @@ export const LOAD_BALANCER_RULES: readonly PolicyRule[] = [
   { apiGroups: [""], resources: ["nodes"], verbs: ["list", "watch"] },
 ];
 
+/** For externalTrafficPolicy Local: which nodes hold a ready endpoint. */
+export const ENDPOINT_SLICE_RULE: PolicyRule = {
+  apiGroups: ["discovery.k8s.io"],
+  resources: ["endpointslices"],
+  verbs: ["list", "watch"],
+};
+
+/** What a LoadBalancer controller takes from the program's shared parts, beside its config and caches. */
+export function loadBalancerParts<M>(context: ControllerContext<M, Watches>) {
+  const { client, dryRun, isLeader, events, log, metrics } = context;
+  const serviceResource = (namespace: string) => new Resource<Service>(client, { ...SERVICE_RESOURCE, namespace });
+  return { dryRun, isLeader, events, log, metrics, serviceResource };
+}
+
 export const serviceLoadBalancer = defineController({
   name: "service",
   // It acts only on its own loadBalancerClass unless told to claim class-less Services too.
@@ -45,25 +59,14 @@ export const serviceLoadBalancer = defineController({
   rbac: {
     cluster: [
       ...LOAD_BALANCER_RULES,
-      { apiGroups: ["discovery.k8s.io"], resources: ["endpointslices"], verbs: ["list", "watch"] },
+      ENDPOINT_SLICE_RULE,
     ],
   },
   // The same whatever its config: the node selector is matched against labels, which the Node watch keeps whole.
   watches: () => WATCHES,
   create(context, config) {
     const { services, nodes, endpointSlices } = context.caches;
-    const controller = new ServiceController({
-      config,
-      dryRun: context.dryRun,
-      services,
-      nodes,
-      endpointSlices,
-      serviceResource: (namespace) => new Resource<Service>(context.client, { ...SERVICE_RESOURCE, namespace }),
-      isLeader: context.isLeader,
-      events: context.events,
-      log: context.log,
-      metrics: context.metrics,
-    });
+    const controller = new ServiceController({ config, services, nodes, endpointSlices, ...loadBalancerParts(context) });
     services.addHandlers(controller.serviceHandlers);
     nodes.addHandlers(controller.nodeHandlers);
     endpointSlices.addHandlers(controller.endpointSliceHandlers);

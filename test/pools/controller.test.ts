@@ -15,7 +15,7 @@ import {
 import type { LoadBalancerIPPool } from "../../src/pools/pool.ts";
 import { LB_FINALIZER } from "../../src/service/decide.ts";
 import { waitForEqual } from "../../localcluster/wait.ts";
-import { type PoolWorld, type RunningController, startPoolWorld } from "./world.ts";
+import { type PoolWorld, startPoolWorld } from "./world.ts";
 
 const WAIT_MS = 60_000;
 
@@ -73,19 +73,11 @@ const port = (number: number, protocol = "TCP"): ServicePort[] => [{ port: numbe
 const until = <T>(what: string, read: () => Promise<T>, expected: T) =>
   waitForEqual(what, read, expected, WAIT_MS);
 
-async function withController<T>(body: (running: RunningController) => Promise<T>): Promise<T> {
-  const running = await world.startController();
-  try {
-    return await body(running);
-  } finally {
-    await running.stop();
-  }
-}
 
 describe("address pool controller, against kube-apiserver", () => {
   test("lowest free address, recorded (finalizer, pool) with ipMode VIP; requested; shared by key", async () => {
     const g = await group({ main: { addresses: ["198.51.100.0/29"] } });
-    await withController(async () => {
+    await world.withController(async () => {
       await g.create("a");
       await until("a allocated", () => g.ingress("a"), ["198.51.100.0 VIP"]);
       assert.deepEqual(await g.record("a"), { finalizers: [LB_FINALIZER], from: g.pool("main") });
@@ -106,7 +98,7 @@ describe("address pool controller, against kube-apiserver", () => {
       edge: { addresses: ["203.0.113.0/30"], serviceSelector: { matchLabels: { tier: "edge" } } },
       manual: { addresses: ["192.0.2.0/30"], autoAssign: false },
     });
-    await withController(async () => {
+    await world.withController(async () => {
       await g.services.create({
         metadata: { name: "edge", labels: { tier: "edge" } },
         spec: { type: "LoadBalancer", loadBalancerClass: L2_CLASS, ports: [HTTP] },
@@ -124,7 +116,7 @@ describe("address pool controller, against kube-apiserver", () => {
 
   test("exhaustion: refused with an Event and a metric; a restart hands no address twice", async () => {
     const g = await group({ tiny: { addresses: ["198.51.100.16-198.51.100.17"] } });
-    await withController(async (running) => {
+    await world.withController(async (running) => {
       // Age decides who waits; Services created in the same second are ordered by name, so a, b, c in any case.
       for (const [name, number] of [["a", 80], ["b", 81], ["c", 82]] as const)
         await g.create(name, { ports: port(number) });
@@ -134,11 +126,12 @@ describe("address pool controller, against kube-apiserver", () => {
         `refused (pool-exhausted): no free IPv4 address in pool(s) ${g.pool("tiny")}`,
       ]);
       await running.controller.idle();
-      assert.match(running.registry.expose(), /test_pools_syncs_total\{action="refuse",rule="pool-exhausted"\} [1-9]/);
+      const exhausted = /test_service_l2_pools_syncs_total\{action="refuse",rule="pool-exhausted"\} [1-9]/;
+      assert.match(running.registry.expose(), exhausted);
     });
     // While no controller runs, one more Service comes.
     await g.create("d", { ports: port(83) });
-    await withController(async (running) => {
+    await world.withController(async (running) => {
       await until("d refused too", () => g.warnings("d"), [
         `refused (pool-exhausted): no free IPv4 address in pool(s) ${g.pool("tiny")}`,
       ]);
@@ -163,7 +156,7 @@ describe("address pool controller, against kube-apiserver", () => {
   test("pool conflicts: an overlapping pool and a node address inside are reported and never handed out", async () => {
     const g = await group({ one: { addresses: ["198.51.100.32/30"] }, two: { addresses: ["198.51.100.34/31"] } });
     await world.addNode(`${g.pool("node")}`, [{ type: "InternalIP", address: "198.51.100.32" }]);
-    await withController(async () => {
+    await world.withController(async () => {
       await g.create("a");
       await until("a skips the node's address", () => g.ingress("a"), ["198.51.100.33 VIP"]);
       await until("conflicts", async () => (await g.status("one"))?.conflicts, [

@@ -1,35 +1,46 @@
 // A world for the address pool controller's tests: a real control plane with the chart's LoadBalancerIPPool CRD,
-// Nodes with addresses, Services in namespaces of their own, and the controller run in this process as
+// Nodes with addresses, Services in namespaces of their own, announcer Leases renewed as the agents renew them (in
+// a namespace of their own), EndpointSlices, and the controller run in this process as
 // ../kube/controller-harness.ts runs controllers (its own RBAC rules only, trimmed informers).
+import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Node, NodeAddress, Service } from "kubernetes-types/core/v1.js";
-import { createLogger } from "../../src/cli/log.ts";
-import { Registry } from "../../src/cli/metrics.ts";
-import { KubeClient } from "../../src/kube/client.ts";
-import { loadClientConfig } from "../../src/kube/config.ts";
-import { EventRecorder } from "../../src/kube/events.ts";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
+import { microTime } from "../../src/kube/leaderelection.ts";
 import {
+  ENDPOINT_SLICE_RESOURCE,
   type KubeObject,
+  leaseResource,
   NODE_RESOURCE,
   Resource,
   type ResourceRef,
   SERVICE_RESOURCE,
 } from "../../src/kube/resource.ts";
+import {
+  ANNOUNCER_LEASE_LABEL,
+  announcerLeaseName,
+  LEASE_DURATION_SECONDS,
+  RENEW_INTERVAL_MS,
+  SEGMENTS_ANNOTATION,
+} from "../../src/pools/announcement.ts";
 import { PoolController } from "../../src/pools/controller.ts";
 import { servicePools } from "../../src/pools/definition.ts";
-import { createPoolsMetrics, type PoolsMetrics } from "../../src/pools/metrics.ts";
+import type { PoolsMetrics } from "../../src/pools/metrics.ts";
 import { type LoadBalancerIPPool, POOL_RESOURCE, POOL_TYPE } from "../../src/pools/pool.ts";
+import { SERVICE_NAME_LABEL } from "../../src/service/endpoints.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
-import { controllerKubeconfig, createNamespace, eventsAbout, trimmedInformer } from "../kube/controller-harness.ts";
+import {
+  type ControllerRun,
+  controllerKubeconfig,
+  createNamespace,
+  createNode,
+  eventsAbout,
+  setNodeReady,
+  startController,
+} from "../kube/controller-harness.ts";
 import { installPoolCrd } from "./crd.ts";
 
-export interface RunningController {
-  controller: PoolController;
-  metrics: PoolsMetrics;
-  registry: Registry;
-  /** Patches (Services, their status, pools' status) the controller's client has sent. */
-  writes(): number;
-  stop(): Promise<void>;
-}
+/** Its writes are patches of Services, of their status and of pools' status. */
+export type RunningController = ControllerRun<PoolController, PoolsMetrics>;
 
 export interface PoolWorld {
   plane: ControlPlane;
@@ -38,22 +49,36 @@ export interface PoolWorld {
   /** A fresh namespace. */
   namespace(): Promise<string>;
   createPool(name: string, spec: LoadBalancerIPPool["spec"]): Promise<void>;
+  /** A Ready Node. */
   addNode(name: string, addresses: NodeAddress[]): Promise<void>;
+  setReady(name: string, ready: "True" | "False"): Promise<void>;
+  /** A node's announcer Lease, renewed every RENEW_INTERVAL_MS as its agent would, until stopped. */
+  announce(node: string, segments: string[]): Promise<{ stop(): void }>;
+  /** An EndpointSlice of a Service with a ready endpoint on each of `nodes`. */
+  endpoints(namespace: string, service: string, nodes: string[]): Promise<void>;
   /** The reasons and messages of the Events about a Service. */
   events(namespace: string, name: string): Promise<{ type: string; reason: string; message: string }[]>;
-  startController(options?: { claimClassless?: boolean }): Promise<RunningController>;
+  /** It leads unless `leader` is false. */
+  startController(options?: { claimClassless?: boolean; leader?: boolean }): Promise<RunningController>;
+  /** Runs `body` with a leading controller started for it, and stops the controller after. */
+  withController<T>(body: (running: RunningController) => Promise<T>): Promise<T>;
   stop(): Promise<void>;
 }
 
 export async function startPoolWorld(): Promise<PoolWorld> {
   const plane = await startControlPlane();
   await installPoolCrd(plane);
-  const kubeconfig = await controllerKubeconfig(plane, "local-ccm-pools-controller", servicePools.rbac.cluster);
+  const leaseNamespace = await createNamespace(plane.admin, "pools-leases");
+  const kubeconfig = await controllerKubeconfig(plane, "local-ccm-pools-controller", servicePools.rbac.cluster, {
+    [leaseNamespace]: servicePools.rbac.releaseNamespace ?? [],
+  });
   const resource = <T extends KubeObject>(ref: ResourceRef, namespace?: string) =>
     new Resource<T>(plane.admin, namespace === undefined ? ref : { ...ref, namespace });
   const pools = resource<LoadBalancerIPPool>(POOL_RESOURCE);
   const running = new Set<RunningController>();
-  return {
+  const leases = new Resource<Lease>(plane.admin, leaseResource(leaseNamespace));
+  const renewers = new Set<NodeJS.Timeout>();
+  const world: PoolWorld = {
     plane,
     pools,
     services: (namespace) => resource<Service>(SERVICE_RESOURCE, namespace),
@@ -61,71 +86,67 @@ export async function startPoolWorld(): Promise<PoolWorld> {
     async createPool(name, spec) {
       await pools.create({ ...POOL_TYPE, metadata: { name }, spec });
     },
-    async addNode(name, addresses) {
-      const nodes = resource<Node>(NODE_RESOURCE);
-      await nodes.create({ metadata: { name } });
-      await nodes.patch(name, "merge", { status: { addresses } }, { subresource: "status" });
+    addNode: (name, addresses) => createNode(resource<Node>(NODE_RESOURCE), name, { addresses }),
+    setReady: (name, ready) => setNodeReady(resource<Node>(NODE_RESOURCE), name, ready),
+    async announce(node, segments) {
+      const name = announcerLeaseName(node) ?? "";
+      const renew = () => leases.patch(name, "merge", { spec: { renewTime: microTime(new Date()) } });
+      await leases.create({
+        metadata: {
+          name,
+          labels: { [ANNOUNCER_LEASE_LABEL]: "true" },
+          annotations: { [SEGMENTS_ANNOTATION]: segments.join(",") },
+        },
+        spec: { holderIdentity: node, leaseDurationSeconds: LEASE_DURATION_SECONDS, renewTime: microTime(new Date()) },
+      });
+      // A renewal that fails (the world stopping) is the agent losing the API: the Lease just ages.
+      const timer = setInterval(() => renew().catch(() => {}), RENEW_INTERVAL_MS);
+      renewers.add(timer);
+      return {
+        stop: () => {
+          clearInterval(timer);
+          renewers.delete(timer);
+        },
+      };
+    },
+    async endpoints(namespace, service, nodes) {
+      await resource<EndpointSlice>(ENDPOINT_SLICE_RESOURCE, namespace).create({
+        metadata: { name: `${service}-ready`, labels: { [SERVICE_NAME_LABEL]: service } },
+        addressType: "IPv4",
+        endpoints: nodes.map((nodeName, i) => ({
+          addresses: [`10.244.0.${i + 1}`],
+          nodeName,
+          conditions: { ready: true },
+        })),
+      });
     },
     events: (namespace, name) => eventsAbout(plane.admin, namespace, name),
     async startController(options = {}) {
-      const config = await loadClientConfig({ kubeconfig, env: {} });
-      let writes = 0;
-      const client = new KubeClient(config, {
-        component: "pools-controller-test",
-        onResponse: (verb) => {
-          if (verb === "patch") writes++;
-        },
-      });
-      const log = createLogger({ verbosity: 2, format: "text", write: () => {} });
-      const watches = servicePools.watches(undefined as never);
-      const services = trimmedInformer(client, watches.services);
-      const nodes = trimmedInformer(client, watches.nodes);
-      const poolCache = trimmedInformer(client, watches.pools);
-      // Events through a client of their own: only the controller's writes are counted.
-      const eventsClient = new KubeClient(config, { component: "pools-controller-test" });
-      const events = new EventRecorder(eventsClient, { component: "pools-controller-test" });
-      const registry = new Registry();
-      const metrics = createPoolsMetrics(registry, "test_pools_");
-      const controller = new PoolController({
-        config: { claimClassless: options.claimClassless ?? false },
-        dryRun: false,
-        services,
-        nodes,
-        pools: poolCache,
-        serviceResource: (namespace) => new Resource<Service>(client, { ...SERVICE_RESOURCE, namespace }),
-        poolResource: new Resource<LoadBalancerIPPool>(client, POOL_RESOURCE),
-        isLeader: () => true,
-        events,
-        log,
-        metrics,
-      });
-      services.addHandlers(controller.serviceHandlers);
-      nodes.addHandlers(controller.nodeHandlers);
-      poolCache.addHandlers(controller.poolHandlers);
-      const informers = [services, nodes, poolCache];
-      for (const each of informers) each.start();
-      await Promise.all(informers.map((each) => each.waitForSync()));
-      controller.start();
+      const config = { claimClassless: options.claimClassless ?? false, leaseNamespace };
+      const run = await startController(servicePools, { kubeconfig, config, leader: options.leader });
       const handle: RunningController = {
-        controller,
-        metrics,
-        registry,
-        writes: () => writes,
-        async stop() {
+        ...run,
+        stop: async () => {
           running.delete(handle);
-          await controller.stop();
-          await Promise.all(informers.map((each) => each.stop()));
-          await events.flush();
-          client.close();
-          eventsClient.close();
+          await run.stop();
         },
       };
       running.add(handle);
       return handle;
     },
+    async withController(body) {
+      const running = await world.startController();
+      try {
+        return await body(running);
+      } finally {
+        await running.stop();
+      }
+    },
     async stop() {
+      for (const timer of renewers) clearInterval(timer);
       for (const each of running) await each.stop();
       await plane.stop();
     },
   };
+  return world;
 }

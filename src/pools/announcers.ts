@@ -1,0 +1,266 @@
+// Which node announces each allocated address, as a pure function of the Services, the announcer Leases as this
+// controller observes them, the Nodes and the ready endpoints. Every answer carries a rule id for metrics and a
+// reason for logs and Events.
+//
+// Services that share an address form a group (connected components over their addresses): a group has one
+// announcer, eligible for every Service of it, so one address is never assigned to two nodes. Eligible: its Lease
+// is live, its segments hold every address of the group, it passes the node rules (service/nodes.ts) and the
+// Services' node-selector annotations, and for a Service with externalTrafficPolicy Local it holds a ready
+// endpoint. Order of the rules, per group:
+// 1. sticky: a current announcer that is eligible stays (a node joining moves nothing).
+// 2. released: a current announcer whose Lease is live but that is no longer eligible (or not the group's one) is
+//    removed now; its Service gets a new one only GRACE_MS later, when its agent has surely seen the release and
+//    withdrawn. A current announcer whose Lease is not live is replaced at once: its agent has already stopped
+//    (announceDeadline() < leaseExpiry(), announcement.ts).
+// 3. A Service without an announcer that already had addresses when this controller started leading waits until
+//    it has led GRACE_MS: the leader before it may have released it just before.
+// 4. A new announcer, when needed: rendezvous hashing keyed by the group's smallest address, among the eligible.
+import type { Service } from "kubernetes-types/core/v1.js";
+import { type LabelSelector, matchesLabels } from "../kube/labelselector.ts";
+import { type Cidr, cidrContains } from "../net/ip.ts";
+import { annotationSelector, NODE_SELECTOR_ANNOTATION } from "../service/decide.ts";
+import { hashString, topByScore } from "../service/rendezvous.ts";
+import { ANNOUNCER_ANNOTATION, ANNOUNCER_LABEL, LEASE_DURATION_SECONDS } from "./announcement.ts";
+import { ipNumber } from "./ranges.ts";
+
+/** How long a released Service, and one found without an announcer at start, waits for a new one. */
+export const GRACE_MS = LEASE_DURATION_SECONDS * 1000;
+
+export interface AnnouncedService {
+  /** namespace/name */
+  key: string;
+  /** Its allocated addresses, as its status shows them. */
+  ips: string[];
+  /** externalTrafficPolicy Local: only a node with a ready endpoint of it. */
+  local: boolean;
+  /** The node its announcer annotation names. */
+  announcer: string | undefined;
+  /** Its node-selector annotation (service/decide.ts), or why it does not parse. */
+  nodeSelector?: LabelSelector | string;
+  /** When this controller last released it (monotonic ms). */
+  releasedAtMs?: number;
+  /** It had addresses and no announcer when this controller started leading. */
+  unannouncedAtStart?: boolean;
+}
+
+/** An announcer Lease as this controller sees it. */
+export interface Announcer {
+  name: string;
+  /** hashString(name), for rendezvous hashing. */
+  hash: number;
+  /** Renewed within its duration, by this controller's observation. */
+  live: boolean;
+  /** The on-link prefixes where it can announce. */
+  segments: readonly Cidr[];
+}
+
+export interface AnnouncersInput {
+  services: readonly AnnouncedService[];
+  announcers: readonly Announcer[];
+  /** Why a node may not carry LoadBalancer traffic (service/nodes.ts rules); absent when it may. */
+  ineligible(node: string): { rule: string; reason: string } | undefined;
+  /** A node's labels, for the Services' node selectors. */
+  nodeLabels(node: string): Record<string, string>;
+  /** Nodes with a ready endpoint of a Service. */
+  readyNodes(service: string): ReadonlySet<string>;
+  nowMs: number;
+  /** When this controller started leading (monotonic ms). */
+  startedAtMs: number;
+}
+
+export type AnnouncerRule =
+  | "sticky"
+  | "assigned"
+  | "failover"
+  | "released"
+  | "release-grace"
+  | "start-grace"
+  | "no-announcer";
+
+export type AnnouncerDecision =
+  | { action: "announce"; node: string; rule: "sticky" | "assigned" | "failover"; reason: string }
+  /** No announcer for now; `untilMs` is when to decide again (a grace ends). */
+  | { action: "wait"; rule: "released" | "release-grace" | "start-grace"; reason: string; untilMs: number }
+  | { action: "refuse"; rule: "no-announcer"; reason: string };
+
+export interface AnnouncersResult {
+  /** Per Service key. */
+  decisions: Map<string, AnnouncerDecision>;
+  /** The earliest time a wait ends, if any Service waits. */
+  wakeAtMs: number | undefined;
+}
+
+export function assignAnnouncers(input: AnnouncersInput): AnnouncersResult {
+  const decisions = new Map<string, AnnouncerDecision>();
+  const byNode = new Map(input.announcers.map((announcer) => [announcer.name, announcer]));
+  // By name, so that reasons list nodes alike whatever order the Leases came in.
+  const announcers = [...input.announcers].sort((a, b) => (a.name < b.name ? -1 : 1));
+  for (const group of groups(input.services)) {
+    const eligible = eligibility(group, announcers, input);
+    for (const [key, decision] of decideGroup(group, byNode, eligible, input)) decisions.set(key, decision);
+  }
+  let wakeAtMs: number | undefined;
+  for (const decision of decisions.values())
+    if (decision.action === "wait") wakeAtMs = Math.min(wakeAtMs ?? Infinity, decision.untilMs);
+  return { decisions, wakeAtMs };
+}
+
+/** What the announcement reads of a Service beside its allocation, and the announcer label its write sets. */
+export function announcedFacts(
+  service: Service,
+): Pick<AnnouncedService, "local" | "announcer" | "nodeSelector"> & { label?: string } {
+  return {
+    local: service.spec?.externalTrafficPolicy === "Local",
+    nodeSelector: annotationSelector(service.metadata?.annotations?.[NODE_SELECTOR_ANNOTATION]),
+    announcer: service.metadata?.annotations?.[ANNOUNCER_ANNOTATION],
+    label: service.metadata?.labels?.[ANNOUNCER_LABEL],
+  };
+}
+
+/** The node each Service should name now (undefined: none). */
+export function announcerOf(decision: AnnouncerDecision): string | undefined {
+  return decision.action === "announce" ? decision.node : undefined;
+}
+
+interface Group {
+  services: AnnouncedService[];
+  /** Every address of the group. */
+  ips: string[];
+  /** Its smallest address, canonical order (family, then number): the rendezvous key. */
+  key: string;
+}
+
+/** Services sharing an address, transitively; a Service without addresses is left out. */
+function groups(services: readonly AnnouncedService[]): Group[] {
+  const parent = new Map<string, string>();
+  const root = (ip: string): string => {
+    let at = ip;
+    while (parent.get(at) !== at) at = parent.get(at) as string;
+    parent.set(ip, at);
+    return at;
+  };
+  for (const { ips } of services) for (const ip of ips) if (!parent.has(ip)) parent.set(ip, ip);
+  for (const { ips } of services) for (const ip of ips.slice(1)) parent.set(root(ip), root(ips[0] as string));
+  const byRoot = new Map<string, Group>();
+  for (const service of services) {
+    if (!service.ips.length) continue;
+    const at = root(service.ips[0] as string);
+    const group = byRoot.get(at) ?? { services: [], ips: [], key: "" };
+    group.services.push(service);
+    byRoot.set(at, group);
+  }
+  for (const group of byRoot.values()) {
+    group.services.sort((a, b) => (a.key < b.key ? -1 : 1));
+    group.ips = [...new Set(group.services.flatMap(({ ips }) => ips))].sort(compareIps);
+    group.key = group.ips[0] as string;
+  }
+  return [...byRoot.values()];
+}
+
+function compareIps(a: string, b: string): number {
+  const [x, y] = [ipNumber(a), ipNumber(b)];
+  if (!x || !y) return a < b ? -1 : a > b ? 1 : 0;
+  if (x.family !== y.family) return x.family === "IPv4" ? -1 : 1;
+  return x.value < y.value ? -1 : x.value > y.value ? 1 : 0;
+}
+
+/** The eligible announcers of a group, or why there are none. */
+function eligibility(group: Group, announcers: readonly Announcer[], input: AnnouncersInput): Announcer[] | string {
+  const live = announcers.filter((announcer) => announcer.live);
+  if (!live.length) return "no announcer Lease is live";
+  const onSegment = live.filter(({ segments }) =>
+    group.ips.every((ip) => segments.some((segment) => cidrContains(segment, ip))),
+  );
+  if (!onSegment.length) return `no live announcer has a segment holding ${group.ips.join(", ")}`;
+  const fit = onSegment.filter(({ name }) => !input.ineligible(name));
+  if (!fit.length) {
+    const why = onSegment.slice(0, 3).map(({ name }) => `${name} ${input.ineligible(name)?.reason}`);
+    return `no live announcer on the segment may carry traffic: ${why.join("; ")}`;
+  }
+  const unparsed = group.services.find(({ nodeSelector }) => typeof nodeSelector === "string");
+  if (unparsed) return `${unparsed.key}: ${unparsed.nodeSelector}`;
+  const selectors = group.services.flatMap(({ nodeSelector }) => (nodeSelector ? [nodeSelector as LabelSelector] : []));
+  const matches = (node: string) => selectors.every((selector) => matchesLabels(selector, input.nodeLabels(node)));
+  const selected = fit.filter(({ name }) => matches(name));
+  if (!selected.length)
+    return `no live announcer on the segment matches ${selectors.map(({ text }) => text).join(" and ")}`;
+  const local = group.services.filter((service) => service.local);
+  const ready = selected.filter(({ name }) => local.every(({ key }) => input.readyNodes(key).has(name)));
+  if (!ready.length)
+    return `no live announcer on the segment has a ready endpoint of ${local.map(({ key }) => key).join(", ")}`;
+  return ready;
+}
+
+function decideGroup(
+  group: Group,
+  byNode: ReadonlyMap<string, Announcer>,
+  eligible: Announcer[] | string,
+  input: AnnouncersInput,
+): Map<string, AnnouncerDecision> {
+  const decisions = new Map<string, AnnouncerDecision>();
+  const { nowMs } = input;
+  const candidates = typeof eligible === "string" ? [] : eligible;
+  const isEligible = (node: string | undefined) => candidates.some((announcer) => announcer.name === node);
+  // Rule 1: an eligible current announcer stays; of several (from before the Services shared), the top one.
+  const current = candidates.filter(({ name }) => group.services.some(({ announcer }) => announcer === name));
+  const kept = topByScore(current, hashString(group.key), 1)[0];
+  const graceEnd = (service: AnnouncedService) => (service.releasedAtMs ?? -Infinity) + GRACE_MS;
+  let blockedUntil = -Infinity;
+  let blockedBy: { rule: "release-grace" | "start-grace"; reason: string } | undefined;
+  const block = (untilMs: number, rule: "release-grace" | "start-grace", reason: string) => {
+    if (untilMs <= blockedUntil) return;
+    blockedUntil = untilMs;
+    blockedBy = { rule, reason };
+  };
+  for (const service of group.services) {
+    const { announcer } = service;
+    if (announcer !== undefined && announcer === kept?.name) {
+      decisions.set(service.key, { action: "announce", node: announcer, rule: "sticky", reason: `${announcer} stays` });
+      continue;
+    }
+    // Rule 2: a live announcer that is not the group's one is released now.
+    if (announcer !== undefined && byNode.get(announcer)?.live) {
+      const why = isEligible(announcer) ? `the group sharing ${group.key} is announced by ${kept?.name}` : "ineligible";
+      const untilMs = nowMs + GRACE_MS;
+      const reason = `released ${announcer} (${why}); a new announcer after ${GRACE_MS / 1000} s`;
+      decisions.set(service.key, { action: "wait", rule: "released", reason, untilMs });
+      block(untilMs, "release-grace", `${service.key} was just released`);
+      continue;
+    }
+    if (graceEnd(service) > nowMs) {
+      const reason = `released ${GRACE_MS / 1000} s ago at most: its previous announcer may still be withdrawing`;
+      decisions.set(service.key, { action: "wait", rule: "release-grace", reason, untilMs: graceEnd(service) });
+      block(graceEnd(service), "release-grace", `${service.key} was released less than ${GRACE_MS / 1000} s ago`);
+      continue;
+    }
+    // Rule 3: from before this controller; a controller before it may have just released it.
+    const startEnd = input.startedAtMs + GRACE_MS;
+    if (announcer === undefined && service.unannouncedAtStart && startEnd > nowMs) {
+      const reason = `had addresses but no announcer at start: waiting ${GRACE_MS / 1000} s after the start`;
+      decisions.set(service.key, { action: "wait", rule: "start-grace", reason, untilMs: startEnd });
+      block(startEnd, "start-grace", `${service.key} had no announcer at start`);
+    }
+  }
+  // Rule 4: the rest get the kept announcer (it announces their addresses already), else a new one.
+  const rest = group.services.filter(({ key }) => !decisions.has(key));
+  if (!rest.length) return decisions;
+  const chosen = kept ?? (blockedBy ? undefined : topByScore(candidates, hashString(group.key), 1)[0]);
+  for (const service of rest) decisions.set(service.key, assign(service, chosen, eligible, blockedUntil, blockedBy));
+  return decisions;
+}
+
+function assign(
+  service: AnnouncedService,
+  chosen: Announcer | undefined,
+  eligible: Announcer[] | string,
+  blockedUntil: number,
+  blockedBy: { rule: "release-grace" | "start-grace"; reason: string } | undefined,
+): AnnouncerDecision {
+  if (chosen) {
+    const rule = service.announcer === undefined ? "assigned" : "failover";
+    const why = rule === "failover" ? `the Lease of ${service.announcer} is not live` : "it had none";
+    return { action: "announce", node: chosen.name, rule, reason: `${chosen.name} announces (${why})` };
+  }
+  if (blockedBy) return { action: "wait", rule: blockedBy.rule, reason: blockedBy.reason, untilMs: blockedUntil };
+  return { action: "refuse", rule: "no-announcer", reason: typeof eligible === "string" ? eligible : "none eligible" };
+}

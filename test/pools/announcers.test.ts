@@ -1,0 +1,251 @@
+// Which node announces a pool address, against a real kube-apiserver: the test keeps announcer Leases as the
+// agents do, and the controller records one live announcer on the segment on each Service; sticky when another
+// Lease appears, moved when the Lease stops being renewed, released and reassigned only after the grace when the
+// node turns NotReady, Local only on a node with a ready endpoint, told when there is none, kept over a restart,
+// and never written by a replica that does not lead. Each test has a segment, pool and nodes of its own.
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import type { Service } from "kubernetes-types/core/v1.js";
+import { Informer } from "../../src/kube/informer.ts";
+import { SERVICE_RESOURCE, Resource } from "../../src/kube/resource.ts";
+import { L2_CLASS } from "../../src/pools/allocate.ts";
+import { ANNOUNCER_ANNOTATION, ANNOUNCER_LABEL, announcerLabelValue } from "../../src/pools/announcement.ts";
+import { hashString, topByScore } from "../../src/service/rendezvous.ts";
+import { waitFor, waitForEqual } from "../../localcluster/wait.ts";
+import { type PoolWorld, startPoolWorld } from "./world.ts";
+
+const WAIT_MS = 60_000;
+
+let world: PoolWorld;
+before(async () => {
+  world = await startPoolWorld();
+});
+after(async () => {
+  await world?.stop();
+});
+
+let groups = 0;
+
+/** A test's namespace, segment 10.77.<n>.0/24 with a pool of .10-.20 admitting only that namespace, and nodes. */
+async function group(nodes: string[]) {
+  const n = ++groups;
+  const id = `ann${n}`;
+  const namespace = await world.namespace();
+  const segment = `10.77.${n}.0/24`;
+  await world.createPool(id, { addresses: [`10.77.${n}.10-10.77.${n}.20`], namespaces: [namespace] });
+  const names = nodes.map((node) => `${id}-${node}`);
+  for (const [i, name] of names.entries())
+    await world.addNode(name, [{ type: "InternalIP", address: `10.77.${n}.${i + 1}` }]);
+  const announcers: { stop(): void }[] = [];
+  const services = world.services(namespace);
+  return {
+    namespace,
+    segment,
+    /** The first address the pool hands out, the second, … */
+    address: (i: number) => `10.77.${n}.${10 + i}`,
+    node: (name: string) => `${id}-${name}`,
+    nodes: names,
+    announce: async (node: string, segments = [segment]) => {
+      const announcer = await world.announce(node, segments);
+      announcers.push(announcer);
+      return announcer;
+    },
+    stopAnnouncing: () => announcers.forEach((each) => each.stop()),
+    create: (name: string, spec: Partial<Service["spec"]> = {}) =>
+      services.create({
+        metadata: { name },
+        spec: { type: "LoadBalancer", loadBalancerClass: L2_CLASS, ports: [{ port: 80, protocol: "TCP" }], ...spec },
+      }),
+    /** The announcer annotation, and whether the label agrees with it. */
+    announcer: async (name: string) => {
+      const { metadata } = await services.get(name);
+      const node = metadata?.annotations?.[ANNOUNCER_ANNOTATION];
+      const label = metadata?.labels?.[ANNOUNCER_LABEL];
+      if (label === (node === undefined ? undefined : announcerLabelValue(node))) return node;
+      return `annotation ${node} but label ${label}`;
+    },
+    ingress: async (name: string) =>
+      (await services.get(name)).status?.loadBalancer?.ingress?.map(({ ip }) => ip) ?? [],
+    warnings: async (name: string) =>
+      (await world.events(namespace, name)).filter(({ type }) => type === "Warning").map(({ message }) => message),
+    version: async (name: string) => (await services.get(name)).metadata?.resourceVersion,
+  };
+}
+
+/** The nodes in the order rendezvous hashing ranks them for an address (best first). */
+function ranked(address: string, nodes: string[]): string[] {
+  const items = nodes.map((name) => ({ name, hash: hashString(name) }));
+  const order: string[] = [];
+  while (items.length) {
+    const [best] = topByScore(items, hashString(address), 1);
+    order.push(best?.name ?? "");
+    items.splice(items.indexOf(best as (typeof items)[number]), 1);
+  }
+  return order;
+}
+
+const until = <T>(what: string, read: () => Promise<T>, expected: T) => waitForEqual(what, read, expected, WAIT_MS);
+
+
+/** Every value the announcer annotation of a Service takes, each change once, from a watch of the Service. */
+function recordAnnouncers(namespace: string, name: string) {
+  const seen: (string | undefined)[] = [];
+  const informer = new Informer(new Resource<Service>(world.plane.admin, { ...SERVICE_RESOURCE, namespace }), {
+    fieldSelector: `metadata.name=${name}`,
+  });
+  const record = (service: Service) => {
+    const node = service.metadata?.annotations?.[ANNOUNCER_ANNOTATION];
+    if (seen.length === 0 || seen.at(-1) !== node) seen.push(node);
+  };
+  informer.addHandlers({ onAdd: record, onUpdate: (_, service) => record(service), onDelete: () => {} });
+  informer.start();
+  return { seen, synced: () => informer.waitForSync(), stop: () => informer.stop() };
+}
+
+describe("announcer assignment, against kube-apiserver", () => {
+  test("a live announcer on the segment is recorded (annotation, label); stays when a better one appears", async () => {
+    const g = await group(["a", "off", "b0", "b1", "b2", "b3", "b4", "b5"]);
+    // A node that rendezvous hashing ranks above a for both addresses: had the assignment no memory, it would move.
+    const [a, off] = [g.node("a"), g.node("off")];
+    const b = g.nodes.slice(2).find((node) => [0, 1].every((i) => ranked(g.address(i), [a, node])[0] === node));
+    assert.ok(b, "a node ranked above a for both addresses");
+    try {
+      await g.announce(a);
+      await g.announce(off, ["10.78.0.0/24"]);
+      await world.withController(async () => {
+        await g.create("web");
+        await until("web announced by a, the only live announcer on its segment", () => g.announcer("web"), a);
+        await g.announce(b);
+        await g.create("second", { ports: [{ port: 81, protocol: "TCP" }] });
+        await until("second announced by b (the controller sees b's Lease)", () => g.announcer("second"), b);
+        assert.equal(await g.announcer("web"), a, "web stays on a");
+      });
+    } finally {
+      g.stopAnnouncing();
+    }
+  });
+
+  test("a Lease no longer renewed: its Services move to another live announcer once it expires", async () => {
+    const g = await group(["a", "b"]);
+    try {
+      const renewing = new Map<string, { stop(): void }>();
+      for (const node of g.nodes) renewing.set(node, await g.announce(node));
+      await world.withController(async (running) => {
+        await g.create("web");
+        const first = await waitFor("web announced", () => g.announcer("web"), WAIT_MS);
+        renewing.get(first)?.stop();
+        const other = g.nodes.find((node) => node !== first);
+        await until("web moved to the node still renewing", () => g.announcer("web"), other);
+        assert.match(running.registry.expose(), /announcer_decisions_total\{action="announce",rule="failover"\} [1-9]/);
+      });
+    } finally {
+      g.stopAnnouncing();
+    }
+  });
+
+  test("externalTrafficPolicy Local: only a node with a ready endpoint announces", async () => {
+    const g = await group(["a", "b", "c"]);
+    try {
+      for (const node of g.nodes) await g.announce(node);
+      // The endpoint on the node rendezvous hashing ranks last: any other choice would be wrong.
+      const last = ranked(g.address(0), g.nodes).at(-1) ?? "";
+      await g.create("local", { externalTrafficPolicy: "Local" });
+      await world.endpoints(g.namespace, "local", [last]);
+      await world.withController(async () => {
+        await until("announced by the node with the endpoint", () => g.announcer("local"), last);
+      });
+    } finally {
+      g.stopAnnouncing();
+    }
+  });
+
+  test("a node turning NotReady while its Lease lives: released, and only then another node", async () => {
+    const g = await group(["a", "b"]);
+    try {
+      for (const node of g.nodes) await g.announce(node);
+      await world.withController(async (running) => {
+        await g.create("web");
+        const first = await waitFor("web announced", () => g.announcer("web"), WAIT_MS);
+        const other = g.nodes.find((node) => node !== first);
+        const recorder = recordAnnouncers(g.namespace, "web");
+        try {
+          await recorder.synced();
+          await world.setReady(first, "False");
+          await until("web moved to the Ready node", () => g.announcer("web"), other);
+          // The watch sees every version: the old announcer was removed before the new one was written.
+          await until("first, none, then the other", async () => recorder.seen, [first, undefined, other]);
+          assert.match(running.registry.expose(), /announcer_decisions_total\{action="wait",rule="released"\} [1-9]/);
+        } finally {
+          await recorder.stop();
+        }
+      });
+    } finally {
+      g.stopAnnouncing();
+    }
+  });
+
+  test("no live announcer on the segment: a Warning that says so, no announcer; one comes with a Lease", async () => {
+    const g = await group(["a"]);
+    try {
+      await world.withController(async () => {
+        await g.create("web");
+        await until("allocated", () => g.ingress("web"), [g.address(0)]);
+        await waitFor(
+          "the no-announcer Warning",
+          async () => (await g.warnings("web")).some((message) => message.startsWith("refused (no-announcer): ")),
+          WAIT_MS,
+        );
+        assert.equal(await g.announcer("web"), undefined);
+        await g.announce(g.node("a"));
+        await until("announced once a Lease is live", () => g.announcer("web"), g.node("a"));
+      });
+    } finally {
+      g.stopAnnouncing();
+    }
+  });
+
+  test("a restarted controller keeps the announcers: the Service is not written again", async () => {
+    const g = await group(["a", "b"]);
+    try {
+      for (const node of g.nodes) await g.announce(node);
+      let announcer: string | undefined;
+      await world.withController(async () => {
+        await g.create("web");
+        announcer = await waitFor("web announced", () => g.announcer("web"), WAIT_MS);
+      });
+      const version = await g.version("web");
+      await world.withController(async (running) => {
+        await waitFor("the Leases seen live", () => /live_announcers [2-9]/.test(running.registry.expose()), WAIT_MS);
+        await running.controller.idle();
+        assert.equal(await g.announcer("web"), announcer);
+        assert.equal(await g.version("web"), version, "the Service was written again");
+      });
+    } finally {
+      g.stopAnnouncing();
+    }
+  });
+
+  test("a replica that does not lead writes nothing; once it leads, it assigns", async () => {
+    const g = await group(["a"]);
+    try {
+      await world.withController(async () => {
+        await g.create("web");
+        await until("allocated, without announcer", () => g.ingress("web"), [g.address(0)]);
+      });
+      await g.announce(g.node("a"));
+      const follower = await world.startController({ leader: false });
+      try {
+        await follower.controller.idle();
+        assert.equal(follower.writes(), 0);
+        assert.equal(await g.announcer("web"), undefined);
+        follower.lead(true);
+        follower.controller.resync();
+        await until("announced by the new leader", () => g.announcer("web"), g.node("a"));
+      } finally {
+        await follower.stop();
+      }
+    } finally {
+      g.stopAnnouncing();
+    }
+  });
+});
