@@ -51,7 +51,11 @@ const REST_SERVICES = Number(process.env.BENCH_L2_REST_SERVICES ?? 200);
 const TRIALS = Number(process.env.BENCH_L2_TRIALS ?? 10);
 const FAILOVER_NODES = Number(process.env.BENCH_L2_FAILOVER_NODES ?? 6);
 const REST_SECONDS = Number(process.env.BENCH_L2_REST_SECONDS ?? 60);
-/** Both phases at once, on two clusters: half the time, more load (printed beside the figures). */
+/**
+ * Both phases at once, on two clusters: half the time, more load (printed beside the figures). With other clusters
+ * on the machine, ten nodes of ours can exhaust the inotify instances (128 per user here: kubelet then exits,
+ * "inotify_init: too many open files").
+ */
 const PARALLEL = process.env.BENCH_L2_PARALLEL === "1";
 const NODES = 4;
 const PROBE_EVERY_MS = 100;
@@ -278,6 +282,15 @@ interface Figures {
   failoverClusters: number;
 }
 
+/** What a rest phase found, as it ends (a later failure loses no figure). */
+function logRest(impl: Implementation, services: number, rest: Rest): void {
+  const rss = rest.memory.map((m) => `${mib(m.rss)}/${mib(m.anon)}`).join(", ");
+  console.error(
+    `${impl.label}, ${services} Services at rest: announcers ${perNode(rest.byUser.get(impl.users.announcer), NODES)}; ` +
+      `controller ${total(rest.byUser.get(impl.users.controller))}; RSS/anonymous MiB ${rss}; load ${rest.load}`,
+  );
+}
+
 /** Create phase and both rest phases on one 4-node cluster with the audit log. */
 async function createAndRest(impl: Implementation): Promise<Pick<Figures, "created" | "createdLoad" | "rest10" | "rest200">> {
   const cluster = await clusterWith(impl, NODES, true);
@@ -291,6 +304,7 @@ async function createAndRest(impl: Implementation): Promise<Pick<Figures, "creat
     const createdLoad = loadAverage();
     console.error(`${impl.label}: ${REST_SECONDS} s at rest with ${SERVICES} Services`);
     const rest10 = await atRest(cluster, impl);
+    logRest(impl, SERVICES, rest10);
     await impl.addPool(cluster, "rest", restRange(cluster));
     for (let i = SERVICES; i < REST_SERVICES; i++) await createService(cluster, impl.service(serviceName(i)));
     await waitFor(`${REST_SERVICES} Services with an address and an announcer`, async () => {
@@ -308,6 +322,7 @@ async function createAndRest(impl: Implementation): Promise<Pick<Figures, "creat
     for (const ip of ips) await firstAnswer(cluster, ip);
     console.error(`${impl.label}: ${REST_SECONDS} s at rest with ${REST_SERVICES} Services`);
     const rest200 = await atRest(cluster, impl);
+    logRest(impl, REST_SERVICES, rest200);
     return { created: created.sort((a, b) => a - b), createdLoad, rest10, rest200 };
   } finally {
     await cluster.stop();
