@@ -57,6 +57,10 @@ const REST_SECONDS = Number(process.env.BENCH_L2_REST_SECONDS ?? 60);
  * "inotify_init: too many open files").
  */
 const PARALLEL = process.env.BENCH_L2_PARALLEL === "1";
+/** Which phases run: "rest" (created → answers, at rest), "failover" (the kills); default both. */
+const PHASES = (process.env.BENCH_L2_PHASES ?? "rest,failover").split(",");
+/** A cluster start that hit the inotify limit (other clusters on the machine) is tried again this many times. */
+const START_TRIES = 5;
 const NODES = 4;
 const PROBE_EVERY_MS = 100;
 /** Generous: the machine runs other work too. */
@@ -213,12 +217,21 @@ async function createTimed(cluster: Cluster, impl: Implementation, name: string)
 
 /** A cluster of `nodes` with the backends and the implementation installed; stopped if that fails. */
 async function clusterWith(impl: Implementation, nodes: number, audit: boolean): Promise<Cluster> {
-  const cluster = await startCluster({
-    nodes,
-    audit,
-    projectImage: impl.projectImage,
-    log: (line) => console.error(`cluster: ${line}`),
-  });
+  let cluster: Cluster | undefined;
+  for (let attempt = 1; !cluster; attempt++) {
+    try {
+      cluster = await startCluster({
+        nodes,
+        audit,
+        projectImage: impl.projectImage,
+        log: (line) => console.error(`cluster: ${line}`),
+      });
+    } catch (err) {
+      if (attempt >= START_TRIES || !String((err as Error).message).includes("too many open files")) throw err;
+      console.error(`${impl.label}: a kubelet found no inotify instance left; starting again in 30 s`);
+      await delay(30_000);
+    }
+  }
   try {
     await applyJson(cluster, netexecBackends(nodes - 1));
     await impl.install(cluster, poolRange(cluster));
@@ -379,12 +392,14 @@ const latency = (sorted: number[]) =>
   sorted.length ? `${quantile(sorted, 0.5).toFixed(2)} s / ${quantile(sorted, 0.99).toFixed(2)} s` : "—";
 const mib = (bytes: number) => (bytes / MiB).toFixed(1);
 const span = (values: number[], format: (value: number) => string) => {
+  if (values.length === 0) return "—";
   const [low, high] = [Math.min(...values), Math.max(...values)].map(format);
   return low === high ? `${low}` : `${low}–${high}`;
 };
 
 /** "n per node (what)", the busiest node's detail; requests of tokens without a node under "-". */
 function perNode(byNode: Map<string, Map<string, number>> | undefined, nodes: number): string {
+  if (!byNode) return "—";
   const totals = [...(byNode ?? new Map<string, Map<string, number>>())].map(
     ([node, counts]) => [node, [...counts.values()].reduce((a, b) => a + b, 0), counts] as const,
   );
@@ -397,6 +412,7 @@ function perNode(byNode: Map<string, Map<string, number>> | undefined, nodes: nu
 }
 
 function total(byNode: Map<string, Map<string, number>> | undefined): string {
+  if (!byNode) return "—";
   const counts = new Map<string, number>();
   for (const perKey of byNode?.values() ?? [])
     for (const [what, n] of perKey) counts.set(what, (counts.get(what) ?? 0) + n);
@@ -412,6 +428,10 @@ async function bothSettled<A, B>(a: Promise<A>, b: Promise<B>): Promise<[A, B]> 
   return [first.value, second.value];
 }
 
+const SKIPPED: Rest = { byUser: new Map(), memory: [], load: "not run" };
+const skipRest = async () => ({ created: [], createdLoad: "not run", rest10: SKIPPED, rest200: SKIPPED });
+const skipFailover = async () => ({ failover: [], failoverAll: [], failoverLoad: "not run", failoverClusters: 0 });
+
 async function main(): Promise<void> {
   const picked = process.argv.slice(2);
   const names = picked.length ? picked : Object.keys(IMPLEMENTATIONS);
@@ -420,8 +440,9 @@ async function main(): Promise<void> {
   const runs: [Implementation, Figures][] = [];
   for (const name of names) {
     const impl = IMPLEMENTATIONS[name] as Implementation;
-    const [created, failed] = PARALLEL ? await bothSettled(createAndRest(impl), failovers(impl))
-      : [await createAndRest(impl), await failovers(impl)];
+    const rest = () => (PHASES.includes("rest") ? createAndRest(impl) : skipRest());
+    const failover = () => (PHASES.includes("failover") ? failovers(impl) : skipFailover());
+    const [created, failed] = PARALLEL ? await bothSettled(rest(), failover()) : [await rest(), await failover()];
     runs.push([impl, { ...created, ...failed }]);
   }
   const row = (figure: string, cell: (f: Figures, impl: Implementation) => string, note = "") =>
