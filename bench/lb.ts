@@ -10,6 +10,14 @@
 // (issue 16): RSS ≤ 150 MiB, created → ingress p99 ≤ 1 s, NotReady → removed p99 ≤ 2 s, no periodic LIST, no
 // writes at rest. This machine is shared: the load average is printed beside the figures.
 //
+// Then a third run in the same world, the controller as the chart runs it with loadBalancer.l2.enabled (the
+// service-l2-pools controller beside the rest, bench/l2-world.ts): a LoadBalancerIPPool, an announcer Lease per
+// node of which BENCH_RENEWING are renewed every second (renewing all would overload this machine's apiserver), and
+// Services of class local-ccm.io/l2, first BENCH_L2_FEWER of them, then BENCH_L2_SERVICES: at each count an idle
+// minute (its API requests must not depend on the count); at the second also start → every Service allocated and
+// announced by a live node, and a Lease that stops renewing → its Services on other nodes (BENCH_LEASE_STOPS of
+// them, one at a time). BENCH_RUNS picks runs: off, shipped, l2 (default all three).
+//
 // A bench of its own rather than a phase of bench:nlc, whose node-lifecycle and CSR runs already take ~10 min
 // and whose figures the README keeps: 27,000 more objects in its world would change what those measure.
 import { loadavg } from "node:os";
@@ -23,11 +31,14 @@ import { waitFor } from "../localcluster/wait.ts";
 import type { KubeClient } from "../src/kube/client.ts";
 import { Informer, objectKey } from "../src/kube/informer.ts";
 import { Resource } from "../src/kube/resource.ts";
+import { ANNOUNCER_ANNOTATION } from "../src/pools/announcement.ts";
+import { L2_CLASS } from "../src/pools/allocate.ts";
 import { NODE_ADDRESS_CLASS } from "../src/service/decide.ts";
 import { SERVICE_NAME_LABEL } from "../src/service/endpoints.ts";
 import { ENDPOINT_SLICE_RESOURCE, SERVICE_RESOURCE } from "../src/kube/resource.ts";
 import { shippedCommand } from "../test/deploy/shipped.ts";
 import { auditedRequests, ControllerProcess, setReady, startWorld, type World } from "../test/lifecycle/world.ts";
+import { type L2World, POOL_CIDR, startL2World } from "./l2-world.ts";
 import { kubeletNode, nodeAddress, nodeName } from "./nodes.ts";
 import { cpuSeconds, type ProcessMemory, processMemory } from "./proc.ts";
 import { quantile } from "./quantile.ts";
@@ -43,6 +54,12 @@ const NEW_SERVICES = Number(process.env.BENCH_NEW_SERVICES ?? 100);
 const NEW_PER_SECOND = 5;
 const NOT_READY = Number(process.env.BENCH_NOT_READY ?? 20);
 const IDLE_SECONDS = Number(process.env.BENCH_IDLE_SECONDS ?? 60);
+const RUNS = new Set((process.env.BENCH_RUNS ?? "off,shipped,l2").split(","));
+const L2_SERVICES = Number(process.env.BENCH_L2_SERVICES ?? 2000);
+const L2_FEWER = Number(process.env.BENCH_L2_FEWER ?? 200);
+/** Announcer Leases renewed every second: nodes 0 to RENEWING - 1. */
+const RENEWING = Number(process.env.BENCH_RENEWING ?? 100);
+const LEASE_STOPS = Number(process.env.BENCH_LEASE_STOPS ?? 10);
 /** Creates in flight at once: the apiserver's pace, not one request's round trip. */
 const CREATES_IN_FLIGHT = 32;
 const MiB = 1024 * 1024;
@@ -67,6 +84,22 @@ function serviceObject(i: number, lb: number | undefined): Service {
       selector: { app: name },
       // One port per Service: on node addresses two Services on one port would conflict (the newer refused).
       ports: [{ ...http, port: 20_000 + lb }],
+    },
+  };
+}
+
+const l2ServiceName = (i: number) => `l2-${String(i).padStart(4, "0")}`;
+
+/** Service i of class local-ccm.io/l2 (externalTrafficPolicy Cluster: any live announcer on the segment may take it). */
+function l2ServiceObject(i: number): Service {
+  const name = l2ServiceName(i);
+  return {
+    metadata: { name, namespace: namespaceOf(i), labels: { app: name, team: `team-${i % 8}` } },
+    spec: {
+      type: "LoadBalancer",
+      loadBalancerClass: L2_CLASS,
+      selector: { app: name },
+      ports: [{ name: "http", protocol: "TCP", port: 80, targetPort: 8080 }],
     },
   };
 }
@@ -155,6 +188,10 @@ interface IngressWatch {
   ingress: Map<string, string[]>;
   /** When each Service was first seen with an ingress. */
   firstIngress: Map<string, number>;
+  /** Its announcer annotation (class local-ccm.io/l2), and when that last changed. */
+  announcer: Map<string, { node: string | undefined; at: number }>;
+  /** When each Service was first seen with an announcer, live or not. */
+  firstAnnounced: Map<string, number>;
   /** When each IP last left some Service's ingress. */
   removed: Map<string, number>;
   /** How many ingresses hold the IP. */
@@ -165,6 +202,8 @@ interface IngressWatch {
 async function watchIngress(client: KubeClient): Promise<IngressWatch> {
   const ingress = new Map<string, string[]>();
   const firstIngress = new Map<string, number>();
+  const announcer: IngressWatch["announcer"] = new Map();
+  const firstAnnounced = new Map<string, number>();
   const removed = new Map<string, number>();
   const informer = new Informer(new Resource<Service>(client, SERVICE_RESOURCE));
   const seen = (service: Service) => {
@@ -175,6 +214,9 @@ async function watchIngress(client: KubeClient): Promise<IngressWatch> {
     for (const ip of ingress.get(key) ?? []) if (!ips.includes(ip)) removed.set(ip, now);
     if (ips.length && !firstIngress.has(key)) firstIngress.set(key, now);
     ingress.set(key, ips);
+    const node = service.metadata?.annotations?.[ANNOUNCER_ANNOTATION];
+    if (announcer.get(key)?.node !== node) announcer.set(key, { node, at: now });
+    if (node && !firstAnnounced.has(key)) firstAnnounced.set(key, now);
   };
   informer.addHandlers({ onAdd: seen, onUpdate: (_, service) => seen(service) });
   informer.start();
@@ -182,6 +224,8 @@ async function watchIngress(client: KubeClient): Promise<IngressWatch> {
   return {
     ingress,
     firstIngress,
+    announcer,
+    firstAnnounced,
     removed,
     holders: (ip) => [...ingress.values()].filter((ips) => ips.includes(ip)).length,
     stop: () => informer.stop(),
@@ -322,6 +366,16 @@ interface Figures {
     planMeanMs: number;
     plans: number;
   };
+  /** The layer-2 run only; `rest` above is at L2_SERVICES Services. */
+  l2?: {
+    /** Start → every Service with an address and an announcer, any: the first assignment. */
+    firstAnnouncedS: number;
+    /** Start → every Service with an address and a renewing announcer. */
+    allAnnouncedS: number;
+    fewerRest: Rest;
+    failover: Latencies & { mostHeld: number };
+    failedRenewals: number;
+  };
 }
 
 async function measure(world: World, entry: string, watch: IngressWatch | undefined): Promise<Figures> {
@@ -357,26 +411,108 @@ async function measure(world: World, entry: string, watch: IngressWatch | undefi
   }
 }
 
+/** Every one of `keys` with an address and an announcer among `live`, as the watch sees them; when it was so. */
+async function allAnnounced(watch: IngressWatch, keys: string[], live: Set<string>): Promise<number> {
+  const done = () =>
+    keys.every((key) => watch.firstIngress.has(key) && live.has(watch.announcer.get(key)?.node ?? ""));
+  await waitFor(`an address and a live announcer on all ${keys.length} Services of class ${L2_CLASS}`, done, 300_000);
+  return Math.max(...keys.map((key) => Math.max(watch.firstIngress.get(key) ?? 0, watch.announcer.get(key)?.at ?? 0)));
+}
+
+/**
+ * LEASE_STOPS renewed Leases, of the nodes announcing the most Services, one at a time: its renewals stop → none of
+ * its Services names it (seconds from its last renewal's answer to the last of them moved); then it renews again.
+ */
+async function leaseFailover(
+  watch: IngressWatch,
+  l2: L2World,
+  live: string[],
+): Promise<Latencies & { mostHeld: number }> {
+  const held = (node: string) => [...watch.announcer].filter(([, announcer]) => announcer.node === node);
+  const nodes = live
+    .map((node) => ({ node, held: held(node).length }))
+    .sort((a, b) => b.held - a.held)
+    .slice(0, LEASE_STOPS);
+  const seconds: number[] = [];
+  let load = "";
+  for (const { node } of nodes) {
+    const keys = held(node).map(([key]) => key);
+    const lastRenewed = await l2.stopRenewing(node);
+    await waitFor(`${node}'s Services on other announcers`, () => held(node).length === 0, 60_000);
+    const moved = Math.max(...keys.map((key) => watch.announcer.get(key)?.at ?? 0));
+    seconds.push((moved - lastRenewed) / 1000);
+    load = loadAverage();
+    l2.renew([node]);
+  }
+  return { seconds: seconds.sort((a, b) => a - b), load, mostHeld: nodes[0]?.held ?? 0 };
+}
+
+/**
+ * The controller with the chart's loadBalancer.l2.enabled flags: L2_FEWER Services of class local-ccm.io/l2 and an
+ * idle minute; stopped, Services up to L2_SERVICES, started again: start → all announced, an idle minute, and the
+ * Leases' failover.
+ */
+async function measureL2(world: World, entry: string, watch: IngressWatch, l2: L2World): Promise<Figures> {
+  const live = [...range(0, Math.min(RENEWING, NODES))].map(nodeName);
+  const liveSet = new Set(live);
+  l2.renew(live);
+  const create = (i: number) => services(world.plane.admin, namespaceOf(i)).create(l2ServiceObject(i));
+  const keys = (count: number) => [...range(0, count)].map((i) => `${namespaceOf(i)}/${l2ServiceName(i)}`);
+  await inPool(range(0, L2_FEWER), create);
+  let program = await startProgram(world, entry, l2.args);
+  let fewerRest: Rest;
+  try {
+    await allAnnounced(watch, keys(L2_FEWER), liveSet);
+    fewerRest = await rest(world, program);
+  } finally {
+    await program.stop();
+  }
+  await inPool(range(L2_FEWER, L2_SERVICES), create);
+  const started = performance.now();
+  program = await startProgram(world, entry, l2.args);
+  try {
+    const syncS = (performance.now() - started) / 1000;
+    const all = keys(L2_SERVICES);
+    const allAnnouncedS = ((await allAnnounced(watch, all, liveSet)) - started) / 1000;
+    const firstAnnouncedS = (Math.max(...all.map((key) => watch.firstAnnounced.get(key) ?? 0)) - started) / 1000;
+    const idle = await rest(world, program);
+    const failover = await leaseFailover(watch, l2, live);
+    return {
+      syncS,
+      rest: idle,
+      after: processMemory(program.pid),
+      l2: { firstAnnouncedS, allAnnouncedS, fewerRest, failover, failedRenewals: l2.failedRenewals() },
+    };
+  } finally {
+    await program.stop();
+  }
+}
+
 const entry = await bundleProgram("node-lifecycle-controller", path.join(import.meta.dirname, "../.cache/bench-lb"));
 const loadAtStart = loadAverage();
 const world = await startWorld({ subnet: 248, audit: true, serviceCIDR: "10.96.0.0/16" });
 let watch: IngressWatch | undefined;
+let l2: L2World | undefined;
 try {
   const populated = await populate(world);
   watch = await watchIngress(world.plane.admin);
-  const runs: [string, Figures][] = [
-    ["without the service controller", await measure(world, entry, undefined)],
-    ["as shipped (service controller on)", await measure(world, entry, watch)],
-  ];
+  const runs: [string, Figures][] = [];
+  if (RUNS.has("off")) runs.push(["without the service controller", await measure(world, entry, undefined)]);
+  if (RUNS.has("shipped")) runs.push(["as shipped (service controller on)", await measure(world, entry, watch)]);
+  if (RUNS.has("l2")) {
+    l2 = await startL2World(world, [...range(0, NODES)].map(nodeName), inPool);
+    runs.push(["with loadBalancer.l2.enabled", await measureL2(world, entry, watch, l2)]);
+  }
 
   const mib = (bytes: number) => `${(bytes / MiB).toFixed(1)} MiB`;
   const s = (seconds: number) => `${seconds.toFixed(1)} s`;
   const requests = (counts: Map<string, number>) =>
     [...counts].map(([request, count]) => `${request} ×${count}`).join(", ") || "none";
   const row = (label: string, value: (f: Figures) => string, note = "") =>
-    console.log(`  ${label.padEnd(40)}${runs.map(([, f]) => value(f).padEnd(50)).join("")}${note}`);
+    console.log(`  ${label.padEnd(44)}${runs.map(([, f]) => value(f).padEnd(50)).join("")}${note}`);
   const service = (value: (f: NonNullable<Figures["service"]>) => string) => (f: Figures) =>
     f.service ? value(f.service) : "-";
+  const layer2 = (value: (f: NonNullable<Figures["l2"]>) => string) => (f: Figures) => (f.l2 ? value(f.l2) : "-");
   const percentiles = (sorted: number[]) =>
     `p50 ${quantile(sorted, 0.5).toFixed(3)} s, p99 ${quantile(sorted, 0.99).toFixed(3)} s`;
   const latency = ({ seconds, load }: Latencies) => `${percentiles(seconds)} (load ${load})`;
@@ -392,10 +528,20 @@ try {
       ` ${SERVICES * SLICES_PER_SERVICE} EndpointSlices of ${ENDPOINTS_PER_SLICE} endpoints in` +
       ` ${s(populated.slicesS)} (${CREATES_IN_FLIGHT} creates in flight)`,
   );
+  if (l2)
+    console.log(
+      `  layer 2: the chart's ${l2.args.join(" ")}; a pool ${POOL_CIDR}; ${NODES} announcer Leases of which` +
+        ` ${Math.min(RENEWING, NODES)} renewed every second (${runs.at(-1)?.[1].l2?.failedRenewals} renewals` +
+        ` failed); ${L2_FEWER}, then ${L2_SERVICES} Services of class ${L2_CLASS} (the RSS, CPU and API rows: at` +
+        ` ${L2_SERVICES})`,
+    );
   console.log(`  load average (1 / 5 / 15 min): ${loadAtStart} at the start, ${loadAverage()} at the end`);
-  console.log(`  ${"".padEnd(40)}${runs.map(([label]) => label.padEnd(50)).join("")}`);
+  console.log(`  ${"".padEnd(44)}${runs.map(([label]) => label.padEnd(50)).join("")}`);
   row("start → synced and leading", (f) => s(f.syncS));
   row("start → every LoadBalancer's ingress", service((f) => s(f.allIngressS)));
+  row(`start → all ${L2_SERVICES} l2 addressed, announcer`, layer2((f) => s(f.firstAnnouncedS)), "the first assignment");
+  const renewing = "the non-renewed Leases expired (3 s after first seen)";
+  row(`start → all ${L2_SERVICES} on a renewing node`, layer2((f) => s(f.allAnnouncedS)), renewing);
   const memory = ({ rss, anon }: ProcessMemory) => `${mib(rss)} / ${mib(anon)}`;
   row("RSS / RssAnon after an idle minute", (f) => memory(f.rest.memory), "budget: RSS ≤ 150 MiB");
   row("peak RSS (VmHWM) at the end", (f) => mib(f.after.peak));
@@ -411,11 +557,20 @@ try {
   row(`NotReady → out of every ingress (${NOT_READY})`, service((f) => latency(f.notReady)), "budget: p99 ≤ 2 s");
   row("most ingresses one of those nodes was in", service((f) => String(f.notReady.mostHeld)));
   row("plans over all Services: count, mean", service((f) => `${f.plans}, ${f.planMeanMs.toFixed(1)} ms`));
-  const atRest = (f: Figures) => `${count(f.rest.requests, isList)} / ${count(f.rest.requests, isWrite)}`;
-  row("LISTs / writes in the idle minute", atRest, "budget: 0 / 0 (Lease renewals aside)");
-  for (const [label, f] of runs)
+  const atRest = ({ requests }: Rest) => `${count(requests, isList)} / ${count(requests, isWrite)}`;
+  row("LISTs / writes in the idle minute", (f) => atRest(f.rest), "budget: 0 / 0 (Lease renewals aside)");
+  row(`  the same at ${L2_FEWER} l2 Services`, layer2((f) => atRest(f.fewerRest)));
+  row(`  CPU at ${L2_FEWER} l2 Services`, layer2((f) => share(f.fewerRest.cpuS)));
+  row(`  RSS / RssAnon at ${L2_FEWER} l2 Services`, layer2((f) => memory(f.fewerRest.memory)));
+  const failover = `Lease stops → Services moved (${LEASE_STOPS})`;
+  row(failover, layer2((f) => latency(f.failover)), "from its last renewal's answer; Lease 3 s");
+  row("most Services one of those nodes announced", layer2((f) => String(f.failover.mostHeld)));
+  for (const [label, f] of runs) {
     console.log(`  API requests in the idle ${IDLE_SECONDS} s, ${label}: ${requests(f.rest.requests)}`);
+    if (f.l2) console.log(`    the same at ${L2_FEWER} l2 Services: ${requests(f.l2.fewerRest.requests)}`);
+  }
 } finally {
+  l2?.stop();
   await watch?.stop();
   await world.stop();
 }

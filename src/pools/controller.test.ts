@@ -225,9 +225,13 @@ test("the announcer follows the status; it moves once its Lease is unrenewed a d
   renew("n2", "2026-01-01T00:00:02.900000Z");
   await controller.idle();
   assert.equal(writes.length, 3);
-  // At 3 s n1's Lease has gone a duration unrenewed (by this controller's clock): n2 takes over at once.
+  // At 3 s n1's Lease has gone a duration unrenewed (by this controller's clock): n2 takes over at once, on the
+  // plan the controller set for n1's expiry (then 100 ms away on the real clock). n2 renewing while live plans
+  // nothing itself.
   nowMs = 3000;
   renew("n2", "2026-01-01T00:00:03.000000Z");
+  for (const deadline = Date.now() + 10_000; writes.length === 3 && Date.now() < deadline; )
+    await new Promise((resolve) => setTimeout(resolve, 20));
   await controller.idle();
   assert.deepEqual(writes.slice(3), [{ name: "a", announcer: "n2" }]);
 });

@@ -18,7 +18,11 @@ test("a Lease is live for its duration after this process saw its renewTime chan
   // The same renewTime seen again renews nothing.
   leases.seen(lease("n1", "2000-01-01T00:00:00.000000Z"), 3000);
   assert.ok(!leases.isLive("n1", 4000));
-  leases.seen(lease("n1", "2000-01-01T00:00:01.000000Z"), 4500);
+  // Expired, then renewed: the announcers change. Renewed while live: they stay as they were, unless the segments move.
+  assert.ok(leases.seen(lease("n1", "2000-01-01T00:00:01.000000Z"), 4500));
+  assert.ok(!leases.seen(lease("n1", "2000-01-01T00:00:02.000000Z"), 4900));
+  assert.ok(leases.seen(lease("n1", "2000-01-01T00:00:03.000000Z", "192.0.2.0/24"), 4950));
+  leases.seen(lease("n1", "2000-01-01T00:00:04.000000Z"), 5000);
   const { announcers } = leases.announcers(5000);
   assert.deepEqual(
     announcers.map(({ name, live, segments }) => ({ name, live, segments: segments.map((each) => each.address) })),

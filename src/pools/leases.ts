@@ -2,6 +2,10 @@
 // last saw its renewTime change, on this process's monotonic clock (as client-go's leader election times a
 // leader's Lease), so neither the agents' clocks nor the API server's matter. A Lease first seen counts live for
 // its duration from then: an agent that had stopped is found out one duration after a restart.
+//
+// A renewal of a Lease that is live changes no announcer: seen() says so, and the controller plans nothing for it
+// (every agent renews each second: with 5,000 nodes, a plan per renewal would keep a core busy). An expiry is
+// found by the plan the controller makes at announcers().nextExpiryMs.
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import { type Cidr, parseCidr } from "../net/ip.ts";
 import { hashString } from "../service/rendezvous.ts";
@@ -20,6 +24,8 @@ interface Observed {
   renewTime: string | undefined;
   seenAtMs: number;
   durationSeconds: number;
+  /** The annotation as written: a change of it is a change of announcer. */
+  segmentsText: string | undefined;
   segments: Cidr[];
 }
 
@@ -27,7 +33,10 @@ export class AnnouncerLeases {
   /** By Lease name. */
   private readonly observed = new Map<string, Observed>();
 
-  /** Takes in a Lease seen at `nowMs`; false for a Lease that is no node's announcer Lease. */
+  /**
+   * Takes in a Lease seen at `nowMs`. True when the announcers change: a Lease new or not live until now, other
+   * segments or another duration; false for a live Lease renewed, or a Lease that is no node's announcer Lease.
+   */
   seen(lease: Lease, nowMs: number): boolean {
     const name = lease.metadata?.name ?? "";
     const node = leaseNode(name);
@@ -35,15 +44,23 @@ export class AnnouncerLeases {
     const before = this.observed.get(name);
     const renewTime = lease.spec?.renewTime;
     const renewed = !before || before.renewTime !== renewTime;
+    const durationSeconds = lease.spec?.leaseDurationSeconds ?? LEASE_DURATION_SECONDS;
+    const segmentsText = lease.metadata?.annotations?.[SEGMENTS_ANNOTATION];
+    const same =
+      before !== undefined &&
+      nowMs < leaseExpiry(before.seenAtMs, before.durationSeconds) &&
+      before.durationSeconds === durationSeconds &&
+      before.segmentsText === segmentsText;
     this.observed.set(name, {
       node,
-      hash: hashString(node),
+      hash: before?.hash ?? hashString(node),
       renewTime,
       seenAtMs: renewed ? nowMs : before.seenAtMs,
-      durationSeconds: lease.spec?.leaseDurationSeconds ?? LEASE_DURATION_SECONDS,
-      segments: segments(lease.metadata?.annotations?.[SEGMENTS_ANNOTATION]),
+      durationSeconds,
+      segmentsText,
+      segments: same ? before.segments : segments(segmentsText),
     });
-    return true;
+    return !same;
   }
 
   gone(lease: Lease): void {
