@@ -96,7 +96,8 @@ const L2_NOT_APPLICABLE: NotApplicable[] = [
       "with affinity off it waits for answers from several of its three pods at the address; with Local, traffic " +
       "enters at the one announcing node and reaches only that node's pods (as in MetalLB's layer-2 mode), where a " +
       "cloud load balancer spreads over every node with an endpoint. In the nftables run the announcer node-1 held " +
-      "one pod and node-2 two: it waited on that one pod",
+      "one pod and node-2 two: it waited on that one pod; in the iptables run it passed after 248 s only because " +
+      "the announcer's (one pod) Lease lapsed under the machine's load and the node with two took over",
   },
 ];
 
