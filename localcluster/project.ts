@@ -3,7 +3,7 @@
 import path from "node:path";
 import type { Node, Pod } from "kubernetes-types/core/v1.js";
 import { isUninitialized } from "../src/kube/nodes.ts";
-import type { Cluster } from "./cluster.ts";
+import { type Cluster, clusterLayout } from "./cluster.ts";
 import { installMetricsServer } from "./metrics-server.ts";
 
 export const CHART_DIR = path.resolve(import.meta.dirname, "../charts/local-ccm");
@@ -21,6 +21,20 @@ export function helmInstallArgs(values: Record<string, string | number> = {}): s
   const sets = Object.entries(values).flatMap(([key, value]) => ["--set", `${key}=${value}`]);
   return ["install", RELEASE, path.relative(process.cwd(), CHART_DIR) || ".", "--namespace", NAMESPACE, ...sets];
 }
+
+/** Pool addresses beside the nodes (.10 and up) and the client host (.2) on the slot's public /24, never one of them. */
+export function publicPoolRange(slot: number): string {
+  const prefix = clusterLayout(slot).publicGateway.replace(/\.1$/, "");
+  return `${prefix}.240-${prefix}.250`;
+}
+
+/** A LoadBalancerIPPool named `public` of publicPoolRange(slot). */
+export const publicPool = (slot: number) => ({
+  apiVersion: "local-ccm.io/v1alpha1",
+  kind: "LoadBalancerIPPool",
+  metadata: { name: "public" },
+  spec: { addresses: [publicPoolRange(slot)] },
+});
 
 /** The chart's values that run the kubelet-serving CSR approver (the Deployment named explicitly, whatever its
  * default). */

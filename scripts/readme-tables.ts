@@ -2,7 +2,7 @@
 // each program's flag table (between <!-- flags:PROGRAM --> and <!-- /flags -->), its metrics
 // (between <!-- metrics:PROGRAM --> and <!-- /metrics -->), node-lifecycle-controller's controllers (between
 // <!-- controllers:PROGRAM --> and <!-- /controllers -->) and the upstream load-balancer specs the peer suite
-// skips (test/upstream/loadbalancer.ts). test/docs checks they agree.
+// skips in each mode (test/upstream/loadbalancer.ts). test/docs checks they agree.
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { createMetrics as createAgentMetrics } from "../src/agent/metrics.ts";
@@ -23,7 +23,8 @@ const TABLES = [
   ["controllers", "node-lifecycle-controller", () => controllersMarkdown()],
   ["metrics", "local-ccm", () => metricsMarkdown(createAgentMetrics().registry)],
   ["metrics", "node-lifecycle-controller", () => metricsMarkdown(createManagerMetrics().registry)],
-  ["upstream", "loadbalancer", notApplicableMarkdown],
+  ["upstream", "loadbalancer", () => notApplicableMarkdown("node-address")],
+  ["upstream", "loadbalancer-l2", () => notApplicableMarkdown("l2")],
 ] as const;
 
 /** README text with every marked table regenerated. */

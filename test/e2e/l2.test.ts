@@ -16,7 +16,13 @@ import type { Service } from "kubernetes-types/core/v1.js";
 import { NETEXEC_PORT, netexecBackends } from "../../localcluster/agnhost.ts";
 import { type Cluster, clusterLayout, startCluster } from "../../localcluster/cluster.ts";
 import { PROXY_MODES, type ProxyMode } from "../../localcluster/kube-proxy.ts";
-import { helmInstallArgs, initialised, listNodes } from "../../localcluster/project.ts";
+import {
+  helmInstallArgs,
+  initialised,
+  listNodes,
+  publicPool,
+  publicPoolRange,
+} from "../../localcluster/project.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { L2_CLASS } from "../../src/pools/allocate.ts";
 import { ANNOUNCER_ANNOTATION } from "../../src/pools/announcement.ts";
@@ -26,12 +32,6 @@ const WORKERS = ["node-1", "node-2", "node-3"];
 /** Generous: the machine runs other tests too. */
 const WAIT_MS = 120_000;
 const PROBE_INTERVAL_MS = 200;
-
-/** Beside the nodes (.10 and up) and the client host (.2) on the public network, never one of them. */
-const poolRange = (slot: number) => {
-  const prefix = clusterLayout(slot).publicGateway.replace(/\.1$/, "");
-  return `${prefix}.240-${prefix}.250`;
-};
 
 function l2Service(name: string, local = false) {
   return {
@@ -98,13 +98,7 @@ function l2Suite(mode: ProxyMode): void {
         WAIT_MS,
         500,
       );
-      const pool = {
-        apiVersion: "local-ccm.io/v1alpha1",
-        kind: "LoadBalancerIPPool",
-        metadata: { name: "public" },
-        spec: { addresses: [poolRange(cluster.slot)] },
-      };
-      await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(pool));
+      await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(publicPool(cluster.slot)));
       await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(netexecBackends(2)));
       await cluster.kubectl(["rollout", "status", "deployment/netexec", "--timeout=180s"]);
     });
@@ -156,7 +150,7 @@ function l2Suite(mode: ProxyMode): void {
       const created = Date.now();
       await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(l2Service("web")));
       ({ ip, announcer } = await waitForAnnouncer("web"));
-      const [first, last] = poolRange(cluster.slot).split("-").map((address) => Number(address.split(".")[3]));
+      const [first, last] = publicPoolRange(cluster.slot).split("-").map((address) => Number(address.split(".")[3]));
       const host = Number(ip.split(".")[3]);
       assert.ok(host >= (first as number) && host <= (last as number), `${ip} is outside the pool`);
       assert.ok(WORKERS.includes(announcer), `announced by ${announcer}, not a worker`);

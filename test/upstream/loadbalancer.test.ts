@@ -1,6 +1,6 @@
-// The peer suite in `npm test`: its skip list checked against the pinned upstream suite, and a fast subset of
+// The peer suite in `npm test`: each mode's skip list checked against the pinned upstream suite, and a fast subset of
 // upstream's load-balancer specs (FAST_FOCUS) run from the client host against the chart as shipped, class-less
-// Services claimed. `npm run e2e:upstream` runs all of them (loadbalancer.ts).
+// Services claimed by each mode in turn. `npm run e2e:upstream` runs all of them (loadbalancer.ts).
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -13,6 +13,8 @@ import {
   formatResults,
   LABEL_FILTER,
   NOT_APPLICABLE,
+  PEER_MODES,
+  type PeerMode,
   runPeerSuite,
   startPeerCluster,
 } from "./loadbalancer.ts";
@@ -28,34 +30,40 @@ describe("upstream load-balancer e2e tests (the peer suite)", () => {
     if (!failed) rmSync(reportDir, { recursive: true, force: true });
   });
 
-  test("every not-applicable entry names exactly one load-balancer spec of the pinned suite", async () => {
+  test("every not-applicable entry of each mode names exactly one load-balancer spec of the pinned suite", async () => {
     const names = await listSpecs(LABEL_FILTER, reportDir);
     assert.ok(names.some((name) => name.includes("[Feature:LoadBalancer]")), `selected: ${names.join("; ")}`);
-    for (const { spec } of NOT_APPLICABLE) {
-      const matching = names.filter((name) => name.includes(spec));
-      assert.equal(matching.length, 1, `"${spec}" matches ${matching.length} specs: ${matching.join("; ")}`);
+    for (const mode of PEER_MODES) {
+      for (const { spec } of NOT_APPLICABLE[mode]) {
+        const matching = names.filter((name) => name.includes(spec));
+        assert.equal(matching.length, 1, `${mode}: "${spec}" matches ${matching.length}: ${matching.join("; ")}`);
+      }
     }
   });
 
-  describe("fast subset, kube-proxy in iptables mode", () => {
-    let cluster: Cluster;
-    before(async () => {
-      cluster = await startPeerCluster("iptables");
-    });
-    after(async () => {
-      await cluster?.stop();
-    });
+  const fastSubset = (mode: PeerMode) =>
+    describe(`fast subset, ${mode}, kube-proxy in iptables mode`, () => {
+      let cluster: Cluster;
+      before(async () => {
+        cluster = await startPeerCluster(mode, "iptables");
+      });
+      after(async () => {
+        await cluster?.stop();
+      });
 
-    test("passes from the client host", async (t) => {
-      const results = await runPeerSuite(cluster, { focus: FAST_FOCUS, reportDir });
-      t.diagnostic(formatResults(results));
-      failed = results.length !== FAST_FOCUS.split("|").length || results.some((r) => r.state !== "passed");
-      if (failed) t.diagnostic(`e2e.log and reports kept in ${reportDir}`);
-      assert.equal(results.length, FAST_FOCUS.split("|").length, "the focus selects one spec per alternative");
-      assert.deepEqual(
-        results.filter((r) => r.state !== "passed"),
-        [],
-      );
+      test("passes from the client host", async (t) => {
+        const modeDir = path.join(reportDir, mode);
+        const results = await runPeerSuite(cluster, mode, { focus: FAST_FOCUS, reportDir: modeDir });
+        t.diagnostic(formatResults(results));
+        const passed = results.length === FAST_FOCUS.split("|").length && results.every((r) => r.state === "passed");
+        failed ||= !passed;
+        if (!passed) t.diagnostic(`e2e.log and reports kept in ${modeDir}`);
+        assert.equal(results.length, FAST_FOCUS.split("|").length, "the focus selects one spec per alternative");
+        assert.deepEqual(
+          results.filter((r) => r.state !== "passed"),
+          [],
+        );
+      });
     });
-  });
+  for (const mode of PEER_MODES) fastSubset(mode);
 });

@@ -1,25 +1,33 @@
 // The peer suite: upstream's load-balancer e2e tests (test/e2e/network/loadbalancer.go of the pinned Kubernetes
-// module, label Feature:LoadBalancer) against node-address load balancers, the way cloud-provider-kind validates
-// itself. A local cluster (one control-plane node, two workers, kube-proxy in either mode, DNS) runs the chart as
-// shipped with class-less Services claimed; e2e.test runs from the client host (e2e-suite.ts).
+// module, label Feature:LoadBalancer) against our load balancers, the way cloud-provider-kind validates itself. A
+// local cluster (one control-plane node, two workers, kube-proxy in either mode, DNS) runs the chart with class-less
+// Services claimed by one mode: node-address (the nodes' own addresses) or l2 (pool addresses announced by the
+// agents, from a LoadBalancerIPPool inside the nodes' public /24); e2e.test runs from the client host (e2e-suite.ts).
 //
-//   npm run e2e:upstream [-- [--proxy-mode iptables|nftables] [<ginkgo focus>]]
+//   npm run e2e:upstream [-- [--mode node-address|l2] [--proxy-mode iptables|nftables] [<ginkgo focus>]]
 //
-// Every spec must pass, except those in NOT_APPLICABLE: each says why it cannot apply to a load balancer whose
-// addresses are the nodes' own. The README's "Upstream load-balancer tests" lists the same entries.
+// Every spec must pass, except those in the mode's NOT_APPLICABLE list: each says why it cannot apply to that
+// mode's addresses. The README's "Upstream load-balancer tests" lists the same entries.
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { type Cluster, startCluster } from "../../localcluster/cluster.ts";
 import { PROXY_MODES, type ProxyMode } from "../../localcluster/kube-proxy.ts";
-import { helmInstallArgs, initialised, listNodes } from "../../localcluster/project.ts";
+import { helmInstallArgs, initialised, listNodes, publicPool } from "../../localcluster/project.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { runE2ESuite, type SpecResult } from "./e2e-suite.ts";
 
 export const LABEL_FILTER = "Feature: containsAny LoadBalancer";
 
-/** The chart's values for the suite: its Services have no loadBalancerClass. */
-export const PEER_VALUES = { "loadBalancer.claimClassless": "true" };
+/** Which of our load balancers claims the suite's Services (they have no loadBalancerClass). */
+export type PeerMode = "node-address" | "l2";
+export const PEER_MODES: readonly PeerMode[] = ["node-address", "l2"];
+
+/** The chart's values for each mode: one mode claims class-less Services, never both. */
+export const PEER_VALUES: Record<PeerMode, Record<string, string>> = {
+  "node-address": { "loadBalancer.claimClassless": "true" },
+  l2: { "loadBalancer.l2.enabled": "true", "loadBalancer.l2.pools.claimClassless": "true" },
+};
 
 export interface NotApplicable {
   /** A literal part of the spec's name that names it alone (ginkgo skips it). */
@@ -34,7 +42,7 @@ export interface NotApplicable {
  * every node's healthCheckNodePort. Our own end-to-end cases prove what Local does promise here: only nodes with a
  * ready endpoint are listed, and the backend sees the client's own address.
  */
-export const NOT_APPLICABLE: NotApplicable[] = [
+const NODE_ADDRESS_NOT_APPLICABLE: NotApplicable[] = [
   {
     spec: "ExternalTrafficPolicy: Local [Feature:LoadBalancer] [Slow] should work for type=LoadBalancer",
     reason:
@@ -68,6 +76,37 @@ export const NOT_APPLICABLE: NotApplicable[] = [
   },
 ];
 
+/**
+ * The upstream specs that cannot apply to a layer-2 pool address, and why. One address for the Service, announced by
+ * one node at a time and, with externalTrafficPolicy Local, by a node with a ready endpoint: it follows the endpoints
+ * as a cloud load balancer's address does.
+ */
+const L2_NOT_APPLICABLE: NotApplicable[] = [
+  {
+    spec: "ExternalTrafficPolicy: Local [Feature:LoadBalancer] [Slow] should work for type=LoadBalancer",
+    reason:
+      "the backend does see the client host's own address (198.19.138.2 in the nftables run), but the spec counts " +
+      "any client in the first node's InternalIP /16 as rewritten; a client of a layer-2 address shares the " +
+      "announcer's segment, the nodes' public /24, which on the local cluster lies in 198.19.0.0/16 with the " +
+      "InternalIPs",
+  },
+  {
+    spec: "should be able to switch session affinity for LoadBalancer service with Local traffic policy",
+    reason:
+      "with affinity off it waits for answers from several of its three pods at the address; with Local, traffic " +
+      "enters at the one announcing node and reaches only that node's pods (as in MetalLB's layer-2 mode), where a " +
+      "cloud load balancer spreads over every node with an endpoint. In the nftables run the announcer node-1 held " +
+      "one pod and node-2 two: it waited on that one pod; in the iptables run it passed after 248 s only because " +
+      "the announcer's (one pod) Lease lapsed under the machine's load and the node with two took over",
+  },
+];
+
+/** Each mode's specs that cannot apply (ginkgo skips them). */
+export const NOT_APPLICABLE: Record<PeerMode, NotApplicable[]> = {
+  "node-address": NODE_ADDRESS_NOT_APPLICABLE,
+  l2: L2_NOT_APPLICABLE,
+};
+
 /** A few specs for `npm test`, a couple of minutes together: the cleanup finalizer's lifecycle, and session
  * affinity through node addresses with Local (endpoints exist before the Service asks for an address). */
 export const FAST_FOCUS = [
@@ -80,12 +119,18 @@ const NODES = 3;
 /** The chart's pods start and the agents initialise every Node. */
 const INITIALISED_TIMEOUT_MS = 180_000;
 
-/** A cluster with the chart installed for the peer suite and every Node initialised by its agent. */
-export async function startPeerCluster(proxyMode: ProxyMode, log?: (line: string) => void): Promise<Cluster> {
+/** A cluster with the chart installed for the peer suite in `mode` and every Node initialised by its agent. */
+export async function startPeerCluster(
+  mode: PeerMode,
+  proxyMode: ProxyMode,
+  log?: (line: string) => void,
+): Promise<Cluster> {
   // DNS: the specs reach Services by name from pods.
   const cluster = await startCluster({ nodes: NODES, proxyMode, dns: true, log });
   try {
-    await cluster.helm(helmInstallArgs(PEER_VALUES));
+    await cluster.helm(helmInstallArgs(PEER_VALUES[mode]));
+    // Before the suite: its Services find a pool from their first moment.
+    if (mode === "l2") await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(publicPool(cluster.slot)));
     await waitFor(
       "every Node initialised by the agent",
       async () => (await listNodes(cluster)).every(initialised),
@@ -99,18 +144,23 @@ export async function startPeerCluster(proxyMode: ProxyMode, log?: (line: string
   }
 }
 
-/** Runs the load-balancer specs (optionally narrowed by `focus`) but those NOT_APPLICABLE. */
+/** Runs the load-balancer specs (optionally narrowed by `focus`) but those NOT_APPLICABLE to `mode`. */
 export function runPeerSuite(
   cluster: Cluster,
+  mode: PeerMode,
   options: { focus?: string; reportDir: string; echo?: boolean },
 ): Promise<SpecResult[]> {
-  return runE2ESuite(cluster, { ...options, labelFilter: LABEL_FILTER, skip: NOT_APPLICABLE.map((n) => n.spec) });
+  const skip = NOT_APPLICABLE[mode].map((n) => n.spec);
+  return runE2ESuite(cluster, { ...options, labelFilter: LABEL_FILTER, skip });
 }
 
-/** NOT_APPLICABLE as the README's table (`npm run readme`). */
-export function notApplicableMarkdown(): string {
-  const rows = NOT_APPLICABLE.map(({ spec, reason }) => `| ${spec} | ${reason} |`);
-  return ["| upstream spec (skipped) | why it cannot apply to node addresses |", "|---|---|", ...rows].join("\n");
+const ADDRESSES: Record<PeerMode, string> = { "node-address": "node addresses", l2: "a layer-2 pool address" };
+
+/** A mode's NOT_APPLICABLE as the README's table (`npm run readme`). */
+export function notApplicableMarkdown(mode: PeerMode): string {
+  const rows = NOT_APPLICABLE[mode].map(({ spec, reason }) => `| ${spec} | ${reason} |`);
+  if (rows.length === 0) return "None: every spec runs.";
+  return [`| upstream spec (skipped) | why it cannot apply to ${ADDRESSES[mode]} |`, "|---|---|", ...rows].join("\n");
 }
 
 /** One line per spec: state, seconds, name, and a failure's message. */
@@ -123,30 +173,41 @@ export function formatResults(results: SpecResult[]): string {
     .join("\n");
 }
 
-const USAGE = "usage: npm run e2e:upstream -- [--proxy-mode iptables|nftables] [<ginkgo focus>]";
+const USAGE =
+  "usage: npm run e2e:upstream -- [--mode node-address|l2] [--proxy-mode iptables|nftables] [<ginkgo focus>]";
 
 async function main(): Promise<number> {
-  let values: { "proxy-mode"?: string };
+  let values: { mode?: string; "proxy-mode"?: string };
   let positionals: string[];
   try {
-    ({ values, positionals } = parseArgs({ options: { "proxy-mode": { type: "string" } }, allowPositionals: true }));
+    ({ values, positionals } = parseArgs({
+      options: { mode: { type: "string" }, "proxy-mode": { type: "string" } },
+      allowPositionals: true,
+    }));
   } catch (err) {
     console.error(`e2e:upstream: ${(err as Error).message}\n${USAGE}`);
     return 2;
   }
+  const mode = (values.mode ?? "node-address") as PeerMode;
   const proxyMode = (values["proxy-mode"] ?? "iptables") as ProxyMode;
-  if (!PROXY_MODES.includes(proxyMode) || positionals.length > 1) {
-    const problem = positionals.length > 1 ? "one focus at most" : `unknown proxy mode ${proxyMode}`;
+  const problem = !PEER_MODES.includes(mode)
+    ? `unknown mode ${mode}`
+    : !PROXY_MODES.includes(proxyMode)
+      ? `unknown proxy mode ${proxyMode}`
+      : positionals.length > 1
+        ? "one focus at most"
+        : undefined;
+  if (problem) {
     console.error(`e2e:upstream: ${problem}\n${USAGE}`);
     return 2;
   }
-  const reportDir = path.join(os.tmpdir(), `local-ccm-e2e-upstream-${proxyMode}-${Date.now()}`);
-  const cluster = await startPeerCluster(proxyMode, (line) => console.error(`e2e:upstream: ${line}`));
+  const reportDir = path.join(os.tmpdir(), `local-ccm-e2e-upstream-${mode}-${proxyMode}-${Date.now()}`);
+  const cluster = await startPeerCluster(mode, proxyMode, (line) => console.error(`e2e:upstream: ${line}`));
   try {
     console.error(`e2e:upstream: running e2e.test from the client host; reports in ${reportDir}`);
-    const results = await runPeerSuite(cluster, { focus: positionals[0], reportDir, echo: true });
-    console.log(`\nkube-proxy ${proxyMode}:\n${formatResults(results)}`);
-    for (const { spec, reason } of NOT_APPLICABLE) console.log(`n/a     ${spec}\n    ${reason}`);
+    const results = await runPeerSuite(cluster, mode, { focus: positionals[0], reportDir, echo: true });
+    console.log(`\n${mode}, kube-proxy ${proxyMode}:\n${formatResults(results)}`);
+    for (const { spec, reason } of NOT_APPLICABLE[mode]) console.log(`n/a     ${spec}\n    ${reason}`);
     return results.some((r) => r.state !== "passed") ? 1 : 0;
   } finally {
     await cluster.stop();
