@@ -14,6 +14,7 @@ import type { Node } from "kubernetes-types/core/v1.js";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { AGNHOST_IMAGE } from "../localcluster/agnhost.ts";
 import { type Cluster, startCluster } from "../localcluster/cluster.ts";
+import { nodeMac } from "../localcluster/layer2.ts";
 import {
   CONTROLLER_APP,
   helmInstallArgs,
@@ -287,9 +288,7 @@ async function layer2(cluster: Cluster, show: (...kubectlArgs: string[]) => Prom
   const answer = await waitFor(`an answer at ${url}`, curl, 120_000, 250);
   console.log(`client$ curl ${url}`);
   console.log(answer);
-  const mac = async (name: string) =>
-    (JSON.parse(await cluster.node(name).exec("ip", ["-json", "link", "show", "eth0"])) as { address: string }[])[0]
-      ?.address;
+  const mac = (name: string) => nodeMac(cluster, name);
   console.log(`client$ ip neigh show ${ip}`);
   console.log((await cluster.client.exec("ip", ["neigh", "show", ip])).trimEnd());
   note(`${announcer} answers ARP for ${ip} with its MAC ${await mac(announcer)}`);

@@ -16,6 +16,7 @@ import type { Service } from "kubernetes-types/core/v1.js";
 import { NETEXEC_PORT, netexecBackends } from "../../localcluster/agnhost.ts";
 import { type Cluster, clusterLayout, startCluster } from "../../localcluster/cluster.ts";
 import { PROXY_MODES, type ProxyMode } from "../../localcluster/kube-proxy.ts";
+import * as layer2 from "../../localcluster/layer2.ts";
 import {
   helmInstallArgs,
   initialised,
@@ -121,26 +122,10 @@ function l2Suite(mode: ProxyMode): void {
         WAIT_MS,
         100,
       );
-    const getFromClient = (ip: string, path: string) =>
-      cluster.client.exec("curl", ["--silent", "--show-error", "--fail", "--max-time", "5", `http://${ip}${path}`]);
-    const clientMac = async (ip: string) => {
-      const entries = JSON.parse(await cluster.client.exec("ip", ["-json", "neigh", "show", ip])) as {
-        lladdr?: string;
-      }[];
-      return entries[0]?.lladdr;
-    };
-    const nodeMac = async (name: string) => {
-      const [link] = JSON.parse(await cluster.node(name).exec("ip", ["-json", "link", "show", "eth0"])) as {
-        address: string;
-      }[];
-      return link?.address;
-    };
-    const backendNodes = async () => {
-      const pods = JSON.parse(await cluster.kubectl(["get", "pods", "-l", "app=netexec", "-o", "json"])) as {
-        items: { metadata: { name: string }; spec: { nodeName: string } }[];
-      };
-      return new Map(pods.items.map((pod) => [pod.metadata.name, pod.spec.nodeName]));
-    };
+    const getFromClient = (ip: string, path: string) => layer2.getFromClient(cluster, ip, path);
+    const clientMac = (ip: string) => layer2.clientMac(cluster, ip);
+    const nodeMac = (name: string) => layer2.nodeMac(cluster, name);
+    const backendNodes = () => layer2.backendNodes(cluster);
 
     // Set by the first test, used by the failover tests after it.
     let ip: string;

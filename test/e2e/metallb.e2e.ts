@@ -13,6 +13,7 @@ import { after, before, describe, test } from "node:test";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { NETEXEC_PORT, netexecBackends } from "../../localcluster/agnhost.ts";
 import { type Cluster, clusterLayout, startCluster } from "../../localcluster/cluster.ts";
+import * as layer2 from "../../localcluster/layer2.ts";
 import { announcingNode, installMetallb, l2PoolObjects } from "../../localcluster/metallb.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { UNINITIALIZED_TAINT } from "../../src/kube/nodes.ts";
@@ -61,29 +62,10 @@ describe("MetalLB in L2 mode on the local cluster", () => {
     );
   });
 
-  /** An HTTP GET from the client host: the body of a 2xx answer (curl fails on anything else). */
-  const getFromClient = (ip: string, path: string) =>
-    cluster.client.exec("curl", ["--silent", "--show-error", "--fail", "--max-time", "5", `http://${ip}${path}`]);
-  /** The MAC the client host resolved `ip` to, if it has an entry. */
-  const clientMac = async (ip: string) => {
-    const out = await cluster.client.exec("ip", ["-json", "neigh", "show", ip]);
-    const entries = JSON.parse(out) as { lladdr?: string }[];
-    assert.ok(entries.length <= 1, JSON.stringify(entries));
-    return entries[0]?.lladdr;
-  };
-  const nodeMac = async (name: string) => {
-    const [link] = JSON.parse(await cluster.node(name).exec("ip", ["-json", "link", "show", "eth0"])) as {
-      address: string;
-    }[];
-    return link?.address;
-  };
-  /** Which backend pod runs on which node. */
-  const backendNodes = async () => {
-    const pods = JSON.parse(await cluster.kubectl(["get", "pods", "-l", "app=netexec", "-o", "json"])) as {
-      items: { metadata: { name: string }; spec: { nodeName: string } }[];
-    };
-    return new Map(pods.items.map((pod) => [pod.metadata.name, pod.spec.nodeName]));
-  };
+  const getFromClient = (ip: string, path: string) => layer2.getFromClient(cluster, ip, path);
+  const clientMac = (ip: string) => layer2.clientMac(cluster, ip);
+  const nodeMac = (name: string) => layer2.nodeMac(cluster, name);
+  const backendNodes = () => layer2.backendNodes(cluster);
 
   // Set by the first Service test, used by the failover test after it.
   let ip: string;
