@@ -440,7 +440,9 @@ export class PoolController {
     }
     if (writes.includes("announcer")) {
       const fields = { announcer: announcer ?? "none", before: before.announcer ?? "none" };
-      log.info("wrote announcer", { ...fields, reason: announced?.reason ?? reason });
+      // The announcer's own rule (sticky, failover, released, …), not the allocation's.
+      const announcerLog = announced ? log.with({ rule: announced.rule }) : log;
+      announcerLog.info("wrote announcer", { ...fields, reason: announced?.reason ?? reason });
     }
     if (decision.action === "release") log.info("released Service", { reason: decision.reason });
   }
