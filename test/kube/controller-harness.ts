@@ -88,14 +88,21 @@ export async function createNamespace(admin: KubeClient, prefix: string): Promis
   return name;
 }
 
-/** The type, reason and message of each Event about an object. */
+/** The component name startController() reports a controller's Events as. */
+export const reportingComponent = (definition: { name: string }) => `${definition.name}-test`;
+
+/**
+ * The type, reason and message of each Event `component` reported about an object. Others report about the same
+ * objects (kube-apiserver's ClusterIP repair, for one), so a test that reads them all would depend on their timing.
+ */
 export async function eventsAbout(
   admin: KubeClient,
+  component: string,
   namespace: string,
   name: string,
 ): Promise<{ type: string; reason: string; message: string }[]> {
   const events = new Resource<Event>(admin, { group: "", version: "v1", plural: "events", namespace });
-  const { items } = await events.list({ fieldSelector: `involvedObject.name=${name}` });
+  const { items } = await events.list({ fieldSelector: `involvedObject.name=${name},source=${component}` });
   return items.map(({ type, reason, message }) => ({ type: type ?? "", reason: reason ?? "", message: message ?? "" }));
 }
 
@@ -139,7 +146,7 @@ export async function startController<
   options: ControllerRunOptions<C>,
 ): Promise<ControllerRun<R, M>> {
   const config = await loadClientConfig({ kubeconfig: options.kubeconfig, env: {} });
-  const component = `${definition.name}-test`;
+  const component = reportingComponent(definition);
   let writes = 0;
   const client = new KubeClient(config, {
     component,

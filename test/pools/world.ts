@@ -34,6 +34,7 @@ import {
   createNamespace,
   createNode,
   eventsAbout,
+  reportingComponent,
   setNodeReady,
   startController,
 } from "../kube/controller-harness.ts";
@@ -130,7 +131,7 @@ export async function startPoolWorld(): Promise<PoolWorld> {
         })),
       });
     },
-    events: (namespace, name) => eventsAbout(plane.admin, namespace, name),
+    events: (namespace, name) => eventsAbout(plane.admin, reportingComponent(servicePools), namespace, name),
     async startController(options = {}) {
       const config = { claimClassless: options.claimClassless ?? false, leaseNamespace };
       const run = await startController(servicePools, { kubeconfig, config, leader: options.leader });

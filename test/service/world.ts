@@ -17,6 +17,7 @@ import {
   createNamespace,
   createNode,
   eventsAbout,
+  reportingComponent,
   type NodeSpec,
   setNodeReady,
   startController,
@@ -75,7 +76,7 @@ export async function startServiceWorld(): Promise<ServiceWorld> {
     namespace: () => createNamespace(admin, "svc-test"),
     addNode: (name, spec) => createNode(nodes, name, spec),
     setReady: (name, status) => setNodeReady(nodes, name, status),
-    events: (namespace, name) => eventsAbout(admin, namespace, name),
+    events: (namespace, name) => eventsAbout(admin, reportingComponent(serviceLoadBalancer), namespace, name),
     async startController(options = {}) {
       const config = { ...CONFIG, ...options.config };
       const run = await startController(serviceLoadBalancer, { ...options, kubeconfig, config });
