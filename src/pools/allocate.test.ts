@@ -3,7 +3,7 @@ import { describe, test } from "node:test";
 import fc from "fast-check";
 import { type Allocation, allocate, isOurs, type L2ServiceFacts, L2_CLASS, poolHolds } from "./allocate.ts";
 import { type LoadBalancerIPPool, type PoolFacts, poolFacts } from "./pool.ts";
-import { ipNumber } from "./ranges.ts";
+import { ipNumber, ipText, isBuggyIp } from "./ranges.ts";
 import { poolStatus } from "./status.ts";
 
 let seconds = 0;
@@ -264,6 +264,33 @@ describe("allocate: properties", () => {
               const sharing = a.sharingKey !== undefined && a.sharingKey === b.sharingKey;
               assert.ok(sharing && a.ports[0]?.port !== b.ports[0]?.port, `${ip} held by ${a.key} and ${b.key}`);
             }
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  test("an address drawn from a pool is its lowest free one: every address below it ends up held", () => {
+    fc.assert(
+      fc.property(arbitraryWorld, (services) => {
+        const { services: result, used } = run(services, POOLS);
+        // A Service being deleted holds its addresses until it is gone, in a pool or not.
+        const deleting = services.flatMap((facts) => (facts.deleting && isOurs(facts, false) ? facts.ingress : []));
+        const held = new Set([...[...used.values()].flatMap((ips) => [...ips]), ...deleting]);
+        for (const facts of services) {
+          const allocation = result.get(facts.key);
+          const drawn = facts.requestedIps === undefined && facts.sharingKey === undefined;
+          if (allocation?.action !== "allocate" || !drawn) continue;
+          allocation.ips.forEach((ip, index) => {
+            if (facts.ingress.includes(ip)) return; // kept, not drawn
+            const { family, value } = ipNumber(ip) as NonNullable<ReturnType<typeof ipNumber>>;
+            const owner = POOLS.find(({ name }) => name === allocation.pools[index]) as PoolFacts;
+            for (const range of owner.ranges.filter((each) => each.family === family))
+              for (let below = range.first; below <= range.last && below < value; below++) {
+                if (owner.avoidBuggyIps && isBuggyIp(family, below)) continue;
+                assert.ok(held.has(ipText(family, below)), `${facts.key} got ${ip}, but ${ipText(family, below)} is free`);
+              }
+          });
+        }
       }),
       { numRuns: 500 },
     );

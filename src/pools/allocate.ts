@@ -15,6 +15,7 @@ import type { Service } from "kubernetes-types/core/v1.js";
 import { objectKey } from "../kube/informer.ts";
 import { matchesLabels } from "../kube/labelselector.ts";
 import { byAge, LB_FINALIZER, type ServicePort } from "../service/decide.ts";
+import { ANNOUNCER_LABEL } from "./announcement.ts";
 import type { PoolFacts } from "./pool.ts";
 import { type IpFamily, ipNumber, ipText, isBuggyIp, rangeHolds } from "./ranges.ts";
 
@@ -65,7 +66,7 @@ export function l2ServiceFacts(service: Service): L2ServiceFacts {
     type: spec.type ?? "ClusterIP",
     class: spec.loadBalancerClass,
     deleting: Boolean(metadata.deletionTimestamp),
-    labels: metadata.labels ?? {},
+    labels: withoutAnnouncerLabel(metadata.labels ?? {}),
     ipFamilies: families.length ? families : ["IPv4"],
     ports: (spec.ports ?? []).map(({ protocol, port }) => ({ protocol: protocol ?? "TCP", port })),
     requestedIps: annotations[REQUESTED_IPS_ANNOTATION],
@@ -76,6 +77,16 @@ export function l2ServiceFacts(service: Service): L2ServiceFacts {
     allocatedFrom: annotations[ALLOCATED_FROM_ANNOTATION],
     ingress: (status?.loadBalancer?.ingress ?? []).flatMap(({ ip }) => (ip ? [ip] : [])),
   };
+}
+
+/**
+ * The Service's labels for pools' selectors, less the announcer label: this controller writes that one from the
+ * allocation, so a pool selecting on it would make the allocation depend on itself.
+ */
+function withoutAnnouncerLabel(labels: Record<string, string>): Record<string, string> {
+  if (!(ANNOUNCER_LABEL in labels)) return labels;
+  const { [ANNOUNCER_LABEL]: _, ...rest } = labels;
+  return rest;
 }
 
 /** Whether this controller serves the Service: of type LoadBalancer and of its class (or class-less, if claimed). */
@@ -178,6 +189,10 @@ function allocateOnce(
   const holders = new Map<string, Holder[]>();
   const held = new Map<string, Held[]>(); // Service key → what it holds
   const moved = new Map<string, string>();
+  // Per pool and family, an address below which every one is held or a Node's. Addresses are taken as the Services
+  // go, oldest first, so the search for the lowest free one goes on from there: each address is looked at about once
+  // per allocation, not once per Service (2,000 new Services took 0.6 s an allocation). A release forgets them.
+  const heldBelow = new Map<string, bigint>();
 
   const hold = (facts: L2ServiceFacts, entry: Held) => {
     holders.set(entry.ip, [...(holders.get(entry.ip) ?? []), holderOf(facts)]);
@@ -258,6 +273,7 @@ function allocateOnce(
   }
 
   function release(key: string): void {
+    heldBelow.clear();
     for (const { ip } of held.get(key) ?? []) {
       const rest = (holders.get(ip) ?? []).filter((holder) => holder.key !== key);
       if (rest.length) holders.set(ip, rest);
@@ -330,11 +346,28 @@ function allocateOnce(
       if (shared) return { ok: shared };
     }
     for (const pool of candidates) {
-      const ip = lowestFree(pool, family, (text) => holders.has(text) || nodeAddresses.has(text) || taken.has(text));
+      const ip = lowestFree(pool, family, taken);
       if (ip !== undefined) return { ok: { ip, pool: pool.name } };
     }
     const names = candidates.map(({ name }) => name).join(", ");
     return refusal("pool-exhausted", `no free ${family} address in pool(s) ${names}`);
+  }
+
+  /** The pool's lowest address of the family that is neither held, a Node's nor `taken`. */
+  function lowestFree(pool: PoolFacts, family: IpFamily, taken: ReadonlySet<string>): string | undefined {
+    const cursor = `${pool.name}/${family}`;
+    const from = heldBelow.get(cursor) ?? -1n;
+    for (const range of pool.ranges) {
+      if (range.family !== family || range.last < from) continue;
+      for (let value = from > range.first ? from : range.first; value <= range.last; value++) {
+        if (pool.avoidBuggyIps && isBuggyIp(family, value)) continue;
+        const ip = ipText(family, value);
+        if (holders.has(ip) || nodeAddresses.has(ip)) continue;
+        if (value > (heldBelow.get(cursor) ?? -1n)) heldBelow.set(cursor, value);
+        if (!taken.has(ip)) return ip;
+      }
+    }
+    return undefined;
   }
 
   /** The lowest address of a candidate pool held under this Service's sharing key, if it may join its holders. */
@@ -364,19 +397,6 @@ const familyOf = (ip: string): IpFamily => (ip.includes(":") ? "IPv6" : "IPv4");
 export function poolHolds(pool: PoolFacts, family: IpFamily, value: bigint): boolean {
   if (pool.avoidBuggyIps && isBuggyIp(family, value)) return false;
   return pool.ranges.some((range) => rangeHolds(range, family, value));
-}
-
-/** The pool's lowest address of the family that is not taken. */
-function lowestFree(pool: PoolFacts, family: IpFamily, taken: (ip: string) => boolean): string | undefined {
-  for (const range of pool.ranges) {
-    if (range.family !== family) continue;
-    for (let value = range.first; value <= range.last; value++) {
-      if (pool.avoidBuggyIps && isBuggyIp(family, value)) continue;
-      const ip = ipText(family, value);
-      if (!taken(ip)) return ip;
-    }
-  }
-  return undefined;
 }
 
 /**
