@@ -226,22 +226,34 @@ export class PoolController {
     return this.queue.idle();
   }
 
-  /** Reallocates only when what allocate() reads of a Service of ours (before or after) changed. */
+  /**
+   * Reallocates only when what allocate() reads of a Service of ours (before or after) changed, and reassigns
+   * announcers only when what assignAnnouncers() reads did. This process's own writes change neither: allocate()
+   * reads a Service as held from the decision on, and the announcer written is the one assigned. With 2,000
+   * Services, each write running both again took most of a CPU.
+   */
   private serviceChanged(service: Service): void {
     const facts = l2ServiceFacts(service);
     const key = facts.key;
-    const inputs = isOurs(facts, this.options.config.claimClassless) ? JSON.stringify(facts) : undefined;
+    const inputs = isOurs(facts, this.options.config.claimClassless) ? this.allocationInputs(facts) : undefined;
     if (inputs !== this.inputs.get(key)) {
       this.stale = true;
       if (inputs === undefined) this.inputs.delete(key);
       else this.inputs.set(key, inputs);
     }
-    const announced = JSON.stringify([facts.ingress, facts.deleting, announcedFacts(service)]);
+    const announced = announcementInputs(facts, announcedFacts(service));
     if (announced !== this.announceInputs.get(key)) {
       this.announceStale = true;
       this.announceInputs.set(key, announced);
     }
     this.enqueue(SERVICE + key);
+  }
+
+  /** What allocate() reads of a Service (allocationFacts() less the finalizer, which it does not read). */
+  private allocationInputs(facts: L2ServiceFacts): string {
+    const hold = this.holds.get(facts.key);
+    const read = hold?.uid === facts.uid ? { ...facts, ingress: hold.ingress, allocatedFrom: hold.allocatedFrom } : facts;
+    return JSON.stringify({ ...read, finalizer: undefined });
   }
 
   private changed(key: string): void {
@@ -412,11 +424,12 @@ export class PoolController {
     const { ingress, allocatedFrom, finalizer } = facts;
     const done = writes.reduce((state, write) => after(state, write, decision), { ingress, allocatedFrom, finalizer });
     this.holds.set(key, { uid: facts.uid, ingress: done.ingress, allocatedFrom: done.allocatedFrom });
+    if (this.inputs.has(key)) this.inputs.set(key, this.allocationInputs(facts));
     const acted = new Set<string | undefined>();
     this.acted.set(key, acted);
     let version = resourceVersion;
     try {
-      for (const write of writes) {
+      for (const [index, write] of writes.entries()) {
         // Leadership can lapse between the decision and a write: the last check is right before each call.
         if (!this.options.isLeader()) return void this.acted.delete(key); // synced afresh when it leads again
         // Each write starts from the version the one before made. The watch may deliver that version before this
@@ -424,6 +437,11 @@ export class PoolController {
         acted.add(version);
         version = await this.send(service, version, decision, write, announcer, log);
         if (version === undefined) return void this.acted.delete(key);
+        // The watch shows the announcer written with the status of that moment: an announcer goes first or last.
+        if (write === "announcer") {
+          const shown = { ingress: index === 0 ? facts.ingress : done.ingress, deleting: facts.deleting };
+          this.announceInputs.set(key, announcementInputs(shown, { ...before, announcer, label: labelOf(announcer) }));
+        }
         // A live announcer removed: its agent announces until it sees that; the next one waits (announcers.ts).
         const removed = write === "announcer" && announcer === undefined ? before.announcer : undefined;
         if (removed !== undefined && this.leases.isLive(removed, this.options.now()))
@@ -562,6 +580,12 @@ const release = (rule: "deleted" | "not-ours", reason: string): Decision => ({
   reason,
   moved: undefined,
 });
+
+/** What assignAnnouncers() reads of a Service beside its allocation, as text to compare. */
+const announcementInputs = (
+  { ingress, deleting }: Pick<L2ServiceFacts, "ingress" | "deleting">,
+  announced: ReturnType<typeof announcedFacts>,
+) => JSON.stringify([ingress, deleting, announced]);
 
 const labelOf = (announcer: string | undefined) =>
   announcer === undefined ? undefined : announcerLabelValue(announcer);
