@@ -11,6 +11,7 @@ import {
   announcerOf,
   assignAnnouncers,
   GRACE_MS,
+  Picks,
 } from "./announcers.ts";
 
 const SEGMENT = parseCidr("192.0.2.0/24");
@@ -264,6 +265,19 @@ describe("assignAnnouncers properties", () => {
           const fit = !world.notReady?.includes(node ?? "") && ready;
           if (onSegment && fit) assert.equal(announcerOf(single.decisions.get(each.key) ?? assert.fail()), node);
         }
+      }),
+    );
+  });
+
+  test("picks kept from plan to plan change no decision", () => {
+    fc.assert(
+      fc.property(worldArb, worldArb, (a, b) => {
+        const picks = new Picks();
+        // Without the node picked first in a: the same groups, other candidates.
+        const first = [...run(worldOf(a)).decisions.values()].map(announcerOf).find((node) => node !== undefined);
+        const without = { ...worldOf(a), announcers: worldOf(a).announcers.filter(({ name }) => name !== first) };
+        for (const world of [worldOf(a), without, worldOf(b), worldOf(a), worldOf(a)])
+          assert.deepEqual(assignAnnouncers({ ...input(world), picks }).decisions, run(world).decisions);
       }),
     );
   });

@@ -45,6 +45,7 @@ import {
   announcedFacts,
   announcerOf,
   assignAnnouncers,
+  Picks,
 } from "./announcers.ts";
 import type { PoolsConfig } from "./flags.ts";
 import { AnnouncerLeases } from "./leases.ts";
@@ -121,6 +122,7 @@ export class PoolController {
   private readonly nodeFacts = new Map<string, NodeFacts>();
   private readonly endpoints = new ReadyEndpoints();
   private announcement: AnnouncersResult | undefined;
+  private readonly picks = new Picks();
   private announceStale = true;
   /** When this process removed a live announcer from each Service (monotonic ms). */
   private readonly releasedAt = new Map<string, number>();
@@ -361,6 +363,7 @@ export class PoolController {
       readyNodes: (service) => this.endpoints.readyNodes(service),
       nowMs,
       startedAtMs: this.startedAtMs,
+      picks: this.picks,
     });
     const before = this.announcement?.decisions;
     this.announcement = next;
