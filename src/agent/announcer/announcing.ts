@@ -10,6 +10,7 @@ import type { Logger } from "../../cli/log.ts";
 import type { KubeClient } from "../../kube/client.ts";
 import { Informer } from "../../kube/informer.ts";
 import { leaseResource, Resource, SERVICE_RESOURCE } from "../../kube/resource.ts";
+import { WorkQueue } from "../../kube/workqueue.ts";
 import type { Netlink } from "../../net/netlink.ts";
 import {
   ANNOUNCER_ANNOTATION,
@@ -23,6 +24,7 @@ import { type AnnouncedLink, type Announcer, startAnnouncer } from "./announcer.
 import { type Assignment, decideAssignments, type LinkAnnouncements, SKIP_RULES } from "./assignments.ts";
 import { AnnouncerLease } from "./lease.ts";
 import { nodeSegments, type Segment, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
+import { decideSelection, SELECTION_RULES, type SelectionRule } from "./selection.ts";
 
 export interface AnnouncingOptions {
   client: KubeClient;
@@ -36,6 +38,55 @@ export interface AnnouncingOptions {
 export interface Announcing {
   /** Withdraws everything, then deletes the Lease (a successor need not wait for it to expire). */
   stop(): Promise<void>;
+}
+
+export interface SelectedAnnouncing {
+  /** Decides again from the Node's labels (its watch saw a change). */
+  update(): void;
+  /** Stops deciding, then stops announcing as on SIGTERM (everything withdrawn, the Lease deleted). */
+  stop(): Promise<void>;
+}
+
+/**
+ * Announcing only while this node is selected (selection.ts, from `nodeLabels()`): started when the decision turns
+ * to announce; when it turns away, everything is withdrawn at once and the Lease deleted, so the pool controller
+ * moves the node's addresses without waiting for it to expire. Not selected, the node opens no Lease, no Service
+ * watch and no raw socket. Decisions run one at a time, through a work queue of one key.
+ */
+export function announceWhileSelected(
+  options: AnnouncingOptions,
+  nodeLabels: () => Record<string, string> | undefined,
+): SelectedAnnouncing {
+  const { node, flags, metrics } = options;
+  const log = options.log.with({ node });
+  let announcing: Announcing | undefined;
+  let lastRule: SelectionRule | undefined;
+  const queue = new WorkQueue({
+    async sync() {
+      const selection = decideSelection(flags.nodeSelector, nodeLabels());
+      if (selection.rule !== lastRule) {
+        const what = selection.announce ? "this node announces" : "this node does not announce";
+        log.info(`L2: ${what}: ${selection.reason}`, { rule: selection.rule });
+      }
+      lastRule = selection.rule;
+      for (const rule of SELECTION_RULES) metrics.selection.with({ rule }).set(rule === selection.rule ? 1 : 0);
+      if (selection.announce && !announcing) announcing = await startAnnouncing(options);
+      if (!selection.announce && announcing) {
+        const stopping = announcing;
+        announcing = undefined;
+        await stopping.stop();
+      }
+    },
+    onError: (_, err, retryInMs) => log.error("L2: starting or stopping announcing failed", { err, retryInMs }),
+  });
+  queue.add(node);
+  return {
+    update: () => queue.add(node),
+    async stop() {
+      await queue.stop();
+      await announcing?.stop();
+    },
+  };
 }
 
 /** Netlink events come in bursts: one refresh per burst. */
