@@ -55,7 +55,8 @@ describe("parseAgentFlags", () => {
 
   test("announcing: --lb-l2-node-selector parsed at start as kubectl's label selectors; bad syntax refused", () => {
     const env = { NODE_NAME: "node-1", POD_NAMESPACE: "kube-system" };
-    const selector = (text: string) => parse(["--lb-l2-announce", `--lb-l2-node-selector=${text}`], env).announce?.nodeSelector;
+    const selector = (text: string) =>
+      parse(["--lb-l2-announce", `--lb-l2-node-selector=${text}`], env).announce?.nodeSelector;
     assert.deepEqual(selector("node-role.kubernetes.io/edge"), {
       text: "node-role.kubernetes.io/edge",
       requirements: [{ key: "node-role.kubernetes.io/edge", operator: "exists", values: [] }],
@@ -66,7 +67,8 @@ describe("parseAgentFlags", () => {
     assert.equal(selector(""), undefined);
     rejects(
       ["--lb-l2-node-selector=zone in (a"],
-      'invalid value "zone in (a" for --lb-l2-node-selector: invalid label selector "zone in (a": found end of input, expected \',\' or \')\'',
+      'invalid value "zone in (a" for --lb-l2-node-selector: invalid label selector "zone in (a": ' +
+        "found end of input, expected ',' or ')'",
       env,
     );
   });

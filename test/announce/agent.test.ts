@@ -111,7 +111,7 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
     await answered("the node answering again once its Lease is renewed");
   });
 
-  test("--lb-l2-node-selector: no Lease until the Node's labels match; then it answers; unlabelled, it stops", async () => {
+  test("--lb-l2-node-selector: no Lease until the Node is labelled; then it answers; unlabelled, it stops", async () => {
     const name = "node-edge";
     const address = `${SUBNET.v4}.66`;
     const nodes = new Resource<Node>(world.plane.admin, NODE_RESOURCE);

@@ -627,9 +627,10 @@ describe("Helm chart", () => {
     assert.deepEqual(announce, { leaseNamespace: "kube-system", interfaces: [], nodeSelector: undefined });
   });
 
-  test("loadBalancer.l2.nodeSelector: the agent announces only on the nodes it selects, in kubectl's syntax", async () => {
+  test("loadBalancer.l2.nodeSelector: only the nodes it selects announce, in kubectl's syntax", async () => {
     const selector = "topology.kubernetes.io/zone in (a,b),!node.kubernetes.io/exclude-l2";
-    const objects = await render(setJson({ "loadBalancer.l2.enabled": true, "loadBalancer.l2.nodeSelector": selector }));
+    const values = { "loadBalancer.l2.enabled": true, "loadBalancer.l2.nodeSelector": selector };
+    const objects = await render(setJson(values));
     const agent = container(objects, "local-ccm");
     assert.deepEqual(agent.args, ["--lb-l2-announce=true", `--lb-l2-node-selector=${selector}`]);
     const announce = parseAgentFlags(expand("local-ccm", agent.args ?? []), POD_ENV["local-ccm"]).announce;
