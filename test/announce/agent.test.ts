@@ -4,12 +4,14 @@
 // to the node (annotation and label, an ingress IP in the link's subnet) makes the client resolve that IP to the
 // node's MAC, over ARP and NDP; moved to another node, or with the API cut, the node stops answering, and answers
 // again when the API returns; on SIGTERM it withdraws and deletes its Lease. A second node with
-// --lb-l2-node-selector keeps no Lease and answers nothing until its Node is labelled, and stops when it is not.
+// --lb-l2-node-selector deletes a Lease left from before and answers nothing until its Node is labelled; then it
+// keeps its Lease and answers, until the label goes.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Node } from "kubernetes-types/core/v1.js";
 import { NODE_RESOURCE, Resource } from "../../src/kube/resource.ts";
+import { announcerLease } from "../../src/agent/announcer/lease.ts";
 import {
   ANNOUNCER_LEASE_LABEL,
   announcerLeaseName,
@@ -17,7 +19,7 @@ import {
   SEGMENTS_ANNOTATION,
 } from "../../src/pools/announcement.ts";
 import { waitFor } from "../../localcluster/wait.ts";
-import { type AgentNode, type AnnounceWorld, startAnnounceWorld, SUBNET } from "./world.ts";
+import { type AgentNode, type AnnounceWorld, NAMESPACE, startAnnounceWorld, SUBNET } from "./world.ts";
 
 const NODE = "node-a";
 const LEASE = announcerLeaseName(NODE) as string;
@@ -116,18 +118,20 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
     const address = `${SUBNET.v4}.66`;
     const nodes = new Resource<Node>(world.plane.admin, NODE_RESOURCE);
     await nodes.create({ metadata: { name } });
+    // As a run that crashed would leave it: deleted, since the node is not selected.
+    const identity = { node: name, name: announcerLeaseName(name) as string, namespace: NAMESPACE };
+    await world.leases.create(announcerLease(identity, "", new Date()));
     const edge = await world.addNode(name, 1, [`--lb-l2-node-selector=${EDGE_LABEL}`]);
-    const lines = () => edge.logs();
-    const logged = (what: string, pattern: RegExp) =>
-      waitFor(what, () => pattern.test(lines()), WAIT_MS).catch((err: unknown) => diagnoseNode(edge, err));
     const answers = (mac: string | undefined) => async () => (await world.resolve(address)) === mac;
     const until = (what: string, check: () => Promise<boolean>) =>
       waitFor(what, check, WAIT_MS).catch((err: unknown) => diagnoseNode(edge, err));
 
-    await logged("the agent deciding from its unlabelled Node", /does not announce: the Node's labels do not match/);
-    assert.equal(await edge.readLease(), undefined, "no Lease while not selected");
+    const unselected = /does not announce: the Node's labels do not match --lb-l2-node-selector/;
+    await until("the agent deciding from its unlabelled Node", async () => unselected.test(edge.logs()));
+    await until("the leftover Lease deleted", async () => (await edge.readLease()) === undefined);
     await world.assign("edge", name, [address]);
     assert.equal(await world.resolve(address), undefined, "nobody answers for the node while it is not selected");
+    assert.equal(await edge.readLease(), undefined, "still no Lease");
     const metrics = await (await fetch(`http://${edge.reachableAt}:10265/metrics`)).text();
     assert.match(metrics, /^local_ccm_l2_node_selection\{rule="not-selected"\} 1$/m);
 
@@ -138,7 +142,7 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
     await nodes.patch(name, "merge", { metadata: { labels: { [EDGE_LABEL]: null } } });
     await until("its Lease deleted, once the label is gone", async () => (await edge.readLease()) === undefined);
     await until("nobody answering once the label is gone", answers(undefined));
-    assert.match(lines(), /withdrawn everything[\s\S]*announcer Lease deleted/, "withdrawn, then the Lease deleted");
+    assert.match(edge.logs(), /withdrawn everything[\s\S]*announcer Lease deleted/, "withdrawn, then the Lease deleted");
   });
 
   test("SIGTERM: everything withdrawn, the Lease deleted, exit 0", async () => {

@@ -22,9 +22,9 @@ import type { AnnounceFlags } from "../flags.ts";
 import type { AnnouncerMetrics } from "../metrics.ts";
 import { type AnnouncedLink, type Announcer, startAnnouncer } from "./announcer.ts";
 import { type Assignment, decideAssignments, type LinkAnnouncements, SKIP_RULES } from "./assignments.ts";
-import { AnnouncerLease } from "./lease.ts";
+import { AnnouncerLease, deleteLeftoverLease } from "./lease.ts";
 import { nodeSegments, type Segment, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
-import { decideSelection, SELECTION_RULES, type SelectionRule } from "./selection.ts";
+import { decideSelection, SELECTION_RULES, type Selection, type SelectionRule } from "./selection.ts";
 
 export interface AnnouncingOptions {
   client: KubeClient;
@@ -50,8 +50,9 @@ export interface SelectedAnnouncing {
 /**
  * Announcing only while this node is selected (selection.ts, from `nodeLabels()`): started when the decision turns
  * to announce; when it turns away, everything is withdrawn at once and the Lease deleted, so the pool controller
- * moves the node's addresses without waiting for it to expire. Not selected, the node opens no Lease, no Service
- * watch and no raw socket. Decisions run one at a time, through a work queue of one key.
+ * moves the node's addresses without waiting for it to expire. Not selected, the node opens no Lease (one left by
+ * an earlier run that crashed is deleted), no Service watch and no raw socket. Decisions run one at a time, through
+ * a work queue of one key.
  */
 export function announceWhileSelected(
   options: AnnouncingOptions,
@@ -61,23 +62,38 @@ export function announceWhileSelected(
   const log = options.log.with({ node });
   let announcing: Announcing | undefined;
   let lastRule: SelectionRule | undefined;
+  /** Until this run first announces or looks: a Lease of an earlier run may be left. */
+  let leftoverPossible = true;
+  /** Logs a change of rule once, and sets the gauge. */
+  const report = (selection: Selection) => {
+    if (selection.rule !== lastRule) {
+      const what = selection.announce ? "this node announces" : "this node does not announce";
+      log.info(`L2: ${what}: ${selection.reason}`, { rule: selection.rule });
+    }
+    lastRule = selection.rule;
+    for (const rule of SELECTION_RULES) metrics.selection.with({ rule }).set(rule === selection.rule ? 1 : 0);
+  };
+  const follow = async (selection: Selection) => {
+    if (selection.announce) {
+      leftoverPossible = false; // renewed from now on, and deleted when it stops
+      announcing ??= await startAnnouncing(options);
+      return;
+    }
+    const stopping = announcing;
+    announcing = undefined;
+    await stopping?.stop();
+    if (selection.rule === "not-selected" && leftoverPossible) {
+      await deleteLeftoverLease(leaseAccess(options, log));
+      leftoverPossible = false;
+    }
+  };
   const queue = new WorkQueue({
     async sync() {
       const selection = decideSelection(flags.nodeSelector, nodeLabels());
-      if (selection.rule !== lastRule) {
-        const what = selection.announce ? "this node announces" : "this node does not announce";
-        log.info(`L2: ${what}: ${selection.reason}`, { rule: selection.rule });
-      }
-      lastRule = selection.rule;
-      for (const rule of SELECTION_RULES) metrics.selection.with({ rule }).set(rule === selection.rule ? 1 : 0);
-      if (selection.announce && !announcing) announcing = await startAnnouncing(options);
-      if (!selection.announce && announcing) {
-        const stopping = announcing;
-        announcing = undefined;
-        await stopping.stop();
-      }
+      report(selection);
+      await follow(selection);
     },
-    onError: (_, err, retryInMs) => log.error("L2: starting or stopping announcing failed", { err, retryInMs }),
+    onError: (_, err, retryInMs) => log.error("L2: following the node selection failed", { err, retryInMs }),
   });
   queue.add(node);
   return {
@@ -109,14 +125,20 @@ function trimService(service: Service): Service {
   };
 }
 
+/** This node's announcer Lease: where it lives, its name and holder. */
+function leaseAccess({ client, node, flags }: AnnouncingOptions, log: Logger) {
+  const name = announcerLeaseName(node) as string; // checked with the flags
+  const leases = new Resource<Lease>(client, leaseResource(flags.leaseNamespace));
+  return { leases, identity: { node, name, namespace: flags.leaseNamespace }, log };
+}
+
 export async function startAnnouncing(options: AnnouncingOptions): Promise<Announcing> {
   const { client, netlink, node, flags, metrics } = options;
   const log = options.log.with({ node });
-  const name = announcerLeaseName(node) as string; // checked with the flags
+  const access = leaseAccess(options, log);
+  const name = access.identity.name;
   const lease = new AnnouncerLease({
-    leases: new Resource<Lease>(client, leaseResource(flags.leaseNamespace)),
-    identity: { node, name, namespace: flags.leaseNamespace },
-    log,
+    ...access,
     onRenewed: () => reconcile(),
     onResult: (result) => metrics.renewals.with({ result }).inc(),
   });

@@ -32,6 +32,6 @@ test("selection: only nodes whose labels match --lb-l2-node-selector announce; n
   );
   assert.equal(
     decideSelection(edge, undefined).reason,
-    `the Node is not known yet to match --lb-l2-node-selector "node-role.kubernetes.io/edge"`,
+    `no Node (not registered yet, or deleted) to match --lb-l2-node-selector "node-role.kubernetes.io/edge"`,
   );
 });

@@ -5,7 +5,7 @@ import { type LabelSelector, matchesLabels } from "../../kube/labelselector.ts";
 
 export const SELECTION_RULES = [
   "every-node", // no selector: every node announces, its Node not even read
-  "node-unknown", // a selector, and the Node is not (yet) in the watch: nothing to match it against
+  "node-unknown", // a selector, and the Node is not in the watch (not yet, or deleted): nothing to match
   "selected", // the Node's labels match the selector
   "not-selected", // they do not
 ] as const;
@@ -25,7 +25,10 @@ export function decideSelection(
   if (!selector || selector.requirements.length === 0)
     return { announce: true, rule: "every-node", reason: "no --lb-l2-node-selector: every node announces" };
   const flag = `--lb-l2-node-selector ${JSON.stringify(selector.text)}`;
-  if (!labels) return { announce: false, rule: "node-unknown", reason: `the Node is not known yet to match ${flag}` };
+  if (!labels) {
+    const reason = `no Node (not registered yet, or deleted) to match ${flag}`;
+    return { announce: false, rule: "node-unknown", reason };
+  }
   if (matchesLabels(selector, labels))
     return { announce: true, rule: "selected", reason: `the Node's labels match ${flag}` };
   return { announce: false, rule: "not-selected", reason: `the Node's labels do not match ${flag}` };
