@@ -36,7 +36,11 @@ describe("parseAgentFlags", () => {
 
   test("announcing: the Lease namespace from the flag or POD_NAMESPACE; refused without one or for a long name", () => {
     const env = { NODE_NAME: "node-1", POD_NAMESPACE: "kube-system" };
-    assert.deepEqual(parse(["--lb-l2-announce"], env).announce, { leaseNamespace: "kube-system", interfaces: [] });
+    assert.deepEqual(parse(["--lb-l2-announce"], env).announce, {
+      leaseNamespace: "kube-system",
+      interfaces: [],
+      nodeSelector: undefined,
+    });
     assert.equal(parse(["--lb-l2-announce", "--lb-l2-lease-namespace=ops"], env).announce?.leaseNamespace, "ops");
     assert.equal(parse([], env).announce, undefined);
     rejects(["--lb-l2-announce"], "--lb-l2-announce needs --lb-l2-lease-namespace (or env POD_NAMESPACE)");
@@ -47,6 +51,26 @@ describe("parseAgentFlags", () => {
       env,
     );
     rejects(["--lb-l2-interfaces=eth0,a/b"], 'invalid value "eth0,a/b" for --lb-l2-interfaces: "a/b" is not an interface name (at most 15 characters, no \'/\' or spaces)');
+  });
+
+  test("announcing: --lb-l2-node-selector parsed at start as kubectl's label selectors; bad syntax refused", () => {
+    const env = { NODE_NAME: "node-1", POD_NAMESPACE: "kube-system" };
+    const selector = (text: string) =>
+      parse(["--lb-l2-announce", `--lb-l2-node-selector=${text}`], env).announce?.nodeSelector;
+    assert.deepEqual(selector("node-role.kubernetes.io/edge"), {
+      text: "node-role.kubernetes.io/edge",
+      requirements: [{ key: "node-role.kubernetes.io/edge", operator: "exists", values: [] }],
+    });
+    assert.deepEqual(selector("topology.kubernetes.io/zone in (a,b)")?.requirements, [
+      { key: "topology.kubernetes.io/zone", operator: "in", values: ["a", "b"] },
+    ]);
+    assert.equal(selector(""), undefined);
+    rejects(
+      ["--lb-l2-node-selector=zone in (a"],
+      'invalid value "zone in (a" for --lb-l2-node-selector: invalid label selector "zone in (a": ' +
+        "found end of input, expected ',' or ')'",
+      env,
+    );
   });
 
   test("every flag set", () => {
@@ -70,6 +94,7 @@ describe("parseAgentFlags", () => {
         "--lb-l2-announce",
         "--lb-l2-lease-namespace=ops",
         "--lb-l2-interfaces=eth1,bond0",
+        "--lb-l2-node-selector=node-role.kubernetes.io/edge",
         "--kubeconfig=/etc/kubeconfig",
         "--v=4",
         "--log-format=json",
@@ -112,7 +137,14 @@ describe("parseAgentFlags", () => {
           ],
         },
       },
-      announce: { leaseNamespace: "ops", interfaces: ["eth1", "bond0"] },
+      announce: {
+        leaseNamespace: "ops",
+        interfaces: ["eth1", "bond0"],
+        nodeSelector: {
+          text: "node-role.kubernetes.io/edge",
+          requirements: [{ key: "node-role.kubernetes.io/edge", operator: "exists", values: [] }],
+        },
+      },
       kubeconfig: "/etc/kubeconfig",
       verbosity: 4,
       logFormat: "json",
@@ -346,6 +378,7 @@ describe("the agent's flag table", () => {
         "lb-l2-announce",
         "lb-l2-lease-namespace",
         "lb-l2-interfaces",
+        "lb-l2-node-selector",
         "kubeconfig",
         "v",
         "log-format",
@@ -386,6 +419,7 @@ describe("the agent's flag table", () => {
       // The release namespace, from POD_NAMESPACE: not a value.
       "lb-l2-lease-namespace": undefined,
       "lb-l2-interfaces": "loadBalancer.l2.interfaces",
+      "lb-l2-node-selector": "loadBalancer.l2.nodeSelector",
       kubeconfig: undefined,
       v: "controller.verbosity",
       "log-format": "controller.logFormat",

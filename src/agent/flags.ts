@@ -3,7 +3,8 @@
 // README and the Helm values.
 import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts";
 import { type Env, flag, parseFlags, UsageError } from "../cli/flags.ts";
-import { cidr, dnsLabel, dnsSubdomain, eachItem, oneOf, positive } from "../cli/validate.ts";
+import { cidr, dnsLabel, dnsSubdomain, eachItem, oneOf, parses, positive } from "../cli/validate.ts";
+import { type LabelSelector, parseLabelSelector } from "../kube/labelselector.ts";
 import { canonicalIp, ipProblem } from "../net/ip.ts";
 import { announcerLeaseName } from "../pools/announcement.ts";
 import type { DetectionMethod } from "./detect.ts";
@@ -37,6 +38,8 @@ export interface AnnounceFlags {
   leaseNamespace: string;
   /** Announce only on these links; empty: on every link with a MAC. */
   interfaces: string[];
+  /** Announce (and keep a Lease) only while this node's labels match; undefined: on every node. */
+  nodeSelector: LabelSelector | undefined;
 }
 
 export interface MetadataFlags {
@@ -159,6 +162,16 @@ const announceFlags = [
     helm: "loadBalancer.l2.interfaces",
     validate: eachItem(interfaceProblem),
   }),
+  flag({
+    name: "lb-l2-node-selector",
+    type: "string",
+    default: "",
+    help:
+      "Label selector of the nodes that announce (e.g. node-role.kubernetes.io/edge); only those keep an announcer " +
+      "Lease, watch their Services and open raw sockets, following their Node's labels. Empty: every node.",
+    helm: "loadBalancer.l2.nodeSelector",
+    validate: parses(parseLabelSelector),
+  }),
 ] as const;
 
 type AddressType = "internal" | "external";
@@ -274,6 +287,7 @@ export function parseAgentFlags(argv: readonly string[], env: Env): AgentFlags {
     announce: announce(values["node-name"], values["lb-l2-announce"], {
       leaseNamespace: values["lb-l2-lease-namespace"],
       interfaces: values["lb-l2-interfaces"],
+      nodeSelector: values["lb-l2-node-selector"] ? parseLabelSelector(values["lb-l2-node-selector"]) : undefined,
     }),
     ...commonFlags(values),
   };

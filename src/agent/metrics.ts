@@ -72,6 +72,13 @@ export function createAnnouncerMetrics(registry: Registry) {
         "not-load-balancer, deleting, not-an-ip, host-address, no-segment.",
       labels: ["rule"],
     }),
+    selection: registry.gauge({
+      name: "local_ccm_l2_node_selection",
+      help:
+        "1 for the rule that decides whether this node announces (--lb-l2-node-selector), 0 for the others: " +
+        "every-node, node-unknown, selected, not-selected.",
+      labels: ["rule"],
+    }),
     renewals: registry.counter({
       name: "local_ccm_l2_lease_renewals_total",
       help: "Renewals of this node's announcer Lease by result: ok, error.",

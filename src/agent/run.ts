@@ -10,7 +10,7 @@ import { Informer } from "../kube/informer.ts";
 import { NODE_RESOURCE, Resource } from "../kube/resource.ts";
 import { openNetlink } from "../net/netlink.ts";
 import { Agent, type ReconcileResult } from "./agent.ts";
-import { startAnnouncing } from "./announcer/announcing.ts";
+import { announceWhileSelected } from "./announcer/announcing.ts";
 import { PROGRAM, parseAgentFlags } from "./flags.ts";
 import { metadataOptions } from "./metadata/options.ts";
 import { createMetrics } from "./metrics.ts";
@@ -109,23 +109,23 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   // Stops run in reverse (see cli/main.ts): the triggers first, then the agent's queue (a reconcile in flight
   // is awaited).
   ctx.onShutdown(() => agent.stop());
+  if (flags.announce) {
+    const options = { client, netlink, node: flags.nodeName, flags: flags.announce, log, metrics: metrics.announcer };
+    // undefined while the Node is not known: a selector then selects nothing.
+    const labels = () => {
+      const node = cached();
+      return node && (node.metadata?.labels ?? {});
+    };
+    const l2 = announceWhileSelected(options, labels);
+    informer.addHandlers({ onAdd: l2.update, onUpdate: l2.update, onDelete: l2.update });
+    ctx.onShutdown(() => l2.stop());
+  }
   informer.start();
   ctx.onShutdown(() => informer.stop());
   const changes = netlink.watchChanges(reconcile, NETLINK_DEBOUNCE_MS);
   ctx.onShutdown(() => changes.close());
   const resync = setInterval(reconcile, flags.reconcileIntervalMs);
   ctx.onShutdown(() => clearInterval(resync));
-  if (flags.announce) {
-    const l2 = await startAnnouncing({
-      client,
-      netlink,
-      node: flags.nodeName,
-      flags: flags.announce,
-      log,
-      metrics: metrics.announcer,
-    });
-    ctx.onShutdown(() => l2.stop());
-  }
   log.info(`${PROGRAM} started`, { node: flags.nodeName, health: endpoints.health, metrics: endpoints.metrics });
   if ((await ctx.unlessStopped(informer.waitForSync())) && !cached()) {
     log.warn("node not found yet; waiting for it to be registered", { node: flags.nodeName });

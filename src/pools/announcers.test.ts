@@ -79,7 +79,10 @@ describe("assignAnnouncers", () => {
 
   test("none eligible: no-announcer, and the reason names the first rule that left none", () => {
     const cases: [World, RegExp][] = [
-      [{ services: [service("a", ["192.0.2.10"])], announcers: [] }, /no announcer Lease is live/],
+      [
+        { services: [service("a", ["192.0.2.10"])], announcers: [] },
+        /no announcer Lease is live \(.*--lb-l2-node-selector/,
+      ],
       [
         { services: [service("a", ["203.0.113.1"])], announcers: [announcer("n1")] },
         /no live announcer has a segment holding 203\.0\.113\.1/,

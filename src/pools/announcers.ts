@@ -196,7 +196,9 @@ function liveBySegments(announcers: readonly Announcer[], input: AnnouncersInput
 
 /** The eligible announcers of a group, or why there are none. */
 function eligibility(group: Group, shares: readonly SegmentShare[], input: AnnouncersInput): Announcer[] | string {
-  if (!shares.length) return "no announcer Lease is live";
+  // Where Leases come from: a --lb-l2-node-selector that selects no node looks the same as announcing off.
+  if (!shares.length)
+    return "no announcer Lease is live (kept by agents with --lb-l2-announce, on nodes --lb-l2-node-selector selects)";
   const holding = shares.filter(({ segments }) =>
     group.ips.every((ip) => segments.some((segment) => cidrContains(segment, ip))),
   );

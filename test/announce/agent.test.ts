@@ -3,10 +3,15 @@
 // announcer Lease is created with label, segments and holder, renewed, recreated when deleted; a Service assigned
 // to the node (annotation and label, an ingress IP in the link's subnet) makes the client resolve that IP to the
 // node's MAC, over ARP and NDP; moved to another node, or with the API cut, the node stops answering, and answers
-// again when the API returns; on SIGTERM it withdraws and deletes its Lease.
+// again when the API returns; on SIGTERM it withdraws and deletes its Lease. A second node with
+// --lb-l2-node-selector deletes a Lease left from before and answers nothing until its Node is labelled; then it
+// keeps its Lease and answers, until the label goes.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
+import type { Node } from "kubernetes-types/core/v1.js";
+import { NODE_RESOURCE, Resource } from "../../src/kube/resource.ts";
+import { announcerLease } from "../../src/agent/announcer/lease.ts";
 import {
   ANNOUNCER_LEASE_LABEL,
   announcerLeaseName,
@@ -14,7 +19,7 @@ import {
   SEGMENTS_ANNOTATION,
 } from "../../src/pools/announcement.ts";
 import { waitFor } from "../../localcluster/wait.ts";
-import { type AgentNode, type AnnounceWorld, startAnnounceWorld, SUBNET } from "./world.ts";
+import { type AgentNode, type AnnounceWorld, NAMESPACE, startAnnounceWorld, SUBNET } from "./world.ts";
 
 const NODE = "node-a";
 const LEASE = announcerLeaseName(NODE) as string;
@@ -22,6 +27,7 @@ const ADDRESSES = [`${SUBNET.v4}.55`, `${SUBNET.v6}:55`];
 /** And one in none of the node's segments: skipped by rule. */
 const INGRESS = [...ADDRESSES, "203.0.113.5"];
 const WAIT_MS = 60_000;
+const EDGE_LABEL = "node-role.kubernetes.io/l2-edge";
 
 describe("the agent announcing LoadBalancer addresses, with its Lease, against a real kube-apiserver", () => {
   let world: AnnounceWorld;
@@ -35,11 +41,12 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
   after(() => world?.stop());
 
   /** What went wrong, with the agent's last words. */
-  const diagnose = (err: unknown): never => {
-    throw new Error(`${(err as Error).message}\nagent:\n${node.logs().split("\n").slice(-40).join("\n")}`, {
+  const diagnoseNode = (agent: AgentNode, err: unknown): never => {
+    throw new Error(`${(err as Error).message}\nagent:\n${agent.logs().split("\n").slice(-40).join("\n")}`, {
       cause: err,
     });
   };
+  const diagnose = (err: unknown): never => diagnoseNode(node, err);
   const readLease = () => node.readLease();
   const everyAddress = (mac: string | undefined) => async () => {
     for (const address of ADDRESSES) if ((await world.resolve(address)) !== mac) return false;
@@ -104,6 +111,38 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
     t.diagnostic(/not surely valid.*afterDeadlineMs=\S+/.exec(node.logs())?.[0] ?? "no withdrawal logged");
     node.proxy.restore();
     await answered("the node answering again once its Lease is renewed");
+  });
+
+  test("--lb-l2-node-selector: no Lease until the Node is labelled; then it answers; unlabelled, it stops", async () => {
+    const name = "node-edge";
+    const address = `${SUBNET.v4}.66`;
+    const nodes = new Resource<Node>(world.plane.admin, NODE_RESOURCE);
+    await nodes.create({ metadata: { name } });
+    // As a run that crashed would leave it: deleted, since the node is not selected.
+    const identity = { node: name, name: announcerLeaseName(name) as string, namespace: NAMESPACE };
+    await world.leases.create(announcerLease(identity, "", new Date()));
+    const edge = await world.addNode(name, 1, [`--lb-l2-node-selector=${EDGE_LABEL}`]);
+    const answers = (mac: string | undefined) => async () => (await world.resolve(address)) === mac;
+    const until = (what: string, check: () => Promise<boolean>) =>
+      waitFor(what, check, WAIT_MS).catch((err: unknown) => diagnoseNode(edge, err));
+
+    const unselected = /does not announce: the Node's labels do not match --lb-l2-node-selector/;
+    await until("the agent deciding from its unlabelled Node", async () => unselected.test(edge.logs()));
+    await until("the leftover Lease deleted", async () => (await edge.readLease()) === undefined);
+    await world.assign("edge", name, [address]);
+    assert.equal(await world.resolve(address), undefined, "nobody answers for the node while it is not selected");
+    assert.equal(await edge.readLease(), undefined, "still no Lease");
+    const metrics = await (await fetch(`http://${edge.reachableAt}:10265/metrics`)).text();
+    assert.match(metrics, /^local_ccm_l2_node_selection\{rule="not-selected"\} 1$/m);
+
+    await nodes.patch(name, "merge", { metadata: { labels: { [EDGE_LABEL]: "" } } });
+    await until("its Lease, once the Node is labelled", async () => (await edge.readLease()) !== undefined);
+    await until("the client resolving the address to the labelled node's MAC", answers(edge.mac));
+
+    await nodes.patch(name, "merge", { metadata: { labels: { [EDGE_LABEL]: null } } });
+    await until("its Lease deleted, once the label is gone", async () => (await edge.readLease()) === undefined);
+    await until("nobody answering once the label is gone", answers(undefined));
+    assert.match(edge.logs(), /withdrawn everything[\s\S]*announcer Lease deleted/, "withdrawn, then the Lease deleted");
   });
 
   test("SIGTERM: everything withdrawn, the Lease deleted, exit 0", async () => {

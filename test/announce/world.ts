@@ -50,8 +50,8 @@ export interface AnnounceWorld {
   services: Resource<Service>;
   client: Host;
   clientLink: string;
-  /** A node in `slot` (0-3) on the bridge (its address there .<slot+1>), its agent started. */
-  addNode(name: string, slot: number): Promise<AgentNode>;
+  /** A node in `slot` (0-3) on the bridge (its address there .<slot+1>), its agent started with `flags` added. */
+  addNode(name: string, slot: number, flags?: string[]): Promise<AgentNode>;
   /** Asks afresh from the client: the MAC that answered for `address`, or undefined when nobody did. */
   resolve(address: string): Promise<string | undefined>;
   /** Assigns Service `name` to `node` as the pool controller does: annotation, label, ingress `addresses`. */
@@ -92,7 +92,7 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
     const leases = new Resource<Lease>(plane.admin, leaseResource(NAMESPACE));
     const services = new Resource<Service>(plane.admin, { ...SERVICE_RESOURCE, namespace: "default" });
 
-    const addNode = async (name: string, slot: number): Promise<AgentNode> => {
+    const addNode = async (name: string, slot: number, flags: string[] = []): Promise<AgentNode> => {
       const host = await quietHost(net);
       const link = await join(host, slot + 1);
       const mac = JSON.parse(await host.ip("-j", "link", "show", link))[0].address as string;
@@ -109,6 +109,7 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
         ...[AGENT, `--node-name=${name}`, `--kubeconfig=${kubeconfig}`],
         ...["--lb-l2-announce", `--lb-l2-lease-namespace=${NAMESPACE}`, `--lb-l2-interfaces=${link}`],
         ...["--external-ip-target=", "--require-local-node=false", "--secure-metrics=false", "--v=2"],
+        ...flags,
       ];
       const argv = ["setpriv", "--pdeathsig", "KILL", ...RAW_ONLY, "--", process.execPath, ...args];
       const agent: ChildProcess = spawn("nsenter", [`--net=/run/netns/${host.name}`, ...argv], {

@@ -624,7 +624,20 @@ describe("Helm chart", () => {
       capabilities: { drop: ["ALL"], add: ["NET_RAW"] },
     });
     const announce = parseAgentFlags(expand("local-ccm", agent.args ?? []), POD_ENV["local-ccm"]).announce;
-    assert.deepEqual(announce, { leaseNamespace: "kube-system", interfaces: [] });
+    assert.deepEqual(announce, { leaseNamespace: "kube-system", interfaces: [], nodeSelector: undefined });
+  });
+
+  test("loadBalancer.l2.nodeSelector: only the nodes it selects announce, in kubectl's syntax", async () => {
+    const selector = "topology.kubernetes.io/zone in (a,b),!node.kubernetes.io/exclude-l2";
+    const values = { "loadBalancer.l2.enabled": true, "loadBalancer.l2.nodeSelector": selector };
+    const objects = await render(setJson(values));
+    const agent = container(objects, "local-ccm");
+    assert.deepEqual(agent.args, ["--lb-l2-announce=true", `--lb-l2-node-selector=${selector}`]);
+    const announce = parseAgentFlags(expand("local-ccm", agent.args ?? []), POD_ENV["local-ccm"]).announce;
+    assert.deepEqual(announce?.nodeSelector?.requirements, [
+      { key: "topology.kubernetes.io/zone", operator: "in", values: ["a", "b"] },
+      { key: "node.kubernetes.io/exclude-l2", operator: "!", values: [] },
+    ]);
   });
 
   test("csrApproval.enabled runs the approver beside node-lifecycle, with its grants; off, nothing about CSRs", async () => {

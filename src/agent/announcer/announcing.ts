@@ -10,6 +10,7 @@ import type { Logger } from "../../cli/log.ts";
 import type { KubeClient } from "../../kube/client.ts";
 import { Informer } from "../../kube/informer.ts";
 import { leaseResource, Resource, SERVICE_RESOURCE } from "../../kube/resource.ts";
+import { WorkQueue } from "../../kube/workqueue.ts";
 import type { Netlink } from "../../net/netlink.ts";
 import {
   ANNOUNCER_ANNOTATION,
@@ -21,8 +22,9 @@ import type { AnnounceFlags } from "../flags.ts";
 import type { AnnouncerMetrics } from "../metrics.ts";
 import { type AnnouncedLink, type Announcer, startAnnouncer } from "./announcer.ts";
 import { type Assignment, decideAssignments, type LinkAnnouncements, SKIP_RULES } from "./assignments.ts";
-import { AnnouncerLease } from "./lease.ts";
+import { AnnouncerLease, deleteLeftoverLease } from "./lease.ts";
 import { nodeSegments, type Segment, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
+import { decideSelection, SELECTION_RULES, type Selection, type SelectionRule } from "./selection.ts";
 
 export interface AnnouncingOptions {
   client: KubeClient;
@@ -36,6 +38,71 @@ export interface AnnouncingOptions {
 export interface Announcing {
   /** Withdraws everything, then deletes the Lease (a successor need not wait for it to expire). */
   stop(): Promise<void>;
+}
+
+export interface SelectedAnnouncing {
+  /** Decides again from the Node's labels (its watch saw a change). */
+  update(): void;
+  /** Stops deciding, then stops announcing as on SIGTERM (everything withdrawn, the Lease deleted). */
+  stop(): Promise<void>;
+}
+
+/**
+ * Announcing only while this node is selected (selection.ts, from `nodeLabels()`): started when the decision turns
+ * to announce; when it turns away, everything is withdrawn at once and the Lease deleted, so the pool controller
+ * moves the node's addresses without waiting for it to expire. Not selected, the node opens no Lease (one left by
+ * an earlier run that crashed is deleted), no Service watch and no raw socket. Decisions run one at a time, through
+ * a work queue of one key.
+ */
+export function announceWhileSelected(
+  options: AnnouncingOptions,
+  nodeLabels: () => Record<string, string> | undefined,
+): SelectedAnnouncing {
+  const { node, flags, metrics } = options;
+  const log = options.log.with({ node });
+  let announcing: Announcing | undefined;
+  let lastRule: SelectionRule | undefined;
+  /** Until this run first announces or looks: a Lease of an earlier run may be left. */
+  let leftoverPossible = true;
+  /** Logs a change of rule once, and sets the gauge. */
+  const report = (selection: Selection) => {
+    if (selection.rule !== lastRule) {
+      const what = selection.announce ? "this node announces" : "this node does not announce";
+      log.info(`L2: ${what}: ${selection.reason}`, { rule: selection.rule });
+    }
+    lastRule = selection.rule;
+    for (const rule of SELECTION_RULES) metrics.selection.with({ rule }).set(rule === selection.rule ? 1 : 0);
+  };
+  const follow = async (selection: Selection) => {
+    if (selection.announce) {
+      leftoverPossible = false; // renewed from now on, and deleted when it stops
+      announcing ??= await startAnnouncing(options);
+      return;
+    }
+    const stopping = announcing;
+    announcing = undefined;
+    await stopping?.stop();
+    if (selection.rule === "not-selected" && leftoverPossible) {
+      await deleteLeftoverLease(leaseAccess(options, log));
+      leftoverPossible = false;
+    }
+  };
+  const queue = new WorkQueue({
+    async sync() {
+      const selection = decideSelection(flags.nodeSelector, nodeLabels());
+      report(selection);
+      await follow(selection);
+    },
+    onError: (_, err, retryInMs) => log.error("L2: following the node selection failed", { err, retryInMs }),
+  });
+  queue.add(node);
+  return {
+    update: () => queue.add(node),
+    async stop() {
+      await queue.stop();
+      await announcing?.stop();
+    },
+  };
 }
 
 /** Netlink events come in bursts: one refresh per burst. */
@@ -58,14 +125,20 @@ function trimService(service: Service): Service {
   };
 }
 
+/** This node's announcer Lease: where it lives, its name and holder. */
+function leaseAccess({ client, node, flags }: AnnouncingOptions, log: Logger) {
+  const name = announcerLeaseName(node) as string; // checked with the flags
+  const leases = new Resource<Lease>(client, leaseResource(flags.leaseNamespace));
+  return { leases, identity: { node, name, namespace: flags.leaseNamespace }, log };
+}
+
 export async function startAnnouncing(options: AnnouncingOptions): Promise<Announcing> {
   const { client, netlink, node, flags, metrics } = options;
   const log = options.log.with({ node });
-  const name = announcerLeaseName(node) as string; // checked with the flags
+  const access = leaseAccess(options, log);
+  const name = access.identity.name;
   const lease = new AnnouncerLease({
-    leases: new Resource<Lease>(client, leaseResource(flags.leaseNamespace)),
-    identity: { node, name, namespace: flags.leaseNamespace },
-    log,
+    ...access,
     onRenewed: () => reconcile(),
     onResult: (result) => metrics.renewals.with({ result }).inc(),
   });

@@ -65,6 +65,34 @@ const WRITE_ATTEMPTS = 3;
 const ROUND_TIMEOUT_MS = LEASE_DURATION_SECONDS * 1000;
 const DELETE_TIMEOUT_MS = 5000;
 
+/** Deletes the Lease of that uid (not one written since by someone else); never throws. */
+async function deleteLease(options: Pick<AnnouncerLeaseOptions, "leases" | "identity" | "log">, uid: string) {
+  const { leases, identity, log } = options;
+  try {
+    const signal = AbortSignal.timeout(DELETE_TIMEOUT_MS);
+    await leases.delete(identity.name, { preconditions: { uid }, signal });
+    log.info("announcer Lease deleted", { lease: identity.name });
+  } catch (err) {
+    if (!isApiError(err, "NotFound")) log.warn("deleting the announcer Lease failed", { err });
+  }
+}
+
+/**
+ * Deletes this node's Lease left by an earlier run that did not stop gracefully (a crash, a kill), when this run is
+ * not to announce: the controller counts it expired anyway, but an unselected node keeps no Lease at all.
+ */
+export async function deleteLeftoverLease(
+  options: Pick<AnnouncerLeaseOptions, "leases" | "identity" | "log">,
+): Promise<void> {
+  const { leases, identity } = options;
+  const leftover = await leases.get(identity.name).catch((err: unknown) => {
+    if (isApiError(err, "NotFound")) return undefined;
+    throw err;
+  });
+  const uid = leftover?.metadata?.uid;
+  if (uid && leftover.spec?.holderIdentity === identity.node) await deleteLease(options, uid);
+}
+
 export class AnnouncerLease {
   private readonly options: AnnouncerLeaseOptions;
   private readonly abort = new AbortController();
@@ -98,14 +126,7 @@ export class AnnouncerLease {
     await this.loop;
     this.deadline = -Infinity;
     const uid = this.current?.metadata?.uid;
-    if (!uid) return;
-    try {
-      const signal = AbortSignal.timeout(DELETE_TIMEOUT_MS);
-      await this.options.leases.delete(this.options.identity.name, { preconditions: { uid }, signal });
-      this.options.log.info("announcer Lease deleted", { lease: this.options.identity.name });
-    } catch (err) {
-      if (!isApiError(err, "NotFound")) this.options.log.warn("deleting the announcer Lease failed", { err });
-    }
+    if (uid) await deleteLease(this.options, uid);
   }
 
   private async run(): Promise<void> {
