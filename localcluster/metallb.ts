@@ -8,7 +8,7 @@
 // that make it L2 only and point it at these images (metallbObjects), then a pool and its L2Advertisement
 // (l2PoolObjects). installMetallb does all of it on a cluster.
 import { existsSync } from "node:fs";
-import { mkdir, readFile } from "node:fs/promises";
+import { chmod, cp, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { parse, parseAllDocuments } from "yaml";
 import { CACHE_DIR, type Component, ensureBinaries, ensureComponent } from "./build.ts";
@@ -26,7 +26,45 @@ const COMPONENT: Component = {
   module: MODULE,
   commands: { controller: `${MODULE}/controller`, speaker: `${MODULE}/speaker` },
   ldflags: [],
+  goModExtra: frrK8sReplace,
 };
+
+/**
+ * MetalLB v0.16.2 requires github.com/metallb/frr-k8s v0.0.27, whose zip the module proxy refuses (versions.ts).
+ * The served v0.0.26 lacks only two names of its API that v0.16.2's internal/bgp/frrk8s uses (BGP through frr-k8s,
+ * which L2 mode never runs): the type AsPathPrependPrefixes and Advertise's field PrefixesWithAsPathPrepend. The
+ * build replaces frr-k8s with a copy of v0.0.26 given those two, so MetalLB's own code is v0.16.2's, unchanged.
+ */
+const FRR_K8S = { module: "github.com/metallb/frr-k8s", served: "v0.0.26" };
+
+async function frrK8sReplace(): Promise<string> {
+  const dir = path.join(CACHE_DIR, `frr-k8s-${FRR_K8S.served}-for-metallb-${METALLB_VERSION}`);
+  if (!existsSync(dir)) {
+    const out = await run("go", ["mod", "download", "-json", `${FRR_K8S.module}@${FRR_K8S.served}`]);
+    const copy = `${dir}.partial`;
+    await rm(copy, { recursive: true, force: true });
+    await cp((JSON.parse(out) as { Dir: string }).Dir, copy, { recursive: true });
+    // The module cache is read-only: only the API folder and the file edited are made writable.
+    const api = path.join(copy, "api/v1beta1");
+    const types = path.join(api, "frrconfiguration_types.go");
+    await chmod(api, 0o755);
+    await chmod(types, 0o644);
+    const field = "\tPrefixesWithCommunity []CommunityPrefixes `json:\"withCommunity,omitempty\"`\n";
+    const text = await readFile(types, "utf8");
+    if (!text.includes(field)) throw new Error(`${types}: Advertise's PrefixesWithCommunity not found`);
+    const added = "\tPrefixesWithAsPathPrepend []AsPathPrependPrefixes `json:\"withAsPathPrepend,omitempty\"`\n";
+    await writeFile(types, text.replace(field, field + added));
+    await writeFile(
+      path.join(api, "aspathprepend_localccm.go"),
+      "package v1beta1\n\n// Added by local-ccm's build of MetalLB (localcluster/metallb.ts): named by MetalLB " +
+        `${METALLB_VERSION}, new in frr-k8s v0.0.27.\n` +
+        "type AsPathPrependPrefixes struct {\n\tPrefixes      []string `json:\"prefixes,omitempty\"`\n" +
+        "\tAsPathPrepend uint8    `json:\"asPathPrepend,omitempty\"`\n}\n",
+    );
+    await rename(copy, dir);
+  }
+  return `replace ${FRR_K8S.module} => ${dir}`;
+}
 
 /** localhost/ says they come from no registry. */
 const REPOSITORIES = { controller: "localhost/metallb-controller", speaker: "localhost/metallb-speaker" } as const;

@@ -17,9 +17,7 @@ export const AGNHOST_VERSION = "2.63.0";
  * on the local cluster (coredns.ts). */
 export const COREDNS_VERSION = "v1.14.2";
 /** MetalLB, the anchor the L2 announcement benchmark runs side by side with ours (metallb.ts; built on demand).
- * Not the newest, v0.16.2: it requires github.com/metallb/frr-k8s v0.0.27, whose zip the module proxy refuses
- * ("403 Forbidden … This module version is not available", as every frr-k8s after v0.0.26; tried again on
- * 2026-11-24), and it does not compile with v0.0.26: its internal/bgp/frrk8s (BGP through frr-k8s, unused in L2
- * mode) uses frrv1beta1.AsPathPrependPrefixes and Advertise.PrefixesWithAsPathPrepend, new in v0.0.27.
- * v0.16.1 is the newest MetalLB whose whole module graph the proxy serves. */
-export const METALLB_VERSION = "v0.16.1";
+ * It requires github.com/metallb/frr-k8s v0.0.27, whose zip the module proxy refuses ("403 Forbidden … This module
+ * version is not available", as every frr-k8s after v0.0.26; tried again on 2026-11-24): metallb.ts builds it
+ * against v0.0.26 given the two names of v0.0.27's API that MetalLB's BGP-only frr-k8s package uses. */
+export const METALLB_VERSION = "v0.16.2";
