@@ -37,6 +37,7 @@ import {
   listPods,
   podReady,
 } from "../localcluster/project.ts";
+import { METALLB_VERSION } from "../localcluster/versions.ts";
 import { waitFor } from "../localcluster/wait.ts";
 import { UNINITIALIZED_TAINT } from "../src/kube/nodes.ts";
 import { L2_CLASS } from "../src/pools/allocate.ts";
@@ -107,7 +108,7 @@ const createService = (cluster: Cluster, service: Service) =>
   cluster.admin.request({ method: "POST", path: "/api/v1/namespaces/default/services", body: service });
 
 const metallb: Implementation = {
-  label: "MetalLB v0.16.1 (L2)",
+  label: `MetalLB ${METALLB_VERSION} (L2)`,
   projectImage: false,
   async install(cluster, range) {
     // No cloud controller runs: the admin initialises the Nodes (MetalLB's speakers do not tolerate the taint).
