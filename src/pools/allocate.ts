@@ -363,7 +363,7 @@ function allocateOnce(
         if (pool.avoidBuggyIps && isBuggyIp(family, value)) continue;
         const ip = ipText(family, value);
         if (holders.has(ip) || nodeAddresses.has(ip)) continue;
-        if (value > (heldBelow.get(cursor) ?? -1n)) heldBelow.set(cursor, value);
+        heldBelow.set(cursor, value); // never lower: the search started there
         if (!taken.has(ip)) return ip;
       }
     }
