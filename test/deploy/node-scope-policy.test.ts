@@ -465,9 +465,17 @@ describe("node-scope admission policy", () => {
       `local-ccm on node ${NODES.a} may write only Events about Node ${NODES.a} reported by local-ccm from it, ` +
       "but this Event has ";
 
-    before(() => {
+    before(async () => {
       events = new Resource<Event>(agentClient, EVENTS);
       byAdmin = new Resource<Event>(plane.admin, EVENTS);
+      // The Events policy is a policy of its own, and reaches the admission plugin in its own time.
+      const aboutNodeB = event({ involvedObject: { apiVersion: "v1", kind: "Node", name: NODES.b } });
+      await waitFor(
+        "the Events policy to deny an Event about node B",
+        async () => (await denial(() => events.create(aboutNodeB, { dryRun }))).includes("ValidatingAdmissionPolicy"),
+        30_000,
+        200,
+      );
     });
 
     test("the agent records and counts Events about its own Node", async () => {
