@@ -26,7 +26,7 @@ import { canonicalIp } from "../net/ip.ts";
 import type { Cache } from "../service/controller.ts";
 import { LB_FINALIZER } from "../service/decide.ts";
 import { endpointSliceFacts, ReadyEndpoints } from "../service/endpoints.ts";
-import { type NodeFacts, nodeFacts, sameNodeFacts } from "../service/nodes.ts";
+import { type LoadBalancerNode, loadBalancerNode, sameLoadBalancerNode } from "../service/nodes.ts";
 import type { BackoffOptions } from "../time/backoff.ts";
 import {
   ALLOCATED_FROM_ANNOTATION,
@@ -119,7 +119,7 @@ export class PoolController {
   /** The last warning told per Service: told again only when it changes. */
   private readonly warned = new Map<string, string>();
   private readonly leases = new AnnouncerLeases();
-  private readonly nodeFacts = new Map<string, NodeFacts>();
+  private readonly loadBalancerNodes = new Map<string, LoadBalancerNode>();
   private readonly endpoints = new ReadyEndpoints();
   private announcement: AnnouncersResult | undefined;
   private readonly picks = new Picks();
@@ -177,7 +177,7 @@ export class PoolController {
         this.changed(ALLOCATION);
     },
     onDelete: (node) => {
-      this.nodeFacts.delete(node.metadata?.name ?? "");
+      this.loadBalancerNodes.delete(node.metadata?.name ?? "");
       this.announcementChanged();
       this.changed(ALLOCATION);
     },
@@ -269,10 +269,10 @@ export class PoolController {
   }
 
   private nodeChanged(node: Node): void {
-    const facts = nodeFacts(node, undefined);
-    const before = this.nodeFacts.get(facts.name);
-    if (!before || !sameNodeFacts(before, facts)) this.announcementChanged();
-    this.nodeFacts.set(facts.name, facts);
+    const facts = loadBalancerNode(node, undefined);
+    const before = this.loadBalancerNodes.get(facts.name);
+    if (!before || !sameLoadBalancerNode(before, facts)) this.announcementChanged();
+    this.loadBalancerNodes.set(facts.name, facts);
   }
 
   private leaseChanged(lease: Lease): void {
@@ -356,10 +356,10 @@ export class PoolController {
       services,
       announcers,
       ineligible: (node) => {
-        const facts = this.nodeFacts.get(node);
+        const facts = this.loadBalancerNodes.get(node);
         return facts ? facts.ineligible : { rule: "no-node", reason: "has no Node" };
       },
-      nodeLabels: (node) => this.nodeFacts.get(node)?.labels ?? {},
+      nodeLabels: (node) => this.loadBalancerNodes.get(node)?.labels ?? {},
       readyNodes: (service) => this.endpoints.readyNodes(service),
       nowMs,
       startedAtMs: this.startedAtMs,

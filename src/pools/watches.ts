@@ -1,6 +1,6 @@
 // What the address pool controller reads from the API, and the fields it keeps of each (kube/fields.ts): each path
 // is one that l2ServiceFacts(), announcedFacts(), poolFacts() or AnnouncerLeases reads, or that a write starts from.
-// Nodes and EndpointSlices as the service controller keeps them (nodeFacts(), endpointSliceFacts()).
+// Nodes and EndpointSlices as the service controller keeps them (loadBalancerNode(), endpointSliceFacts()).
 import { EACH, type FieldPath } from "../kube/fields.ts";
 import {
   ALLOCATED_FROM_ANNOTATION,

@@ -33,7 +33,7 @@ import {
 import { type EndpointSliceFacts, endpointSliceFacts, ReadyEndpoints } from "./endpoints.ts";
 import type { ServiceMetrics } from "./metrics.ts";
 import { type ExternalFamilies, intentHolds, type NodeChange } from "./nodechange.ts";
-import { type IpFamily, type NodeFacts, nodeFacts, sameNodeFacts } from "./nodes.ts";
+import { type IpFamily, type LoadBalancerNode, loadBalancerNode, sameLoadBalancerNode } from "./nodes.ts";
 
 
 /** An informer satisfies this. */
@@ -66,9 +66,9 @@ type Write = "finalizer-add" | "finalizer-remove" | "status";
 export class ServiceController {
   private readonly options: Required<ServiceControllerOptions>;
   private readonly queue: WorkQueue;
-  private readonly nodeFacts = new Map<string, NodeFacts>();
+  private readonly loadBalancerNodes = new Map<string, LoadBalancerNode>();
   /** Built when a sync needs it after a Node changed; the eligible nodes, and every Node's addresses. */
-  private eligible: { nodes: NodeFacts[]; addresses: Set<string> } | undefined;
+  private eligible: { nodes: LoadBalancerNode[]; addresses: Set<string> } | undefined;
   /** Eligible nodes with an ExternalIP, per family. */
   private readonly externalIPs: Record<IpFamily, number> = { IPv4: 0, IPv6: 0 };
   private readonly endpoints = new ReadyEndpoints();
@@ -113,9 +113,9 @@ export class ServiceController {
     onAdd: (node) => this.nodeChanged(node),
     onUpdate: (_, node) => this.nodeChanged(node),
     onDelete: (node) => {
-      const before = this.nodeFacts.get(node.metadata?.name ?? "");
+      const before = this.loadBalancerNodes.get(node.metadata?.name ?? "");
       if (!before) return;
-      this.nodeFacts.delete(before.name);
+      this.loadBalancerNodes.delete(before.name);
       this.nodesChanged({ before, after: undefined });
     },
   };
@@ -187,10 +187,10 @@ export class ServiceController {
   }
 
   private nodeChanged(node: Node): void {
-    const facts = nodeFacts(node, this.options.config.nodeSelector);
-    const before = this.nodeFacts.get(facts.name);
-    this.nodeFacts.set(facts.name, facts);
-    if (!before || !sameNodeFacts(before, facts)) this.nodesChanged({ before, after: facts });
+    const facts = loadBalancerNode(node, this.options.config.nodeSelector);
+    const before = this.loadBalancerNodes.get(facts.name);
+    this.loadBalancerNodes.set(facts.name, facts);
+    if (!before || !sameLoadBalancerNode(before, facts)) this.nodesChanged({ before, after: facts });
   }
 
   /** Replans the Services whose intent the change may alter (nodechange.ts), and syncs all of ours. */
@@ -208,7 +208,7 @@ export class ServiceController {
     for (const key of this.planned.keys()) this.enqueue(key);
   }
 
-  private countExternalIPs(node: NodeFacts | undefined, sign: 1 | -1): void {
+  private countExternalIPs(node: LoadBalancerNode | undefined, sign: 1 | -1): void {
     if (!node || node.ineligible) return;
     for (const family of ["IPv4", "IPv6"] as const) if (node.ips[family].ExternalIP) this.externalIPs[family] += sign;
   }
@@ -237,9 +237,9 @@ export class ServiceController {
 
   private currentPlan(): { plan: Map<string, Intent>; addresses: Set<string> } {
     if (!this.eligible) {
-      const nodes = [...this.nodeFacts.values()].filter((node) => !node.ineligible);
+      const nodes = [...this.loadBalancerNodes.values()].filter((node) => !node.ineligible);
       const addresses = new Set<string>();
-      for (const node of this.nodeFacts.values())
+      for (const node of this.loadBalancerNodes.values())
         for (const family of Object.values(node.ips)) for (const ip of Object.values(family)) addresses.add(ip);
       this.eligible = { nodes, addresses };
       this.options.metrics.eligibleNodes.set(nodes.length);

@@ -19,7 +19,7 @@ import {
   serviceFacts,
 } from "./decide.ts";
 import { parsePortRange, DEFAULT_RESERVED_PORTS } from "./flags.ts";
-import { AUTOSCALER_TAINT, EXCLUDE_LABEL, type NodeFacts, nodeFacts } from "./nodes.ts";
+import { AUTOSCALER_TAINT, EXCLUDE_LABEL, type LoadBalancerNode, loadBalancerNode } from "./nodes.ts";
 
 const CONFIG: ServiceConfig = {
   claimClassless: false,
@@ -53,7 +53,7 @@ function nodeObject(name: string, spec: NodeSpec = {}): Node {
   };
 }
 
-const node = (name: string, spec?: NodeSpec, config = CONFIG) => nodeFacts(nodeObject(name, spec), config.nodeSelector);
+const node = (name: string, spec?: NodeSpec, config = CONFIG) => loadBalancerNode(nodeObject(name, spec), config.nodeSelector);
 
 interface ServiceSpec {
   type?: string;
@@ -95,7 +95,7 @@ function service(name: string, spec: ServiceSpec = {}): ServiceFacts {
 
 function plan(
   services: ServiceFacts[],
-  nodes: NodeFacts[],
+  nodes: LoadBalancerNode[],
   options: { config?: ServiceConfig; ready?: (service: string) => string[] } = {},
 ): Map<string, Intent> {
   return planIngress({
@@ -108,7 +108,7 @@ function plan(
 
 const ips = (intent: Intent | undefined) => (intent?.action === "ensure" ? intent.ingress.map(({ ip }) => ip) : intent);
 
-describe("nodeFacts: which nodes carry LoadBalancer traffic, by rule", () => {
+describe("loadBalancerNode: which nodes carry LoadBalancer traffic, by rule", () => {
   const EDGE_ONLY = { ...CONFIG, nodeSelector: parseLabelSelector("edge") };
   const cases: [string, NodeSpec, string | undefined, ServiceConfig?][] = [
     ["Ready", {}, undefined],
@@ -135,7 +135,7 @@ describe("nodeFacts: which nodes carry LoadBalancer traffic, by rule", () => {
     test(what, () => assert.equal(node("n1", spec, config).ineligible?.rule, rule));
 
   test("the first ExternalIP and InternalIP of each family, canonical; names and other types left out", () => {
-    const facts = nodeFacts(
+    const facts = loadBalancerNode(
       {
         metadata: { name: "n1" },
         status: {
@@ -333,11 +333,11 @@ describe("planIngress: properties", () => {
     fc.assert(
       fc.property(arbitraryNodes, fc.nat(59), fc.uuid(), fc.integer({ min: 1, max: 8 }), (nodes, at, uid, maxNodes) => {
         const config = { ...CONFIG, maxNodes };
-        const chosen = (list: NodeFacts[]) => {
+        const chosen = (list: LoadBalancerNode[]) => {
           const intent = plan([service("a", { uid })], list, { config }).get("ns/a");
           return new Set(intent?.action === "ensure" ? intent.nodes : []);
         };
-        const leaving = nodes[at % nodes.length] as NodeFacts;
+        const leaving = nodes[at % nodes.length] as LoadBalancerNode;
         const before = chosen(nodes);
         const after = chosen(nodes.filter((each) => each !== leaving));
         const lost = [...before].filter((name) => !after.has(name));
@@ -363,7 +363,7 @@ describe("planIngress: properties", () => {
     list.map(({ name, day, ports, local }) => service(name, { created: `2026-01-0${day}T00:00:00Z`, ports, local })),
   );
   // Every Local Service has endpoints on the first two nodes.
-  const ready = (nodes: NodeFacts[]) => () => nodes.slice(0, 2).map(({ name }) => name);
+  const ready = (nodes: LoadBalancerNode[]) => () => nodes.slice(0, 2).map(({ name }) => name);
 
   test("ensured Services never share a protocol/port on an address, and the input order changes nothing", () => {
     fc.assert(

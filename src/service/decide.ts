@@ -14,7 +14,7 @@ import type { LoadBalancerIngress, Service } from "kubernetes-types/core/v1.js";
 import { objectKey } from "../kube/informer.ts";
 import { type LabelSelector, matchesLabels, parseLabelSelector } from "../kube/labelselector.ts";
 import { ipToBytes } from "../net/ip.ts";
-import type { AddressType, IpFamily, NodeFacts } from "./nodes.ts";
+import type { AddressType, IpFamily, LoadBalancerNode } from "./nodes.ts";
 import { hashString, topByScore } from "./rendezvous.ts";
 
 export const NODE_ADDRESS_CLASS = "local-ccm.io/node-address";
@@ -108,7 +108,7 @@ export type Intent =
 export interface PlanInput {
   services: Iterable<ServiceFacts>;
   /** The eligible nodes only (facts.ineligible undefined). */
-  nodes: readonly NodeFacts[];
+  nodes: readonly LoadBalancerNode[];
   /** The nodes with a ready endpoint of a Service (for Local). */
   readyNodes(serviceKey: string): Iterable<string>;
   config: ServiceConfig;
@@ -139,7 +139,7 @@ export function planIngress(
   alone = new Map<string, Intent>(),
 ): Map<string, Intent> {
   const planned = [...services].filter((facts) => isPlanned(facts, config)).sort(byAge);
-  let byName: Map<string, NodeFacts> | undefined;
+  let byName: Map<string, LoadBalancerNode> | undefined;
   // Local: the eligible nodes with a ready endpoint. A Service with no ready endpoint anywhere yet (created before
   // its pods, or scaled to zero) gets every eligible node, as Cluster would: no node could serve it either way, and
   // its address is there for DNS and clients from the start (a cloud load balancer's is, and upstream's e2e tests
@@ -165,7 +165,7 @@ export function planIngress(
   return plan;
 }
 
-function intentFor(facts: ServiceFacts, nodes: readonly NodeFacts[], config: ServiceConfig): Intent {
+function intentFor(facts: ServiceFacts, nodes: readonly LoadBalancerNode[], config: ServiceConfig): Intent {
   const reserved = reservedPort(facts.ports, config.reservedPorts);
   if (reserved) return { action: "refuse", rule: "reserved-port", reason: reserved };
   const selector = annotationSelector(facts.nodeSelector);
@@ -194,7 +194,7 @@ export function annotationSelector(text: string | undefined): LabelSelector | st
   }
 }
 
-function ingressFor(facts: ServiceFacts, candidates: readonly NodeFacts[], maxNodes: number): Intent {
+function ingressFor(facts: ServiceFacts, candidates: readonly LoadBalancerNode[], maxNodes: number): Intent {
   const kinds = facts.ipFamilies.map((family) => [family, addressType(candidates, family)] as const);
   const usable = candidates.filter((node) => kinds.some(([family, type]) => node.ips[family][type] !== undefined));
   const chosen = topByScore(usable, hashString(facts.uid), maxNodes);
@@ -215,7 +215,7 @@ function ingressFor(facts: ServiceFacts, candidates: readonly NodeFacts[], maxNo
 }
 
 /** ExternalIPs where any candidate has one of this family, else InternalIPs. */
-function addressType(nodes: readonly NodeFacts[], family: IpFamily): AddressType {
+function addressType(nodes: readonly LoadBalancerNode[], family: IpFamily): AddressType {
   return nodes.some((node) => node.ips[family].ExternalIP) ? "ExternalIP" : "InternalIP";
 }
 

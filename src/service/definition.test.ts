@@ -11,7 +11,7 @@ import { parseLabelSelector } from "../kube/labelselector.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS, NODE_SELECTOR_ANNOTATION, serviceFacts } from "./decide.ts";
 import { serviceLoadBalancer } from "./definition.ts";
 import { endpointSliceFacts, SERVICE_NAME_LABEL } from "./endpoints.ts";
-import { AUTOSCALER_TAINT, nodeFacts } from "./nodes.ts";
+import { AUTOSCALER_TAINT, loadBalancerNode } from "./nodes.ts";
 
 const watches = serviceLoadBalancer.watches(undefined as never);
 
@@ -52,7 +52,7 @@ test("a Service keeps what serviceFacts reads; its spec's other fields go", () =
   assert.deepEqual(Object.keys(trimmed.spec ?? {}).sort(), kept);
 });
 
-test("a Node keeps what nodeFacts reads (labels whole, for any selector); heartbeats and images go", () => {
+test("a Node keeps what loadBalancerNode reads (labels whole, for any selector); heartbeats and images go", () => {
   const node: Node = {
     metadata: { name: "n1", uid: "u", resourceVersion: "3", labels: { zone: "a" }, annotations: { big: "x" } },
     spec: { taints: [{ key: AUTOSCALER_TAINT, effect: "NoSchedule", value: "1" }], unschedulable: true },
@@ -71,7 +71,7 @@ test("a Node keeps what nodeFacts reads (labels whole, for any selector); heartb
   };
   const trimmed = trim(watches.nodes, node);
   const selector = parseLabelSelector("zone=a");
-  assert.deepEqual(nodeFacts(trimmed, selector), nodeFacts(node, selector));
+  assert.deepEqual(loadBalancerNode(trimmed, selector), loadBalancerNode(node, selector));
   assert.deepEqual(trimmed.status?.conditions, [{ type: "Ready", status: "True" }]);
   assert.equal(trimmed.status?.images, undefined);
 });

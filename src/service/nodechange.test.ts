@@ -4,7 +4,7 @@ import fc from "fast-check";
 import type { Node } from "kubernetes-types/core/v1.js";
 import { type Intent, NODE_ADDRESS_CLASS, planIngress, type ServiceConfig, serviceFacts } from "./decide.ts";
 import { type ExternalFamilies, intentHolds } from "./nodechange.ts";
-import { type NodeFacts, nodeFacts } from "./nodes.ts";
+import { type LoadBalancerNode, loadBalancerNode } from "./nodes.ts";
 
 interface NodeSpec {
   id: number;
@@ -14,7 +14,7 @@ interface NodeSpec {
   external6: boolean;
 }
 
-function node({ id, ready, external4, internal6, external6 }: NodeSpec): NodeFacts {
+function node({ id, ready, external4, internal6, external6 }: NodeSpec): LoadBalancerNode {
   const addresses = [
     { type: "InternalIP", address: `10.0.0.${id}` },
     ...(external4 ? [{ type: "ExternalIP", address: `192.0.2.${id}` }] : []),
@@ -25,7 +25,7 @@ function node({ id, ready, external4, internal6, external6 }: NodeSpec): NodeFac
     metadata: { name: `node-${id}`, labels: { zone: `z${id % 2}` } },
     status: { addresses, conditions: [{ type: "Ready", status: ready ? "True" : "False" }] },
   };
-  return nodeFacts(object, undefined);
+  return loadBalancerNode(object, undefined);
 }
 
 interface ServiceSpec {
@@ -55,21 +55,21 @@ function service({ uid, local, ipFamilies, selector, port }: ServiceSpec, i: num
   });
 }
 
-const external = (nodes: NodeFacts[]): ExternalFamilies => ({
+const external = (nodes: LoadBalancerNode[]): ExternalFamilies => ({
   IPv4: nodes.some((each) => !each.ineligible && each.ips.IPv4.ExternalIP),
   IPv6: nodes.some((each) => !each.ineligible && each.ips.IPv6.ExternalIP),
 });
 
 /** Plans the Services over `before`, keeps the intents that hold after one Node's change, and plans over `after`. */
-function replan(services: ReturnType<typeof service>[], before: NodeFacts[], after: NodeFacts[], maxNodes: number) {
+function replan(services: ReturnType<typeof service>[], before: LoadBalancerNode[], after: LoadBalancerNode[], maxNodes: number) {
   const config: ServiceConfig = { claimClassless: false, maxNodes, reservedPorts: [{ from: 22, to: 22 }] };
   // Local Services have endpoints on the nodes of even id.
   const readyNodes = () => ["node-2", "node-4", "node-6", "node-8"];
-  const plan = (nodes: NodeFacts[], alone?: Map<string, Intent>) =>
+  const plan = (nodes: LoadBalancerNode[], alone?: Map<string, Intent>) =>
     planIngress({ services, nodes: nodes.filter((each) => !each.ineligible), readyNodes, config }, alone);
   const alone = new Map<string, Intent>();
   plan(before, alone);
-  const facts = (list: NodeFacts[], name: string | undefined) => list.find((each) => each.name === name);
+  const facts = (list: LoadBalancerNode[], name: string | undefined) => list.find((each) => each.name === name);
   const changed = [...new Set([...before, ...after].map(({ name }) => name))].filter(
     (name) => JSON.stringify(facts(before, name)) !== JSON.stringify(facts(after, name)),
   );
@@ -146,7 +146,7 @@ describe("intentHolds", () => {
         (specs, serviceSpecs, maxNodes, pick, replacement) => {
           const before = specs.map(node);
           const services = serviceSpecs.map(service);
-          let after: NodeFacts[];
+          let after: LoadBalancerNode[];
           if (replacement === null) after = before.filter((_, i) => i !== pick % Math.max(1, before.length));
           else if (specs.some(({ id }) => id === replacement.id))
             after = before.map((each) => (each.name === `node-${replacement.id}` ? node(replacement) : each));

@@ -5,13 +5,13 @@
 // that chose it, a node joining only those where it outranks the last node chosen. Local Services (their
 // candidates are the few nodes with endpoints) and those with a node selector annotation are replanned: cheap or rare.
 import type { Intent, ServiceFacts } from "./decide.ts";
-import type { IpFamily, NodeFacts } from "./nodes.ts";
+import type { IpFamily, LoadBalancerNode } from "./nodes.ts";
 import { hashString, outranks, pairScore } from "./rendezvous.ts";
 
 /** One Node's facts before and after an event (undefined: absent, i.e. added or deleted). */
 export interface NodeChange {
-  before: NodeFacts | undefined;
-  after: NodeFacts | undefined;
+  before: LoadBalancerNode | undefined;
+  after: LoadBalancerNode | undefined;
 }
 
 /** Per family, whether some eligible node has an ExternalIP of it: the ingress then takes ExternalIPs. */
@@ -22,7 +22,7 @@ export interface ChangeContext {
   external: { before: ExternalFamilies; after: ExternalFamilies };
 }
 
-const isEligible = (node: NodeFacts | undefined): node is NodeFacts => node !== undefined && !node.ineligible;
+const isEligible = (node: LoadBalancerNode | undefined): node is LoadBalancerNode => node !== undefined && !node.ineligible;
 
 /** Whether the intent planIngress() made for a Service alone (before port conflicts) holds after the change. */
 export function intentHolds(facts: ServiceFacts, intent: Intent, change: NodeChange, context: ChangeContext): boolean {
@@ -38,7 +38,7 @@ export function intentHolds(facts: ServiceFacts, intent: Intent, change: NodeCha
   if (facts.ipFamilies.some((family) => external.before[family] !== external.after[family])) return false;
   if (was && is) return JSON.stringify(before.ips) === JSON.stringify(after.ips);
   if (was) return !intent.nodes.includes(before.name);
-  const joining = after as NodeFacts;
+  const joining = after as LoadBalancerNode;
   const usable = facts.ipFamilies.some(
     (family) => joining.ips[family][external.after[family] ? "ExternalIP" : "InternalIP"] !== undefined,
   );

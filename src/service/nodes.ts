@@ -1,6 +1,6 @@
 // The Nodes as the service controller sees them: whether a Node may carry LoadBalancer traffic (ordered rules, a
 // rule id for metrics and a reason for logs), and its first ExternalIP and InternalIP of each family. Computed
-// once per Node event (nodeFacts), so that a plan over every Service reads plain facts and hashes nothing twice.
+// once per Node event (loadBalancerNode), so that a plan over every Service reads plain facts and hashes nothing twice.
 import type { Node } from "kubernetes-types/core/v1.js";
 import { parseBool } from "../cli/flags.ts";
 import { type LabelSelector, matchesLabels } from "../kube/labelselector.ts";
@@ -21,7 +21,7 @@ export type NodeIps = Record<IpFamily, Partial<Record<AddressType, string>>>;
 
 export type NodeRule = "deleting" | "uninitialized" | "autoscaler" | "not-ready" | "excluded" | "node-selector";
 
-export interface NodeFacts {
+export interface LoadBalancerNode {
   name: string;
   /** Why the Node carries no LoadBalancer traffic; undefined when it may. */
   ineligible: { rule: NodeRule; reason: string } | undefined;
@@ -34,7 +34,7 @@ export interface NodeFacts {
 
 const ADDRESS_TYPES: readonly string[] = ["ExternalIP", "InternalIP"] satisfies AddressType[];
 
-export function nodeFacts(node: Node, nodeSelector: LabelSelector | undefined): NodeFacts {
+export function loadBalancerNode(node: Node, nodeSelector: LabelSelector | undefined): LoadBalancerNode {
   const name = node.metadata?.name ?? "";
   const labels = node.metadata?.labels ?? {};
   const ips: NodeIps = { IPv4: {}, IPv6: {} };
@@ -56,7 +56,7 @@ function ineligibility(
   node: Node,
   labels: Record<string, string>,
   nodeSelector: LabelSelector | undefined,
-): NodeFacts["ineligible"] {
+): LoadBalancerNode["ineligible"] {
   if (node.metadata?.deletionTimestamp) return { rule: "deleting", reason: "is being deleted" };
   if (isUninitialized(node)) return { rule: "uninitialized", reason: `has the ${UNINITIALIZED_TAINT} taint` };
   if ((node.spec?.taints ?? []).some((taint) => taint.key === AUTOSCALER_TAINT))
@@ -81,7 +81,7 @@ export function isExcluded(labels: Record<string, string>): boolean {
 }
 
 /** Whether two facts of one Node plan alike (the hash follows from the name). */
-export function sameNodeFacts(a: NodeFacts, b: NodeFacts): boolean {
+export function sameLoadBalancerNode(a: LoadBalancerNode, b: LoadBalancerNode): boolean {
   return (
     a.ineligible?.rule === b.ineligible?.rule &&
     JSON.stringify(a.ips) === JSON.stringify(b.ips) &&

@@ -1,6 +1,6 @@
 // What the service controller reads from the API: three resources, and the fields it keeps of each
 // (kube/fields.ts). Kept small for 5,000 Nodes, 2,000 Services and 20,000 EndpointSlices: each
-// path is a field that serviceFacts(), nodeFacts() or endpointSliceFacts() reads, or that a write starts from.
+// path is a field that serviceFacts(), loadBalancerNode() or endpointSliceFacts() reads, or that a write starts from.
 // A ClusterIP Service keeps these fields too (paths cannot depend on the type): a few hundred bytes each.
 import { EACH, type FieldPath } from "../kube/fields.ts";
 import { NODE_SELECTOR_ANNOTATION } from "./decide.ts";
