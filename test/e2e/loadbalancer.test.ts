@@ -3,9 +3,9 @@
 // node-0 the control-plane node (kubeadm's exclusion label, empty), node-1..3 workers, each Node's ExternalIP its
 // public address (the agent). Every request comes from the client host, outside the nodes.
 //
-// In both proxy modes: a Deployment of agnhost netexec (on node-1 and node-2) behind a Service answers on every
-// ingress address, and `externalTrafficPolicy: Local` lists only the nodes with an endpoint, whose backend sees the
-// client host's own address. In iptables mode also: the exclusion label (`true` excludes, `false` and absent keep),
+// In both proxy modes, every case: a Deployment of agnhost netexec (on node-1 and node-2) behind a Service answers on
+// every ingress address, and `externalTrafficPolicy: Local` lists only the nodes with an endpoint, whose backend sees
+// the client host's own address; the exclusion label (`true` excludes, `false` and absent keep),
 // the autoscaler taint, a cordoned node (stays); another class untouched, class-less only once `helm upgrade` claims
 // them; a reserved port and a port conflict refused with a Warning naming rule and value, status empty; deletion and
 // a type change release status and finalizer; a controller restart writes nothing; a powered-off node leaves the
@@ -229,8 +229,6 @@ function loadBalancerSuite(mode: ProxyMode): void {
         assert.equal(seen, cluster.client.ip, `${ip}: the backend saw ${seen}, not the client host`);
       }
     });
-
-    if (mode !== "iptables") return;
 
     test("the exclusion label (true excludes; false, absent keep), the autoscaler taint, a cordoned node", async () => {
       const kubectl = (...args: string[]) => cluster.kubectl(args);
