@@ -1,12 +1,14 @@
 // The peer suite in `npm test`: each mode's skip list checked against the pinned upstream suite, and a fast subset of
 // upstream's load-balancer specs (FAST_FOCUS) run from the client host against the chart as shipped, class-less
-// Services claimed by each mode in turn. `npm run e2e:upstream` runs all of them (loadbalancer.ts).
+// Services claimed by each mode in turn, each on a kube-proxy mode of its own (FAST_PROXY_MODE) so that both proxy
+// modes are covered at the cost of two clusters. `npm run e2e:upstream` runs all of them (loadbalancer.ts).
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Cluster } from "../../localcluster/cluster.ts";
+import type { ProxyMode } from "../../localcluster/kube-proxy.ts";
 import { listSpecs } from "./e2e-suite.ts";
 import {
   FAST_FOCUS,
@@ -18,6 +20,8 @@ import {
   runPeerSuite,
   startPeerCluster,
 } from "./loadbalancer.ts";
+
+const FAST_PROXY_MODE: Record<PeerMode, ProxyMode> = { "node-address": "iptables", l2: "nftables" };
 
 describe("upstream load-balancer e2e tests (the peer suite)", () => {
   let reportDir: string;
@@ -42,10 +46,10 @@ describe("upstream load-balancer e2e tests (the peer suite)", () => {
   });
 
   const fastSubset = (mode: PeerMode) =>
-    describe(`fast subset, ${mode}, kube-proxy in iptables mode`, () => {
+    describe(`fast subset, ${mode}, kube-proxy in ${FAST_PROXY_MODE[mode]} mode`, () => {
       let cluster: Cluster;
       before(async () => {
-        cluster = await startPeerCluster(mode, "iptables");
+        cluster = await startPeerCluster(mode, FAST_PROXY_MODE[mode]);
       });
       after(async () => {
         await cluster?.stop();
