@@ -20,7 +20,7 @@ import { isApiError } from "../src/kube/errors.ts";
 import { Informer } from "../src/kube/informer.ts";
 import { addressesOf, type NodeHost, registerNode, startAgent, startWorld } from "../test/agent/harness.ts";
 import { waitFor } from "../localcluster/wait.ts";
-import { processMemory } from "./proc.ts";
+import { cpuSeconds, processMemory } from "./proc.ts";
 import { SHIPPED_ENV } from "../test/deploy/shipped.ts";
 import {
   agentCommand,
@@ -153,14 +153,22 @@ try {
     changeMs.push(await until("IP change", (a) => a.includes(`ExternalIP=${source}`), t0));
   }
 
-  // At rest: nothing changes for REST_SECONDS; count what the agent asks of the apiserver.
+  // At rest: nothing changes for REST_SECONDS; count what the agent asks of the apiserver, sample its RSS every
+  // second (a resync's few milliseconds rarely fall on a sample: the end's line reads smaps' parts too), its CPU.
   await delay(3000);
+  const pid = agent.child.pid as number;
   const restFrom = Date.now();
-  await delay(REST_SECONDS * 1000);
+  const cpuFrom = cpuSeconds(pid);
+  const rssAtRest: number[] = [];
+  while (Date.now() - restFrom < REST_SECONDS * 1000) {
+    await delay(1000);
+    rssAtRest.push(processMemory(pid).rss);
+  }
   const restTo = Date.now();
+  const cpuAtRest = (cpuSeconds(pid) - cpuFrom) / ((restTo - restFrom) / 1000);
   const atRest = await agentRequests(world.plane.auditLogPath as string, new Date(restFrom), new Date(restTo));
   const writes = atRest.filter(isWrite).length;
-  const memory = processMemory(agent.child.pid as number);
+  const memory = processMemory(pid);
   const quietDriftMs: number[] = [];
   for (let i = 0; i < QUIET_TRIALS; i++) {
     await delay(35_000);
@@ -187,6 +195,9 @@ try {
   console.log(`  API writes at rest                ${writes} = ${perHour(writes)} per hour`);
   console.log("  watch renewal (by design)         every 30-60 min: at most 2 requests per hour");
   console.log(`  RSS / anonymous at rest           ${(memory.rss / 2 ** 20).toFixed(1)} MiB / ${(memory.anon / 2 ** 20).toFixed(1)} MiB`);
+  const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+  console.log(`  RSS at rest, each second  p50 / max ${mib(pct(rssAtRest, 50))} / ${mib(Math.max(...rssAtRest))} (${rssAtRest.length} samples)`);
+  console.log(`  CPU at rest                       ${(cpuAtRest * 100).toFixed(3)} %`);
   if (cold.length > 0) {
     const cgroupPeaks = cold.map((c) => c.peakMiB.toFixed(1)).join(", ");
     console.log(`  cold starts under ${limitMiB}Mi, to initialised ${cold.map((c) => ms(c.ms)).join(", ")}`);

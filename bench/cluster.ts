@@ -6,8 +6,9 @@
 // minute at rest; the API requests each program made in that minute (the apiserver's audit log, by
 // ServiceAccount); and each node's kubelet, kube-proxy and containerd RSS. Then BENCH_COLD_STARTS (20) cold
 // starts of the agents in a row, the controller scaled to 0 (it maps the same `node` binary): each drops the
-// page cache (machine-wide) and recreates the DaemonSet; it prints the time to every node initialised, the
-// agents' working set and RSS after it, and their restarts (an OOM kill restarts the container).
+// page cache (machine-wide) and recreates the DaemonSet; it prints the time to every node initialised, each pod's
+// time from its container's process start (the kernel's start time) to its node seen initialised (polled every
+// 50 ms), the agents' working set and RSS after it, and their restarts (an OOM kill restarts the container).
 import { readFileSync } from "node:fs";
 import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
@@ -29,7 +30,7 @@ import {
 import { waitFor } from "../localcluster/wait.ts";
 import { run } from "../localcluster/exec.ts";
 import { containerCgroup, taintUninitialized } from "../test/e2e/cluster-objects.ts";
-import { processMemory } from "./proc.ts";
+import { processMemory, secondsSinceBoot, startedSinceBoot } from "./proc.ts";
 
 const NODES = Number(process.env.BENCH_NODES ?? 3);
 const REST_SECONDS = Number(process.env.BENCH_REST_SECONDS ?? 60);
@@ -69,6 +70,10 @@ async function podsReady(cluster: Cluster, app: string, count: number, start: nu
   return secondsSince(start);
 }
 
+/** The process of a pod's (only) container, from its cgroup on the host. */
+const containerPid = (cluster: Cluster, pod: Pod): number =>
+  Number(readFileSync(path.join(containerCgroup(cluster, pod), "cgroup.procs"), "utf8").split("\n")[0]);
+
 async function containerMemory(cluster: Cluster, pods: Pod[]): Promise<ContainerMemory[]> {
   const byName = new Map(pods.map((pod) => [pod.metadata?.name, pod]));
   const names = new Set(byName.keys());
@@ -81,8 +86,7 @@ async function containerMemory(cluster: Cluster, pods: Pod[]): Promise<Container
       if (!names.has(pod.podRef.name)) continue;
       for (const container of pod.containers) {
         const { workingSetBytes = Number.NaN, rssBytes = Number.NaN } = container.memory ?? {};
-        const procs = readFileSync(path.join(containerCgroup(cluster, byName.get(pod.podRef.name) as Pod), "cgroup.procs"), "utf8");
-        const processRss = processMemory(Number(procs.split("\n")[0])).rss;
+        const processRss = processMemory(containerPid(cluster, byName.get(pod.podRef.name) as Pod)).rss;
         found.push({ pod: pod.podRef.name, workingSet: workingSetBytes, rss: rssBytes, processRss });
       }
     }
@@ -105,6 +109,8 @@ const requests = (counts: Map<string, number>) => {
 
 interface ColdStart {
   seconds: number;
+  /** Per pod not restarted: its container's process start → its node seen initialised, seconds. */
+  podSeconds: number[];
   memory: ContainerMemory[];
   restarts: number;
   /** Why the restarted containers ended (OOMKilled, or Error with the exit code of a failed liveness probe's kill). */
@@ -127,18 +133,31 @@ async function coldStarts(cluster: Cluster, count: number): Promise<ColdStart[]>
     await run("sh", ["-c", "sync && echo 1 > /proc/sys/vm/drop_caches"]);
     const start = Date.now();
     await cluster.kubectl(["create", "-f", "-"], daemonSet);
-    await waitFor("every node initialised", async () => (await listNodes(cluster)).every(initialised), 180_000, 50);
+    const initialisedAt = new Map<string, number>();
+    await waitFor("every node initialised", async () => {
+      const nodes = await listNodes(cluster);
+      const now = secondsSinceBoot();
+      for (const node of nodes.filter(initialised)) {
+        const name = node.metadata?.name ?? "";
+        initialisedAt.set(name, initialisedAt.get(name) ?? now);
+      }
+      return nodes.every(initialised);
+    }, 180_000, 50);
     const seconds = secondsSince(start);
     await podsReady(cluster, AGENT_APP, NODES, start);
     const pods = await listPods(cluster, AGENT_APP);
+    // A restarted container's process started after its node was initialised: it has no such time.
+    const podSeconds = pods
+      .filter((pod) => (pod.status?.containerStatuses?.[0]?.restartCount ?? 0) === 0)
+      .map((pod) => (initialisedAt.get(pod.spec?.nodeName ?? "") ?? Number.NaN) - startedSinceBoot(containerPid(cluster, pod)));
     const statuses = pods.map((pod) => pod.status?.containerStatuses?.[0]);
     const restarts = statuses.reduce((sum, status) => sum + (status?.restartCount ?? 0), 0);
     const reasons = statuses.flatMap((status) => {
       const ended = status?.lastState?.terminated;
       return ended ? [`${ended.reason} (exit ${ended.exitCode})`] : [];
     });
-    starts.push({ seconds, memory: await containerMemory(cluster, pods), restarts, reasons });
-    console.error(`cold start ${i + 1}: ${seconds.toFixed(1)} s`);
+    starts.push({ seconds, podSeconds, memory: await containerMemory(cluster, pods), restarts, reasons });
+    console.error(`cold start ${i + 1}: ${seconds.toFixed(1)} s; per pod ${podSeconds.map((s) => s.toFixed(2)).join(", ")} s`);
   }
   return starts;
 }
@@ -216,6 +235,11 @@ async function main(): Promise<void> {
     console.log(`\n${COLD_STARTS} cold starts of the agents in a row, page cache dropped, memory limit ${limit}\n`);
     console.log("| figure | local-ccm | cozystack/local-ccm (Go), measured on this machine kind |\n|---|---|---|");
     console.log(`| DaemonSet created → every node initialised | ${range(starts.map((s) => s.seconds), seconds)} | initialises under a 40Mi limit |`);
+    const podSeconds = starts.flatMap((s) => s.podSeconds);
+    console.log(
+      `| each pod: container start → its node initialised (${podSeconds.length} pods not restarted) | ` +
+        `${range(podSeconds, (v) => `${v.toFixed(2)} s`)} | |`,
+    );
     console.log(`| working set per pod after initialising | ${range(after.map((m) => m.workingSet), mib)} | |`);
     console.log(`| RSS per pod (kubelet) after initialising | ${range(after.map((m) => m.rss), mib)} | |`);
     console.log(`| process RSS after initialising | ${range(after.map((m) => m.processRss), mib)} | 32.0 – 32.6 MiB at rest |`);

@@ -19,12 +19,26 @@ export function processMemory(pid: number | "self" = "self"): ProcessMemory {
 
 let ticksPerSecond: number | undefined;
 
+/** The fields of /proc/<pid>/stat from the third (state) on (index i is field i + 3), and the clock ticks a second. */
+function stat(pid: number): { fields: string[]; ticks: number } {
+  ticksPerSecond ??= Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }));
+  return { fields: readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [], ticks: ticksPerSecond };
+}
+
 /** User + system CPU time of a process in seconds (fields 14 and 15 of /proc/<pid>/stat, in clock ticks). */
 export function cpuSeconds(pid: number): number {
-  ticksPerSecond ??= Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }));
-  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
-  return (Number(fields[11]) + Number(fields[12])) / ticksPerSecond;
+  const { fields, ticks } = stat(pid);
+  return (Number(fields[11]) + Number(fields[12])) / ticks;
 }
+
+/** When a process started, in seconds since boot (field 22 of /proc/<pid>/stat; CLOCK_BOOTTIME, in clock ticks). */
+export function startedSinceBoot(pid: number): number {
+  const { fields, ticks } = stat(pid);
+  return Number(fields[19]) / ticks;
+}
+
+/** Now, in seconds since boot (/proc/uptime: the clock process start times count, to 10 ms). */
+export const secondsSinceBoot = (): number => Number(readFileSync("/proc/uptime", "utf8").split(" ")[0]);
 
 /**
  * A process's anonymous memory by where it lives (/proc/<pid>/smaps), bytes: `brk`, the [heap] segment (glibc's main

@@ -84,7 +84,7 @@ test("a trim gives back the pages malloc freed inside its heap, and unmaps the b
         await new Promise((resolve) => setTimeout(resolve, 50));
       }
       const before = { anon: kib("RssAnon"), file: kib("RssFile") };
-      trimMemory(log);
+      trimMemory(log, "work");
       const after = { anon: kib("RssAnon"), file: kib("RssFile") };
       console.log(JSON.stringify({ before, after, kept: kept.length, logged: lines }));
     })();
@@ -107,7 +107,10 @@ test("a trim gives back the pages malloc freed inside its heap, and unmaps the b
 test("the agent trims once quiet after work, and at most once per maxWaitMs while work goes on", (t) => {
   t.mock.timers.enable({ apis: ["setTimeout", "Date"] });
   const trims: number[] = [];
-  const trimmer = new TrimAfterWork(() => trims.push(Date.now()), { quietMs: 30_000, maxWaitMs: 60_000 });
+  const trimmer = new TrimAfterWork((after) => {
+    assert.equal(after, "work");
+    trims.push(Date.now());
+  }, { quietMs: 30_000, maxWaitMs: 60_000 });
   trimmer.worked();
   t.mock.timers.tick(29_999);
   assert.deepEqual(trims, [], "not while it may still be working");
@@ -128,4 +131,25 @@ test("the agent trims once quiet after work, and at most once per maxWaitMs whil
   trimmer.stop();
   t.mock.timers.tick(120_000);
   assert.equal(trims.length, 4, "none after stop()");
+});
+
+test("at rest, a reconcile that did no work is trimmed after at once; not while a trim after work is due", (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout", "Date"] });
+  const trims: string[] = [];
+  const trimmer = new TrimAfterWork((after) => trims.push(`${after}@${Date.now()}`), { quietMs: 30_000, maxWaitMs: 60_000 });
+  trimmer.rested();
+  assert.deepEqual(trims, ["rest@0"]);
+  t.mock.timers.tick(5_000);
+  trimmer.worked();
+  t.mock.timers.tick(10_000);
+  trimmer.rested();
+  assert.deepEqual(trims, ["rest@0"], "the trim after work is due at 35 s: the resync at 15 s waits for it");
+  t.mock.timers.tick(20_000);
+  assert.deepEqual(trims, ["rest@0", "work@35000"]);
+  t.mock.timers.tick(10_000);
+  trimmer.rested();
+  assert.deepEqual(trims, ["rest@0", "work@35000", "rest@45000"]);
+  trimmer.stop();
+  trimmer.rested();
+  assert.equal(trims.length, 3, "none after stop()");
 });

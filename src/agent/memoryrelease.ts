@@ -4,7 +4,9 @@
 //   file mappings) and dropped from the page cache, which a cold start charged to the pod.
 // - after later work (a write: addresses, taint, metadata), a trim: the code that work faulted back in is unmapped
 //   again, this time kept in the page cache (a re-fault is a minor fault, no disk read), and glibc's malloc gives
-//   back its free pages (malloc_trim), which free() keeps inside the [heap] segment. Measured in README, Performance.
+//   back its free pages (malloc_trim), which free() keeps inside the [heap] segment.
+// - at rest, a trim after each reconcile that wrote nothing (the safety-net resync every 10 s): the ~2 MiB of code a
+//   reconcile faults back stays resident only while it runs. Measured in README, Performance.
 // The pages the agent touches again fault back in.
 import { createRequire } from "node:module";
 import type { Logger } from "../cli/log.ts";
@@ -33,15 +35,21 @@ export function releaseStartupPages(log: Logger): number | undefined {
   }
 }
 
-/** The pages later work touched unmapped (kept in the page cache) and malloc's free memory given back. */
-export function trimMemory(log: Logger): void {
+/** Why the agent trims: after a bout of work, or after a reconcile at rest. */
+export type TrimReason = "work" | "rest";
+
+/**
+ * The pages later work touched unmapped (kept in the page cache) and malloc's free memory given back. Logged at
+ * verbosity 2 after work, 4 at rest (one every resync).
+ */
+export function trimMemory(log: Logger, after: TrimReason): void {
   try {
     const started = performance.now();
     const memory = addon();
     const mapped = memory.releaseFilePages(false);
     const mallocTrimmed = memory.trimMalloc();
     const ms = Math.round(performance.now() - started);
-    log.v(2)?.("memory trimmed", { unmappedMiB: Math.round(mapped / 2 ** 20), mallocTrimmed, ms });
+    log.v(after === "work" ? 2 : 4)?.("memory trimmed", { after, unmappedMiB: Math.round(mapped / 2 ** 20), mallocTrimmed, ms });
   } catch (err) {
     log.v(1)?.("memory not trimmed", { err });
   }
@@ -60,17 +68,18 @@ export const TRIM_TIMING: TrimTiming = { quietMs: 30_000, maxWaitMs: 60_000 };
 /**
  * Runs `trim` once the agent has been quiet for `quietMs` after work, or `maxWaitMs` after the first work since the
  * last trim if work goes on: under continuous churn one trim per `maxWaitMs`, and never two closer than
- * min(quietMs, maxWaitMs). The timer does not keep the process alive.
+ * min(quietMs, maxWaitMs). The timer does not keep the process alive. At rest (no trim after work due), a reconcile
+ * that did no work is followed by a trim at once.
  */
 export class TrimAfterWork {
   private timer: NodeJS.Timeout | undefined;
   /** When the first work since the last trim was done (Date.now(): fake timers in tests move it). */
   private since: number | undefined;
   private stopped = false;
-  private readonly trim: () => void;
+  private readonly trim: (after: TrimReason) => void;
   private readonly timing: TrimTiming;
 
-  constructor(trim: () => void, timing: TrimTiming = TRIM_TIMING) {
+  constructor(trim: (after: TrimReason) => void, timing: TrimTiming = TRIM_TIMING) {
     this.trim = trim;
     this.timing = timing;
   }
@@ -85,6 +94,12 @@ export class TrimAfterWork {
     this.timer.unref?.();
   }
 
+  /** A reconcile that wrote nothing: trimmed at once, unless a trim after work is due anyway. */
+  rested(): void {
+    if (this.stopped || this.timer !== undefined) return;
+    this.trim("rest");
+  }
+
   stop(): void {
     this.stopped = true;
     clearTimeout(this.timer);
@@ -93,6 +108,6 @@ export class TrimAfterWork {
   private fire(): void {
     this.timer = undefined;
     this.since = undefined;
-    this.trim();
+    this.trim("work");
   }
 }

@@ -82,7 +82,8 @@ export async function runAgent(ctx: MainContext): Promise<void> {
       result: agent.lastResult,
     });
   // Start-up's pages go once, when the node is first done (ready); after that, each bout of work (a write) is
-  // followed by a trim once it is over (memoryrelease.ts). What the agent touches again faults back in.
+  // followed by a trim once it is over, and at rest each reconcile that wrote nothing by a trim at once
+  // (memoryrelease.ts). What the agent touches again faults back in.
   let pagesReleased = false;
   let trims: TrimAfterWork | undefined;
   function releaseMemory(result: ReconcileResult): void {
@@ -90,10 +91,11 @@ export async function runAgent(ctx: MainContext): Promise<void> {
       if (!readiness().ok) return;
       pagesReleased = true;
       // Without the addon a trim would fail each time: no trims then.
-      if (releaseStartupPages(log) !== undefined) trims = new TrimAfterWork(() => trimMemory(log));
+      if (releaseStartupPages(log) !== undefined) trims = new TrimAfterWork((after) => trimMemory(log, after));
       return;
     }
     if (result.addressesWritten || result.taintRemoved || result.metadataWritten) trims?.worked();
+    else trims?.rested();
   }
   ctx.onShutdown(() => trims?.stop());
   const reconcile = () => agent.trigger(cached);

@@ -62,7 +62,8 @@ describe("local-ccm agent in a network namespace against the real control plane"
     const node = await world.nodeHost(0);
     await registerNode(world.nodes, "node-0", "198.18.100.10", { on: node });
     const health = `${node.reachableAt}:10263`;
-    const agent = startAgent(node, ["--node-name=node-0", "--reconcile-interval=1s", ...servingMetrics(health)]);
+    const agent = startAgent(node, ["--node-name=node-0", "--reconcile-interval=1s", "--v=4", ...servingMetrics(health)]);
+    const restTrims = () => agent.output().split("\n").filter((line) => /memory trimmed after=rest /.test(line)).length;
     try {
       const expected = ["InternalIP=198.18.100.10", `ExternalIP=${node.external.v4}`, "Hostname=node-0"];
       const ready = await waitFor("addresses and taint", async () => {
@@ -72,6 +73,8 @@ describe("local-ccm agent in a network namespace against the real control plane"
       assert.deepEqual(addressesOf(ready), expected);
       await waitFor("events", async () => (await reasonsFor("node-0")).includes("TaintRemoved"));
       assert.deepEqual((await reasonsFor("node-0")).sort(), ["AddressesUpdated", "TaintRemoved"]);
+      // Done and at rest: each resync that writes nothing gives back the pages it faulted in (memoryrelease.ts).
+      await waitFor("a trim after a resync at rest", () => restTrims() >= 2 || undefined, 60_000, 100);
 
       // Someone overwrites the addresses: the watch sees it and the agent repairs them.
       const dropped = Date.now();
@@ -85,9 +88,12 @@ describe("local-ccm agent in a network namespace against the real control plane"
       const ok = 'local_ccm_reconciles_total{result="ok"}';
       const quietFrom = Date.now();
       const before = (await scrapeMetrics(health)).get(ok) ?? 0;
+      const trimsBefore = restTrims();
       await waitFor("five passes", async () => ((await scrapeMetrics(health)).get(ok) ?? 0) >= before + 5, 60_000, 200);
       t.diagnostic(`five passes at rest in ${Date.now() - quietFrom} ms`);
       assert.deepEqual(agentRequests(world, quietFrom), [], "no API request at rest");
+      // The repair was work: its trim comes 30 s after it, and the resyncs until then leave it to that one.
+      assert.equal(restTrims(), trimsBefore, "no trim after a resync while the trim after work is due");
     } finally {
       await agent.stop();
     }
