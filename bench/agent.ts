@@ -196,7 +196,9 @@ try {
   console.log("  watch renewal (by design)         every 30-60 min: at most 2 requests per hour");
   console.log(`  RSS / anonymous at rest           ${(memory.rss / 2 ** 20).toFixed(1)} MiB / ${(memory.anon / 2 ** 20).toFixed(1)} MiB`);
   const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
-  console.log(`  RSS at rest, each second  p50 / max ${mib(pct(rssAtRest, 50))} / ${mib(Math.max(...rssAtRest))} (${rssAtRest.length} samples)`);
+  const rssQuantiles = [50, 90].map((p) => mib(pct(rssAtRest, p))).join(" / ");
+  console.log(`  RSS at rest each second p50/p90/max ${rssQuantiles} / ${mib(Math.max(...rssAtRest))} (${rssAtRest.length} samples)`);
+  console.log(`    every second, MiB               ${rssAtRest.map((bytes) => (bytes / 2 ** 20).toFixed(1)).join(" ")}`);
   console.log(`  CPU at rest                       ${(cpuAtRest * 100).toFixed(3)} %`);
   if (cold.length > 0) {
     const cgroupPeaks = cold.map((c) => c.peakMiB.toFixed(1)).join(", ");

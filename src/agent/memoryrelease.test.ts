@@ -110,7 +110,7 @@ test("the agent trims once quiet after work, and at most once per maxWaitMs whil
   const trimmer = new TrimAfterWork((after) => {
     assert.equal(after, "work");
     trims.push(Date.now());
-  }, { quietMs: 30_000, maxWaitMs: 60_000 });
+  }, { quietMs: 30_000, maxWaitMs: 60_000, restMs: 2_000 });
   trimmer.worked();
   t.mock.timers.tick(29_999);
   assert.deepEqual(trims, [], "not while it may still be working");
@@ -133,23 +133,38 @@ test("the agent trims once quiet after work, and at most once per maxWaitMs whil
   assert.equal(trims.length, 4, "none after stop()");
 });
 
-test("at rest, a reconcile that did no work is trimmed after at once; not while a trim after work is due", (t) => {
+test("at rest, a reconcile that did no work is trimmed restMs after; work before then puts it off; none while a trim is due", (t) => {
   t.mock.timers.enable({ apis: ["setTimeout", "Date"] });
   const trims: string[] = [];
-  const trimmer = new TrimAfterWork((after) => trims.push(`${after}@${Date.now()}`), { quietMs: 30_000, maxWaitMs: 60_000 });
+  const trimmer = new TrimAfterWork((after) => trims.push(`${after}@${Date.now()}`), {
+    quietMs: 30_000,
+    maxWaitMs: 60_000,
+    restMs: 2_000,
+  });
   trimmer.rested();
-  assert.deepEqual(trims, ["rest@0"]);
-  t.mock.timers.tick(5_000);
+  t.mock.timers.tick(1_999);
+  assert.deepEqual(trims, [], "what runs just after the reconcile (GC tasks) is given time to end");
+  t.mock.timers.tick(1);
+  assert.deepEqual(trims, ["rest@2000"]);
+  t.mock.timers.tick(3_000);
   trimmer.worked();
   t.mock.timers.tick(10_000);
   trimmer.rested();
-  assert.deepEqual(trims, ["rest@0"], "the trim after work is due at 35 s: the resync at 15 s waits for it");
-  t.mock.timers.tick(20_000);
-  assert.deepEqual(trims, ["rest@0", "work@35000"]);
+  t.mock.timers.tick(2_000);
+  assert.deepEqual(trims, ["rest@2000"], "the trim after work is due at 35 s: the resync at 15 s leaves it to that one");
+  t.mock.timers.tick(18_000);
+  assert.deepEqual(trims, ["rest@2000", "work@35000"]);
   t.mock.timers.tick(10_000);
   trimmer.rested();
-  assert.deepEqual(trims, ["rest@0", "work@35000", "rest@45000"]);
-  trimmer.stop();
   trimmer.rested();
+  t.mock.timers.tick(1_000);
+  trimmer.worked();
+  t.mock.timers.tick(29_999);
+  assert.deepEqual(trims, ["rest@2000", "work@35000"], "work 1 s after the resync at 45 s: no trim at rest, one 30 s after");
+  t.mock.timers.tick(1);
+  assert.deepEqual(trims, ["rest@2000", "work@35000", "work@76000"]);
+  trimmer.rested();
+  trimmer.stop();
+  t.mock.timers.tick(10_000);
   assert.equal(trims.length, 3, "none after stop()");
 });

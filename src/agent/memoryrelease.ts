@@ -5,8 +5,9 @@
 // - after later work (a write: addresses, taint, metadata), a trim: the code that work faulted back in is unmapped
 //   again, this time kept in the page cache (a re-fault is a minor fault, no disk read), and glibc's malloc gives
 //   back its free pages (malloc_trim), which free() keeps inside the [heap] segment.
-// - at rest, a trim after each reconcile that wrote nothing (the safety-net resync every 10 s): the ~2 MiB of code a
-//   reconcile faults back stays resident only while it runs. Measured in README, Performance.
+// - at rest, a trim 2 s after each reconcile that wrote nothing (the safety-net resync every 10 s): the ~10 MiB of
+//   code it and the watch's bookmarks fault back stay mapped for seconds, not until the next write. Measured in
+//   README, Performance.
 // The pages the agent touches again fault back in.
 import { createRequire } from "node:module";
 import type { Logger } from "../cli/log.ts";
@@ -61,15 +62,17 @@ export interface TrimTiming {
   quietMs: number;
   /** While work goes on: at most this long after the first work since the last trim. */
   maxWaitMs: number;
+  /** At rest: this long after a reconcile that did no work, so that what V8 runs after it (GC tasks) is over too. */
+  restMs: number;
 }
 
-export const TRIM_TIMING: TrimTiming = { quietMs: 30_000, maxWaitMs: 60_000 };
+export const TRIM_TIMING: TrimTiming = { quietMs: 30_000, maxWaitMs: 60_000, restMs: 2_000 };
 
 /**
  * Runs `trim` once the agent has been quiet for `quietMs` after work, or `maxWaitMs` after the first work since the
  * last trim if work goes on: under continuous churn one trim per `maxWaitMs`, and never two closer than
- * min(quietMs, maxWaitMs). The timer does not keep the process alive. At rest (no trim after work due), a reconcile
- * that did no work is followed by a trim at once.
+ * min(quietMs, maxWaitMs). At rest (no trim due), a reconcile that did no work is followed by a trim `restMs` after
+ * it; work before then puts the trim off as work does. The timer does not keep the process alive.
  */
 export class TrimAfterWork {
   private timer: NodeJS.Timeout | undefined;
@@ -90,14 +93,15 @@ export class TrimAfterWork {
     this.since ??= now;
     clearTimeout(this.timer);
     const due = Math.min(this.timing.quietMs, this.since + this.timing.maxWaitMs - now);
-    this.timer = setTimeout(() => this.fire(), Math.max(0, due));
+    this.timer = setTimeout(() => this.fire("work"), Math.max(0, due));
     this.timer.unref?.();
   }
 
-  /** A reconcile that wrote nothing: trimmed at once, unless a trim after work is due anyway. */
+  /** A reconcile that wrote nothing: trimmed `restMs` after, unless a trim is due anyway. */
   rested(): void {
     if (this.stopped || this.timer !== undefined) return;
-    this.trim("rest");
+    this.timer = setTimeout(() => this.fire("rest"), this.timing.restMs);
+    this.timer.unref?.();
   }
 
   stop(): void {
@@ -105,9 +109,9 @@ export class TrimAfterWork {
     clearTimeout(this.timer);
   }
 
-  private fire(): void {
+  private fire(after: TrimReason): void {
     this.timer = undefined;
     this.since = undefined;
-    this.trim("work");
+    this.trim(after);
   }
 }

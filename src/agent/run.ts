@@ -82,7 +82,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
       result: agent.lastResult,
     });
   // Start-up's pages go once, when the node is first done (ready); after that, each bout of work (a write) is
-  // followed by a trim once it is over, and at rest each reconcile that wrote nothing by a trim at once
+  // followed by a trim once it is over, and at rest each reconcile that wrote nothing by a trim 2 s after it
   // (memoryrelease.ts). What the agent touches again faults back in.
   let pagesReleased = false;
   let trims: TrimAfterWork | undefined;
