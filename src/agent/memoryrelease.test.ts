@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import path from "node:path";
 import { test } from "node:test";
-import { TrimAfterWork } from "./memoryrelease.ts";
+import { TrimSchedule } from "./memoryrelease.ts";
 import { READAHEAD_PRELOAD } from "../../localcluster/image.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
@@ -107,7 +107,7 @@ test("a trim gives back the pages malloc freed inside its heap, and unmaps the b
 test("the agent trims once quiet after work, and at most once per maxWaitMs while work goes on", (t) => {
   t.mock.timers.enable({ apis: ["setTimeout", "Date"] });
   const trims: number[] = [];
-  const trimmer = new TrimAfterWork((after) => {
+  const trimmer = new TrimSchedule((after) => {
     assert.equal(after, "work");
     trims.push(Date.now());
   }, { quietMs: 30_000, maxWaitMs: 60_000, restMs: 2_000 });
@@ -136,7 +136,7 @@ test("the agent trims once quiet after work, and at most once per maxWaitMs whil
 test("at rest, a reconcile that did no work is trimmed restMs after; work before then puts it off; none while a trim is due", (t) => {
   t.mock.timers.enable({ apis: ["setTimeout", "Date"] });
   const trims: string[] = [];
-  const trimmer = new TrimAfterWork((after) => trims.push(`${after}@${Date.now()}`), {
+  const trimmer = new TrimSchedule((after) => trims.push(`${after}@${Date.now()}`), {
     quietMs: 30_000,
     maxWaitMs: 60_000,
     restMs: 2_000,

@@ -74,7 +74,7 @@ export const TRIM_TIMING: TrimTiming = { quietMs: 30_000, maxWaitMs: 60_000, res
  * min(quietMs, maxWaitMs). At rest (no trim due), a reconcile that did no work is followed by a trim `restMs` after
  * it; work before then puts the trim off as work does. The timer does not keep the process alive.
  */
-export class TrimAfterWork {
+export class TrimSchedule {
   private timer: NodeJS.Timeout | undefined;
   /** When the first work since the last trim was done (Date.now(): fake timers in tests move it). */
   private since: number | undefined;

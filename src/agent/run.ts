@@ -15,7 +15,7 @@ import { PROGRAM, parseAgentFlags } from "./flags.ts";
 import { metadataOptions } from "./metadata/options.ts";
 import { createMetrics } from "./metrics.ts";
 import { agentReadiness } from "./readiness.ts";
-import { releaseStartupPages, TrimAfterWork, trimMemory } from "./memoryrelease.ts";
+import { releaseStartupPages, TrimSchedule, trimMemory } from "./memoryrelease.ts";
 
 /** Netlink events come in bursts (an address add brings routes with it): one reconcile per burst. */
 const NETLINK_DEBOUNCE_MS = 200;
@@ -85,13 +85,13 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   // followed by a trim once it is over, and at rest each reconcile that wrote nothing by a trim 2 s after it
   // (memoryrelease.ts). What the agent touches again faults back in.
   let pagesReleased = false;
-  let trims: TrimAfterWork | undefined;
+  let trims: TrimSchedule | undefined;
   function releaseMemory(result: ReconcileResult): void {
     if (!pagesReleased) {
       if (!readiness().ok) return;
       pagesReleased = true;
       // Without the addon a trim would fail each time: no trims then.
-      if (releaseStartupPages(log) !== undefined) trims = new TrimAfterWork((after) => trimMemory(log, after));
+      if (releaseStartupPages(log) !== undefined) trims = new TrimSchedule((after) => trimMemory(log, after));
       return;
     }
     if (result.addressesWritten || result.taintRemoved || result.metadataWritten) trims?.worked();
