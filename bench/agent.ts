@@ -21,6 +21,7 @@ import { Informer } from "../src/kube/informer.ts";
 import { addressesOf, type NodeHost, registerNode, startAgent, startWorld } from "../test/agent/harness.ts";
 import { waitFor } from "../localcluster/wait.ts";
 import { cpuSeconds, processMemory } from "./proc.ts";
+import { quantile } from "./quantile.ts";
 import { SHIPPED_ENV } from "../test/deploy/shipped.ts";
 import {
   agentCommand,
@@ -153,8 +154,8 @@ try {
     changeMs.push(await until("IP change", (a) => a.includes(`ExternalIP=${source}`), t0));
   }
 
-  // At rest: nothing changes for REST_SECONDS; count what the agent asks of the apiserver, sample its RSS every
-  // second (a resync's few milliseconds rarely fall on a sample: the end's line reads smaps' parts too), its CPU.
+  // At rest: nothing changes for REST_SECONDS; count what the agent asks of the apiserver, its CPU, and its RSS
+  // every second (the agent trims 2 s after each resync, 30 s after its last write: the series shows both).
   await delay(3000);
   const pid = agent.child.pid as number;
   const restFrom = Date.now();
@@ -183,7 +184,7 @@ try {
   const cold: ColdStart[] = [];
   for (let i = 0; i < COLD_STARTS; i++) cold.push(await coldStart(node, `cold-${i}`, privateRuntime, limitMiB));
 
-  const pct = (values: number[], p: number) => [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.ceil((p / 100) * values.length) - 1)] as number;
+  const pct = (values: number[], p: number) => quantile([...values].sort((a, b) => a - b), p / 100);
   const perHour = (count: number) => ((count * 3600) / REST_SECONDS).toFixed(1);
   const ms = (v: number) => `${v.toFixed(0)} ms`;
   console.log(`local-ccm agent (bundled, ${agentCommand()}), ${TRIALS} trials, ${REST_SECONDS} s at rest`);

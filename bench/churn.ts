@@ -19,6 +19,7 @@ import { scrapeMetrics } from "../localcluster/metrics.ts";
 import { type AuditEvent, requestKey } from "../localcluster/audit.ts";
 import { SHIPPED_ENV } from "../test/deploy/shipped.ts";
 import { anonymousBySegment, type ProcessMemory, processMemory } from "./proc.ts";
+import { median } from "./quantile.ts";
 import {
   agentCommand,
   agentRequests,
@@ -119,12 +120,6 @@ try {
 /** "verb resource[/subresource] code", e.g. "update nodes/status 200". */
 function outcome(event: AuditEvent): string {
   return `${requestKey(event)} ${event.responseStatus?.code ?? "?"}`;
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 ? (sorted[middle] as number) : ((sorted[middle - 1] as number) + (sorted[middle] as number)) / 2;
 }
 
 function report(samples: Sample[], rssEachSecond: number[], writes: Write[], output: string): void {
