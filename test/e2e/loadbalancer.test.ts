@@ -182,6 +182,15 @@ function loadBalancerSuite(mode: ProxyMode): void {
       cluster.client.exec("curl", ["--silent", "--show-error", "--fail", "--max-time", "5",
         `http://${ip}:${port}${path}`]);
 
+    /** Until every replica of the controller's Deployment runs its current template, and no other is left. */
+    async function controllerRolledOut(): Promise<void> {
+      await cluster.kubectl(["rollout", "status", `deployment/${CONTROLLER_APP}`, "--namespace", NAMESPACE,
+        "--timeout=180s"]);
+      // The rollout counts a deleted pod gone at once; its process runs until its containers stop.
+      await waitFor("the controller's old replicas to be gone", async () =>
+        (await listPods(cluster, CONTROLLER_APP)).every((pod) => !pod.metadata?.deletionTimestamp), 120_000, 250);
+    }
+
     /** The backends' pod names → their nodes. */
     const backendPods = async () => {
       const list = JSON.parse(await cluster.kubectl(["get", "pods", "-l", "app=netexec", "-o", "json"])) as {
@@ -264,7 +273,9 @@ function loadBalancerSuite(mode: ProxyMode): void {
 
       await cluster.helm(["upgrade", RELEASE, CHART_DIR, "--namespace", NAMESPACE, "--reuse-values",
         "--set", "loadBalancer.claimClassless=true"]);
-      // The new replicas start, one leads, and claims it.
+      // The new replicas start, one leads, and claims it. The rollout is awaited too: an old replica left running
+      // would lead again when the next case restarts the new ones, and release the Service, as its flags say.
+      await controllerRolledOut();
       assert.ok(hasFinalizer(await waitForIngress("plain", WORKERS, 240_000)));
       await untouched(other);
       const written = serviceWrites(await clusterAuditEvents(cluster, since)).map((event) => event.objectRef?.name);
@@ -332,8 +343,7 @@ function loadBalancerSuite(mode: ProxyMode): void {
       const before = new Set((await listPods(cluster, CONTROLLER_APP)).map((pod) => pod.metadata?.name));
       const restarted = new Date();
       await cluster.kubectl(["rollout", "restart", `deployment/${CONTROLLER_APP}`, "--namespace", NAMESPACE]);
-      await cluster.kubectl(["rollout", "status", `deployment/${CONTROLLER_APP}`, "--namespace", NAMESPACE,
-        "--timeout=180s"]);
+      await controllerRolledOut();
       const leader = await waitFor(
         "a new replica leading",
         async () => {
