@@ -18,7 +18,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { Event, Service } from "kubernetes-types/core/v1.js";
 import { AGNHOST_IMAGE } from "../../localcluster/agnhost.ts";
-import { requestKey } from "../../localcluster/audit.ts";
+import { requestKey, tokenPod } from "../../localcluster/audit.ts";
 import { type Cluster, startCluster } from "../../localcluster/cluster.ts";
 import { PROXY_MODES, type ProxyMode } from "../../localcluster/kube-proxy.ts";
 import {
@@ -273,7 +273,8 @@ function loadBalancerSuite(mode: ProxyMode): void {
 
       await cluster.helm(["upgrade", RELEASE, CHART_DIR, "--namespace", NAMESPACE, "--reuse-values",
         "--set", "loadBalancer.claimClassless=true"]);
-      // The new replicas start, one leads, and claims it. The rollout is awaited too: an old replica left running
+      // The new replicas start, one leads, and claims it. The rollout is awaited too: a new replica may lead before
+      // its readiness probe (every 10 s) lets the rollout remove the last old one, and that one, left running,
       // would lead again when the next case restarts the new ones, and release the Service, as its flags say.
       await controllerRolledOut();
       assert.ok(hasFinalizer(await waitForIngress("plain", WORKERS, 240_000)));
@@ -358,11 +359,14 @@ function loadBalancerSuite(mode: ProxyMode): void {
       // The new leader synced every Service when it started leading; one created after is synced after them.
       await create("after-restart", { port: 87 });
       await waitForIngress("after-restart", WORKERS);
-      const written = serviceWrites(await clusterAuditEvents(cluster, restarted)).map(
-        (event) => `${requestKey(event)} ${event.objectRef?.name} by ${event.user.username}`,
-      );
+      const writes = serviceWrites(await clusterAuditEvents(cluster, restarted));
+      const written = writes.map((event) => `${requestKey(event)} ${event.objectRef?.name} by ${event.user.username}`);
       const byController = (key: string) => `${key} after-restart by ${CONTROLLER_USER}`;
-      assert.deepEqual(written.sort(), [byController("patch services"), byController("patch services/status")]);
+      // On failure, which pod wrote what, and when: a write is explained by that pod's flags and lease.
+      const byPod = writes.map((event) => `${event.requestReceivedTimestamp} ${requestKey(event)} ` +
+        `${event.objectRef?.name} by pod ${tokenPod(event).pod}`);
+      assert.deepEqual(written.sort(), [byController("patch services"), byController("patch services/status")],
+        byPod.join("\n"));
     });
 
     test("a powered-off node leaves the ingress", async (t) => {
