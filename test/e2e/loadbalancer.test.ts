@@ -35,6 +35,7 @@ import {
 } from "../../localcluster/project.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { isApiError } from "../../src/kube/errors.ts";
+import { PROGRAM } from "../../src/manager/flags.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 import { AUTOSCALER_TAINT, EXCLUDE_LABEL } from "../../src/service/nodes.ts";
 import { addressesOf, clusterAuditEvents, leaseHolder } from "./cluster-objects.ts";
@@ -159,9 +160,12 @@ function loadBalancerSuite(mode: ProxyMode): void {
         250,
       );
 
-    /** Events about the Service, by its uid (a deleted Service's Events outlive it). */
+    /**
+     * The controller's Events about the Service, by its uid (a deleted Service's Events outlive it). Others report
+     * about Services too (kube-apiserver's ClusterIP repair, when it sees a Service before its IPAddress).
+     */
     const eventsAbout = async (service: Service) => {
-      const selector = encodeURIComponent(`involvedObject.uid=${service.metadata?.uid}`);
+      const selector = encodeURIComponent(`involvedObject.uid=${service.metadata?.uid},source=${PROGRAM}`);
       const path = `/api/v1/namespaces/default/events?fieldSelector=${selector}`;
       return (await cluster.admin.request<{ items: Event[] }>({ method: "GET", path })).items;
     };
