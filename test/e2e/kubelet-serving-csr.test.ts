@@ -47,8 +47,11 @@ const AGENT = `system:serviceaccount:${NAMESPACE}:local-ccm`;
 const AGENT_LABEL = "e2e.local-ccm.io/agent";
 const KUBELET_PORT = 10250;
 const KUBELET_CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet";
-/** The approver's budget is 1 s p99 (README, Performance); this bound only catches a broken path on a busy machine. */
-const APPROVAL_BOUND_MS = 5_000;
+/**
+ * The approver's budget is 1 s p99 (README, Performance, measured by bench:nlc); this bound only catches a broken
+ * path, on a busy machine, so it is generous.
+ */
+const APPROVAL_BOUND_MS = 30_000;
 
 /** The certificate kubelet presents on its port; with `ca`, the handshake also checks the chain up to it and that
  * the certificate names the node's IP (as the apiserver does with --kubelet-certificate-authority). */
@@ -234,7 +237,9 @@ describe("kubelet serving certificates on real kubelets", () => {
         (e.responseStatus?.code ?? 0) < 300,
     );
     assert.ok(addressWrite, "the agent wrote boot's addresses");
-    assert.ok(at(addressWrite) <= at(approval), "approved only once the Node listed the IP");
+    // The write's arrival, not its completion: the approver can see the commit and finish before the write's own
+    // response is stamped.
+    assert.ok(Date.parse(addressWrite.requestReceivedTimestamp) <= at(approval), "approved only once the Node listed the IP");
     assert.ok(Date.parse(waiting.firstTimestamp ?? "") <= at(approval));
     t.diagnostic(`agent's address write → approval of the waiting CSR: ${at(approval) - at(addressWrite)} ms`);
 

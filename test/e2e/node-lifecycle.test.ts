@@ -28,7 +28,10 @@ import { listPods, NAMESPACE, podReady } from "../../localcluster/project.ts";
 const CONTROLLER = "node-lifecycle-controller";
 const CONTROLLER_USER = `system:serviceaccount:${NAMESPACE}:${CONTROLLER}`;
 const AUTOSCALER_TAINT = "ToBeDeletedByClusterAutoscaler";
-/** Short enough for a test: NotReady for 5 s, checked every 2 s, one 1-s ping; a 6-s lease. */
+/**
+ * Short enough for a test: NotReady for 5 s, checked every 2 s, one 1-s ping. A 12-s lease with an 8-s renew deadline:
+ * short for the takeover case, and long enough that a busy machine's slow renewal hands the lease over only there.
+ */
 const VALUES = {
   // Keeps the nodes the test did not initialise itself uninitialised while the scheduler places the
   // replicas, deterministically (the agents would otherwise race the scheduler).
@@ -37,8 +40,8 @@ const VALUES = {
   "nodeLifecycleController.controller.reconcileInterval": "2s",
   "nodeLifecycleController.controller.pingTimeout": "1s",
   "nodeLifecycleController.controller.pingCount": "1",
-  "nodeLifecycleController.controller.leaderElection.leaseDuration": "6s",
-  "nodeLifecycleController.controller.leaderElection.renewDeadline": "4s",
+  "nodeLifecycleController.controller.leaderElection.leaseDuration": "12s",
+  "nodeLifecycleController.controller.leaderElection.renewDeadline": "8s",
   "nodeLifecycleController.controller.leaderElection.retryPeriod": "1s",
 };
 

@@ -192,7 +192,9 @@ describe("node-lifecycle-controller against a real control plane", () => {
 
   test("a node re-registered between the check and the DELETE survives (preconditions)", async () => {
     const dead = await world.deadAddress();
-    const since = apiTimeAgo(2 * TIMEOUT_MS);
+    // A timeout longer than the whole test: the re-registered node, NotReady since its creation, must outlive it.
+    const timeoutMs = 60_000;
+    const since = apiTimeAgo(2 * timeoutMs);
     const original = await world.nodes.create(nodeObject("reborn-node", { address: dead, since }));
     await createNodes(healthy(3, "t3"));
     let reborn: Node | undefined;
@@ -203,7 +205,7 @@ describe("node-lifecycle-controller against a real control plane", () => {
       reborn = await world.nodes.create(nodeObject("reborn-node", { address: dead })); // NotReady since now
     });
     try {
-      const nlc = start(flags(world, `--kubeconfig=${proxy.kubeconfig}`));
+      const nlc = start(flags(world, `--kubeconfig=${proxy.kubeconfig}`, `--not-ready-timeout=${timeoutMs}ms`));
       const refused = await nlc.waitForLog("not deleting node", { node: "reborn-node" });
       assert.equal(refused.reason, "changed since it was checked (uid and resourceVersion preconditions)");
       const deletes = proxy.requests.filter((r) => r.method === "DELETE");
