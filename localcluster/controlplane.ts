@@ -123,15 +123,39 @@ export interface ControlPlanePids {
 
 const SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local";
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+/** Ports for the children are drawn from here up to the kernel's ephemeral range. */
+const FIRST_CHILD_PORT = 20000;
+const handedOut = new Set<number>();
+
+/**
+ * A port on 127.0.0.1 for a child process to bind, free when drawn. It lies below the kernel's
+ * ephemeral range: a port from listen(0) lies inside it, where any test's outgoing connection may
+ * take it as a source port before the child binds it (etcd then failed in CI: "bind: address
+ * already in use"). Drawn at random and never twice in a process, so that concurrent test files
+ * do not meet either.
+ */
+export async function freePort(): Promise<number> {
+  const range = await readFile("/proc/sys/net/ipv4/ip_local_port_range", "utf8");
+  const ephemeralFirst = Number(range.trim().split(/\s+/)[0]);
+  if (!(ephemeralFirst > FIRST_CHILD_PORT + 1000))
+    throw new Error(
+      `net.ipv4.ip_local_port_range starts at ${ephemeralFirst}: the local cluster needs ports ${FIRST_CHILD_PORT}-${FIRST_CHILD_PORT + 1000} outside it`,
+    );
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const port = FIRST_CHILD_PORT + Math.floor(Math.random() * (ephemeralFirst - FIRST_CHILD_PORT));
+    if (handedOut.has(port) || !(await canListen(port))) continue;
+    handedOut.add(port);
+    return port;
+  }
+  throw new Error(`no free port on 127.0.0.1 in ${FIRST_CHILD_PORT}-${ephemeralFirst - 1} after 100 draws`);
+}
+
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const server = net.createServer();
     server.unref();
-    server.on("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
+    server.on("error", () => resolve(false));
+    server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
   });
 }
 

@@ -3,13 +3,14 @@
 // opt-in kube-controller-manager and kube-scheduler: approved CSRs are signed, pods are scheduled.
 import assert from "node:assert/strict";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { isApiError } from "../../src/kube/errors.ts";
 import { alive, run } from "../../localcluster/exec.ts";
 import { ensureBinaries } from "../../localcluster/build.ts";
-import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
+import { type ControlPlane, freePort, startControlPlane } from "../../localcluster/controlplane.ts";
 import { KUBERNETES_VERSION } from "../../localcluster/versions.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 
@@ -37,6 +38,14 @@ describe("test control plane", () => {
       clientVersion: { gitVersion: string };
     };
     assert.equal(client.clientVersion.gitVersion, KUBERNETES_VERSION);
+  });
+
+  test("etcd and kube-apiserver listen below the kernel's ephemeral range, where no outgoing connection takes their port", () => {
+    const ephemeralFirst = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+    const etcdArgs = readFileSync(`/proc/${plane.pids().etcd}/cmdline`, "utf8").split("\0");
+    const etcdPort = Number(/:(\d+)$/.exec(etcdArgs.find((a) => a.startsWith("--listen-client-urls=")) ?? "")?.[1]);
+    for (const [name, port] of [["etcd", etcdPort], ["kube-apiserver", Number(new URL(plane.server).port)]] as const)
+      assert.ok(port >= 20000 && port < ephemeralFirst, `${name} listens at ${port}, not in 20000-${ephemeralFirst - 1}`);
   });
 
   test("the admin user (client certificate in system:masters) can write", async () => {
@@ -215,6 +224,32 @@ describe("control plane with kube-controller-manager and kube-scheduler", () => 
     await other.stop();
     for (const pid of pids) assert.ok(!alive(pid), `pid ${pid} still running after stop()`);
   });
+});
+
+test("freePort() never hands out a port twice, nor one that is taken", async () => {
+  const drawn = new Set<number>();
+  for (let i = 0; i < 300; i++) drawn.add(await freePort());
+  assert.equal(drawn.size, 300, "a port was handed out twice");
+  // Take every 10th port of the range: a draw that did not try its port would hit one of them.
+  const ephemeralFirst = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+  const taken: net.Server[] = [];
+  try {
+    for (let port = 20000; port < ephemeralFirst; port += 10) {
+      const server = net.createServer();
+      const listening = await new Promise<boolean>((resolve) => {
+        server.once("error", () => resolve(false));
+        server.listen(port, "127.0.0.1", () => resolve(true));
+      });
+      if (listening) taken.push(server);
+    }
+    const takenPorts = new Set(taken.map((s) => (s.address() as net.AddressInfo).port));
+    for (let i = 0; i < 300; i++) {
+      const port = await freePort();
+      assert.ok(!takenPorts.has(port), `freePort() handed out ${port}, which is taken`);
+    }
+  } finally {
+    for (const server of taken) server.close();
+  }
 });
 
 test("stop() leaves no process and no folder behind", async () => {
