@@ -123,9 +123,19 @@ export interface ControlPlanePids {
 
 const SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local";
 
-/** Ports for the children are drawn from here up to the kernel's ephemeral range. */
-const FIRST_CHILD_PORT = 20000;
 const handedOut = new Set<number>();
+
+/**
+ * Where freePort() draws: from 20000 up to the first port of the kernel's ephemeral range (this network
+ * namespace's), as [first, end).
+ */
+export async function childPortRange(): Promise<{ first: number; end: number }> {
+  const first = 20000;
+  const end = Number((await readFile("/proc/sys/net/ipv4/ip_local_port_range", "utf8")).trim().split(/\s+/)[0]);
+  if (!(end > first + 1000))
+    throw new Error(`net.ipv4.ip_local_port_range starts at ${end}: the local cluster needs ports ${first}-${first + 1000} outside it`);
+  return { first, end };
+}
 
 /**
  * A port on 127.0.0.1 for a child process to bind, free when drawn. It lies below the kernel's
@@ -135,19 +145,14 @@ const handedOut = new Set<number>();
  * do not meet either.
  */
 export async function freePort(): Promise<number> {
-  const range = await readFile("/proc/sys/net/ipv4/ip_local_port_range", "utf8");
-  const ephemeralFirst = Number(range.trim().split(/\s+/)[0]);
-  if (!(ephemeralFirst > FIRST_CHILD_PORT + 1000))
-    throw new Error(
-      `net.ipv4.ip_local_port_range starts at ${ephemeralFirst}: the local cluster needs ports ${FIRST_CHILD_PORT}-${FIRST_CHILD_PORT + 1000} outside it`,
-    );
+  const { first, end } = await childPortRange();
   for (let attempt = 0; attempt < 100; attempt++) {
-    const port = FIRST_CHILD_PORT + Math.floor(Math.random() * (ephemeralFirst - FIRST_CHILD_PORT));
+    const port = first + Math.floor(Math.random() * (end - first));
     if (handedOut.has(port) || !(await canListen(port))) continue;
     handedOut.add(port);
     return port;
   }
-  throw new Error(`no free port on 127.0.0.1 in ${FIRST_CHILD_PORT}-${ephemeralFirst - 1} after 100 draws`);
+  throw new Error(`no free port on 127.0.0.1 in ${first}-${end - 1} after 100 draws`);
 }
 
 function canListen(port: number): Promise<boolean> {

@@ -2,15 +2,15 @@
 // the node-name claim, restart, compaction, and that nothing outlives stop() or `down`; with the
 // opt-in kube-controller-manager and kube-scheduler: approved CSRs are signed, pods are scheduled.
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { isApiError } from "../../src/kube/errors.ts";
 import { alive, run } from "../../localcluster/exec.ts";
 import { ensureBinaries } from "../../localcluster/build.ts";
-import { type ControlPlane, freePort, startControlPlane } from "../../localcluster/controlplane.ts";
+import { childPortRange, type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { KUBERNETES_VERSION } from "../../localcluster/versions.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 
@@ -40,12 +40,12 @@ describe("test control plane", () => {
     assert.equal(client.clientVersion.gitVersion, KUBERNETES_VERSION);
   });
 
-  test("etcd and kube-apiserver listen below the kernel's ephemeral range, where no outgoing connection takes their port", () => {
-    const ephemeralFirst = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+  test("etcd and kube-apiserver listen below the kernel's ephemeral range, where no outgoing connection takes their port", async () => {
+    const { first, end } = await childPortRange();
     const etcdArgs = readFileSync(`/proc/${plane.pids().etcd}/cmdline`, "utf8").split("\0");
     const etcdPort = Number(/:(\d+)$/.exec(etcdArgs.find((a) => a.startsWith("--listen-client-urls=")) ?? "")?.[1]);
     for (const [name, port] of [["etcd", etcdPort], ["kube-apiserver", Number(new URL(plane.server).port)]] as const)
-      assert.ok(port >= 20000 && port < ephemeralFirst, `${name} listens at ${port}, not in 20000-${ephemeralFirst - 1}`);
+      assert.ok(port >= first && port < end, `${name} listens at ${port}, not in ${first}-${end - 1}`);
   });
 
   test("the admin user (client certificate in system:masters) can write", async () => {
@@ -226,30 +226,42 @@ describe("control plane with kube-controller-manager and kube-scheduler", () => 
   });
 });
 
-test("freePort() never hands out a port twice, nor one that is taken", async () => {
-  const drawn = new Set<number>();
-  for (let i = 0; i < 300; i++) drawn.add(await freePort());
-  assert.equal(drawn.size, 300, "a port was handed out twice");
-  // Take every 10th port of the range: a draw that did not try its port would hit one of them.
-  const ephemeralFirst = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
-  const taken: net.Server[] = [];
-  try {
-    for (let port = 20000; port < ephemeralFirst; port += 10) {
+test("freePort() never hands out a port twice, nor one that is taken", () => {
+  // In a network namespace of its own: the ports it takes are not taken from the other test files' control planes.
+  const script = `
+    const net = require("node:net");
+    const { childPortRange, freePort } = require("./localcluster/controlplane.ts");
+    const listen = (port) => new Promise((resolve) => {
       const server = net.createServer();
-      const listening = await new Promise<boolean>((resolve) => {
-        server.once("error", () => resolve(false));
-        server.listen(port, "127.0.0.1", () => resolve(true));
-      });
-      if (listening) taken.push(server);
-    }
-    const takenPorts = new Set(taken.map((s) => (s.address() as net.AddressInfo).port));
-    for (let i = 0; i < 300; i++) {
-      const port = await freePort();
-      assert.ok(!takenPorts.has(port), `freePort() handed out ${port}, which is taken`);
-    }
-  } finally {
-    for (const server of taken) server.close();
-  }
+      server.once("error", () => resolve(undefined));
+      server.listen(port, "127.0.0.1", () => resolve(server));
+    });
+    (async () => {
+      const drawn = new Set();
+      for (let i = 0; i < 300; i++) drawn.add(await freePort());
+      // Every 10th port of the range taken: a draw that did not try its port would hit one of them.
+      const { first, end } = await childPortRange();
+      const taken = new Set();
+      for (let port = first; port < end; port += 10) if (await listen(port)) taken.add(port);
+      const hits = [];
+      for (let i = 0; i < 300; i++) {
+        const port = await freePort();
+        if (taken.has(port)) hits.push(port);
+      }
+      console.log(JSON.stringify({ distinct: drawn.size, taken: taken.size, hits }));
+      process.exit(0);
+    })();
+  `;
+  const ran = spawnSync("unshare", ["--net", "sh", "-c", 'ip link set lo up && exec "$0" -e "$1"', process.execPath, script], {
+    cwd: path.resolve(import.meta.dirname, "../.."),
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+  assert.equal(ran.status, 0, ran.stderr);
+  const result = JSON.parse(ran.stdout) as { distinct: number; taken: number; hits: number[] };
+  assert.equal(result.distinct, 300, "a port was handed out twice");
+  assert.ok(result.taken > 1000, `only ${result.taken} ports taken`);
+  assert.deepEqual(result.hits, [], "freePort() handed out ports that were taken");
 });
 
 test("stop() leaves no process and no folder behind", async () => {
