@@ -27,7 +27,7 @@ RUN npm run build
 FROM gcr.io/distroless/nodejs24-debian12:nonroot
 WORKDIR /app
 # The base image keeps node in /nodejs/bin without putting it on PATH; the chart's command says `node`.
-# LD_PRELOAD: native/memory's library turns readahead off for node's own mapped pages (see README, Performance).
+# LD_PRELOAD: native/memory's library turns readahead off for node's own mapped pages (see docs/performance.md).
 ENV NODE_ENV=production \
     PATH=/nodejs/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     LD_PRELOAD=/app/node_modules/local-ccm-memory/build/Release/random_readahead.so

@@ -233,7 +233,7 @@ async function main(): Promise<void> {
     const after = starts.flatMap((start) => start.memory);
     const seconds = (value: number) => `${value.toFixed(1)} s`;
     console.log(`\n${COLD_STARTS} cold starts of the agents in a row, page cache dropped, memory limit ${limit}\n`);
-    console.log("| figure | local-ccm | cozystack/local-ccm (Go), as measured beside it (README) |\n|---|---|---|");
+    console.log("| figure | local-ccm | cozystack/local-ccm (Go), as measured beside it (docs) |\n|---|---|---|");
     console.log(`| DaemonSet created → every node initialised | ${range(starts.map((s) => s.seconds), seconds)} | initialises under a 40Mi limit |`);
     const podSeconds = starts.flatMap((s) => s.podSeconds);
     console.log(

@@ -19,7 +19,7 @@
 // them, one at a time). BENCH_RUNS picks runs: off, shipped, l2 (default all three).
 //
 // A bench of its own rather than a phase of bench:nlc, whose node-lifecycle and CSR runs already take ~10 min
-// and whose figures the README keeps: 27,000 more objects in its world would change what those measure.
+// and whose figures docs/performance.md keeps: 27,000 more objects in its world would change what those measure.
 import { loadavg } from "node:os";
 import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";

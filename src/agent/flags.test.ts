@@ -431,7 +431,7 @@ describe("the agent's flag table", () => {
     });
   });
 
-  test("README table row for the external target", () => {
+  test("docs table row for the external target", () => {
     assert.match(
       flagsMarkdown(agentFlagTable),
       /\n\| `--external-ip-target` \| {2}\| `8\.8\.8\.8` \| `ipDetection\.externalIPTarget` \| Comma-separated IPs/,

@@ -1,6 +1,6 @@
 // The local-ccm agent's name and flags: the names and defaults of cozystack/local-ccm's flags, plus
 // dual-stack lists and the CIDR / interface detection methods. This table also feeds --help, the
-// README and the Helm values.
+// docs' flag table and the Helm values.
 import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts";
 import { type Env, flag, parseFlags, UsageError } from "../cli/flags.ts";
 import { cidr, dnsLabel, dnsSubdomain, eachItem, oneOf, parses, positive } from "../cli/validate.ts";
@@ -69,7 +69,7 @@ const ruleProblem = (field: LabelField) => (text: string) => {
 };
 
 // Rules are flags rather than a config file: the flag table stays the one source for --help, the
-// README and the Helm values, and no ConfigMap has to be mounted. The price: no commas in a pattern.
+// docs and the Helm values, and no ConfigMap has to be mounted. The price: no commas in a pattern.
 const ruleFlag = <N extends string>(name: N, field: LabelField, label: string, example: string) =>
   flag({
     name,

@@ -7,7 +7,7 @@
 //   back its free pages (malloc_trim), which free() keeps inside the [heap] segment.
 // - at rest, a trim 2 s after each reconcile that wrote nothing (the safety-net resync every 10 s): the ~10 MiB of
 //   code it and the watch's bookmarks fault back stay mapped for seconds, not until the next write. Measured in
-//   README, Performance.
+//   docs/performance.md.
 // The pages the agent touches again fault back in.
 import { createRequire } from "node:module";
 import type { Logger } from "../cli/log.ts";

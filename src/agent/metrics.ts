@@ -89,7 +89,7 @@ export function createAnnouncerMetrics(registry: Registry) {
 
 export type AnnouncerMetrics = ReturnType<typeof createAnnouncerMetrics>;
 
-/** Everything local-ccm serves: the program's part, then the agent's (run.ts and the README use this). */
+/** Everything local-ccm serves: the program's part, then the agent's (run.ts and docs/reference.md use this). */
 export function createMetrics() {
   const program = createProgramMetrics(PROGRAM);
   return {

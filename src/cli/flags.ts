@@ -1,5 +1,5 @@
 // Command-line flags in Go/pflag syntax. One table per program is the single source for parsing,
-// --help, the README flag tables and the Helm values names, so they cannot drift apart.
+// --help, the docs' flag tables and the Helm values names, so they cannot drift apart.
 import { parseDuration } from "./duration.ts";
 import { markdownTable } from "./markdown.ts";
 
@@ -245,7 +245,7 @@ function defaultInUsage(spec: FlagSpec): string {
     : ` (default ${spec.default})`;
 }
 
-/** The README table: flag | env | default | helm value | description. */
+/** The docs table (docs/reference.md): flag | env | default | helm value | description. */
 export function flagsMarkdown(table: readonly FlagSpec[]): string {
   const code = (text: string) => `\`${text}\``;
   return markdownTable(

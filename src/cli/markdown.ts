@@ -1,4 +1,4 @@
-// Markdown tables for the README, generated from the programs' own tables (flags, metrics).
+// Markdown tables for the docs, generated from the programs' own tables (flags, metrics).
 
 /** A table with a header row; a `|` inside a cell is escaped. */
 export function markdownTable(headers: readonly string[], rows: readonly (readonly string[])[]): string {

@@ -223,7 +223,7 @@ test("a program's own metrics: process metrics and API requests named after it, 
   );
 });
 
-test("the README table: one row per metric, in registration order, with its labels", () => {
+test("the docs table: one row per metric, in registration order, with its labels", () => {
   const registry = new Registry();
   registry.counter({ name: "a_total", help: "As | pipes.", labels: ["verb", "code"] });
   registry.gauge({ name: "b", help: "B." });

@@ -287,7 +287,7 @@ export function createProgramMetrics(program: string, registry = new Registry())
   };
 }
 
-/** The README table: metric | type | labels | description. */
+/** The docs table (docs/reference.md): metric | type | labels | description. */
 export function metricsMarkdown(registry: Registry): string {
   const code = (text: string) => `\`${text}\``;
   return markdownTable(

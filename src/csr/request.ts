@@ -1,6 +1,6 @@
 // A PKCS#10 certificate request (RFC 2986) read into the plain facts the approver decides on: the subject's
 // CN and O, and the subjectAltName of the extensionRequest attribute. Node has X509Certificate but no CSR
-// parser; this reads exactly these fields with der.ts (see README "Dependencies" for why not a library).
+// parser; this reads exactly these fields with der.ts (docs/architecture.md, "Dependencies": why no library).
 //
 // What the approver judges must be what the signer issues. kube-apiserver and kube-controller-manager's signer
 // read spec.request with Go: pem.Decode (the FIRST block it finds, even with text around it or whitespace after

@@ -1,6 +1,6 @@
 // The node-lifecycle controller's flags: the names and defaults of cozystack/local-ccm's node-lifecycle-controller,
 // plus probes and safety limits. They join the program's one flag table (manager/flags.ts), which also feeds
-// --help, the README and the Helm values.
+// --help, docs/reference.md and the Helm values.
 import { type FlagValues, flag } from "../cli/flags.ts";
 import { all, atLeast, eachItem, inRange, noDuplicates, oneOf, parses, positive } from "../cli/validate.ts";
 import {

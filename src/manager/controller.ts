@@ -67,7 +67,7 @@ export interface ControllerDefinition<
   enabledByDefault: boolean;
   /** The Helm value that runs it, for one off by default (the chart grants its RBAC only then). */
   helmEnabled?: string;
-  /** One line for the README's table of controllers. */
+  /** One line for docs/reference.md's table of controllers. */
   summary: string;
   /** Its flags, appended to the program's one table. */
   flags: F;

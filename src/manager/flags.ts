@@ -1,6 +1,6 @@
 // node-lifecycle-controller's flags: the program's own (the choice of controllers, as kube-controller-manager's
 // --controllers; leader election; dry run; and the flags every program has), then each registered controller's.
-// This one table feeds parsing, --help, the README and the Helm values.
+// This one table feeds parsing, --help, docs/reference.md and the Helm values.
 import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts";
 import { type Env, type FlagSpec, type FlagValues, flag, parseFlags, UsageError } from "../cli/flags.ts";
 import { dnsLabel, dnsSubdomain, parses, positive } from "../cli/validate.ts";

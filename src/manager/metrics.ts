@@ -1,5 +1,5 @@
 // node-lifecycle-controller's Prometheus metrics: the program's part, leadership (one lease for all its
-// controllers), then each registered controller's under its subsystem (program.ts and the README use this).
+// controllers), then each registered controller's under its subsystem (program.ts and docs/reference.md use this).
 import { createProgramMetrics } from "../cli/metrics.ts";
 import { PROGRAM } from "./flags.ts";
 import { CONTROLLERS } from "./registry.ts";
@@ -8,7 +8,7 @@ import { CONTROLLERS } from "./registry.ts";
 export const METRICS_PREFIX = `${PROGRAM.replaceAll("-", "_")}_`;
 
 /**
- * Every registered controller's metrics, whether it runs or not: /metrics and the README list the same names.
+ * Every registered controller's metrics, whether it runs or not: /metrics and docs/reference.md list the same names.
  * `controllers` maps each name to what its createMetrics returned.
  */
 export function createMetrics() {

@@ -1,5 +1,5 @@
 // The controllers node-lifecycle-controller hosts: one line each. Their order is the order of their flags in
-// --help and the README, of their metrics, and of their start.
+// --help and docs/reference.md, of their metrics, and of their start.
 import { markdownTable } from "../cli/markdown.ts";
 import { kubeletServingCsr } from "../csr/definition.ts";
 import { nodeLifecycle } from "../lifecycle/definition.ts";
@@ -15,7 +15,7 @@ export const CONTROLLERS: readonly AnyController[] = [
 ];
 
 /**
- * The README's table of controllers: name, whether --controllers=* runs it (and the chart's switch, if any), what it
+ * The docs' table of controllers: name, whether --controllers=* runs it (and the chart's switch, if any), what it
  * does, where its flags are.
  */
 export function controllersMarkdown(): string {

@@ -2,6 +2,7 @@
 // values, applied with a server-side dry run (full validation and admission, nothing stored).
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { CHART_DIR, DEPLOY_DIR, helmTemplate, templateNames } from "../../scripts/render-manifests.ts";
@@ -144,9 +145,12 @@ describe("server-side dry-run apply", () => {
       "kubectl get events -n default --field-selector involvedObject.kind=Node,source=local-ccm",
       "kubectl -n kube-system rollout status deployment/node-lifecycle-controller",
       "kubectl -n kube-system get lease node-lifecycle-controller",
-      "README.md",
+      "docs/troubleshooting.md",
+      "docs/install.md",
     ])
       assert.ok(notes.includes(line), `notes hold ${line}: ${notes}`);
+    for (const page of notes.match(/docs\/[\w-]+\.md/g) ?? [])
+      assert.ok(existsSync(path.join(CHART_DIR, "../..", page)), `the notes name ${page}, which exists`);
     const agentOnly = await helmInstall("--set=nodeLifecycleController.enabled=false");
     assert.doesNotMatch(agentOnly.replace(/^[\s\S]*?\nNOTES:\n/, ""), /lease|node-lifecycle-controller/);
   });

@@ -1,19 +1,21 @@
-// The README's Helm examples tried as written: each `helm install` command of its sh blocks, and the values
-// file it names (the yaml block that begins with "# <file name>"), rendered with `helm template`; each example
-// must change something real (flags the programs accept, not the defaults).
+// The docs' Helm examples tried as written: each `helm install` command of the sh blocks of the README, docs/ and
+// the chart's README, and the values file it names (the yaml block that begins with "# <file name>"), rendered with
+// `helm template`; each example must change something real (flags the programs accept, not the defaults). The
+// published chart's `oci://` reference must be the one the release workflow pushes, at the chart's version; it is
+// rendered from the checkout, which is what that workflow packages.
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { readFile } from "node:fs/promises";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { after, before, test } from "node:test";
-import { parseAllDocuments } from "yaml";
+import { parse, parseAllDocuments } from "yaml";
 import type { Container } from "kubernetes-types/core/v1.js";
 import { parseAgentFlags } from "../../src/agent/flags.ts";
 import { nodeLifecycle } from "../../src/lifecycle/definition.ts";
 import { configOf, parseManagerFlags } from "../../src/manager/flags.ts";
 import { ensureBinaries } from "../../localcluster/build.ts";
 import { run } from "../../localcluster/exec.ts";
+import { readDocs } from "../../scripts/docs-tables.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
 
@@ -44,7 +46,7 @@ function shellWords(command: string): string[] {
   return words;
 }
 
-/** `helm install` commands of the README's sh blocks (continuation lines joined). */
+/** `helm install` commands of a page's sh blocks (continuation lines joined). */
 function helmInstalls(markdown: string): string[][] {
   return blocks(markdown, "sh")
     .flatMap((block) => block.replace(/\\\n/g, " ").split("\n"))
@@ -53,14 +55,27 @@ function helmInstalls(markdown: string): string[][] {
     .map(shellWords);
 }
 
+/** Where .github/workflows/release.yml pushes the chart: oci://<image.repository's registry and owner>/charts. */
+function publishedChart(): string {
+  const workflow = readFileSync(path.join(ROOT, ".github/workflows/release.yml"), "utf8");
+  assert.match(workflow, /echo "charts=oci:\/\/\$\{repository%\/\*\}\/charts"/, "the workflow's chart reference moved");
+  const values = parse(readFileSync(path.join(ROOT, "charts/local-ccm/values.yaml"), "utf8")) as {
+    image: { repository: string };
+  };
+  return `oci://${values.image.repository.replace(/\/[^/]+$/, "")}/charts/local-ccm`;
+}
+const chart = readFileSync(path.join(ROOT, "charts/local-ccm/Chart.yaml"), "utf8");
+const chartVersion = (parse(chart) as { version: string }).version;
+
 let helm: string;
-let readme: string;
+const docs = readDocs();
+const readme = docs.get("README.md") as string;
+const allInstalls = [...docs.values()].flatMap(helmInstalls);
 const dir = mkdtempSync(path.join(os.tmpdir(), "local-ccm-readme-"));
 before(async () => {
   ({ helm } = await ensureBinaries());
-  readme = await readFile(path.join(ROOT, "README.md"), "utf8");
-  // The values files the README shows, under the names their first line gives.
-  for (const block of blocks(readme, "yaml")) {
+  // The values files the docs show, under the names their first line gives.
+  for (const block of [...docs.values()].flatMap((text) => blocks(text, "yaml"))) {
     const name = /^# (values[-\w]*\.yaml)\n/.exec(block)?.[1];
     if (name) writeFileSync(path.join(dir, name), block);
   }
@@ -69,12 +84,18 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 
 /** Each program's args in `helm template` output. */
 async function renderedArgs(words: string[]): Promise<Record<string, string[]>> {
-  const [command, verb, release, chart, ...rest] = words;
+  const [command, verb, release, chart, ...options] = words;
   assert.deepEqual([command, verb], ["helm", "install"]);
-  // `helm template` takes the same release, chart and value options; the chart path is the repository's.
-  const output = await run(helm, ["template", release as string, path.join(ROOT, chart as string), ...rest], {
-    cwd: dir,
-  });
+  let rest = options;
+  if (chart?.startsWith("oci://")) {
+    assert.equal(chart, publishedChart(), "the chart's published reference");
+    const version = rest.indexOf("--version");
+    assert.equal(rest[version + 1], chartVersion, `${words.join(" ")}: --version is the chart's version`);
+    rest = rest.filter((_, i) => i !== version && i !== version + 1);
+  }
+  // `helm template` takes the same release, chart and value options; the chart is the repository's.
+  const chartDir = chart?.startsWith("oci://") ? path.join(ROOT, "charts/local-ccm") : path.join(ROOT, chart as string);
+  const output = await run(helm, ["template", release as string, chartDir, ...rest], { cwd: dir });
   const args: Record<string, string[]> = {};
   for (const doc of parseAllDocuments(output)) {
     const obj = doc.toJS() as { kind?: string; spec?: { template?: { spec?: { containers?: Container[] } } } } | null;
@@ -85,10 +106,10 @@ async function renderedArgs(words: string[]): Promise<Record<string, string[]>> 
   return args;
 }
 
-test("the README's helm install commands render, each changing flags the programs accept", async () => {
-  const installs = helmInstalls(readme);
-  assert.ok(installs.length >= 2, `helm install examples found: ${installs.length}`);
-  for (const words of installs) {
+test("the docs' helm install commands render, each changing flags the programs accept", async () => {
+  assert.ok(allInstalls.length >= 5, `helm install examples found: ${allInstalls.length}`);
+  assert.ok(allInstalls.filter((words) => words[3]?.startsWith("oci://")).length >= 2, "installs from the OCI registry");
+  for (const words of allInstalls) {
     const args = await renderedArgs(words);
     const agent = args["local-ccm"] ?? [];
     const controller = args["node-lifecycle-controller"] ?? [];
@@ -98,15 +119,16 @@ test("the README's helm install commands render, each changing flags the program
   }
 });
 
-test("the quick start sets InternalIP CIDRs as a --set list and the controller's dry run", async () => {
+test("the README's install, from the OCI registry, sets InternalIP CIDRs as a --set list and the dry run", async () => {
   const [quickStart] = helmInstalls(readme);
+  assert.equal(quickStart?.[3], publishedChart());
   const args = await renderedArgs(quickStart as string[]);
   assert.deepEqual(args["local-ccm"], ["--internal-ip-cidr=10.0.0.0/24,fd00:10::/64"]);
   assert.deepEqual(args["node-lifecycle-controller"], ["--dry-run=true"]);
 });
 
 test("the values file example gives its rules as lists, reaching the agent and the controller", async () => {
-  const install = helmInstalls(readme).find((words) => words.includes("-f"));
+  const install = allInstalls.find((words) => words.includes("-f"));
   assert.ok(install, "a helm install with a values file");
   const args = await renderedArgs(install);
   assert.deepEqual(args["local-ccm"], [

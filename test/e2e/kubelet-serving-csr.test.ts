@@ -48,7 +48,7 @@ const AGENT_LABEL = "e2e.local-ccm.io/agent";
 const KUBELET_PORT = 10250;
 const KUBELET_CLIENT_SIGNER = "kubernetes.io/kube-apiserver-client-kubelet";
 /**
- * The approver's budget is 1 s p99 (README, Performance, measured by bench:nlc); this bound only catches a broken
+ * The approver's budget is 1 s p99 (docs/performance.md, measured by bench:nlc); this bound only catches a broken
  * path, on a busy machine, so it is generous.
  */
 const APPROVAL_BOUND_MS = 30_000;

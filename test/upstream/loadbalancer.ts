@@ -7,7 +7,7 @@
 //   npm run e2e:upstream [-- [--mode node-address|l2] [--proxy-mode iptables|nftables] [<ginkgo focus>]]
 //
 // Every spec must pass, except those in the mode's NOT_APPLICABLE list: each says why it cannot apply to that
-// mode's addresses. The README's "Upstream load-balancer tests" lists the same entries.
+// mode's addresses. docs/development.md's "Upstream load-balancer tests" lists the same entries.
 import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -156,7 +156,7 @@ export function runPeerSuite(
 
 const ADDRESSES: Record<PeerMode, string> = { "node-address": "node addresses", l2: "a layer-2 pool address" };
 
-/** A mode's NOT_APPLICABLE as the README's table (`npm run readme`). */
+/** A mode's NOT_APPLICABLE as docs/development.md's table (`npm run readme`). */
 export function notApplicableMarkdown(mode: PeerMode): string {
   const rows = NOT_APPLICABLE[mode].map(({ spec, reason }) => `| ${spec} | ${reason} |`);
   if (rows.length === 0) return "None: every spec runs.";

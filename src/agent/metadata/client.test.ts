@@ -140,7 +140,7 @@ describe("InstanceMetadataSource", () => {
     const { source, clock, asked, seen } = scripted([...Array<Lookup>(failures).fill(unavailable), found]);
     assert.deepEqual(await source.lookup(), unavailable);
     for (let failure = 0; failure < failures; failure++) {
-      const ceiling = Math.min(300_000, 1000 * 2 ** failure); // as the README promises
+      const ceiling = Math.min(300_000, 1000 * 2 ** failure); // as docs/node-addresses.md promises
       const failedAt = clock.now;
       // Jitter keeps each pause within [ceiling / 2, ceiling]: before half of it, nobody is asked.
       clock.now = failedAt + ceiling / 2 - 1;
