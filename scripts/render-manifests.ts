@@ -17,6 +17,7 @@ import { CONTROLLERS, rolesCoveredBy } from "../src/manager/registry.ts";
 import { ensureBinaries } from "../localcluster/build.ts";
 import { run } from "../localcluster/exec.ts";
 import { CHART_DIR } from "../localcluster/project.ts";
+import { KUBERNETES_VERSION } from "../localcluster/versions.ts";
 
 const root = path.resolve(import.meta.dirname, "..");
 export { CHART_DIR };
@@ -93,9 +94,15 @@ function durationRange(spec: FlagSpec): Record<string, number> {
   return { atLeastSeconds: low / 1000, ...range };
 }
 
+/**
+ * The Kubernetes version `helm template` renders for, which the chart's kubeVersion must admit: the one the tests and
+ * the local cluster run (without a cluster, helm assumes v1.20, older than any the chart installs on).
+ */
+export const KUBE_VERSION_FLAG = `--kube-version=${KUBERNETES_VERSION}`;
+
 /** `helm template` of the chart as installed into kube-system under the name local-ccm. */
 export function helmTemplate(helm: string, args: string[] = []): Promise<string> {
-  return run(helm, ["template", "local-ccm", CHART_DIR, `--namespace=${NAMESPACE}`, ...args]);
+  return run(helm, ["template", "local-ccm", CHART_DIR, `--namespace=${NAMESPACE}`, KUBE_VERSION_FLAG, ...args]);
 }
 
 /**

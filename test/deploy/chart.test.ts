@@ -25,6 +25,7 @@ import {
   chartControllersYaml,
   FLAGS_FILE,
   helmTemplate,
+  KUBE_VERSION_FLAG,
   PROGRAM_FLAGS,
   renderDeployFiles,
   templateNames,
@@ -170,7 +171,7 @@ function badValue(spec: FlagSpec): unknown {
 
 /** The whole error output of a `helm template` that must fail (run() keeps only its last lines). */
 async function helmFailure(helm: string, args: string[]): Promise<string> {
-  const result = spawnSync(helm, ["template", "local-ccm", CHART_DIR, ...args], { encoding: "utf8" });
+  const result = spawnSync(helm, ["template", "local-ccm", CHART_DIR, KUBE_VERSION_FLAG, ...args], { encoding: "utf8" });
   assert.notEqual(result.status, 0, `helm template accepted ${args.join(" ")}`);
   return result.stderr;
 }
@@ -355,6 +356,16 @@ describe("Helm chart", () => {
     assert.equal(chart.name, "local-ccm");
     assert.equal(chart.version, "0.1.0");
     assert.equal(chart.appVersion, appVersion);
+  });
+
+  test("kubeVersion: the chart renders for Kubernetes 1.33 and later, the release the tests run, and refuses 1.32", async () => {
+    const chart = parse(await readFile(path.join(CHART_DIR, "Chart.yaml"), "utf8")) as Values;
+    assert.equal(chart.kubeVersion, ">=1.33.0-0");
+    for (const version of ["v1.33.0", KUBE_VERSION_FLAG.replace("--kube-version=", "")])
+      await run(helm, ["template", "local-ccm", CHART_DIR, `--kube-version=${version}`, "--show-only=templates/daemonset.yaml"]);
+    const older = spawnSync(helm, ["template", "local-ccm", CHART_DIR, "--kube-version=v1.32.9"], { encoding: "utf8" });
+    assert.notEqual(older.status, 0);
+    assert.match(older.stderr, /chart requires kubeVersion: >=1\.33\.0-0 which is incompatible with Kubernetes v1\.32\.9/);
   });
 
   test("values.yaml holds each flag's Helm value at the flag's default, and nothing else beside", () => {

@@ -16,6 +16,7 @@ import { configOf, parseManagerFlags } from "../../src/manager/flags.ts";
 import { ensureBinaries } from "../../localcluster/build.ts";
 import { run } from "../../localcluster/exec.ts";
 import { readDocs } from "../../scripts/docs-tables.ts";
+import { KUBE_VERSION_FLAG } from "../../scripts/render-manifests.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "../..");
 
@@ -95,7 +96,7 @@ async function renderedArgs(words: string[]): Promise<Record<string, string[]>> 
   }
   // `helm template` takes the same release, chart and value options; the chart is the repository's.
   const chartDir = chart?.startsWith("oci://") ? path.join(ROOT, "charts/local-ccm") : path.join(ROOT, chart as string);
-  const output = await run(helm, ["template", release as string, chartDir, ...rest], { cwd: dir });
+  const output = await run(helm, ["template", release as string, chartDir, KUBE_VERSION_FLAG, ...rest], { cwd: dir });
   const args: Record<string, string[]> = {};
   for (const doc of parseAllDocuments(output)) {
     const obj = doc.toJS() as { kind?: string; spec?: { template?: { spec?: { containers?: Container[] } } } } | null;
