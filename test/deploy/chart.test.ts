@@ -276,6 +276,12 @@ const REFUSALS: { values: Record<string, unknown>; line: string; program?: Progr
     args: ["--lb-reserved-ports=22,9100-9000"],
   },
   {
+    values: { "loadBalancer.nodePortRange": "32767-30000" },
+    line: 'loadBalancer.nodePortRange: "32767-30000" runs backwards: write a range from-to, lower port first',
+    program: "node-lifecycle-controller",
+    args: ["--lb-node-port-range=32767-30000"],
+  },
+  {
     values: { "nodeLifecycleController.enabled": false, "csrApproval.enabled": true },
     line:
       "csrApproval.enabled needs nodeLifecycleController.enabled: the approver runs in the " +
@@ -290,6 +296,7 @@ const SERVICE_CONTROLLER_RULES = [
   { apiGroups: [""], resources: ["services/status"], verbs: ["patch"] },
   { apiGroups: [""], resources: ["nodes"], verbs: ["list", "watch"] },
   { apiGroups: ["discovery.k8s.io"], resources: ["endpointslices"], verbs: ["list", "watch"] },
+  { apiGroups: [""], resources: ["pods"], verbs: ["list", "watch"] },
 ];
 
 const CONTROL_PLANE_AFFINITY = {
