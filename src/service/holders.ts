@@ -105,7 +105,7 @@ export class HolderIndex {
 
 function sameHeld(a: Held, b: Held): boolean {
   const text = ({ node, claims }: Held) =>
-    JSON.stringify([node, claims.map(({ claim, holder: { rule, kind, key, created } }) => [claim, rule, kind, key, created])]);
+    JSON.stringify([node, claims.map(({ claim, holder: h }) => [claim, h.rule, h.kind, h.key, h.created])]);
   return text(a) === text(b);
 }
 
