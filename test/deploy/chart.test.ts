@@ -123,6 +123,7 @@ const CANDIDATES: Record<FlagSpec["type"], (spec: FlagSpec) => string[]> = {
     "node.kubernetes.io/pool in (spot, batch)",
     "example.com/keep=yes,example.com/pin",
     String.raw`{node}\.nodes\.example\.com`,
+    "20000-22767",
   ],
   list: () => [
     "198.18.0.1, fd00:198:18::1",
