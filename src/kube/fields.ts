@@ -116,6 +116,8 @@ export const IDENTITY_FIELDS: readonly FieldPath[] = [
 ];
 
 /** What a cache of one consumer's watch holds of an object: its own transform, or its fields and the identity ones. */
-export function keepTransform<T>(keep: readonly FieldPath[] | ((obj: T) => T)): (obj: T) => T {
+export function keepTransform<T>(keep: readonly FieldPath[]): (obj: T) => T;
+export function keepTransform<T>(keep: readonly FieldPath[] | ((obj: T) => T | undefined)): (obj: T) => T | undefined;
+export function keepTransform<T>(keep: readonly FieldPath[] | ((obj: T) => T | undefined)): (obj: T) => T | undefined {
   return typeof keep === "function" ? keep : projection<T>([...IDENTITY_FIELDS, ...keep]);
 }

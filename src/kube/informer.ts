@@ -15,8 +15,11 @@ export interface InformerHandlers<T> {
 export interface InformerOptions<T> extends Selectors {
   /** Page size of the initial list (and of relists). */
   pageSize?: number;
-  /** Trims each object before it is cached (e.g. drop managedFields), like client-go's SetTransform. */
-  transform?: (obj: T) => T;
+  /**
+   * Trims each object before it is cached (e.g. drop managedFields), like client-go's SetTransform; undefined
+   * leaves it out of the cache, as if the API did not hold it (an object that turns so is told as deleted).
+   */
+  transform?: (obj: T) => T | undefined;
   /**
    * Seconds after which the server ends each watch and the informer renews it, drawn at random from
    * this range so that many watchers do not reconnect in step. Default 300–600 (client-go's).
@@ -143,9 +146,9 @@ export class Informer<T extends KubeObject> {
       const rv = event.object.metadata?.resourceVersion;
       if (event.type === "DELETED") {
         const key = objectKey(event.object);
-        const old = this.cache.get(key);
+        const gone = this.cache.get(key) ?? this.trim(event.object);
         this.cache.delete(key);
-        for (const h of this.handlers) h.onDelete?.(old ?? this.trim(event.object));
+        if (gone) for (const h of this.handlers) h.onDelete?.(gone);
       } else if (event.type !== "BOOKMARK") {
         this.upsert(event.object);
       }
@@ -155,8 +158,14 @@ export class Informer<T extends KubeObject> {
 
   private upsert(raw: T): void {
     const obj = this.trim(raw);
-    const key = objectKey(obj);
+    const key = objectKey(raw);
     const old = this.cache.get(key);
+    if (obj === undefined) {
+      if (!old) return;
+      this.cache.delete(key);
+      for (const h of this.handlers) h.onDelete?.(old);
+      return;
+    }
     // A relist returns unchanged objects too; only a new resourceVersion is news.
     if (old?.metadata?.resourceVersion === obj.metadata?.resourceVersion && old !== undefined) return;
     this.cache.set(key, obj);
@@ -166,7 +175,7 @@ export class Informer<T extends KubeObject> {
     }
   }
 
-  private trim(obj: T): T {
+  private trim(obj: T): T | undefined {
     return this.options.transform ? this.options.transform(obj) : obj;
   }
 }

@@ -16,9 +16,10 @@ export interface Watch<T extends KubeObject> {
   fieldSelector?: string;
   /**
    * The fields this consumer reads (see fields.ts), or a transform of its own, allowed while it is the
-   * resource's only consumer (a transform cannot be unioned with another consumer's fields).
+   * resource's only consumer (a transform cannot be unioned with another consumer's fields); a transform may
+   * leave an object out of the cache (undefined).
    */
-  keep: readonly FieldPath[] | ((obj: T) => T);
+  keep: readonly FieldPath[] | ((obj: T) => T | undefined);
 }
 
 /** Any consumer's watch, whatever its object type (a registry of consumers holds these). */
@@ -127,7 +128,7 @@ function sameSelection(group: Registration[]): boolean {
   return new Set(group.map(({ watch }) => selection(watch))).size === 1;
 }
 
-function transformFor(group: Registration[], shared: boolean): (obj: KubeObject) => KubeObject {
+function transformFor(group: Registration[], shared: boolean): (obj: KubeObject) => KubeObject | undefined {
   const [first] = group as [Registration];
   if (typeof first.watch.keep === "function") {
     if (group.length > 1) throw new Error(sharingProblem(group, "keeps its own transform"));

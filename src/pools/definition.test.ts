@@ -23,7 +23,7 @@ import { type LoadBalancerIPPool, poolFacts } from "./pool.ts";
 
 const watches = servicePools.watches({ claimClassless: false, leaseNamespace: "kube-system" });
 
-const trim = <T extends KubeObject>(watch: Watch<T>, obj: T) => keepTransform(watch.keep)(obj);
+const trim = <T extends KubeObject>(watch: Watch<T>, obj: T) => keepTransform(watch.keep)(obj) as T;
 
 test("a Service keeps what l2ServiceFacts and announcedFacts read; other annotations and spec fields go", () => {
   const service: Service = {

@@ -11,7 +11,12 @@ import { LB_FINALIZER, NODE_ADDRESS_CLASS, type ServiceConfig } from "./decide.t
 import { SERVICE_NAME_LABEL } from "./endpoints.ts";
 import { createServiceMetrics } from "./metrics.ts";
 
-const CONFIG: ServiceConfig = { claimClassless: false, maxNodes: 16, reservedPorts: [] };
+const CONFIG: ServiceConfig = {
+  claimClassless: false,
+  maxNodes: 16,
+  reservedPorts: [],
+  nodePortRange: { from: 30000, to: 32767 },
+};
 
 class FakeCache<T extends { metadata?: { namespace?: string; name?: string } }> {
   readonly items = new Map<string, T>();

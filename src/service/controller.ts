@@ -1,14 +1,16 @@
-// The service controller in node-address mode: Services, Nodes and EndpointSlices from informers → keyed work
-// queue (kube/workqueue.ts, per-key backoff) → sync one Service. The plan over all our Services (decide.ts) is
-// built once per burst of changes that can alter it and read by every sync after; the Nodes are reduced to
-// facts once per Node event (nodes.ts), the EndpointSlices to the nodes with a ready endpoint.
+// The service controller in node-address mode: Services, Nodes, EndpointSlices and Pods from informers → keyed work
+// queue (kube/workqueue.ts, per-key backoff) → sync one Service. The plan over all our Services (decide.ts) is built
+// once per burst of changes that can alter it and read by every sync after; the Nodes are reduced to facts once per
+// Node event (nodes.ts), the EndpointSlices to the nodes with a ready endpoint, every Service's NodePorts and the pods'
+// ports on their nodes to an index of port holders (holders.ts).
 //
 // Enqueued precisely: a Service event its own key and those of ours sharing a protocol/port with it (the port
-// conflicts); a Node change that alters eligibility, addresses or labels every Service of ours; an EndpointSlice
-// change its Service when that is ours and Local. Only the leader writes: the finalizer first (a JSON patch
-// pinned to the resourceVersion read), then status.loadBalancer (a merge patch of the status subresource), each
+// conflicts); a Node change that alters eligibility, addresses or labels every Service of ours; an EndpointSlice change
+// its Service when that is ours and Local; a change of the ports a Service's NodePorts or a pod hold those of ours on
+// such a port (a refusal may begin, or lift when the holder goes). Only the leader writes: the finalizer first (a JSON
+// patch pinned to the resourceVersion read), then status.loadBalancer (a merge patch of the status subresource), each
 // only when it differs, so that a restart or a resync writes nothing.
-import type { LoadBalancerIngress, Node, Service } from "kubernetes-types/core/v1.js";
+import type { LoadBalancerIngress, Node, Pod, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import type { Logger } from "../cli/log.ts";
 import { isApiError } from "../kube/errors.ts";
@@ -31,6 +33,7 @@ import {
   serviceFacts,
 } from "./decide.ts";
 import { type EndpointSliceFacts, endpointSliceFacts, ReadyEndpoints } from "./endpoints.ts";
+import { HolderIndex, holderId, podPorts, serviceNodePorts } from "./holders.ts";
 import type { ServiceMetrics } from "./metrics.ts";
 import { type ExternalFamilies, intentHolds, type NodeChange } from "./nodechange.ts";
 import { type IpFamily, type LoadBalancerNode, loadBalancerNode, sameLoadBalancerNode } from "./nodes.ts";
@@ -72,6 +75,8 @@ export class ServiceController {
   /** Eligible nodes with an ExternalIP, per family. */
   private readonly externalIPs: Record<IpFamily, number> = { IPv4: 0, IPv6: 0 };
   private readonly endpoints = new ReadyEndpoints();
+  /** Every Service's NodePorts and the pods' ports on their nodes. */
+  private readonly holderIndex = new HolderIndex();
   /** Each Service's planInputs() and, for ours, its facts (for the port-conflict enqueue). */
   private readonly inputs = new Map<string, string>();
   private readonly planned = new Map<string, ServiceFacts>();
@@ -104,9 +109,19 @@ export class ServiceController {
   }
 
   readonly serviceHandlers: InformerHandlers<Service> = {
-    onAdd: (service) => this.serviceChanged(serviceFacts(service)),
-    onUpdate: (_, service) => this.serviceChanged(serviceFacts(service)),
-    onDelete: (service) => this.serviceDeleted(serviceFacts(service)),
+    onAdd: (service) => this.serviceChanged(service),
+    onUpdate: (_, service) => this.serviceChanged(service),
+    onDelete: (service) => {
+      this.holdersChanged(this.holderIndex.set(holderId("Service", service), NOTHING_HELD));
+      this.serviceDeleted(serviceFacts(service));
+    },
+  };
+
+  /** Pods as the watch trims them (watches.ts): only those that hold a port on their node. */
+  readonly podHandlers: InformerHandlers<Pod> = {
+    onAdd: (pod) => this.holdersChanged(this.holderIndex.set(holderId("Pod", pod), podPorts(pod))),
+    onUpdate: (_, pod) => this.holdersChanged(this.holderIndex.set(holderId("Pod", pod), podPorts(pod))),
+    onDelete: (pod) => this.holdersChanged(this.holderIndex.set(holderId("Pod", pod), NOTHING_HELD)),
   };
 
   readonly nodeHandlers: InformerHandlers<Node> = {
@@ -148,7 +163,9 @@ export class ServiceController {
     return this.queue.idle();
   }
 
-  private serviceChanged(facts: ServiceFacts): void {
+  private serviceChanged(service: Service): void {
+    this.holdersChanged(this.holderIndex.set(holderId("Service", service), serviceNodePorts(service)));
+    const facts = serviceFacts(service);
     const inputs = planInputs(facts);
     const before = this.planned.get(facts.key);
     if (this.inputs.get(facts.key) !== inputs) {
@@ -177,6 +194,14 @@ export class ServiceController {
     if (!before) return;
     this.plan = undefined;
     this.enqueueSharingPorts(before, undefined);
+  }
+
+  /** Replans, and syncs ours on a port whose holders changed ("TCP/30080"). */
+  private holdersChanged(ports: Set<string>): void {
+    if (!ports.size) return;
+    this.plan = undefined;
+    for (const other of this.planned.values())
+      if (other.ports.some((port) => ports.has(portKey(port)))) this.enqueue(other.key);
   }
 
   /** Ours that share a protocol/port with either version: a conflict between them may have begun or ended. */
@@ -250,6 +275,7 @@ export class ServiceController {
         services: this.planned.values(),
         nodes: this.eligible.nodes,
         readyNodes: (service) => this.endpoints.readyNodes(service),
+        holders: this.holderIndex.holders,
         config: this.options.config,
       }, this.alone);
       this.options.metrics.planSeconds.observe((performance.now() - started) / 1000);
@@ -421,7 +447,11 @@ export class ServiceController {
   }
 }
 
-/** The Event of a refusal, of no node, or of a family left out (cloud-provider's reasons where it has one). */
+/**
+ * The Event of a refusal, of no node, of ports a newer holder declares too (the Service keeps them: the older claim
+ * wins, and the holder's owner may not see this Service), or of a family left out (cloud-provider's reasons where
+ * it has one).
+ */
 function warningFor(decision: ServiceDecision): { reason: string; message: string } | undefined {
   if (decision.action === "refuse")
     return { reason: "SyncLoadBalancerFailed", message: `refused (${decision.rule}): ${decision.reason}` };
@@ -430,6 +460,13 @@ function warningFor(decision: ServiceDecision): { reason: string; message: strin
     return {
       reason: "UnAvailableLoadBalancer",
       message: `There are no available nodes for LoadBalancer: ${decision.reason}`,
+    };
+  if (decision.newerHolders.length)
+    return {
+      reason: "PortAlsoHeldByNewer",
+      message:
+        `keeps its ports, the older claim: ${decision.newerHolders.join("; ")}; kube-proxy sends that port on ` +
+        "this Service's node addresses to this Service",
     };
   if (decision.missingFamilies.length)
     return {
@@ -440,5 +477,7 @@ function warningFor(decision: ServiceDecision): { reason: string; message: strin
 }
 
 const ipList = (ingress: LoadBalancerIngress[]) => ingress.map(({ ip }) => ip).join(",");
+
+const NOTHING_HELD = { node: undefined, claims: [] };
 
 const portKey = ({ protocol, port }: { protocol: string; port: number }) => `${protocol}/${port}`;

@@ -6,25 +6,31 @@ import { parseLabelSelector } from "../kube/labelselector.ts";
 import { UNINITIALIZED_TAINT } from "../kube/nodes.ts";
 import {
   byAge,
+  claimOrder,
   decide,
   type DecisionContext,
+  type HolderRule,
   type Intent,
   LB_FINALIZER,
   NODE_ADDRESS_CLASS,
+  NO_HOLDERS,
   NODE_SELECTOR_ANNOTATION,
   planIngress,
+  type PortHolder,
+  type PortHolders,
   type ServiceConfig,
   type ServiceFacts,
   sameIngress,
   serviceFacts,
 } from "./decide.ts";
-import { parsePortRange, DEFAULT_RESERVED_PORTS } from "./flags.ts";
+import { DEFAULT_NODE_PORT_RANGE, DEFAULT_RESERVED_PORTS, parseNodePortRange, parsePortRange } from "./flags.ts";
 import { AUTOSCALER_TAINT, EXCLUDE_LABEL, type LoadBalancerNode, loadBalancerNode } from "./nodes.ts";
 
 const CONFIG: ServiceConfig = {
   claimClassless: false,
   maxNodes: 16,
   reservedPorts: DEFAULT_RESERVED_PORTS.split(",").map(parsePortRange),
+  nodePortRange: parseNodePortRange(DEFAULT_NODE_PORT_RANGE),
 };
 
 interface NodeSpec {
@@ -96,12 +102,13 @@ function service(name: string, spec: ServiceSpec = {}): ServiceFacts {
 function plan(
   services: ServiceFacts[],
   nodes: LoadBalancerNode[],
-  options: { config?: ServiceConfig; ready?: (service: string) => string[] } = {},
+  options: { config?: ServiceConfig; ready?: (service: string) => string[]; holders?: PortHolders } = {},
 ): Map<string, Intent> {
   return planIngress({
     services,
     nodes: nodes.filter((each) => !each.ineligible),
     readyNodes: (key) => options.ready?.(key) ?? [],
+    holders: options.holders ?? NO_HOLDERS,
     config: options.config ?? CONFIG,
   });
 }
@@ -166,7 +173,15 @@ describe("decide: whose Service, and release", () => {
     isNodeAddress: (ip) => ip.startsWith("10."),
     ...extra,
   });
-  const ensure: Intent = { action: "ensure", rule: "ensured", ingress: [], nodes: [], missingFamilies: [], reason: "" };
+  const ensure: Intent = {
+    action: "ensure",
+    rule: "ensured",
+    ingress: [],
+    nodes: [],
+    missingFamilies: [],
+    newerHolders: [],
+    reason: "",
+  };
   const claimAll = { config: { ...CONFIG, claimClassless: true } };
   const held = { finalizer: true, lbClass: null };
   const retyped = { ...held, type: "ClusterIP" };
@@ -395,6 +410,259 @@ describe("planIngress: properties", () => {
         const oldest = [...services].sort(byAge);
         const older = oldest.slice(0, Math.ceil(oldest.length / 2));
         for (const [key, intent] of plan(older, nodes, options)) assert.deepEqual(all.get(key), intent);
+      }),
+    );
+  });
+});
+
+interface Entry {
+  /** A node's name, or "*": every node (NodePorts). */
+  where: string;
+  /** "TCP/8443" */
+  claim: string;
+  holder: PortHolder;
+}
+
+function holderTable(entries: Entry[]): PortHolders {
+  const everywhere = new Map<string, PortHolder[]>();
+  const onNode = new Map<string, Map<string, PortHolder[]>>();
+  for (const { where, claim, holder } of entries) {
+    const table = where === "*" ? everywhere : (onNode.get(where) ?? onNode.set(where, new Map()).get(where));
+    table?.set(claim, [...(table.get(claim) ?? []), holder]);
+  }
+  return { everywhere, onNode };
+}
+
+describe("planIngress: ports others hold on the nodes (NodePorts, hostPorts, hostNetwork pods, the NodePort range)", () => {
+  const nodes = [node("n1", { internal: ["10.0.0.1"] }), node("n2", { internal: ["10.0.0.2"] })];
+  const day = (n: number) => `2026-01-0${n}T00:00:00Z`;
+  const holder = (rule: HolderRule, key: string, created: number): PortHolder => ({
+    rule,
+    kind: rule === "node-port" ? "Service" : "Pod",
+    key,
+    created: day(created),
+  });
+  const holders = (entries: [string, string, PortHolder][]) =>
+    holderTable(entries.map(([where, claim, holder]) => ({ where, claim, holder })));
+  const a = (ports: [string, number][] = [["TCP", 8443]]) => service("a", { created: day(5), ports });
+  const outcome = (intent: Intent | undefined) =>
+    intent?.action === "refuse"
+      ? [intent.rule, intent.reason]
+      : intent?.action === "ensure"
+        ? [intent.rule, intent.newerHolders]
+        : intent;
+  const cases: [string, [string, number][], [string, string, PortHolder][], unknown[]][] = [
+    ["no holder", [["TCP", 8443]], [], ["ensured", []]],
+    [
+      "an older Service's NodePort, on every node",
+      [["TCP", 8443]],
+      [["*", "TCP/8443", holder("node-port", "other/victim", 4)]],
+      ["node-port", "port TCP/8443 is the NodePort of the older Service/other/victim, open on every node"],
+    ],
+    [
+      "an older pod's hostPort on a chosen node",
+      [["TCP", 8443]],
+      [["n2", "TCP/8443", holder("host-port", "other/proxy", 1)]],
+      ["host-port", "port TCP/8443 on node n2 is a hostPort of the older Pod/other/proxy"],
+    ],
+    [
+      "an older hostNetwork pod's port on a chosen node",
+      [["TCP", 80], ["TCP", 8443]],
+      [["n1", "TCP/8443", holder("host-network-port", "kube-system/agent", 3)]],
+      ["host-network-port", "port TCP/8443 on node n1 is a port of the older Pod/kube-system/agent, which uses the node's network"],
+    ],
+    ["a pod on a node the Service is not on", [["TCP", 8443]], [["n9", "TCP/8443", holder("host-port", "o/p", 1)]], ["ensured", []]],
+    ["another protocol", [["UDP", 8443]], [["n1", "TCP/8443", holder("host-port", "o/p", 1)]], ["ensured", []]],
+    [
+      "a newer pod: the Service keeps the port, and is told whose it also is",
+      [["TCP", 8443]],
+      [["n1", "TCP/8443", holder("host-network-port", "o/late", 6)]],
+      ["ensured", ["port TCP/8443 on node n1 is also a port of the newer Pod/o/late, which uses the node's network"]],
+    ],
+    [
+      "the same second: a pod wins",
+      [["TCP", 8443]],
+      [["n1", "TCP/8443", holder("host-port", "zz/p", 5)]],
+      ["host-port", "port TCP/8443 on node n1 is a hostPort of the older Pod/zz/p"],
+    ],
+    [
+      "the same second: Services by namespace/name",
+      [["TCP", 8443]],
+      [["*", "TCP/8443", holder("node-port", "ns/b", 5)], ["*", "TCP/8443", holder("node-port", "aa/z", 9)]],
+      ["ensured", [
+        "port TCP/8443 is also the NodePort of the newer Service/ns/b, open on every node",
+        "port TCP/8443 is also the NodePort of the newer Service/aa/z, open on every node",
+      ]],
+    ],
+    ["its own NodePort", [["TCP", 8443]], [["*", "TCP/8443", holder("node-port", "ns/a", 5)]], ["ensured", []]],
+    [
+      "several older holders: the oldest is named",
+      [["TCP", 8443]],
+      [
+        ["n2", "TCP/8443", holder("host-port", "o/second", 3)],
+        ["n1", "TCP/8443", holder("host-network-port", "o/first", 2)],
+        ["*", "TCP/8443", holder("node-port", "o/third", 4)],
+      ],
+      ["host-network-port", "port TCP/8443 on node n1 is a port of the older Pod/o/first, which uses the node's network"],
+    ],
+    [
+      "in the NodePort range, no holder",
+      [["UDP", 30053]],
+      [],
+      ["node-port-range", "port UDP/30053 is in the NodePort range (30000-32767), from which kube-apiserver gives " +
+        "any Service a NodePort on every node"],
+    ],
+    [
+      "in the NodePort range, an older NodePort: the holder is named",
+      [["TCP", 30080]],
+      [["*", "TCP/30080", holder("node-port", "other/victim", 1)]],
+      ["node-port", "port TCP/30080 is the NodePort of the older Service/other/victim, open on every node"],
+    ],
+    [
+      "in the NodePort range, only a newer NodePort: the range refuses",
+      [["TCP", 30080]],
+      [["*", "TCP/30080", holder("node-port", "other/late", 7)]],
+      ["node-port-range", "port TCP/30080 is in the NodePort range (30000-32767), from which kube-apiserver gives " +
+        "any Service a NodePort on every node"],
+    ],
+  ];
+  for (const [name, ports, entries, expected] of cases)
+    test(name, () => {
+      assert.deepEqual(outcome(plan([a(ports)], nodes, { holders: holders(entries) }).get("ns/a")), expected);
+    });
+
+  test("no node eligible: an older NodePort still refuses (it is open on every node), a pod does not", () => {
+    const nodePort = holders([["*", "TCP/8443", holder("node-port", "o/v", 1)]]);
+    assert.equal(plan([a()], [], { holders: nodePort }).get("ns/a")?.rule, "node-port");
+    const pod = holders([["n1", "TCP/8443", holder("host-port", "o/p", 1)]]);
+    assert.equal(plan([a()], [], { holders: pod }).get("ns/a")?.rule, "no-nodes");
+  });
+
+  test("a narrower --lb-node-port-range leaves the port to the holder check alone", () => {
+    const config = { ...CONFIG, nodePortRange: { from: 40000, to: 40010 } };
+    assert.equal(plan([a([["TCP", 30080]])], nodes, { config }).get("ns/a")?.rule, "ensured");
+    assert.equal(plan([a([["TCP", 40010]])], nodes, { config }).get("ns/a")?.rule, "node-port-range");
+  });
+
+  test("a Service refused for a holder claims none of its ports: a newer Service of ours may have them", () => {
+    const older = service("older", { created: day(2), ports: [["TCP", 8443], ["TCP", 9000]] });
+    const newer = service("newer", { created: day(3), ports: [["TCP", 8443]] });
+    const pod = holders([["n1", "TCP/9000", holder("host-port", "o/p", 1)]]);
+    const result = plan([older, newer], nodes, { holders: pod });
+    assert.equal(result.get("ns/older")?.rule, "host-port");
+    assert.equal(result.get("ns/newer")?.rule, "ensured");
+    assert.equal(plan([older, newer], nodes).get("ns/newer")?.rule, "port-conflict");
+  });
+});
+
+describe("planIngress: ports others hold, properties", () => {
+  const NODES = ["n1", "n2", "n3"].map((name, i) => node(name, { internal: [`10.0.0.${i + 1}`] }));
+  const PORTS: [string, number][] = [["TCP", 80], ["TCP", 8443], ["UDP", 8443], ["TCP", 30080]];
+  const claimOf = ([protocol, port]: [string, number]) => `${protocol}/${port}`;
+  const arbitraryServices = fc.uniqueArray(
+    fc.record({
+      name: fc.constantFrom("a", "b", "c", "d", "e"),
+      day: fc.integer({ min: 1, max: 9 }),
+      ports: fc.uniqueArray(fc.constantFrom(...PORTS), { minLength: 1, maxLength: 2 }),
+    }),
+    { selector: ({ name }) => name, maxLength: 5 },
+  ).map((list) => list.map(({ name, day, ports }) => service(name, { created: `2026-01-0${day}T00:00:00Z`, ports })));
+  const arbitraryHolders = fc.array(
+    fc.record({
+      rule: fc.constantFrom<HolderRule>("node-port", "host-port", "host-network-port"),
+      name: fc.constantFrom("a", "b", "x", "y"),
+      day: fc.integer({ min: 1, max: 9 }),
+      port: fc.constantFrom(...PORTS),
+      node: fc.constantFrom("n1", "n2", "n3", "n4"),
+    }),
+    { maxLength: 8 },
+  );
+  type Generated = { rule: HolderRule; name: string; day: number; port: [string, number]; node: string };
+  const entriesOf = (list: Generated[]) =>
+    list.map(({ rule, name, day, port, node: where }): Entry => ({
+      where: rule === "node-port" ? "*" : where,
+      claim: claimOf(port),
+      holder: { rule, kind: rule === "node-port" ? "Service" : "Pod", key: `ns/${name}`, created: `2026-01-0${day}T00:00:00Z` },
+    }));
+  const self = (facts: ServiceFacts) => ({ kind: "Service" as const, key: facts.key, created: facts.created });
+  const names = (reason: string, holder: PortHolder) => {
+    const text = `older ${holder.kind}/${holder.key}`;
+    const at = reason.indexOf(text);
+    return at >= 0 && [",", undefined].includes(reason[at + text.length]);
+  };
+  const options = (maxNodes: number, entries: Entry[]) => ({ config: { ...CONFIG, maxNodes }, holders: holderTable(entries) });
+
+  test("an ensured Service has no port in the range and none an older holder holds where it is", () => {
+    fc.assert(
+      fc.property(arbitraryServices, arbitraryHolders, fc.integer({ min: 1, max: 3 }), (services, list, maxNodes) => {
+        const entries = entriesOf(list);
+        const result = plan(services, NODES, options(maxNodes, entries));
+        for (const facts of services) {
+          const intent = result.get(facts.key);
+          if (intent?.action !== "ensure") continue;
+          for (const port of facts.ports) {
+            assert.ok(port.port < 30000 || port.port > 32767, `${facts.key}: ${port.port} in the NodePort range`);
+            for (const { where, claim, holder } of entries) {
+              const there = where === "*" || intent.nodes.includes(where);
+              const other = !(holder.kind === "Service" && holder.key === facts.key);
+              if (there && other && claim === `${port.protocol}/${port.port}`)
+                assert.ok(claimOrder(holder, self(facts)) > 0, `${facts.key} took ${claim} of ${holder.key}`);
+            }
+          }
+        }
+      }),
+    );
+  });
+
+  test("a refusal for a holder names an older one holding that port where the Service would be", () => {
+    fc.assert(
+      fc.property(arbitraryServices, arbitraryHolders, fc.integer({ min: 1, max: 3 }), (services, list, maxNodes) => {
+        const entries = entriesOf(list);
+        const result = plan(services, NODES, options(maxNodes, entries));
+        // Each Service's intent before holders and port conflicts: where it would be.
+        const unheld = new Map<string, Intent>();
+        planIngress({ services, nodes: NODES, readyNodes: () => [], ...options(maxNodes, []) }, unheld);
+        for (const facts of services) {
+          const intent = result.get(facts.key);
+          if (intent?.action !== "refuse" || !["node-port", "host-port", "host-network-port"].includes(intent.rule))
+            continue;
+          const alone = unheld.get(facts.key);
+          const wouldBe = alone?.action === "ensure" ? alone.nodes : [];
+          const named = entries.filter(({ where, claim, holder }) =>
+            holder.rule === intent.rule &&
+            names(intent.reason, holder) &&
+            intent.reason.startsWith(`port ${claim}${where === "*" ? "" : ` on node ${where}`} is `) &&
+            (where === "*" || wouldBe.includes(where)) &&
+            claimOrder(holder, self(facts)) < 0,
+          );
+          assert.ok(named.length > 0, `${facts.key}: ${intent.reason}`);
+        }
+      }),
+    );
+  });
+
+  test("holders newer than a Service change nothing of what it gets; their order changes nothing at all", () => {
+    fc.assert(
+      fc.property(arbitraryServices, arbitraryHolders, fc.integer({ min: 1, max: 3 }), (services, list, maxNodes) => {
+        const entries = entriesOf(list);
+        const result = plan(services, NODES, options(maxNodes, entries));
+        assert.deepEqual(plan([...services].reverse(), NODES, options(maxNodes, [...entries].reverse())), result);
+        const gets = (intent: Intent | undefined) =>
+          intent?.action === "ensure" ? [intent.rule, intent.ingress] : [intent?.action, intent?.rule, intent?.reason];
+        for (const facts of services) {
+          const older = entries.filter(({ holder }) => claimOrder(holder, self(facts)) < 0);
+          const without = plan(services, NODES, options(maxNodes, older)).get(facts.key);
+          assert.deepEqual(gets(result.get(facts.key)), gets(without), facts.key);
+        }
+      }),
+    );
+  });
+
+  test("the refusal lifts when its holder goes: with no holders, no holder rule refuses", () => {
+    fc.assert(
+      fc.property(arbitraryServices, fc.integer({ min: 1, max: 3 }), (services, maxNodes) => {
+        for (const intent of plan(services, NODES, options(maxNodes, [])).values())
+          assert.ok(!["node-port", "host-port", "host-network-port"].includes(intent.rule), intent.rule);
       }),
     );
   });

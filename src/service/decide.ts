@@ -1,15 +1,18 @@
 // The service controller's decisions in node-address mode, as pure functions of plain data.
 //
 // planIngress() looks at every Service of ours at once, because port conflicts make Services depend on each other:
-// oldest first, each gets the addresses of up to N eligible nodes (rendezvous hashing: rendezvous.ts), or a
-// refusal. decide() then tells, for one Service, whether it is ours and what it should hold: an ingress, nothing
-// (refused), or nothing and no finalizer (released). Every answer carries a rule id for metrics and a reason for
-// logs and Events.
+// oldest first, each gets the addresses of up to N eligible nodes (rendezvous hashing: rendezvous.ts), or a refusal.
+// Ports are checked against what kube-proxy would otherwise deliver on those node addresses (it matches load-balancer
+// IPs before NodePorts and local delivery, so a Service's port there takes the others' place): other Services'
+// NodePorts (every node), pods' hostPorts and hostNetwork pods' ports (their node), and the NodePort range; the older
+// claim keeps a port, whoever holds it. decide() then tells, for one Service, whether it is ours and what it should
+// hold: an ingress, nothing (refused), or nothing and no finalizer (released). Every answer carries a rule id for
+// metrics and a reason for logs and Events.
 //
-// Addresses, per family of spec.ipFamilies in their order: the ExternalIPs of the chosen nodes, or their
-// InternalIPs when no candidate node has an ExternalIP of that family (decided per family, so that a cluster
-// with public IPv6 and private IPv4 offers both). One address per node and family, sorted, ipMode VIP: an
-// unchanged set is the same list, and writes nothing.
+// Addresses, per family of spec.ipFamilies in their order: the ExternalIPs of the chosen nodes, or their InternalIPs
+// when no candidate node has an ExternalIP of that family (decided per family, so that a cluster with public IPv6 and
+// private IPv4 offers both). One address per node and family, sorted, ipMode VIP: an unchanged set is the same list,
+// and writes nothing.
 import type { LoadBalancerIngress, Service } from "kubernetes-types/core/v1.js";
 import { objectKey } from "../kube/informer.ts";
 import { type LabelSelector, matchesLabels, parseLabelSelector } from "../kube/labelselector.ts";
@@ -37,6 +40,8 @@ export interface ServiceConfig {
   maxNodes: number;
   /** Ports the nodes serve themselves: a Service on one of them would take it over. */
   reservedPorts: PortRange[];
+  /** kube-apiserver's --service-node-port-range: any NodePort, now or later, comes from it. */
+  nodePortRange: PortRange;
 }
 
 export interface ServicePort {
@@ -89,7 +94,27 @@ export function planInputs(facts: ServiceFacts): string {
   return JSON.stringify([key, uid, created, type, lbClass, deleting, local, ipFamilies, ports, nodeSelector]);
 }
 
-export type RefusalRule = "reserved-port" | "node-selector" | "port-conflict";
+/** Who else takes a protocol/port on a node: a Service's NodePort (every node), a pod (its node). */
+export type HolderRule = "node-port" | "host-port" | "host-network-port";
+
+export interface PortHolder {
+  rule: HolderRule;
+  kind: "Service" | "Pod";
+  /** namespace/name */
+  key: string;
+  /** metadata.creationTimestamp as written (RFC 3339, whole seconds: compares as text). */
+  created: string;
+}
+
+/** The holders of each protocol/port ("TCP/30080"): on every node, and per node name. */
+export interface PortHolders {
+  everywhere: ReadonlyMap<string, readonly PortHolder[]>;
+  onNode: ReadonlyMap<string, ReadonlyMap<string, readonly PortHolder[]>>;
+}
+
+export const NO_HOLDERS: PortHolders = { everywhere: new Map(), onNode: new Map() };
+
+export type RefusalRule = "reserved-port" | "node-selector" | "port-conflict" | "node-port-range" | HolderRule;
 
 /** What a Service of ours should hold. */
 export type Intent =
@@ -101,6 +126,8 @@ export type Intent =
       nodes: string[];
       /** Families of spec.ipFamilies that no chosen node has an address of: left out. */
       missingFamilies: IpFamily[];
+      /** Newer holders of its ports on its nodes: the older claim, this Service's, keeps them (one line each). */
+      newerHolders: string[];
       reason: string;
     }
   | { action: "refuse"; rule: RefusalRule; reason: string };
@@ -111,6 +138,8 @@ export interface PlanInput {
   nodes: readonly LoadBalancerNode[];
   /** The nodes with a ready endpoint of a Service (for Local). */
   readyNodes(serviceKey: string): Iterable<string>;
+  /** Who else takes ports on the nodes (no Service of ours is one here but by its NodePorts). */
+  holders: PortHolders;
   config: ServiceConfig;
 }
 
@@ -135,7 +164,7 @@ export function byAge(a: Pick<ServiceFacts, "created" | "key">, b: Pick<ServiceF
  * and the conflict pass over the rest costs little.
  */
 export function planIngress(
-  { services, nodes, readyNodes, config }: PlanInput,
+  { services, nodes, readyNodes, holders, config }: PlanInput,
   alone = new Map<string, Intent>(),
 ): Map<string, Intent> {
   const planned = [...services].filter((facts) => isPlanned(facts, config)).sort(byAge);
@@ -160,6 +189,7 @@ export function planIngress(
       intent = intentFor(facts, facts.local ? localCandidates(facts.key) : nodes, config);
       alone.set(facts.key, intent);
     }
+    if (intent.action === "ensure") intent = checkHolders(facts, intent, holders, config.nodePortRange);
     plan.set(facts.key, intent.action === "ensure" ? claimPorts(facts, intent, held) : intent);
   }
   return plan;
@@ -208,10 +238,10 @@ function ingressFor(facts: ServiceFacts, candidates: readonly LoadBalancerNode[]
   const nodes = chosen.map((node) => node.name).sort();
   if (!nodes.length) {
     const where = facts.local ? "no node holding a ready endpoint of this Service is eligible" : "no node is eligible";
-    return { action: "ensure", rule: "no-nodes", ingress, nodes, missingFamilies: [], reason: where };
+    return { action: "ensure", rule: "no-nodes", ingress, nodes, missingFamilies: [], newerHolders: [], reason: where };
   }
   const reason = `addresses of ${nodes.length} node(s): ${nodes.join(", ")}`;
-  return { action: "ensure", rule: "ensured", ingress, nodes, missingFamilies, reason };
+  return { action: "ensure", rule: "ensured", ingress, nodes, missingFamilies, newerHolders: [], reason };
 }
 
 /** ExternalIPs where any candidate has one of this family, else InternalIPs. */
@@ -223,6 +253,87 @@ function addressType(nodes: readonly LoadBalancerNode[], family: IpFamily): Addr
 function sortIps(ips: string[]): string[] {
   const keyed = ips.map((ip) => ({ ip, bytes: ipToBytes(ip) }));
   return keyed.sort((a, b) => Buffer.compare(a.bytes, b.bytes)).map(({ ip }) => ip);
+}
+
+/**
+ * Older claims first: created earlier, then (same second) by kind/namespace/name, so that a pod wins a tie with a
+ * Service. A total order, the same whichever side asks.
+ */
+type Claimant = Pick<PortHolder, "created" | "kind" | "key">;
+
+export function claimOrder(a: Claimant, b: Claimant): number {
+  if (a.created !== b.created) return a.created < b.created ? -1 : 1;
+  const [x, y] = [`${a.kind}/${a.key}`, `${b.kind}/${b.key}`];
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
+const HOLDER_RULES: readonly HolderRule[] = ["node-port", "host-port", "host-network-port"];
+
+/** A holder of a port, and the node it holds it on (undefined: every node). */
+interface Found {
+  holder: PortHolder;
+  node: string | undefined;
+}
+
+/**
+ * The intent, unless a port of it is another's on one of its nodes: then a refusal naming the oldest such holder
+ * and the port, when that holder is older than the Service. Newer holders do not take the port (the older claim
+ * wins) but are listed, for a Warning. Last, the NodePort range: any Service may get a NodePort of it at any time,
+ * so a port there is refused even with no holder yet. Holders are checked first so that a refusal names one.
+ */
+function checkHolders(
+  facts: ServiceFacts,
+  intent: Intent & { action: "ensure" },
+  holders: PortHolders,
+  nodePortRange: PortRange,
+): Intent {
+  const self: Claimant = { kind: "Service", key: facts.key, created: facts.created };
+  const byClaim = (a: Found, b: Found) =>
+    claimOrder(a.holder, b.holder) ||
+    HOLDER_RULES.indexOf(a.holder.rule) - HOLDER_RULES.indexOf(b.holder.rule) ||
+    (a.node ?? "").localeCompare(b.node ?? "");
+  const newerHolders: string[] = [];
+  for (const { protocol, port } of facts.ports) {
+    const claim = `${protocol}/${port}`;
+    const found: Found[] = [
+      ...(holders.everywhere.get(claim) ?? [])
+        .filter((holder) => holder.kind !== "Service" || holder.key !== facts.key)
+        .map((holder) => ({ holder, node: undefined })),
+      ...intent.nodes.flatMap((node) =>
+        (holders.onNode.get(node)?.get(claim) ?? []).map((holder) => ({ holder, node })),
+      ),
+    ].sort(byClaim);
+    const [oldest] = found;
+    if (oldest && claimOrder(oldest.holder, self) < 0) {
+      const { holder, node } = oldest;
+      return { action: "refuse", rule: holder.rule, reason: `port ${claim}${where(node)} is ${holding(holder)}` };
+    }
+    for (const { holder, node } of found)
+      newerHolders.push(`port ${claim}${where(node)} is also ${holding(holder, false)}`);
+  }
+  for (const { protocol, port } of facts.ports)
+    if (nodePortRange.from <= port && port <= nodePortRange.to) {
+      const reason = `port ${protocol}/${port} is in the NodePort range (${formatRange(nodePortRange)}), from ` +
+        "which kube-apiserver gives any Service a NodePort on every node";
+      return { action: "refuse", rule: "node-port-range", reason };
+    }
+  return newerHolders.length ? { ...intent, newerHolders } : intent;
+}
+
+const where = (node: string | undefined) => (node === undefined ? "" : ` on node ${node}`);
+
+/** "the NodePort of the older Service/ns/name, open on every node", for a refusal; "newer" for the others. */
+function holding(holder: PortHolder, older = true): string {
+  const age = older ? "older" : "newer";
+  const who = `${holder.kind}/${holder.key}`;
+  switch (holder.rule) {
+    case "node-port":
+      return `the NodePort of the ${age} ${who}, open on every node`;
+    case "host-port":
+      return `a hostPort of the ${age} ${who}`;
+    case "host-network-port":
+      return `a port of the ${age} ${who}, which uses the node's network`;
+  }
 }
 
 /** The ports on the intent's addresses, unless an older Service holds one of them: then a refusal naming it. */

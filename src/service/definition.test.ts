@@ -2,7 +2,7 @@
 // as the API holds them (with fields nothing here reads, which the trim drops).
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import type { Node, Service } from "kubernetes-types/core/v1.js";
+import type { Node, Pod, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { keepTransform } from "../kube/fields.ts";
 import type { KubeObject } from "../kube/resource.ts";
@@ -11,7 +11,9 @@ import { parseLabelSelector } from "../kube/labelselector.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS, NODE_SELECTOR_ANNOTATION, serviceFacts } from "./decide.ts";
 import { serviceLoadBalancer } from "./definition.ts";
 import { endpointSliceFacts, SERVICE_NAME_LABEL } from "./endpoints.ts";
+import { podPorts, serviceNodePorts } from "./holders.ts";
 import { AUTOSCALER_TAINT, loadBalancerNode } from "./nodes.ts";
+import { trimPod } from "./watches.ts";
 
 const watches = serviceLoadBalancer.watches(undefined as never);
 
@@ -19,6 +21,50 @@ function trim<T extends KubeObject>(watch: Watch<T>, obj: T): T {
   assert.ok(Array.isArray(watch.keep), "kept fields, not a transform: the watches are shared");
   return keepTransform<T>(watch.keep)(obj);
 }
+
+test("only the pod watch has a transform of its own (nothing else watches pods), and the server selects", () => {
+  const own = Object.entries(watches).filter(([, watch]) => !Array.isArray(watch.keep)).map(([name]) => name);
+  assert.deepEqual(own, ["pods"]);
+  assert.equal(watches.pods.fieldSelector, "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed");
+});
+
+test("a pod that holds a port on its node keeps what podPorts reads; any other pod is not cached", () => {
+  const base: Pod = {
+    metadata: {
+      namespace: "ns",
+      name: "p",
+      uid: "u",
+      resourceVersion: "5",
+      creationTimestamp: "2026-01-01T00:00:00Z",
+      labels: { app: "x" },
+      managedFields: [{ manager: "kubelet" }],
+    },
+    spec: {
+      nodeName: "n1",
+      containers: [
+        { name: "web", image: "x", env: [{ name: "A", value: "1" }], ports: [{ containerPort: 8080, hostPort: 80 }] },
+        { name: "metrics", image: "x", ports: [{ containerPort: 9090, protocol: "TCP" }] },
+        { name: "plain", image: "x" },
+      ],
+      initContainers: [{ name: "sidecar", image: "x", restartPolicy: "Always", ports: [{ containerPort: 53, hostPort: 53, protocol: "UDP" }] }],
+    },
+    status: { phase: "Running", podIP: "10.244.0.5" },
+  };
+  const hostNetwork: Pod = { ...base, spec: { ...base.spec, containers: base.spec?.containers ?? [], hostNetwork: true } };
+  const plain: Pod = { ...base, spec: { nodeName: "n1", containers: [{ name: "web", image: "x", ports: [{ containerPort: 80 }] }] } };
+  for (const pod of [base, hostNetwork]) {
+    const trimmed = trimPod(pod) as Pod;
+    assert.deepEqual(podPorts(trimmed), podPorts(pod));
+    assert.ok(podPorts(pod).claims.length > 0);
+    assert.equal(trimmed.status, undefined);
+    assert.deepEqual(Object.keys(trimmed.metadata ?? {}).sort(), ["creationTimestamp", "name", "namespace", "resourceVersion"]);
+  }
+  // Without hostNetwork only the ports with a hostPort are kept, and the containers that have one.
+  assert.deepEqual((trimPod(base) as Pod).spec?.containers?.map(({ name }) => name), ["web"]);
+  assert.deepEqual((trimPod(hostNetwork) as Pod).spec?.containers?.map(({ name }) => name), ["web", "metrics"]);
+  assert.equal(trimPod(plain), undefined);
+  assert.equal(trimPod({ metadata: { name: "bare" } }), undefined);
+});
 
 test("a Service keeps what serviceFacts reads; its spec's other fields go", () => {
   const service: Service = {
@@ -48,6 +94,8 @@ test("a Service keeps what serviceFacts reads; its spec's other fields go", () =
   };
   const trimmed = trim(watches.services, service);
   assert.deepEqual(serviceFacts(trimmed), serviceFacts(service));
+  assert.deepEqual(serviceNodePorts(trimmed), serviceNodePorts(service));
+  assert.equal(serviceNodePorts(trimmed).claims[0]?.claim, "TCP/30080");
   const kept = ["externalTrafficPolicy", "ipFamilies", "loadBalancerClass", "ports", "type"];
   assert.deepEqual(Object.keys(trimmed.spec ?? {}).sort(), kept);
 });

@@ -1,7 +1,7 @@
 // The service controller (node-address mode) as node-lifecycle-controller hosts it (manager/registry.ts): its
 // flags, metrics, RBAC, the watches it reads (Services, Nodes, EndpointSlices, each trimmed to what it decides
 // on) and how it is created from the program's shared parts.
-import type { Node, Service } from "kubernetes-types/core/v1.js";
+import type { Node, Pod, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, Resource, SERVICE_RESOURCE } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
@@ -9,13 +9,24 @@ import { type ControllerContext, defineController, type PolicyRule, type Watches
 import { ServiceController } from "./controller.ts";
 import { serviceConfig, serviceFlagTable } from "./flags.ts";
 import { createServiceMetrics } from "./metrics.ts";
-import { ENDPOINT_SLICE_FIELDS, NODE_FIELDS, SERVICE_FIELDS } from "./watches.ts";
+import {
+  ENDPOINT_SLICE_FIELDS,
+  NODE_FIELDS,
+  POD_FIELD_SELECTOR,
+  POD_RESOURCE,
+  SERVICE_FIELDS,
+  trimPod,
+} from "./watches.ts";
 
 const WATCHES = {
   services: watch<Service>({ resource: SERVICE_RESOURCE, keep: SERVICE_FIELDS }),
   nodes: watch<Node>({ resource: NODE_RESOURCE, keep: NODE_FIELDS }),
   endpointSlices: watch<EndpointSlice>({ resource: ENDPOINT_SLICE_RESOURCE, keep: ENDPOINT_SLICE_FIELDS }),
+  pods: watch<Pod>({ resource: POD_RESOURCE, fieldSelector: POD_FIELD_SELECTOR, keep: trimPod }),
 };
+
+/** Pods, for the ports they hold on their nodes (hostPort, hostNetwork): a Service must not take those. */
+const POD_RULE: PolicyRule = { apiGroups: [""], resources: ["pods"], verbs: ["list", "watch"] };
 
 /**
  * What every LoadBalancer controller needs. Cluster-wide: Services are in every namespace, and so are the Events
@@ -50,7 +61,8 @@ export const serviceLoadBalancer = defineController({
   helmEnabled: "loadBalancer.nodeAddress.enabled",
   summary:
     "Gives LoadBalancer Services of class local-ccm.io/node-address the addresses of healthy nodes " +
-    "(ExternalIP, else InternalIP), with the standard finalizer; refuses ports the nodes serve and port conflicts.",
+    "(ExternalIP, else InternalIP), with the standard finalizer; refuses ports the nodes serve, the NodePort " +
+    "range, and ports an older Service or pod holds on those nodes (NodePorts, hostPorts, hostNetwork pods).",
   flags: serviceFlagTable,
   classlessFlag: "lb-claim-classless",
   parse: serviceConfig,
@@ -60,16 +72,19 @@ export const serviceLoadBalancer = defineController({
     cluster: [
       ...LOAD_BALANCER_RULES,
       ENDPOINT_SLICE_RULE,
+      POD_RULE,
     ],
   },
   // The same whatever its config: the node selector is matched against labels, which the Node watch keeps whole.
   watches: () => WATCHES,
   create(context, config) {
-    const { services, nodes, endpointSlices } = context.caches;
-    const controller = new ServiceController({ config, services, nodes, endpointSlices, ...loadBalancerParts(context) });
+    const { services, nodes, endpointSlices, pods } = context.caches;
+    const parts = loadBalancerParts(context);
+    const controller = new ServiceController({ config, services, nodes, endpointSlices, ...parts });
     services.addHandlers(controller.serviceHandlers);
     nodes.addHandlers(controller.nodeHandlers);
     endpointSlices.addHandlers(controller.endpointSliceHandlers);
+    pods.addHandlers(controller.podHandlers);
     return controller;
   },
 });

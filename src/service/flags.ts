@@ -1,5 +1,6 @@
-// The service controller's flags (lb-*): which Services it claims, which nodes carry them, how many per Service,
-// and the ports it refuses. They join the central program's one flag table; Helm values under loadBalancer.
+// The service controller's flags (lb-*): which Services it claims, which nodes carry them, how many per Service, and
+// the ports it refuses (the nodes' own, and kube-apiserver's NodePort range). They join the central program's one flag
+// table; Helm values under loadBalancer.
 import { type FlagValues, flag } from "../cli/flags.ts";
 import { eachItem, inRange, parses } from "../cli/validate.ts";
 import { parseLabelSelector } from "../kube/labelselector.ts";
@@ -13,6 +14,41 @@ const HELM = "loadBalancer.";
  * and metrics ports (10263-10266).
  */
 export const DEFAULT_RESERVED_PORTS = "22,2379-2380,6443,10250,10256,10263-10266";
+
+/** kube-apiserver's default --service-node-port-range. */
+export const DEFAULT_NODE_PORT_RANGE = "30000-32767";
+
+/** What Go's strings.TrimSpace trims (unicode.IsSpace): not JavaScript's trim(), which also takes U+FEFF. */
+const GO_SPACE = "[\\t\\n\\v\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]";
+const GO_TRIM = new RegExp(`^${GO_SPACE}+|${GO_SPACE}+$`, "gu");
+
+/** Go's strconv.Atoi on a port's text: an optional sign and decimal digits (large values fail the range check). */
+function atoi(text: string, whole: string): number {
+  if (!/^[+-]?[0-9]+$/.test(text)) throw new Error(`"${whole}" is not a port range (from-to, from+offset or one port)`);
+  return Number(text);
+}
+
+/**
+ * A port range as kube-apiserver reads --service-node-port-range (k8s.io/apimachinery's utilnet.PortRange.Set,
+ * v0.36.3): "from-to", "base+offset" or one port; empty means kube-apiserver's default, as it does there. Tested
+ * against that Go code (test/oracle/portrange.test.ts).
+ */
+export function parseNodePortRange(text: string): PortRange {
+  const value = text.replace(GO_TRIM, "");
+  if (value === "") return parseNodePortRange(DEFAULT_NODE_PORT_RANGE);
+  const [hyphen, plus] = [value.indexOf("-"), value.indexOf("+")];
+  let from: number;
+  let to: number;
+  if (hyphen === -1 && plus === -1) from = to = atoi(value, text);
+  else if (plus === -1) [from, to] = [atoi(value.slice(0, hyphen), text), atoi(value.slice(hyphen + 1), text)];
+  else if (hyphen === -1) {
+    from = atoi(value.slice(0, plus), text);
+    to = from + atoi(value.slice(plus + 1), text);
+  } else throw new Error(`"${text}" is not a port range (from-to, from+offset or one port)`);
+  if (from > 65_535 || to > 65_535) throw new Error(`"${text}": a port range cannot go above 65535`);
+  if (to < from) throw new Error(`"${text}": the range ends below its start`);
+  return { from, to };
+}
 
 /** "80" or "8000-8080": one line naming the problem when it is neither. */
 export function parsePortRange(text: string): PortRange {
@@ -65,6 +101,17 @@ export const serviceFlagTable = [
     helm: `${HELM}reservedPorts`,
     validate: eachItem(parses(parsePortRange)),
   }),
+  flag({
+    name: "lb-node-port-range",
+    type: "string",
+    default: DEFAULT_NODE_PORT_RANGE,
+    help:
+      "Service controller: kube-apiserver's --service-node-port-range (same syntax; empty: its default). A " +
+      "Service asking for a port in it is refused, on any protocol: any Service may get it as a NodePort on " +
+      "every node.",
+    helm: `${HELM}nodePortRange`,
+    validate: parses(parseNodePortRange),
+  }),
 ] as const;
 
 /** The controller's config; the table's checks have passed, so the selector and ports parse without error. */
@@ -75,5 +122,6 @@ export function serviceConfig(values: FlagValues<typeof serviceFlagTable>): Serv
     ...(selector ? { nodeSelector: parseLabelSelector(selector) } : {}),
     maxNodes: values["lb-max-nodes"],
     reservedPorts: values["lb-reserved-ports"].map(parsePortRange),
+    nodePortRange: parseNodePortRange(values["lb-node-port-range"]),
   };
 }

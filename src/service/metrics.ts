@@ -7,7 +7,8 @@ export function createServiceMetrics(registry: Registry, prefix: string) {
       name: `${prefix}syncs_total`,
       help:
         "Services of ours synced, by action (ensure, refuse, release) and rule (ensured, no-nodes; reserved-port, " +
-        "node-selector, port-conflict; deleted, not-load-balancer, classless-off).",
+        "node-selector, port-conflict, node-port, host-port, host-network-port, node-port-range; deleted, " +
+        "not-load-balancer, classless-off).",
       labels: ["action", "rule"],
     }),
     writes: registry.counter({

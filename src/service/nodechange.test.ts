@@ -2,7 +2,14 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
 import type { Node } from "kubernetes-types/core/v1.js";
-import { type Intent, NODE_ADDRESS_CLASS, planIngress, type ServiceConfig, serviceFacts } from "./decide.ts";
+import {
+  type Intent,
+  NO_HOLDERS,
+  NODE_ADDRESS_CLASS,
+  planIngress,
+  type ServiceConfig,
+  serviceFacts,
+} from "./decide.ts";
 import { type ExternalFamilies, intentHolds } from "./nodechange.ts";
 import { type LoadBalancerNode, loadBalancerNode } from "./nodes.ts";
 
@@ -62,11 +69,19 @@ const external = (nodes: LoadBalancerNode[]): ExternalFamilies => ({
 
 /** Plans the Services over `before`, keeps the intents that hold after one Node's change, and plans over `after`. */
 function replan(services: ReturnType<typeof service>[], before: LoadBalancerNode[], after: LoadBalancerNode[], maxNodes: number) {
-  const config: ServiceConfig = { claimClassless: false, maxNodes, reservedPorts: [{ from: 22, to: 22 }] };
+  const config: ServiceConfig = {
+    claimClassless: false,
+    maxNodes,
+    reservedPorts: [{ from: 22, to: 22 }],
+    nodePortRange: { from: 30000, to: 32767 },
+  };
   // Local Services have endpoints on the nodes of even id.
   const readyNodes = () => ["node-2", "node-4", "node-6", "node-8"];
   const plan = (nodes: LoadBalancerNode[], alone?: Map<string, Intent>) =>
-    planIngress({ services, nodes: nodes.filter((each) => !each.ineligible), readyNodes, config }, alone);
+    planIngress(
+      { services, nodes: nodes.filter((each) => !each.ineligible), readyNodes, holders: NO_HOLDERS, config },
+      alone,
+    );
   const alone = new Map<string, Intent>();
   plan(before, alone);
   const facts = (list: LoadBalancerNode[], name: string | undefined) => list.find((each) => each.name === name);

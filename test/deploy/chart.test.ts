@@ -124,6 +124,7 @@ const CANDIDATES: Record<FlagSpec["type"], (spec: FlagSpec) => string[]> = {
     "node.kubernetes.io/pool in (spot, batch)",
     "example.com/keep=yes,example.com/pin",
     String.raw`{node}\.nodes\.example\.com`,
+    "20000-22767",
   ],
   list: () => [
     "198.18.0.1, fd00:198:18::1",
@@ -277,6 +278,12 @@ const REFUSALS: { values: Record<string, unknown>; line: string; program?: Progr
     args: ["--lb-reserved-ports=22,9100-9000"],
   },
   {
+    values: { "loadBalancer.nodePortRange": "32767-30000" },
+    line: 'loadBalancer.nodePortRange: "32767-30000" runs backwards: write a range from-to, lower port first',
+    program: "node-lifecycle-controller",
+    args: ["--lb-node-port-range=32767-30000"],
+  },
+  {
     values: { "nodeLifecycleController.enabled": false, "csrApproval.enabled": true },
     line:
       "csrApproval.enabled needs nodeLifecycleController.enabled: the approver runs in the " +
@@ -291,6 +298,7 @@ const SERVICE_CONTROLLER_RULES = [
   { apiGroups: [""], resources: ["services/status"], verbs: ["patch"] },
   { apiGroups: [""], resources: ["nodes"], verbs: ["list", "watch"] },
   { apiGroups: ["discovery.k8s.io"], resources: ["endpointslices"], verbs: ["list", "watch"] },
+  { apiGroups: [""], resources: ["pods"], verbs: ["list", "watch"] },
 ];
 
 const CONTROL_PLANE_AFFINITY = {

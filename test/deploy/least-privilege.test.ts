@@ -348,6 +348,7 @@ test("the comparison finds unused grants and missing ones, and reads only the ac
       "create authentication.k8s.io/tokenreviews cluster-wide", // secure metrics' reviews, unused here
       "create authorization.k8s.io/subjectaccessreviews cluster-wide",
       "list discovery.k8s.io/endpointslices cluster-wide", // the service controller's, unused here
+      "list pods cluster-wide",
       "list services cluster-wide",
       "patch events cluster-wide",
       "patch events in default",
@@ -355,6 +356,7 @@ test("the comparison finds unused grants and missing ones, and reads only the ac
       "patch services/status cluster-wide",
       "update coordination.k8s.io/leases named node-lifecycle-controller in kube-system",
       "watch discovery.k8s.io/endpointslices cluster-wide",
+      "watch pods cluster-wide",
       "watch services cluster-wide",
     ],
     missing: [

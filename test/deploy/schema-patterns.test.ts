@@ -164,7 +164,7 @@ test("every other text value: what the schema's pattern accepts, the program's f
   const elsewhere = (spec: FlagSpec, text: string) =>
     spec.type === "duration" ||
     (spec.name.endsWith("-ip-target") && /^[0:.,\s]+$/.test(text)) ||
-    (spec.name === "lb-reserved-ports" && backwards(text));
+    (["lb-reserved-ports", "lb-node-port-range"].includes(spec.name) && backwards(text));
   const unmirrored = new Set(["node-selector", "lb-node-selector", "lb-l2-node-selector"]);
   const unit = fc.constantFrom(..."abcxyzAZ019-_./=,:!() {}[]^$\\*+?|%@#\t".split(""));
   const resolve = (node: Values | undefined): Values | undefined =>

@@ -7,10 +7,12 @@
 // every ingress address, and `externalTrafficPolicy: Local` lists only the nodes with an endpoint, whose backend sees
 // the client host's own address; the exclusion label (`true` excludes, `false` and absent keep),
 // the autoscaler taint, a cordoned node (stays); another class untouched, class-less only once `helm upgrade` claims
-// them; a reserved port and a port conflict refused with a Warning naming rule and value, status empty; deletion and
-// a type change release status and finalizer; a controller restart writes nothing; a powered-off node leaves the
-// ingress; nothing the controller asked for was refused. The cases of one mode share one cluster and run in order,
-// each leaving the nodes as it found them (but the powered-off one).
+// them; a reserved port and a port conflict refused with a Warning naming rule and value, status empty; a namespace
+// editor (RBAC `edit`, its own token) asking for another Service's NodePort or a hostNetwork pod's port refused, the
+// Warning naming the holder, the NodePort still answering on every node's address and the pod on its node's;
+// deletion and a type change release status and finalizer; a controller restart writes nothing; a powered-off node
+// leaves the ingress; nothing the controller asked for was refused. The cases of one mode share one cluster and run in
+// order, each leaving the nodes as it found them (but the powered-off one).
 //
 // A change that must leave the ingress as it is cannot be awaited: it is made first, then one that must change the
 // ingress (the controller reads both from one watch, in order), and the ingress awaited is the one both give.
@@ -39,11 +41,14 @@ import { PROGRAM } from "../../src/manager/flags.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 import { AUTOSCALER_TAINT, EXCLUDE_LABEL } from "../../src/service/nodes.ts";
 import { addressesOf, clusterAuditEvents, leaseHolder } from "./cluster-objects.ts";
+import { namespaceEditor } from "./tenant.ts";
 
 const WORKERS = ["node-1", "node-2", "node-3"];
 /** Where the backends run, one each; node-3 has none. */
 const BACKEND_NODES = ["node-1", "node-2"];
 const BACKEND_PORT = 8080;
+/** A hostNetwork pod's port on node-1, which a namespace editor's Service asks for. */
+const HOST_NETWORK_PORT = 18443;
 /** Generous: a change reaches the ingress within a second or two here, but the machine runs other tests too. */
 const WAIT_MS = 90_000;
 
@@ -164,10 +169,10 @@ function loadBalancerSuite(mode: ProxyMode): void {
      * The controller's Events about the Service, by its uid (a deleted Service's Events outlive it). Others report
      * about Services too (kube-apiserver's ClusterIP repair, when it sees a Service before its IPAddress).
      */
-    const eventsAbout = async (service: Service) => {
+    const eventsAbout = async (service: Service, client = cluster.admin) => {
       const selector = encodeURIComponent(`involvedObject.uid=${service.metadata?.uid},source=${PROGRAM}`);
-      const path = `/api/v1/namespaces/default/events?fieldSelector=${selector}`;
-      return (await cluster.admin.request<{ items: Event[] }>({ method: "GET", path })).items;
+      const path = `/api/v1/namespaces/${service.metadata?.namespace}/events?fieldSelector=${selector}`;
+      return (await client.request<{ items: Event[] }>({ method: "GET", path })).items;
     };
     /** Until the Events about the Service are exactly these "type reason" (recorded a moment after the writes). */
     const waitForReasons = (service: Service, wanted: string[]) =>
@@ -306,6 +311,89 @@ function loadBalancerSuite(mode: ProxyMode): void {
         const now = await getService(service.metadata?.name as string);
         assert.deepEqual(ingressIps(now), [], service.metadata?.name);
         assert.ok(!hasFinalizer(now), service.metadata?.name);
+      }
+    });
+
+    test("a namespace editor takes no port another holds: a NodePort, a hostNetwork pod's; both still answer", async () => {
+      // The holders: a NodePort Service of the backends, and a hostNetwork pod on node-1 (a node agent's kind).
+      const victim = await cluster.admin.request<Service>({
+        method: "POST",
+        path: servicePath(),
+        body: {
+          metadata: { name: "victim" },
+          spec: { type: "NodePort", selector: { app: "netexec" }, ports: [{ port: 80, targetPort: BACKEND_PORT }] },
+        },
+      });
+      const nodePort = victim.spec?.ports?.[0]?.nodePort as number;
+      const holder = {
+        apiVersion: "v1",
+        kind: "Pod",
+        metadata: { name: "host-agent", namespace: "kube-system" },
+        spec: {
+          nodeName: "node-1",
+          hostNetwork: true,
+          containers: [{
+            name: "netexec",
+            image: AGNHOST_IMAGE,
+            args: ["netexec", `--http-port=${HOST_NETWORK_PORT}`, "--udp-port=-1"],
+            ports: [{ containerPort: HOST_NETWORK_PORT }],
+          }],
+        },
+      };
+      await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(holder));
+      const node1 = cluster.node("node-1").publicIP;
+      // What each answers before the editor acts: any backend on the NodePort, the pod's node on its port.
+      const pods = await backendPods();
+      await waitFor(`${node1}:${nodePort} answering`, () => getFromClient(node1, nodePort, "/hostname"), WAIT_MS, 250);
+      const hostAgent = await waitFor(`${node1}:${HOST_NETWORK_PORT} answering`,
+        () => getFromClient(node1, HOST_NETWORK_PORT, "/hostname"), WAIT_MS, 250);
+
+      const tenant = await namespaceEditor(cluster, "tenant");
+      try {
+        const path = `/api/v1/namespaces/${tenant.namespace}/services`;
+        // As the editor itself, through its `edit` grant: Services of the class on both ports, no backends needed.
+        const steal = (name: string, port: number) =>
+          tenant.client.request<Service>({
+            method: "POST",
+            path,
+            body: {
+              metadata: { name },
+              spec: {
+                type: "LoadBalancer",
+                loadBalancerClass: NODE_ADDRESS_CLASS,
+                selector: { app: "tenant" },
+                ports: [{ port, targetPort: BACKEND_PORT }],
+              },
+            },
+          });
+        const onNodePort = await steal("on-node-port", nodePort);
+        const onHostNetwork = await steal("on-host-network", HOST_NETWORK_PORT);
+        // The editor reads the Warnings itself, naming whose port it is.
+        const warning = (service: Service, message: string) =>
+          waitFor(`a Warning about ${service.metadata?.name}: ${message}`, async () =>
+            (await eventsAbout(service, tenant.client)).find((e) => e.type === "Warning" && e.message === message),
+            WAIT_MS, 250);
+        await warning(onNodePort, `refused (node-port): port TCP/${nodePort} is the NodePort of the older ` +
+          "Service/default/victim, open on every node");
+        await warning(onHostNetwork, `refused (host-network-port): port TCP/${HOST_NETWORK_PORT} on node node-1 is ` +
+          "a port of the older Pod/kube-system/host-agent, which uses the node's network");
+        for (const name of ["on-node-port", "on-host-network"]) {
+          const now = await tenant.client.request<Service>({ method: "GET", path: `${path}/${name}` });
+          assert.deepEqual(now.status?.loadBalancer ?? {}, {}, `${name}: no status at all`);
+        }
+        // Had the ports been taken, kube-proxy would send these to the editor's Services (no endpoints: refused).
+        for (const node of WORKERS) {
+          const ip = cluster.node(node).publicIP;
+          const answer = await getFromClient(ip, nodePort, "/hostname");
+          assert.ok(pods.has(answer), `${ip}:${nodePort} answered ${answer}, not a backend of the victim`);
+        }
+        assert.equal(await getFromClient(node1, HOST_NETWORK_PORT, "/hostname"), hostAgent);
+        await tenant.client.request({ method: "DELETE", path: `${path}/on-node-port` });
+        await tenant.client.request({ method: "DELETE", path: `${path}/on-host-network` });
+      } finally {
+        tenant.close();
+        await cluster.kubectl(["delete", "pod", "host-agent", "--namespace", "kube-system", "--wait=false"]);
+        await cluster.kubectl(["delete", "service", "victim", "--wait=false"]);
       }
     });
 

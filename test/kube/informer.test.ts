@@ -70,6 +70,34 @@ describe("Informer against the real apiserver", () => {
     }
   });
 
+  test("a transform that leaves objects out: never cached nor told, and one that turns so is told as deleted", async () => {
+    const seen: string[] = [];
+    const kept = (map: ConfigMap) => (map.data?.keep === "yes" ? map : undefined);
+    const informer = new Informer(configMaps, { transform: kept, labelSelector: "case=dropping" });
+    informer.addHandlers({
+      onAdd: (map) => seen.push(`add ${map.metadata?.name}`),
+      onUpdate: (_, map) => seen.push(`update ${map.metadata?.name}`),
+      onDelete: (map) => seen.push(`delete ${map.metadata?.name}`),
+    });
+    const labels = { case: "dropping" };
+    await configMaps.create({ metadata: { name: "listed-kept", labels }, data: { keep: "yes" } });
+    await configMaps.create({ metadata: { name: "listed-left", labels }, data: { keep: "no" } });
+    informer.start();
+    try {
+      await informer.waitForSync();
+      await configMaps.create({ metadata: { name: "left", labels }, data: { keep: "no" } });
+      await configMaps.patch("left", "merge", { data: { keep: "yes" } });
+      await configMaps.patch("listed-kept", "merge", { data: { keep: "no" } });
+      await configMaps.delete("listed-left");
+      await configMaps.delete("left");
+      await waitFor("the delete of left", () => seen.includes("delete left"));
+      assert.deepEqual(seen, ["add listed-kept", "add left", "delete listed-kept", "delete left"]);
+      assert.deepEqual(informer.list(), []);
+    } finally {
+      await informer.stop();
+    }
+  });
+
   test("an informer on 2,000 nodes syncs them page by page and follows changes", async () => {
     await createMany(2000, 25, (i) =>
       nodes.create({ metadata: { name: `bulk-${i}`, labels: { bulk: "yes" } } }),

@@ -205,6 +205,107 @@ describe("service controller, node-address mode, against kube-apiserver", () => 
     });
   });
 
+  test("ports others hold on the nodes: the older claim wins, the newer Service is told whose, and it lifts", async () => {
+    const g = await group({ a: { addresses: [internal("10.9.0.1")] }, b: { addresses: [internal("10.9.0.2")] } });
+    // The holders live in another tenant's namespace; a NodePort is on every node, a pod's port on its own.
+    const other = await world.namespace();
+    const pods = world.pods(other);
+    const victim = await world.services(other).create({
+      metadata: { name: "victim" },
+      spec: { type: "NodePort", ports: [{ port: 80, protocol: "TCP" }] },
+    });
+    const nodePort = victim.spec?.ports?.[0]?.nodePort as number;
+    await pods.create({
+      metadata: { name: "proxy" },
+      spec: { nodeName: g.node("a"), containers: [{ name: "c", image: "x", ports: [{ containerPort: 80, hostPort: 18080 }] }] },
+    });
+    await pods.create({
+      metadata: { name: "agent" },
+      spec: { nodeName: g.node("b"), hostNetwork: true, containers: [{ name: "c", image: "x", ports: [{ containerPort: 18443 }] }] },
+    });
+    // Neither bound nor running: holds nothing.
+    await pods.create({
+      metadata: { name: "pending" },
+      spec: { hostNetwork: true, containers: [{ name: "c", image: "x", ports: [{ containerPort: 18444 }] }] },
+    });
+    const warnings = async (name: string) =>
+      (await world.events(g.namespace, name)).filter(({ type }) => type === "Warning").map(({ reason, message }) =>
+        `${reason}: ${message}`);
+    const tcp = (port: number) => ({ ports: [{ port, protocol: "TCP" }] });
+    // kube-apiserver's range holds the victim's NodePort: a range set apart here lets the NodePort rule be seen alone.
+    await withController({ config: { nodePortRange: { from: 40000, to: 40100 } } }, async () => {
+      await g.create("on-node-port", tcp(nodePort));
+      await g.create("on-host-port", tcp(18080));
+      await g.create("on-host-network", tcp(18443));
+      await g.create("on-pending", tcp(18444));
+      await g.create("in-range", tcp(40000));
+      await until("the unbound pod's port served", () => g.ingress("on-pending"), ["10.9.0.1 VIP", "10.9.0.2 VIP"]);
+      await until("the NodePort's holder named", () => warnings("on-node-port"), [
+        `SyncLoadBalancerFailed: refused (node-port): port TCP/${nodePort} is the NodePort of the older ` +
+          `Service/${other}/victim, open on every node`,
+      ]);
+      await until("the hostPort's holder named", () => warnings("on-host-port"), [
+        `SyncLoadBalancerFailed: refused (host-port): port TCP/18080 on node ${g.node("a")} is a hostPort of the ` +
+          `older Pod/${other}/proxy`,
+      ]);
+      await until("the hostNetwork pod named", () => warnings("on-host-network"), [
+        `SyncLoadBalancerFailed: refused (host-network-port): port TCP/18443 on node ${g.node("b")} is a port of ` +
+          `the older Pod/${other}/agent, which uses the node's network`,
+      ]);
+      await until("the range refused", () => warnings("in-range"), [
+        "SyncLoadBalancerFailed: refused (node-port-range): port TCP/40000 is in the NodePort range (40000-40100), " +
+          "from which kube-apiserver gives any Service a NodePort on every node",
+      ]);
+      for (const name of ["on-node-port", "on-host-port", "on-host-network", "in-range"])
+        assert.deepEqual(await g.ingress(name), [], `${name}: no ingress while refused`);
+
+      // A pod newer than the Service: the Service keeps the port, and is told whose it is too.
+      const keeps = await g.create("keeps", tcp(18500));
+      await until("the older Service served", () => g.ingress("keeps"), ["10.9.0.1 VIP", "10.9.0.2 VIP"]);
+      const created = keeps.metadata?.creationTimestamp as string;
+      await waitFor("a second later than the Service", async () => new Date().toISOString().slice(0, 19) + "Z" > created,
+        WAIT_MS);
+      await pods.create({
+        metadata: { name: "late" },
+        spec: { nodeName: g.node("a"), hostNetwork: true, containers: [{ name: "c", image: "x", ports: [{ containerPort: 18500 }] }] },
+      });
+      await until("the newer pod named on the Service", () => warnings("keeps"), [
+        `PortAlsoHeldByNewer: keeps its ports, the older claim: port TCP/18500 on node ${g.node("a")} is also a port ` +
+          `of the newer Pod/${other}/late, which uses the node's network; kube-proxy sends that port on this ` +
+          "Service's node addresses to this Service",
+      ]);
+      assert.deepEqual(await g.ingress("keeps"), ["10.9.0.1 VIP", "10.9.0.2 VIP"]);
+
+      // The holders go, each its own way: deleted, finished (it leaves the pods' field selection), port given up.
+      await world.plane.admin.request({
+        method: "DELETE",
+        path: `/api/v1/namespaces/${other}/pods/proxy`,
+        body: { apiVersion: "v1", kind: "DeleteOptions", gracePeriodSeconds: 0 },
+      });
+      await until("lifted: the hostPort pod deleted", () => g.ingress("on-host-port"), ["10.9.0.1 VIP", "10.9.0.2 VIP"]);
+      await pods.patch("agent", "merge", { status: { phase: "Succeeded" } }, { subresource: "status" });
+      await until("lifted: the hostNetwork pod finished", () => g.ingress("on-host-network"), ["10.9.0.1 VIP", "10.9.0.2 VIP"]);
+      await world.services(other).patch("victim", "merge", { spec: { type: "ClusterIP" } });
+      await until("lifted: the NodePort gone", () => g.ingress("on-node-port"), ["10.9.0.1 VIP", "10.9.0.2 VIP"]);
+      assert.deepEqual(await g.ingress("in-range"), [], "the range refuses with no holder at all");
+    });
+  });
+
+  test("the NodePort range by default: kube-apiserver's 30000-32767", async () => {
+    const g = await group({ a: { addresses: [internal("10.10.0.1")] } });
+    await withController({}, async () => {
+      await g.create("in-range", { ports: [{ port: 32000, protocol: "UDP" }] });
+      await g.create("below", { ports: [{ port: 29999, protocol: "UDP" }] });
+      await until("below the range served", () => g.ingress("below"), ["10.10.0.1 VIP"]);
+      const refusals = async () => (await world.events(g.namespace, "in-range")).map(({ message }) => message);
+      await until("in the range refused", refusals, [
+        "refused (node-port-range): port UDP/32000 is in the NodePort range (30000-32767), from which " +
+          "kube-apiserver gives any Service a NodePort on every node",
+      ]);
+      assert.deepEqual(await g.ingress("in-range"), []);
+    });
+  });
+
   test("deleting the Service, or changing its type, removes our status and finalizer", async () => {
     const g = await group({ a: { addresses: [internal("10.7.0.1")] } });
     await withController({}, async () => {

@@ -1,14 +1,20 @@
 // A world for the service controller's tests: a real control plane, Nodes registered with the status a kubelet
 // and the agent would write, Services in namespaces of their own, and the controller run in this process as
 // ../kube/controller-harness.ts runs controllers (its own RBAC rules only, trimmed informers, counted writes).
-import type { Node, Service } from "kubernetes-types/core/v1.js";
+import type { Node, Pod, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { type KubeObject, Resource, type ResourceRef } from "../../src/kube/resource.ts";
 import { ServiceController } from "../../src/service/controller.ts";
 import type { ServiceConfig } from "../../src/service/decide.ts";
-import { DEFAULT_RESERVED_PORTS, parsePortRange } from "../../src/service/flags.ts";
+import {
+  DEFAULT_NODE_PORT_RANGE,
+  DEFAULT_RESERVED_PORTS,
+  parseNodePortRange,
+  parsePortRange,
+} from "../../src/service/flags.ts";
 import type { ServiceMetrics } from "../../src/service/metrics.ts";
 import { serviceLoadBalancer } from "../../src/service/definition.ts";
+import { POD_RESOURCE } from "../../src/service/watches.ts";
 import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, SERVICE_RESOURCE } from "../../src/kube/resource.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import {
@@ -27,6 +33,7 @@ export const CONFIG: ServiceConfig = {
   claimClassless: false,
   maxNodes: 16,
   reservedPorts: DEFAULT_RESERVED_PORTS.split(",").map(parsePortRange),
+  nodePortRange: parseNodePortRange(DEFAULT_NODE_PORT_RANGE),
 };
 
 export type { NodeSpec };
@@ -46,6 +53,8 @@ export interface ServiceWorld {
   nodes: Resource<Node>;
   services(namespace: string): Resource<Service>;
   endpointSlices(namespace: string): Resource<EndpointSlice>;
+  /** No kubelet runs them: a pod is bound by its spec.nodeName, and its status is what a test writes. */
+  pods(namespace: string): Resource<Pod>;
   /** A fresh namespace. */
   namespace(): Promise<string>;
   /** Registers a Node and writes its status (addresses, Ready). */
@@ -73,6 +82,7 @@ export async function startServiceWorld(): Promise<ServiceWorld> {
     nodes,
     services: (namespace) => resource<Service>(SERVICE_RESOURCE, namespace),
     endpointSlices: (namespace) => resource<EndpointSlice>(ENDPOINT_SLICE_RESOURCE, namespace),
+    pods: (namespace) => resource<Pod>(POD_RESOURCE, namespace),
     namespace: () => createNamespace(admin, "svc-test"),
     addNode: (name, spec) => createNode(nodes, name, spec),
     setReady: (name, status) => setNodeReady(nodes, name, status),

@@ -133,6 +133,10 @@ the schema has checked each value's form.
 {{- fail (printf "loadBalancer.reservedPorts: %q runs backwards: write a range from-to, lower port first" (trim .)) }}
 {{- end }}
 {{- end }}
+{{- $ends := splitList "-" (trim (include "local-ccm.value" (dict "values" $.Values "path" "loadBalancer.nodePortRange"))) }}
+{{- if and (eq (len $ends) 2) (gt (index $ends 0 | int) (index $ends 1 | int)) }}
+{{- fail (printf "loadBalancer.nodePortRange: %q runs backwards: write a range from-to, lower port first" (join "-" $ends)) }}
+{{- end }}
 {{- end }}
 {{- /* src/agent/flags.ts targetProblem: a target is an address to reach, never the unspecified one (all zeros). */}}
 {{- range $path := list "ipDetection.internalIPTarget" "ipDetection.externalIPTarget" }}
