@@ -25,6 +25,8 @@ export interface MetricsFlags {
   /** Both or neither; neither: a self-signed certificate made at start. */
   certFile?: string;
   keyFile?: string;
+  /** TokenReview spec.audiences; empty: the API server's own. */
+  tokenAudiences: string[];
 }
 
 /** `helmPrefix` ends with a dot: "controller.", "nodeLifecycleController.controller.". */
@@ -93,6 +95,15 @@ export function commonFlagTable(options: { healthPort: number; metricsPort: numb
       default: "",
       help: "PEM private key of --metrics-cert-file.",
     }),
+    flag({
+      name: "metrics-token-audiences",
+      type: "list",
+      default: "",
+      help:
+        "Secure /metrics accept only bearer tokens minted for one of these audiences (TokenReview spec.audiences), " +
+        "e.g. a projected ServiceAccount token the API server itself refuses. Empty: the API server's own audiences.",
+      helm: `${options.helmPrefix}metricsTokenAudiences`,
+    }),
   ] as const;
 }
 
@@ -106,6 +117,7 @@ export function commonFlags(values: {
   "secure-metrics": boolean;
   "metrics-cert-file": string;
   "metrics-key-file": string;
+  "metrics-token-audiences": string[];
 }): CommonFlags {
   return {
     kubeconfig: values.kubeconfig,
@@ -126,6 +138,10 @@ function metricsFlags(values: Parameters<typeof commonFlags>[0]): MetricsFlags |
   }
   if (!address) return undefined;
   if (!secure && certFile) throw new UsageError("--metrics-cert-file needs --secure-metrics (HTTPS)");
+  const tokenAudiences = values["metrics-token-audiences"].filter((audience) => audience !== "");
+  if (!secure && tokenAudiences.length > 0) {
+    throw new UsageError("--metrics-token-audiences needs --secure-metrics (tokens are reviewed only then)");
+  }
   const sameAddress = values["metrics-bind-address"] === values["health-bind-address"];
   const withHealth = sameAddress && !secure;
   // Port 0 asks for any free port: two servers get two.
@@ -135,5 +151,5 @@ function metricsFlags(values: Parameters<typeof commonFlags>[0]): MetricsFlags |
         "need an address of their own, or --secure-metrics=false to serve both over plain HTTP",
     );
   }
-  return { address, secure, withHealth, ...(certFile && keyFile ? { certFile, keyFile } : {}) };
+  return { address, secure, withHealth, tokenAudiences, ...(certFile && keyFile ? { certFile, keyFile } : {}) };
 }

@@ -59,6 +59,7 @@ test("secure metrics with the given certificate files, apart from health; a scra
         address: LOOPBACK,
         secure: true,
         withHealth: false,
+        tokenAudiences: [],
         certFile: path.join(dir, "tls.crt"),
         keyFile: path.join(dir, "tls.key"),
       },
@@ -90,7 +91,7 @@ test("secure metrics with the given certificate files, apart from health; a scra
 
 test("without certificate files, a self-signed one for the program and the bound address", async () => {
   const endpoints = await startEndpoints(
-    { healthBindAddress: undefined, metrics: { address: LOOPBACK, secure: true, withHealth: false } },
+    { healthBindAddress: undefined, metrics: { address: LOOPBACK, secure: true, withHealth: false, tokenAudiences: [] } },
     parts(),
   );
   try {
@@ -106,7 +107,7 @@ test("without certificate files, a self-signed one for the program and the bound
 
 test("not secure at the health address: one plain server, as before the metrics flags", async () => {
   const endpoints = await startEndpoints(
-    { healthBindAddress: LOOPBACK, metrics: { address: LOOPBACK, secure: false, withHealth: true } },
+    { healthBindAddress: LOOPBACK, metrics: { address: LOOPBACK, secure: false, withHealth: true, tokenAudiences: [] } },
     parts(),
   );
   try {
@@ -126,7 +127,7 @@ test("a certificate file that cannot be read fails the start with its path, and 
     startEndpoints(
       {
         healthBindAddress: { host: "127.0.0.1", port },
-        metrics: { address: LOOPBACK, secure: true, withHealth: false, certFile: "/nonexistent/tls.crt", keyFile: "/k" },
+        metrics: { address: LOOPBACK, secure: true, withHealth: false, tokenAudiences: [], certFile: "/nonexistent/tls.crt", keyFile: "/k" },
       },
       parts(),
     ),

@@ -46,12 +46,13 @@ export async function startEndpoints(
     let served = metrics?.withHealth && health ? health : undefined;
     if (metrics && !served) {
       const tls = metrics.secure ? await certificate(metrics, parts.program) : undefined;
-      const authorizer = metrics.secure ? new MetricsAuthorizer(apiReviewer(parts.client)) : undefined;
+      const audiences = metrics.tokenAudiences;
+      const authorizer = metrics.secure ? new MetricsAuthorizer(apiReviewer(parts.client), { audiences }) : undefined;
       served = await startMetricsServer({
         address: metrics.address,
         metrics: parts.registry,
         ...(tls ? { tls } : {}),
-        ...(authorizer ? { authorize: (header, path) => authorizer.decide(header, path) } : {}),
+        ...(authorizer ? { authorize: (header, path, source) => authorizer.decide(header, path, source) } : {}),
         onRefused: ({ status, rule, reason }) => parts.log.v(2)?.("metrics request refused", { status, rule, reason }),
       });
       started.push(served);
