@@ -8,7 +8,7 @@ import tls from "node:tls";
 import { test } from "node:test";
 import type { KubeClient } from "../kube/client.ts";
 import { createLogger } from "./log.ts";
-import { Registry } from "./metrics.ts";
+import { createProgramMetrics, Registry } from "./metrics.ts";
 import { selfSignedCertificate } from "./selfsigned.ts";
 import { startEndpoints } from "./serving.ts";
 
@@ -17,10 +17,10 @@ const LOOPBACK = { host: "127.0.0.1", port: 0 };
 const NO_API = {} as KubeClient;
 
 function parts(lines: string[] = []) {
-  const registry = new Registry();
+  const { registry, metricsRefusals: refusals } = createProgramMetrics("local-ccm", new Registry());
   registry.counter({ name: "reconciles_total", help: "Reconciles." }).inc();
   const log = createLogger({ verbosity: 2, format: "json", write: (line) => lines.push(line) });
-  return { program: "local-ccm", registry, ready: () => ({ ok: true }), client: NO_API, log };
+  return { program: "local-ccm", registry, refusals, ready: () => ({ ok: true }), client: NO_API, log };
 }
 
 function httpStatus(url: string): Promise<number> {
@@ -52,6 +52,7 @@ test("secure metrics with the given certificate files, apart from health; a scra
   writeFileSync(path.join(dir, "tls.crt"), certPem);
   writeFileSync(path.join(dir, "tls.key"), keyPem);
   const lines: string[] = [];
+  const given = parts(lines);
   const endpoints = await startEndpoints(
     {
       healthBindAddress: LOOPBACK,
@@ -64,7 +65,7 @@ test("secure metrics with the given certificate files, apart from health; a scra
         keyFile: path.join(dir, "tls.key"),
       },
     },
-    parts(lines),
+    given,
   );
   try {
     assert.match(endpoints.metrics, /^https:\/\/127\.0\.0\.1:\d+\/metrics$/);
@@ -83,6 +84,7 @@ test("secure metrics with the given certificate files, apart from health; a scra
     });
     assert.equal(refused, 401);
     assert.ok(lines.some((line) => /"msg":"metrics request refused".*"rule":"bearer-token"/.test(line)), lines.join("\n"));
+    assert.match(given.registry.expose(), /^local_ccm_metrics_requests_refused_total\{code="401",rule="bearer-token"\} 1$/m);
   } finally {
     await endpoints.close();
     rmSync(dir, { recursive: true });

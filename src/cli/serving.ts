@@ -8,7 +8,7 @@ import type { CommonFlags } from "./common.ts";
 import { type HealthServer, type Readiness, startHealthServer, startMetricsServer } from "./health.ts";
 import type { Logger } from "./log.ts";
 import { apiReviewer, MetricsAuthorizer } from "./metricsauth.ts";
-import type { Registry } from "./metrics.ts";
+import type { Counter, Registry } from "./metrics.ts";
 import { selfSignedCertificate } from "./selfsigned.ts";
 
 /** A self-signed certificate is made anew at each start; a year outlasts any process. */
@@ -26,6 +26,8 @@ export async function startEndpoints(
   parts: {
     program: string;
     registry: Registry;
+    /** createProgramMetrics()'s metricsRefusals. */
+    refusals: Counter<"code" | "rule">;
     ready: () => Readiness | Promise<Readiness>;
     client: KubeClient;
     log: Logger;
@@ -53,7 +55,10 @@ export async function startEndpoints(
         metrics: parts.registry,
         ...(tls ? { tls } : {}),
         ...(authorizer ? { authorize: (header, path, source) => authorizer.decide(header, path, source) } : {}),
-        onRefused: ({ status, rule, reason }) => parts.log.v(2)?.("metrics request refused", { status, rule, reason }),
+        onRefused: ({ status, rule, reason }) => {
+          parts.refusals.with({ code: String(status), rule }).inc();
+          parts.log.v(2)?.("metrics request refused", { status, rule, reason });
+        },
       });
       started.push(served);
     }
