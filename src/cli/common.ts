@@ -29,8 +29,22 @@ export interface MetricsFlags {
   tokenAudiences: string[];
 }
 
-/** `helmPrefix` ends with a dot: "controller.", "nodeLifecycleController.controller.". */
-export function commonFlagTable(options: { healthPort: number; metricsPort: number; helmPrefix: string }) {
+/**
+ * `helmPrefix` ends with a dot: "controller.", "nodeLifecycleController.controller.". `network`: whose addresses
+ * ":port" binds where the program runs ("the host", "the pod"); `healthWhy`: why the default binds them all.
+ * The health flag's help is the one statement of where health listens (--help, the README table, the chart's
+ * values refer to it), so it is made from the default itself.
+ */
+export function commonFlagTable(options: {
+  healthPort: number;
+  metricsPort: number;
+  helmPrefix: string;
+  network: string;
+  healthWhy: string;
+}) {
+  const healthDefault = `:${options.healthPort}`;
+  const healthHost = parseBindAddress(healthDefault)?.host;
+  const healthBinds = healthHost === undefined ? `every address of ${options.network}` : `only ${healthHost}`;
   return [
     flag({
       name: "kubeconfig",
@@ -57,10 +71,11 @@ export function commonFlagTable(options: { healthPort: number; metricsPort: numb
     flag({
       name: "health-bind-address",
       type: "string",
-      default: `:${options.healthPort}`,
+      default: healthDefault,
       help:
-        "Address serving /healthz and /readyz over HTTP, unauthenticated (kubelet's probes): host:port, " +
-        "[ip]:port, :port for all addresses; empty disables it.",
+        "Address serving /healthz and /readyz over plain HTTP, unauthenticated (kubelet's probes carry no " +
+        `credentials): host:port, [ip]:port, :port for every address; empty disables it. The default binds ` +
+        `${healthBinds}: ${options.healthWhy}.`,
       helm: `${options.helmPrefix}healthBindAddress`,
       validate: parses(parseBindAddress),
     }),
