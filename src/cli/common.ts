@@ -3,7 +3,7 @@
 import { flag, UsageError } from "./flags.ts";
 import { type BindAddress, parseBindAddress } from "./health.ts";
 import { LOG_FORMATS, type LogFormat } from "./log.ts";
-import { inRange, oneOf, parses } from "./validate.ts";
+import { eachItem, inRange, oneOf, parses } from "./validate.ts";
 
 export interface CommonFlags {
   /** "" = in-cluster, then $KUBECONFIG, then ~/.kube/config (loadClientConfig's order). */
@@ -118,6 +118,8 @@ export function commonFlagTable(options: {
         "Secure /metrics accept only bearer tokens minted for one of these audiences (TokenReview spec.audiences), " +
         "e.g. a projected ServiceAccount token the API server itself refuses. Empty: the API server's own audiences.",
       helm: `${options.helmPrefix}metricsTokenAudiences`,
+      // An audience is matched as written: blanks are a typo, never part of one.
+      validate: eachItem((audience) => (/\s/.test(audience) ? `"${audience}" has a blank in it` : undefined)),
     }),
   ] as const;
 }
