@@ -32,6 +32,7 @@ import {
 } from "../../scripts/render-manifests.ts";
 import { ensureBinaries } from "../../localcluster/build.ts";
 import { run } from "../../localcluster/exec.ts";
+import { CHART_CERTIFICATE_ARGS } from "./shipped.ts";
 
 type Program = keyof typeof PROGRAM_FLAGS;
 type Values = Record<string, unknown>;
@@ -311,12 +312,6 @@ const UNINITIALIZED_TOLERATION = {
   effect: "NoSchedule",
 };
 
-/** The chart's metrics certificate, as the programs are told of it. */
-const CERTIFICATE_ARGS = [
-  "--metrics-cert-file=/etc/local-ccm/metrics-tls/tls.crt",
-  "--metrics-key-file=/etc/local-ccm/metrics-tls/tls.key",
-];
-
 /** `--set-json path=value` for each entry. */
 const setJson = (values: Record<string, unknown>) =>
   Object.entries(values).flatMap(([dotted, value]) => ["--set-json", `${dotted}=${JSON.stringify(value)}`]);
@@ -340,7 +335,7 @@ describe("Helm chart", () => {
     podSpec(objects, program).containers[0] as Container;
   /** A program's args less the chart's metrics certificate (passed whenever its metrics are secure): what values set. */
   const valueArgs = (objects: KubeObject[], program: Program): string[] | undefined => {
-    const args = (container(objects, program).args ?? []).filter((arg) => !CERTIFICATE_ARGS.includes(arg));
+    const args = (container(objects, program).args ?? []).filter((arg) => !CHART_CERTIFICATE_ARGS.includes(arg));
     return args.length > 0 ? args : undefined;
   };
 
@@ -457,8 +452,8 @@ describe("Helm chart", () => {
     });
 
     test("no flag is passed but the chart's metrics certificate: every program runs with its own defaults", () => {
-      assert.deepEqual(container(objects, "local-ccm").args, CERTIFICATE_ARGS);
-      assert.deepEqual(container(objects, "node-lifecycle-controller").args, CERTIFICATE_ARGS);
+      assert.deepEqual(container(objects, "local-ccm").args, CHART_CERTIFICATE_ARGS);
+      assert.deepEqual(container(objects, "node-lifecycle-controller").args, CHART_CERTIFICATE_ARGS);
     });
 
     test("the agent DaemonSet: host network, own node name, every node, hardened, small", () => {
@@ -1282,7 +1277,7 @@ describe("Helm chart", () => {
       assert.ok(cert.checkPrivateKey(createPrivateKey(decode("tls.key"))));
       for (const program of PROGRAMS) {
         const c = container(objects, program);
-        assert.deepEqual(c.args?.slice(-2), CERTIFICATE_ARGS);
+        assert.deepEqual(c.args?.slice(-2), CHART_CERTIFICATE_ARGS);
         assert.deepEqual(c.volumeMounts, [{ name: "metrics-tls", mountPath: "/etc/local-ccm/metrics-tls", readOnly: true }]);
         assert.deepEqual(podSpec(objects, program).volumes, [{ name: "metrics-tls", secret: { secretName: "local-ccm-metrics-tls" } }]);
         parseProgram(program, c.args ?? []);
@@ -1294,7 +1289,7 @@ describe("Helm chart", () => {
       assert.equal(objects.find((obj) => obj.kind === "Secret"), undefined, "no Secret of the chart's");
       for (const program of PROGRAMS) {
         const c = container(objects, program);
-        assert.deepEqual(c.args?.slice(-2), CERTIFICATE_ARGS);
+        assert.deepEqual(c.args?.slice(-2), CHART_CERTIFICATE_ARGS);
         assert.deepEqual(c.volumeMounts, [{ name: "metrics-tls", mountPath: "/etc/local-ccm/metrics-tls", readOnly: true }]);
         assert.deepEqual(podSpec(objects, program).volumes, [{ name: "metrics-tls", secret: { secretName: "metrics-tls" } }]);
         parseProgram(program, c.args ?? []);
@@ -1312,7 +1307,7 @@ describe("Helm chart", () => {
       assert.equal(agent.volumeMounts, undefined);
       assert.equal(podSpec(objects, "local-ccm").volumes, undefined);
       parseProgram("local-ccm", agent.args ?? []);
-      assert.deepEqual(container(objects, "node-lifecycle-controller").args?.slice(-2), CERTIFICATE_ARGS);
+      assert.deepEqual(container(objects, "node-lifecycle-controller").args?.slice(-2), CHART_CERTIFICATE_ARGS);
       const none = await render(setJson({ "controller.secureMetrics": false, "nodeLifecycleController.enabled": false }));
       assert.equal(none.find((obj) => obj.kind === "Secret"), undefined);
     });
