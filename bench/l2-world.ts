@@ -9,7 +9,7 @@ import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { PodSpec } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
 import { ensureBinaries } from "../localcluster/build.ts";
-import { helmTemplate } from "../scripts/render-manifests.ts";
+import { DEPLOY_VALUES, helmTemplate } from "../scripts/render-manifests.ts";
 import { microTime } from "../src/kube/leaderelection.ts";
 import { leaseResource, Resource } from "../src/kube/resource.ts";
 import {
@@ -44,6 +44,7 @@ export interface L2World {
 async function chartWithL2(world: World): Promise<string[]> {
   const { helm } = await ensureBinaries();
   const rendered = await helmTemplate(helm, [
+    ...DEPLOY_VALUES, // the controller runs here, where no metrics Secret is mounted at the args' paths
     "--set=loadBalancer.l2.enabled=true",
     "--show-only=templates/nlc-rbac.yaml",
     "--show-only=templates/nlc-deployment.yaml",

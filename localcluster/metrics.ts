@@ -45,8 +45,8 @@ export async function metricsScraperToken(
 }
 
 /**
- * GET a secure /metrics URL with a bearer token (none: no Authorization header). The self-signed certificate is
- * accepted unverified, as a ServiceMonitor's insecureSkipVerify does.
+ * GET a secure /metrics URL with a bearer token (none: no Authorization header). The certificate is accepted
+ * unverified (a program's self-signed one): for tests of what the program answers, not of who may trust it.
  */
 export function scrapeSecure(url: string, token?: string): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {

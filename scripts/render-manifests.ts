@@ -5,7 +5,8 @@
 //   that runs each (if any) and the RBAC rules each needs, which nlc-rbac.yaml grants while it runs;
 // - deploy/*.yaml: `helm template` of the chart with default values into kube-system, one file per
 //   template (templates/rbac.yaml → deploy/rbac.yaml) and per CRD (crds/x.yaml → deploy/x.yaml), for
-//   `kubectl apply` without Helm.
+//   `kubectl apply` without Helm; but no chart-made metrics certificate (DEPLOY_VALUES), whose key must not be
+//   committed and which would differ at each render: the programs make self-signed ones.
 // test/deploy/ fails when a committed file differs from what this script writes.
 import { readdir, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -120,14 +121,18 @@ export function splitByTemplate(rendered: string): Map<string, string> {
     files.set(name, [...(files.get(name) ?? []), body]);
   }
   const header =
-    `# ${GENERATED} from charts/local-ccm (helm template, default values, namespace ${NAMESPACE}); ` +
+    `# ${GENERATED} from charts/local-ccm (helm template, default values but ${DEPLOY_VALUES.join(" ")}, ` +
+    `namespace ${NAMESPACE}); ` +
     "edit the chart, not this file.\n";
   return new Map([...files].map(([name, bodies]) => [name, `${header}${bodies.join("\n---\n")}\n`]));
 }
 
+/** The values deploy/ differs in from the chart's defaults. */
+export const DEPLOY_VALUES = ["--set=metrics.generateCertificate=false"];
+
 /** deploy/ file name → content, from the chart as it is on disk. */
 export async function renderDeployFiles(helm: string): Promise<Map<string, string>> {
-  return splitByTemplate(await helmTemplate(helm, ["--include-crds"]));
+  return splitByTemplate(await helmTemplate(helm, ["--include-crds", ...DEPLOY_VALUES]));
 }
 
 /** The template and CRD files (without helpers), which name the deploy/ files. */

@@ -30,7 +30,7 @@ describe("parseAgentFlags", () => {
       verbosity: 0,
       logFormat: "text",
       healthBindAddress: { port: AGENT_HEALTH_PORT },
-      metrics: { address: { port: AGENT_METRICS_PORT }, secure: true, withHealth: false },
+      metrics: { address: { port: AGENT_METRICS_PORT }, secure: true, withHealth: false, tokenAudiences: [] },
     });
   });
 
@@ -149,7 +149,7 @@ describe("parseAgentFlags", () => {
       verbosity: 4,
       logFormat: "json",
       healthBindAddress: { host: "::1", port: 0 },
-      metrics: { address: { host: "::1", port: 0 }, secure: false, withHealth: true },
+      metrics: { address: { host: "::1", port: 0 }, secure: false, withHealth: true, tokenAudiences: [] },
     });
   });
 
@@ -208,6 +208,7 @@ describe("parseAgentFlags", () => {
       address: { host: "10.0.0.7", port: 9443 },
       secure: true,
       withHealth: false,
+      tokenAudiences: [],
       certFile: "/c",
       keyFile: "/k",
     });
@@ -216,6 +217,7 @@ describe("parseAgentFlags", () => {
       address: { port: 10263 },
       secure: false,
       withHealth: true,
+      tokenAudiences: [],
     });
     rejects(
       ["--metrics-bind-address=:10263"],
@@ -227,12 +229,22 @@ describe("parseAgentFlags", () => {
       address: { host: "127.0.0.1", port: 0 },
       secure: true,
       withHealth: false,
+      tokenAudiences: [],
     });
     rejects(["--metrics-cert-file=/c"], "--metrics-cert-file and --metrics-key-file go together: give both or neither");
     rejects(["--metrics-key-file=/k"], "--metrics-cert-file and --metrics-key-file go together: give both or neither");
     rejects(
       ["--secure-metrics=false", "--metrics-cert-file=/c", "--metrics-key-file=/k"],
       "--metrics-cert-file needs --secure-metrics (HTTPS)",
+    );
+    // Token audiences: a list, blanks dropped; reviewed only when secure.
+    assert.deepEqual(parse(["--metrics-token-audiences=local-ccm-metrics,,https://example.com"]).metrics?.tokenAudiences, [
+      "local-ccm-metrics",
+      "https://example.com",
+    ]);
+    rejects(
+      ["--secure-metrics=false", "--metrics-token-audiences=local-ccm-metrics"],
+      "--metrics-token-audiences needs --secure-metrics (tokens are reviewed only then)",
     );
   });
 
@@ -387,6 +399,7 @@ describe("the agent's flag table", () => {
         "secure-metrics",
         "metrics-cert-file",
         "metrics-key-file",
+        "metrics-token-audiences",
       ],
     );
   });
@@ -428,6 +441,7 @@ describe("the agent's flag table", () => {
       "secure-metrics": "controller.secureMetrics",
       "metrics-cert-file": undefined,
       "metrics-key-file": undefined,
+      "metrics-token-audiences": "controller.metricsTokenAudiences",
     });
   });
 

@@ -252,7 +252,18 @@ export const agentFlagTable = [
   }),
   ...metadataFlags,
   ...announceFlags,
-  ...commonFlagTable({ healthPort: AGENT_HEALTH_PORT, metricsPort: AGENT_METRICS_PORT, helmPrefix: "controller." }),
+  ...commonFlagTable({
+    healthPort: AGENT_HEALTH_PORT,
+    metricsPort: AGENT_METRICS_PORT,
+    helmPrefix: "controller.",
+    network: "the host (the agent's pod uses the host network)",
+    healthWhy:
+      "the agent starts before its Node has an address (kubelet under --cloud-provider=external without " +
+      "--node-ip sets none), and until then kubelet probes localhost, after that the node IP it reports. " +
+      'Where every kubelet has --node-ip, "[$(POD_IP)]:' +
+      AGENT_HEALTH_PORT +
+      '" (the chart passes POD_IP) binds only that node IP',
+  }),
 ] as const;
 
 export function parseAgentFlags(argv: readonly string[], env: Env): AgentFlags {

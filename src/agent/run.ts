@@ -103,6 +103,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   const endpoints = await startEndpoints(flags, {
     program: PROGRAM,
     registry: metrics.registry,
+    refusals: metrics.metricsRefusals,
     client,
     log,
     ready: readiness,

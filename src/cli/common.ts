@@ -3,7 +3,7 @@
 import { flag, UsageError } from "./flags.ts";
 import { type BindAddress, parseBindAddress } from "./health.ts";
 import { LOG_FORMATS, type LogFormat } from "./log.ts";
-import { inRange, oneOf, parses } from "./validate.ts";
+import { eachItem, inRange, oneOf, parses } from "./validate.ts";
 
 export interface CommonFlags {
   /** "" = in-cluster, then $KUBECONFIG, then ~/.kube/config (loadClientConfig's order). */
@@ -25,10 +25,26 @@ export interface MetricsFlags {
   /** Both or neither; neither: a self-signed certificate made at start. */
   certFile?: string;
   keyFile?: string;
+  /** TokenReview spec.audiences; empty: the API server's own. */
+  tokenAudiences: string[];
 }
 
-/** `helmPrefix` ends with a dot: "controller.", "nodeLifecycleController.controller.". */
-export function commonFlagTable(options: { healthPort: number; metricsPort: number; helmPrefix: string }) {
+/**
+ * `helmPrefix` ends with a dot: "controller.", "nodeLifecycleController.controller.". `network`: whose addresses
+ * ":port" binds where the program runs ("the host", "the pod"); `healthWhy`: why the default binds them all.
+ * The health flag's help is the one statement of where health listens (--help, the README table, the chart's
+ * values refer to it), so it is made from the default itself.
+ */
+export function commonFlagTable(options: {
+  healthPort: number;
+  metricsPort: number;
+  helmPrefix: string;
+  network: string;
+  healthWhy: string;
+}) {
+  const healthDefault = `:${options.healthPort}`;
+  const healthHost = parseBindAddress(healthDefault)?.host;
+  const healthBinds = healthHost === undefined ? `every address of ${options.network}` : `only ${healthHost}`;
   return [
     flag({
       name: "kubeconfig",
@@ -55,10 +71,11 @@ export function commonFlagTable(options: { healthPort: number; metricsPort: numb
     flag({
       name: "health-bind-address",
       type: "string",
-      default: `:${options.healthPort}`,
+      default: healthDefault,
       help:
-        "Address serving /healthz and /readyz over HTTP, unauthenticated (kubelet's probes): host:port, " +
-        "[ip]:port, :port for all addresses; empty disables it.",
+        "Address serving /healthz and /readyz over plain HTTP, unauthenticated (kubelet's probes carry no " +
+        `credentials): host:port, [ip]:port, :port for every address; empty disables it. The default binds ` +
+        `${healthBinds}: ${options.healthWhy}.`,
       helm: `${options.helmPrefix}healthBindAddress`,
       validate: parses(parseBindAddress),
     }),
@@ -93,6 +110,17 @@ export function commonFlagTable(options: { healthPort: number; metricsPort: numb
       default: "",
       help: "PEM private key of --metrics-cert-file.",
     }),
+    flag({
+      name: "metrics-token-audiences",
+      type: "list",
+      default: "",
+      help:
+        "Secure /metrics accept only bearer tokens minted for one of these audiences (TokenReview spec.audiences), " +
+        "e.g. a projected ServiceAccount token the API server itself refuses. Empty: the API server's own audiences.",
+      helm: `${options.helmPrefix}metricsTokenAudiences`,
+      // An audience is matched as written: blanks are a typo, never part of one.
+      validate: eachItem((audience) => (/\s/.test(audience) ? `"${audience}" has a blank in it` : undefined)),
+    }),
   ] as const;
 }
 
@@ -106,6 +134,7 @@ export function commonFlags(values: {
   "secure-metrics": boolean;
   "metrics-cert-file": string;
   "metrics-key-file": string;
+  "metrics-token-audiences": string[];
 }): CommonFlags {
   return {
     kubeconfig: values.kubeconfig,
@@ -126,6 +155,10 @@ function metricsFlags(values: Parameters<typeof commonFlags>[0]): MetricsFlags |
   }
   if (!address) return undefined;
   if (!secure && certFile) throw new UsageError("--metrics-cert-file needs --secure-metrics (HTTPS)");
+  const tokenAudiences = values["metrics-token-audiences"].filter((audience) => audience !== "");
+  if (!secure && tokenAudiences.length > 0) {
+    throw new UsageError("--metrics-token-audiences needs --secure-metrics (tokens are reviewed only then)");
+  }
   const sameAddress = values["metrics-bind-address"] === values["health-bind-address"];
   const withHealth = sameAddress && !secure;
   // Port 0 asks for any free port: two servers get two.
@@ -135,5 +168,5 @@ function metricsFlags(values: Parameters<typeof commonFlags>[0]): MetricsFlags |
         "need an address of their own, or --secure-metrics=false to serve both over plain HTTP",
     );
   }
-  return { address, secure, withHealth, ...(certFile && keyFile ? { certFile, keyFile } : {}) };
+  return { address, secure, withHealth, tokenAudiences, ...(certFile && keyFile ? { certFile, keyFile } : {}) };
 }

@@ -52,8 +52,8 @@ export interface MetricsServerOptions {
   metrics: Registry;
   /** HTTPS with this certificate and key (PEM); plain HTTP without. */
   tls?: { cert: string | Buffer; key: string | Buffer };
-  /** Decides each request (secure metrics); without it anyone may read. */
-  authorize?: (authorization: string | undefined, path: string) => Promise<Access>;
+  /** Decides each request (secure metrics) from its Authorization header and source address; without it anyone may read. */
+  authorize?: (authorization: string | undefined, path: string, source: string) => Promise<Access>;
   /** Told of each refusal (its rule and reason), for the log. */
   onRefused?: (refusal: Extract<Access, { allowed: false }>) => void;
 }
@@ -104,7 +104,7 @@ export function startMetricsServer(options: MetricsServerOptions): Promise<Healt
   return serve(server, options.address, {
     "/metrics": async (req) => {
       if (!authorize) return metricsReply(metrics);
-      const access = await authorize(req.headers.authorization, "/metrics");
+      const access = await authorize(req.headers.authorization, "/metrics", req.socket.remoteAddress ?? "");
       if (access.allowed) return metricsReply(metrics);
       onRefused?.(access);
       return { status: access.status, body: `${REFUSALS[access.status]}: ${access.reason}\n` };

@@ -192,7 +192,7 @@ test("process metrics report this process", () => {
   assert.match(text, /# TYPE process_cpu_seconds_total counter\n/);
 });
 
-test("a program's own metrics: process metrics and API requests named after it, on one registry", () => {
+test("a program's own metrics: process metrics, API requests and metrics refusals named after it, on one registry", () => {
   const metrics = createProgramMetrics("node-lifecycle-controller");
   metrics.apiRequests.with({ verb: "list", code: 200 }).inc();
   // A controller's factory adds to the same registry.
@@ -206,6 +206,7 @@ test("a program's own metrics: process metrics and API requests named after it, 
       "nodejs_heap_size_used_bytes",
       "node_lifecycle_controller_build_info",
       "node_lifecycle_controller_api_requests_total",
+      "node_lifecycle_controller_metrics_requests_refused_total",
       "node_lifecycle_controller_reconciles_total",
     ],
   );

@@ -284,6 +284,14 @@ export function createProgramMetrics(program: string, registry = new Registry())
       help: "Requests to the Kubernetes API, by verb and HTTP status code (0: no answer).",
       labels: ["verb", "code"],
     }),
+    metricsRefusals: registry.counter({
+      name: `${prefix}_metrics_requests_refused_total`,
+      help:
+        "Secure /metrics requests refused, by HTTP status code and rule (bearer-token, authentication, audience, " +
+        "authorization, review-rate-source: a source address past its token-review budget, review-rate: all " +
+        "sources past theirs, review: the reviews failed).",
+      labels: ["code", "rule"],
+    }),
   };
 }
 

@@ -1,10 +1,12 @@
 // Who may read /metrics over HTTPS: the Kubernetes convention of controller-runtime's secure metrics
 // (filters.WithAuthenticationAndAuthorization) and kube-rbac-proxy. The scraper's bearer token is reviewed by the
-// API server (authentication.k8s.io/v1 TokenReview), then the user it names is checked for `get` on the
-// non-resource URL /metrics (authorization.k8s.io/v1 SubjectAccessReview). Both answers are cached briefly, so a
-// scrape every 15-30 s costs about one review of each per cache period. Made-up tokens each need a TokenReview:
-// new ones are limited to a number a minute, so anyone who reaches the port cannot turn it into load on the API
-// server.
+// API server (authentication.k8s.io/v1 TokenReview, for the audiences given, if any), then the user it names is
+// checked for `get` on the non-resource URL /metrics (authorization.k8s.io/v1 SubjectAccessReview). Both answers
+// are cached briefly, so a scrape every 15-30 s costs about one review of each per cache period.
+// Made-up tokens each need a TokenReview, so new tokens are reviewed within budgets (per source address, and in
+// all) that keep anyone who reaches the port from turning it into load on the API server; the budgets must not
+// let that someone lock the authorised scraper out, so a token whose last review authenticated it is reviewed
+// again outside them, and tokens the API server refused are remembered apart, where they cannot push it out.
 import { createHash } from "node:crypto";
 import type { KubeClient } from "../kube/client.ts";
 
@@ -19,6 +21,8 @@ export interface UserInfo {
 export interface TokenReviewStatus {
   authenticated?: boolean;
   user?: UserInfo;
+  /** The audiences of spec.audiences the token is valid for. */
+  audiences?: string[];
   error?: string;
 }
 
@@ -31,15 +35,16 @@ export interface AccessReviewStatus {
 
 /** The two API calls, apart so the decision can be tested with fakes. */
 export interface Reviewer {
-  reviewToken(token: string): Promise<TokenReviewStatus>;
+  /** `audiences` empty: the API server's own (a token valid for API requests). */
+  reviewToken(token: string, audiences: readonly string[]): Promise<TokenReviewStatus>;
   reviewAccess(user: UserInfo, path: string, verb: string): Promise<AccessReviewStatus>;
 }
 
 export type Access =
   | { allowed: true; user: string }
   /**
-   * 401: no or an unauthenticated token; 403: a user without the grant; 429: too many new tokens to review;
-   * 500: the reviews failed.
+   * 401: no or an unauthenticated token; 403: a user without the grant; 429: too many new tokens to review
+   * (from this source or in all); 500: the reviews failed.
    */
   | { allowed: false; status: 401 | 403 | 429 | 500; rule: string; reason: string };
 
@@ -54,11 +59,19 @@ export function bearerToken(header: string | undefined): string | undefined {
   return parts[1] || undefined;
 }
 
-/** Rule "authentication": what a TokenReview's status means for the request. */
-export function decideAuthentication(status: TokenReviewStatus): Access | UserInfo {
+/**
+ * Rule "authentication": what a TokenReview's status means for the request. With audiences asked for, the
+ * status must name one of them, as the API server's own webhook token authenticator requires: an API server
+ * that ignored spec.audiences would otherwise pass a token minted for anything.
+ */
+export function decideAuthentication(status: TokenReviewStatus, audiences: readonly string[] = []): Access | UserInfo {
   if (!status.authenticated || !status.user?.username) {
     const why = status.error ? `: ${status.error}` : "";
     return { allowed: false, status: 401, rule: "authentication", reason: `token not authenticated${why}` };
+  }
+  if (audiences.length > 0 && !(status.audiences ?? []).some((audience) => audiences.includes(audience))) {
+    const reason = `token not valid for audience ${audiences.map((a) => JSON.stringify(a)).join(", ")}`;
+    return { allowed: false, status: 401, rule: "audience", reason };
   }
   return status.user;
 }
@@ -77,112 +90,234 @@ export function decideAuthorization(user: UserInfo, status: AccessReviewStatus, 
 }
 
 export interface CacheTtls {
-  /** TokenReview answers, authenticated or not. */
+  /** TokenReview answers that authenticate. */
   tokenMs: number;
+  /** TokenReview answers that do not: shorter, so a token the API server failed to know yet is tried again soon. */
+  tokenDeniedMs: number;
   /** SubjectAccessReview answers that allow. */
   allowMs: number;
   /** SubjectAccessReview answers that deny: shorter, so a new grant takes effect soon. */
   denyMs: number;
 }
 
-export const DEFAULT_TTLS: CacheTtls = { tokenMs: 60_000, allowMs: 60_000, denyMs: 10_000 };
+export const DEFAULT_TTLS: CacheTtls = { tokenMs: 60_000, tokenDeniedMs: 10_000, allowMs: 60_000, denyMs: 10_000 };
 
-/** New tokens reviewed in any minute: a few Prometheus replicas need a few; more is someone trying tokens. */
-export const TOKEN_REVIEWS_PER_MINUTE = 60;
+/**
+ * New tokens reviewed in any window: a few Prometheus replicas need a few, each from its own pod address; more
+ * is someone trying tokens. One source gets a part of the whole, so that one client alone never uses it all.
+ */
+export interface ReviewBudgets {
+  perSource: number;
+  all: number;
+  windowMs: number;
+}
 
-class ReviewLimit extends Error {}
+export const REVIEW_BUDGETS: ReviewBudgets = { perSource: 20, all: 60, windowMs: 60_000 };
 
-/** How many distinct tokens and users are remembered; the oldest go first. */
-const CACHE_ENTRIES = 256;
+/** What is known when a token not in the cache arrives: was it authenticated before, what was spent lately. */
+export interface ReviewRequest {
+  /** The source address, as reviews are counted. */
+  source: string;
+  /** The token's last review (still remembered, expired) authenticated it. */
+  renewal: boolean;
+  /** Budgeted reviews in the current window from this source, and from all. */
+  fromSource: number;
+  fromAll: number;
+}
 
-/** A small TTL cache that also shares a review in flight, so concurrent scrapes cause one API call. */
-class ReviewCache<T> {
-  readonly #entries = new Map<string, { at: number; value: Promise<T>; ttlMs?: number }>();
-  readonly now: () => number;
-  constructor(now: () => number) {
-    this.now = now;
+export type ReviewDecision =
+  | { review: true; counted: boolean; rule: "renewal" | "budget" }
+  | Extract<Access, { allowed: false }>;
+
+/**
+ * Rules "renewal", "review-rate-source", "review-rate": whether a token may be reviewed now. A token the API
+ * server authenticated last time is reviewed again outside the budgets: only holders of real tokens get there,
+ * once per token per cache period, and that is what keeps the scraper served however the budgets are spent.
+ */
+export function decideReview(request: ReviewRequest, budgets: ReviewBudgets): ReviewDecision {
+  if (request.renewal) return { review: true, counted: false, rule: "renewal" };
+  const minute = budgets.windowMs === 60_000 ? "a minute" : `in ${budgets.windowMs / 1000} s`;
+  if (request.fromSource >= budgets.perSource) {
+    const reason = `too many new tokens from ${request.source}: at most ${budgets.perSource} reviewed ${minute}`;
+    return { allowed: false, status: 429, rule: "review-rate-source", reason };
+  }
+  if (request.fromAll >= budgets.all) {
+    const reason = `too many new tokens: at most ${budgets.all} reviewed ${minute}`;
+    return { allowed: false, status: 429, rule: "review-rate", reason };
+  }
+  return { review: true, counted: true, rule: "budget" };
+}
+
+/** When the budgeted reviews of the last window started, in all and per source. */
+class ReviewWindow {
+  readonly #all: { at: number; source: string }[] = [];
+  readonly #bySource = new Map<string, number>();
+  readonly windowMs: number;
+  constructor(windowMs: number) {
+    this.windowMs = windowMs;
   }
 
-  get(key: string, review: () => Promise<T>, ttlOf: (value: T) => number): Promise<T> {
-    const hit = this.#entries.get(key);
-    if (hit && (hit.ttlMs === undefined || this.now() - hit.at < hit.ttlMs)) return hit.value;
-    const entry: { at: number; value: Promise<T>; ttlMs?: number } = { at: this.now(), value: review() };
-    this.#entries.delete(key);
-    this.#entries.set(key, entry);
-    if (this.#entries.size > CACHE_ENTRIES) this.#entries.delete(this.#entries.keys().next().value as string);
-    entry.value.then(
-      (value) => {
-        entry.ttlMs = ttlOf(value);
-      },
-      () => {
-        if (this.#entries.get(key) === entry) this.#entries.delete(key); // a failed review is not remembered
-      },
-    );
-    return entry.value;
+  /** Spent in the window ending now; sources with nothing in it are forgotten, so the map never outgrows `all`. */
+  spent(source: string, now: number): { fromSource: number; fromAll: number } {
+    while (this.#all.length > 0 && now - (this.#all[0] as { at: number }).at >= this.windowMs) {
+      const { source: old } = this.#all.shift() as { source: string };
+      const left = (this.#bySource.get(old) ?? 1) - 1;
+      if (left > 0) this.#bySource.set(old, left);
+      else this.#bySource.delete(old);
+    }
+    return { fromSource: this.#bySource.get(source) ?? 0, fromAll: this.#all.length };
+  }
+
+  spend(source: string, now: number): void {
+    this.#all.push({ at: now, source });
+    this.#bySource.set(source, (this.#bySource.get(source) ?? 0) + 1);
   }
 }
 
-/** Decides each /metrics request from its Authorization header, with cached reviews. */
-export class MetricsAuthorizer {
-  readonly #tokens: ReviewCache<TokenReviewStatus>;
-  readonly #access: ReviewCache<AccessReviewStatus>;
-  /** When the token reviews of the last minute started. */
-  readonly #recentReviews: number[] = [];
-  readonly reviewer: Reviewer;
-  readonly ttls: CacheTtls;
-  readonly now: () => number;
-  constructor(reviewer: Reviewer, ttls: CacheTtls = DEFAULT_TTLS, now: () => number = () => performance.now()) {
-    this.reviewer = reviewer;
-    this.ttls = ttls;
-    this.now = now;
-    this.#tokens = new ReviewCache(now);
-    this.#access = new ReviewCache(now);
+/** How many distinct tokens (of each kind) and users are remembered; the least recently used go first. */
+const CACHE_ENTRIES = 256;
+
+interface Remembered<T> {
+  at: number;
+  value: T;
+  ttlMs: number;
+}
+
+/** A bounded map of answers, least recently used first out; an expired answer stays until pushed out. */
+class AnswerCache<T> {
+  readonly #entries = new Map<string, Remembered<T>>();
+
+  /** The entry, fresh or not; a use moves it to the back of the queue. */
+  get(key: string): Remembered<T> | undefined {
+    const entry = this.#entries.get(key);
+    if (entry) {
+      this.#entries.delete(key);
+      this.#entries.set(key, entry);
+    }
+    return entry;
   }
 
-  async decide(authorization: string | undefined, path: string, verb = "get"): Promise<Access> {
+  set(key: string, entry: Remembered<T>): void {
+    this.#entries.delete(key);
+    this.#entries.set(key, entry);
+    if (this.#entries.size > CACHE_ENTRIES) this.#entries.delete(this.#entries.keys().next().value as string);
+  }
+
+  delete(key: string): void {
+    this.#entries.delete(key);
+  }
+}
+
+const fresh = <T>(entry: Remembered<T> | undefined, now: number) =>
+  entry && now - entry.at < entry.ttlMs ? entry.value : undefined;
+
+export interface AuthorizerOptions {
+  ttls?: CacheTtls;
+  budgets?: ReviewBudgets;
+  /** TokenReview spec.audiences; empty: the API server's own. */
+  audiences?: readonly string[];
+  now?: () => number;
+}
+
+/** Decides each /metrics request from its Authorization header and source address, with cached reviews. */
+export class MetricsAuthorizer {
+  /** Token answers keyed by the token's SHA-256: the process never keeps a scraper's token. */
+  readonly #authenticated = new AnswerCache<TokenReviewStatus>();
+  /** Apart, so that made-up tokens, however many, never push an authenticated one out. */
+  readonly #refused = new AnswerCache<TokenReviewStatus>();
+  readonly #access = new AnswerCache<AccessReviewStatus>();
+  /** Reviews in flight, shared by concurrent requests: one API call for a burst of scrapes. */
+  readonly #pending = new Map<string, Promise<unknown>>();
+  readonly #window: ReviewWindow;
+  readonly reviewer: Reviewer;
+  readonly ttls: CacheTtls;
+  readonly budgets: ReviewBudgets;
+  readonly audiences: readonly string[];
+  readonly now: () => number;
+  constructor(reviewer: Reviewer, options: AuthorizerOptions = {}) {
+    this.reviewer = reviewer;
+    this.ttls = options.ttls ?? DEFAULT_TTLS;
+    this.budgets = options.budgets ?? REVIEW_BUDGETS;
+    this.audiences = options.audiences ?? [];
+    this.now = options.now ?? (() => performance.now());
+    this.#window = new ReviewWindow(this.budgets.windowMs);
+  }
+
+  /** `source`: the client's address (IPv4-mapped IPv6 is read as IPv4, so one client is one source). */
+  async decide(authorization: string | undefined, path: string, source: string, verb = "get"): Promise<Access> {
     const token = bearerToken(authorization);
     if (token === undefined) return { allowed: false, status: 401, rule: "bearer-token", reason: "no bearer token" };
     try {
-      // The cache keys on a hash: the process never keeps a scraper's token.
-      const key = createHash("sha256").update(token).digest("base64");
-      const reviewed = await this.#tokens.get(key, () => this.#reviewToken(token), () => this.ttls.tokenMs);
-      const user = decideAuthentication(reviewed);
+      const reviewed = await this.#reviewToken(token, source.replace(/^::ffff:(?=\d+\.)/i, ""));
+      if ("allowed" in reviewed) return reviewed;
+      const user = decideAuthentication(reviewed, this.audiences);
       if ("allowed" in user) return user;
-      const status = await this.#access.get(
-        JSON.stringify([user.username, user.uid, user.groups, user.extra, path, verb]),
-        () => this.reviewer.reviewAccess(user, path, verb),
-        (answer) => (answer.allowed ? this.ttls.allowMs : this.ttls.denyMs),
-      );
+      const key = JSON.stringify([user.username, user.uid, user.groups, user.extra, path, verb]);
+      const status =
+        fresh(this.#access.get(key), this.now()) ??
+        (await this.#shared(`access ${key}`, async () => {
+          const answer = await this.reviewer.reviewAccess(user, path, verb);
+          const ttlMs = answer.allowed ? this.ttls.allowMs : this.ttls.denyMs;
+          this.#access.set(key, { at: this.now(), value: answer, ttlMs });
+          return answer;
+        }));
       return decideAuthorization(user, status, path);
     } catch (err) {
-      if (err instanceof ReviewLimit) return { allowed: false, status: 429, rule: "review-rate", reason: err.message };
       const reason = `reviewing the request failed: ${err instanceof Error ? err.message : String(err)}`;
       return { allowed: false, status: 500, rule: "review", reason };
     }
   }
 
-  /** A TokenReview, unless the last minute already had TOKEN_REVIEWS_PER_MINUTE (a refusal is not cached). */
-  #reviewToken(token: string): Promise<TokenReviewStatus> {
+  /** The token's review: remembered, shared with one in flight, or asked for if its budget allows. */
+  async #reviewToken(token: string, source: string): Promise<TokenReviewStatus | Extract<Access, { allowed: false }>> {
+    const key = createHash("sha256").update(token).digest("base64");
     const now = this.now();
-    while (this.#recentReviews.length > 0 && now - (this.#recentReviews[0] as number) >= 60_000) this.#recentReviews.shift();
-    if (this.#recentReviews.length >= TOKEN_REVIEWS_PER_MINUTE) {
-      return Promise.reject(new ReviewLimit(`too many new tokens: at most ${TOKEN_REVIEWS_PER_MINUTE} reviewed a minute`));
-    }
-    this.#recentReviews.push(now);
-    return this.reviewer.reviewToken(token);
+    const known = this.#authenticated.get(key);
+    const cached = fresh(known, now) ?? fresh(this.#refused.get(key), now);
+    if (cached) return cached;
+    const pending = this.#pending.get(`token ${key}`) as Promise<TokenReviewStatus> | undefined;
+    if (pending) return pending; // shared before the budget: a burst of scrapes spends one review
+    const decision = decideReview({ source, renewal: known !== undefined, ...this.#window.spent(source, now) }, this.budgets);
+    if (!("review" in decision)) return decision;
+    if (decision.counted) this.#window.spend(source, now);
+    return this.#shared(`token ${key}`, async () => {
+      const answer = await this.reviewer.reviewToken(token, this.audiences);
+      const at = this.now();
+      if (answer.authenticated) {
+        this.#refused.delete(key);
+        this.#authenticated.set(key, { at, value: answer, ttlMs: this.ttls.tokenMs });
+      } else {
+        this.#authenticated.delete(key); // revoked or expired: its next review is budgeted again
+        this.#refused.set(key, { at, value: answer, ttlMs: this.ttls.tokenDeniedMs });
+      }
+      return answer;
+    });
+  }
+
+  /** One call per key at a time; a failure is not remembered, so the next request asks again. */
+  #shared<T>(key: string, call: () => Promise<T>): Promise<T> {
+    const pending = this.#pending.get(key) as Promise<T> | undefined;
+    if (pending) return pending;
+    const promise = call().finally(() => this.#pending.delete(key));
+    this.#pending.set(key, promise);
+    return promise;
   }
 }
 
 /** The reviews as API calls (the program's ServiceAccount needs create on tokenreviews and subjectaccessreviews). */
 export function apiReviewer(client: KubeClient): Reviewer {
   return {
-    async reviewToken(token) {
+    async reviewToken(token, audiences) {
       const review = await client.request<{ status?: TokenReviewStatus }>({
         method: "POST",
         path: "/apis/authentication.k8s.io/v1/tokenreviews",
         verb: "create",
         idempotent: true, // a review changes nothing
-        body: { apiVersion: "authentication.k8s.io/v1", kind: "TokenReview", spec: { token } },
+        body: {
+          apiVersion: "authentication.k8s.io/v1",
+          kind: "TokenReview",
+          spec: { token, ...(audiences.length > 0 ? { audiences } : {}) },
+        },
       });
       return review.status ?? {};
     },

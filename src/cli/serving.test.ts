@@ -8,7 +8,7 @@ import tls from "node:tls";
 import { test } from "node:test";
 import type { KubeClient } from "../kube/client.ts";
 import { createLogger } from "./log.ts";
-import { Registry } from "./metrics.ts";
+import { createProgramMetrics, Registry } from "./metrics.ts";
 import { selfSignedCertificate } from "./selfsigned.ts";
 import { startEndpoints } from "./serving.ts";
 
@@ -17,10 +17,10 @@ const LOOPBACK = { host: "127.0.0.1", port: 0 };
 const NO_API = {} as KubeClient;
 
 function parts(lines: string[] = []) {
-  const registry = new Registry();
+  const { registry, metricsRefusals: refusals } = createProgramMetrics("local-ccm", new Registry());
   registry.counter({ name: "reconciles_total", help: "Reconciles." }).inc();
   const log = createLogger({ verbosity: 2, format: "json", write: (line) => lines.push(line) });
-  return { program: "local-ccm", registry, ready: () => ({ ok: true }), client: NO_API, log };
+  return { program: "local-ccm", registry, refusals, ready: () => ({ ok: true }), client: NO_API, log };
 }
 
 function httpStatus(url: string): Promise<number> {
@@ -52,6 +52,7 @@ test("secure metrics with the given certificate files, apart from health; a scra
   writeFileSync(path.join(dir, "tls.crt"), certPem);
   writeFileSync(path.join(dir, "tls.key"), keyPem);
   const lines: string[] = [];
+  const given = parts(lines);
   const endpoints = await startEndpoints(
     {
       healthBindAddress: LOOPBACK,
@@ -59,11 +60,12 @@ test("secure metrics with the given certificate files, apart from health; a scra
         address: LOOPBACK,
         secure: true,
         withHealth: false,
+        tokenAudiences: [],
         certFile: path.join(dir, "tls.crt"),
         keyFile: path.join(dir, "tls.key"),
       },
     },
-    parts(lines),
+    given,
   );
   try {
     assert.match(endpoints.metrics, /^https:\/\/127\.0\.0\.1:\d+\/metrics$/);
@@ -82,6 +84,7 @@ test("secure metrics with the given certificate files, apart from health; a scra
     });
     assert.equal(refused, 401);
     assert.ok(lines.some((line) => /"msg":"metrics request refused".*"rule":"bearer-token"/.test(line)), lines.join("\n"));
+    assert.match(given.registry.expose(), /^local_ccm_metrics_requests_refused_total\{code="401",rule="bearer-token"\} 1$/m);
   } finally {
     await endpoints.close();
     rmSync(dir, { recursive: true });
@@ -90,7 +93,7 @@ test("secure metrics with the given certificate files, apart from health; a scra
 
 test("without certificate files, a self-signed one for the program and the bound address", async () => {
   const endpoints = await startEndpoints(
-    { healthBindAddress: undefined, metrics: { address: LOOPBACK, secure: true, withHealth: false } },
+    { healthBindAddress: undefined, metrics: { address: LOOPBACK, secure: true, withHealth: false, tokenAudiences: [] } },
     parts(),
   );
   try {
@@ -106,7 +109,7 @@ test("without certificate files, a self-signed one for the program and the bound
 
 test("not secure at the health address: one plain server, as before the metrics flags", async () => {
   const endpoints = await startEndpoints(
-    { healthBindAddress: LOOPBACK, metrics: { address: LOOPBACK, secure: false, withHealth: true } },
+    { healthBindAddress: LOOPBACK, metrics: { address: LOOPBACK, secure: false, withHealth: true, tokenAudiences: [] } },
     parts(),
   );
   try {
@@ -126,7 +129,7 @@ test("a certificate file that cannot be read fails the start with its path, and 
     startEndpoints(
       {
         healthBindAddress: { host: "127.0.0.1", port },
-        metrics: { address: LOOPBACK, secure: true, withHealth: false, certFile: "/nonexistent/tls.crt", keyFile: "/k" },
+        metrics: { address: LOOPBACK, secure: true, withHealth: false, tokenAudiences: [], certFile: "/nonexistent/tls.crt", keyFile: "/k" },
       },
       parts(),
     ),

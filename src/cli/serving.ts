@@ -8,7 +8,7 @@ import type { CommonFlags } from "./common.ts";
 import { type HealthServer, type Readiness, startHealthServer, startMetricsServer } from "./health.ts";
 import type { Logger } from "./log.ts";
 import { apiReviewer, MetricsAuthorizer } from "./metricsauth.ts";
-import type { Registry } from "./metrics.ts";
+import type { Counter, Registry } from "./metrics.ts";
 import { selfSignedCertificate } from "./selfsigned.ts";
 
 /** A self-signed certificate is made anew at each start; a year outlasts any process. */
@@ -26,6 +26,8 @@ export async function startEndpoints(
   parts: {
     program: string;
     registry: Registry;
+    /** createProgramMetrics()'s metricsRefusals. */
+    refusals: Counter<"code" | "rule">;
     ready: () => Readiness | Promise<Readiness>;
     client: KubeClient;
     log: Logger;
@@ -46,13 +48,17 @@ export async function startEndpoints(
     let served = metrics?.withHealth && health ? health : undefined;
     if (metrics && !served) {
       const tls = metrics.secure ? await certificate(metrics, parts.program) : undefined;
-      const authorizer = metrics.secure ? new MetricsAuthorizer(apiReviewer(parts.client)) : undefined;
+      const audiences = metrics.tokenAudiences;
+      const authorizer = metrics.secure ? new MetricsAuthorizer(apiReviewer(parts.client), { audiences }) : undefined;
       served = await startMetricsServer({
         address: metrics.address,
         metrics: parts.registry,
         ...(tls ? { tls } : {}),
-        ...(authorizer ? { authorize: (header, path) => authorizer.decide(header, path) } : {}),
-        onRefused: ({ status, rule, reason }) => parts.log.v(2)?.("metrics request refused", { status, rule, reason }),
+        ...(authorizer ? { authorize: (header, path, source) => authorizer.decide(header, path, source) } : {}),
+        onRefused: ({ status, rule, reason }) => {
+          parts.refusals.with({ code: String(status), rule }).inc();
+          parts.log.v(2)?.("metrics request refused", { status, rule, reason });
+        },
       });
       started.push(served);
     }

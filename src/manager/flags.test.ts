@@ -61,7 +61,7 @@ describe("parseManagerFlags, with the registered controllers' flags", () => {
       verbosity: 0,
       logFormat: "text",
       healthBindAddress: { port: MANAGER_HEALTH_PORT },
-      metrics: { address: { port: MANAGER_METRICS_PORT }, secure: true, withHealth: false },
+      metrics: { address: { port: MANAGER_METRICS_PORT }, secure: true, withHealth: false, tokenAudiences: [] },
     });
   });
 
@@ -141,7 +141,7 @@ describe("parseManagerFlags, with the registered controllers' flags", () => {
       verbosity: 2,
       logFormat: "json",
       healthBindAddress: { host: "127.0.0.1", port: 0 },
-      metrics: { address: { host: "::1", port: 0 }, secure: true, withHealth: false },
+      metrics: { address: { host: "::1", port: 0 }, secure: true, withHealth: false, tokenAudiences: [] },
     });
   });
 
@@ -316,6 +316,7 @@ describe("the program's flag table", () => {
       "secure-metrics": `${prefix}secureMetrics`,
       "metrics-cert-file": undefined,
       "metrics-key-file": undefined,
+      "metrics-token-audiences": `${prefix}metricsTokenAudiences`,
     });
   });
 });

@@ -111,6 +111,8 @@ const commonTable = commonFlagTable({
   healthPort: MANAGER_HEALTH_PORT,
   metricsPort: MANAGER_METRICS_PORT,
   helmPrefix: HELM,
+  network: "the pod",
+  healthWhy: "its own network namespace, where kubelet probes the pod IP",
 });
 
 /** The program's one table: its own flags, each registered controller's, then the common ones. */

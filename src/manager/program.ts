@@ -83,6 +83,7 @@ export async function runManager(ctx: MainContext): Promise<void> {
   const endpoints = await startEndpoints(flags, {
     program: PROGRAM,
     registry: metrics.registry,
+    refusals: metrics.metricsRefusals,
     client,
     log,
     ready: () => (informers.hasSynced() ? { ok: true } : { ok: false, reason: "caches not synced yet" }),

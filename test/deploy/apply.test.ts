@@ -53,10 +53,12 @@ describe("server-side dry-run apply", () => {
       "serviceaccount/node-lifecycle-controller",
       "validatingadmissionpolicy.admissionregistration.k8s.io/local-ccm-events",
       "validatingadmissionpolicy.admissionregistration.k8s.io/local-ccm-node-scope",
+      "validatingadmissionpolicy.admissionregistration.k8s.io/node-lifecycle-controller-announcer",
       "validatingadmissionpolicy.admissionregistration.k8s.io/node-lifecycle-controller-deletions",
       "validatingadmissionpolicy.admissionregistration.k8s.io/node-lifecycle-controller-lease",
       "validatingadmissionpolicybinding.admissionregistration.k8s.io/local-ccm-events",
       "validatingadmissionpolicybinding.admissionregistration.k8s.io/local-ccm-node-scope",
+      "validatingadmissionpolicybinding.admissionregistration.k8s.io/node-lifecycle-controller-announcer",
       "validatingadmissionpolicybinding.admissionregistration.k8s.io/node-lifecycle-controller-deletions",
       "validatingadmissionpolicybinding.admissionregistration.k8s.io/node-lifecycle-controller-lease",
     ]);
@@ -85,8 +87,9 @@ describe("server-side dry-run apply", () => {
       "--set=loadBalancer.nodeAddress.enabled=false",
     ]);
     const objects = created(await plane.kubectl(["apply", "--dry-run=server", "-f", "-"], manifests));
-    // 24 of the default install with the pools' grants, and layer-2 announcement's Roles, bindings and policy.
-    assert.equal(objects.length, 30);
+    // The 26 of deploy/ with the pools' grants, and layer-2 announcement's Roles, bindings and policy (the metrics
+    // certificate is the operator's Secret).
+    assert.equal(objects.length, 32);
     assert.ok(objects.includes("role.rbac.authorization.k8s.io/local-ccm-announcer"));
     assert.ok(objects.includes("validatingadmissionpolicy.admissionregistration.k8s.io/local-ccm-announcer-lease"));
     assert.ok(objects.includes("daemonset.apps/local-ccm"));
@@ -120,9 +123,10 @@ describe("server-side dry-run apply", () => {
       `--set-json=nodeLifecycleController.affinity=${JSON.stringify(affinity)}`,
     ]);
     const objects = created(await plane.kubectl(["apply", "--dry-run=server", "-f", "-"], manifests));
-    // The default 24: the approver's cluster-wide rules join the program's ClusterRole, and its Role in "default"
-    // is left out while the service controller runs (its cluster-wide grant covers it).
-    assert.equal(objects.length, 24);
+    // The 26 of deploy/ and the chart's metrics certificate (a Secret): the approver's cluster-wide rules join the
+    // program's ClusterRole, and its Role in "default" is left out while the service controller runs (its
+    // cluster-wide grant covers it).
+    assert.equal(objects.length, 27);
     for (const kind of ["role", "rolebinding"])
       assert.ok(!objects.includes(`${kind}.rbac.authorization.k8s.io/node-lifecycle-controller-kubelet-serving-csr`), kind);
   });

@@ -4,6 +4,7 @@
 // deploy/ files are the chart's default render.
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import { createPrivateKey, X509Certificate } from "node:crypto";
 import { readFile, writeFile } from "node:fs/promises";
 import { mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -32,6 +33,7 @@ import {
 } from "../../scripts/render-manifests.ts";
 import { ensureBinaries } from "../../localcluster/build.ts";
 import { run } from "../../localcluster/exec.ts";
+import { CHART_CERTIFICATE_ARGS } from "./shipped.ts";
 
 type Program = keyof typeof PROGRAM_FLAGS;
 type Values = Record<string, unknown>;
@@ -340,6 +342,11 @@ describe("Helm chart", () => {
   };
   const container = (objects: KubeObject[], program: Program): Container =>
     podSpec(objects, program).containers[0] as Container;
+  /** A program's args less the chart's metrics certificate (passed whenever its metrics are secure): what values set. */
+  const valueArgs = (objects: KubeObject[], program: Program): string[] | undefined => {
+    const args = (container(objects, program).args ?? []).filter((arg) => !CHART_CERTIFICATE_ARGS.includes(arg));
+    return args.length > 0 ? args : undefined;
+  };
 
   let values: Values;
   let schema: Values;
@@ -449,6 +456,7 @@ describe("Helm chart", () => {
     test("every object lives in kube-system or is cluster-scoped, but the Events grants in default", () => {
       const namespaced = [
         "ServiceAccount",
+        "Secret",
         "Role",
         "RoleBinding",
         "DaemonSet",
@@ -462,9 +470,9 @@ describe("Helm chart", () => {
       }
     });
 
-    test("no flag is passed: every program runs with its own defaults", () => {
-      assert.equal(container(objects, "local-ccm").args, undefined);
-      assert.equal(container(objects, "node-lifecycle-controller").args, undefined);
+    test("no flag is passed but the chart's metrics certificate: every program runs with its own defaults", () => {
+      assert.deepEqual(container(objects, "local-ccm").args, CHART_CERTIFICATE_ARGS);
+      assert.deepEqual(container(objects, "node-lifecycle-controller").args, CHART_CERTIFICATE_ARGS);
     });
 
     test("the agent DaemonSet: host network, own node name, every node, hardened, small", () => {
@@ -620,7 +628,7 @@ describe("Helm chart", () => {
         helmFlags(program).map(async (spec) => {
           const text = nonDefaultValue(program, spec);
           const objects = await render(setJson({ [spec.helm as string]: helmValue(spec, text) }));
-          const args = container(objects, program).args;
+          const args = valueArgs(objects, program);
           assert.deepEqual(args, [`--${spec.name}=${text}`], spec.helm);
           const parsed = parseFlags(PROGRAM_FLAGS[program], expand(program, args ?? []), POD_ENV[program]).values as Values;
           const defaults = parseFlags(PROGRAM_FLAGS[program], [], POD_ENV[program]).values as Values;
@@ -634,7 +642,7 @@ describe("Helm chart", () => {
   test("loadBalancer.l2.enabled: the agent announces, with NET_RAW its only capability (uid 0: no ambient caps)", async () => {
     const objects = await render(setJson({ "loadBalancer.l2.enabled": true }));
     const agent = container(objects, "local-ccm");
-    assert.deepEqual(agent.args, ["--lb-l2-announce=true"]);
+    assert.deepEqual(valueArgs(objects, "local-ccm"), ["--lb-l2-announce=true"]);
     assert.deepEqual(agent.securityContext, {
       allowPrivilegeEscalation: false,
       readOnlyRootFilesystem: true,
@@ -651,7 +659,7 @@ describe("Helm chart", () => {
     const values = { "loadBalancer.l2.enabled": true, "loadBalancer.l2.nodeSelector": selector };
     const objects = await render(setJson(values));
     const agent = container(objects, "local-ccm");
-    assert.deepEqual(agent.args, ["--lb-l2-announce=true", `--lb-l2-node-selector=${selector}`]);
+    assert.deepEqual(valueArgs(objects, "local-ccm"), ["--lb-l2-announce=true", `--lb-l2-node-selector=${selector}`]);
     const announce = parseAgentFlags(expand("local-ccm", agent.args ?? []), POD_ENV["local-ccm"]).announce;
     assert.deepEqual(announce?.nodeSelector?.requirements, [
       { key: "topology.kubernetes.io/zone", operator: "in", values: ["a", "b"] },
@@ -669,11 +677,11 @@ describe("Helm chart", () => {
       render(setJson(approver)),
       render(setJson({ ...approver, "loadBalancer.nodeAddress.enabled": false })),
     ]);
-    assert.deepEqual(container(objects, "node-lifecycle-controller").args, [
+    assert.deepEqual(valueArgs(objects, "node-lifecycle-controller"), [
       "--csr-pending-timeout=1m",
       "--controllers=*,kubelet-serving-csr",
     ]);
-    assert.deepEqual(container(withoutService, "node-lifecycle-controller").args, [
+    assert.deepEqual(valueArgs(withoutService, "node-lifecycle-controller"), [
       "--csr-pending-timeout=1m",
       "--controllers=*,kubelet-serving-csr,-service",
     ]);
@@ -713,7 +721,10 @@ describe("Helm chart", () => {
       { kind: "ServiceAccount", name: "node-lifecycle-controller", namespace: "kube-system" },
     ]);
     const clusterAddressGrants = (list: KubeObject[]) =>
-      list.filter((obj) => /servicecidrs|endpointslices|"services"/.test(JSON.stringify(obj))).map((obj) => obj.kind);
+      list
+        .filter((obj) => ["ClusterRole", "Role"].includes(obj.kind))
+        .filter((obj) => /servicecidrs|endpointslices|"services"/.test(JSON.stringify(obj)))
+        .map((obj) => obj.kind);
     assert.deepEqual(clusterAddressGrants(withoutService), ["ClusterRole", "Role"]);
     // With it (the default), its cluster-wide grant covers the Role, which is left out: one watch serves both.
     assert.deepEqual(clusterAddressGrants(objects), ["ClusterRole"]);
@@ -811,6 +822,7 @@ describe("Helm chart", () => {
       objects.map((obj) => obj.kind),
       [
         "ServiceAccount",
+        "Secret", // local-ccm-metrics-tls
         "ClusterRole",
         "ClusterRole", // local-ccm-metrics-reader
         "ClusterRoleBinding",
@@ -883,12 +895,12 @@ describe("Helm chart", () => {
       await writeFile(file, stringify(overrides));
       const objects = await render(["--namespace=ops", "-f", file]);
       const agent = container(objects, "local-ccm");
-      assert.deepEqual(agent.args, ["--health-bind-address="]);
+      assert.deepEqual(valueArgs(objects, "local-ccm"), ["--health-bind-address="]);
       assert.deepEqual(agent.ports, [{ name: "metrics", containerPort: 10265, protocol: "TCP" }]);
       assert.equal(agent.livenessProbe, undefined);
       const nlc = container(objects, "node-lifecycle-controller");
       // In the flag table's order: the program's own flags, then each controller's, then the common ones.
-      assert.deepEqual(nlc.args, [
+      assert.deepEqual(valueArgs(objects, "node-lifecycle-controller"), [
         "--leader-elect-resource-name=nlc-leader",
         "--leader-elect-resource-namespace=leases",
         "--max-deletions-per-minute=1000000",
@@ -1060,14 +1072,14 @@ describe("Helm chart", () => {
       "--set-string",
       "controller.verbosity=3",
     ]);
-    const nlcArgs = container(objects, "node-lifecycle-controller").args ?? [];
+    const nlcArgs = valueArgs(objects, "node-lifecycle-controller") ?? [];
     assert.deepEqual(nlcArgs, [
       "--ping-count=4",
       "--kubelet-port=10251",
       "--max-deletions-per-minute=20",
       "--unhealthy-threshold=0.5",
     ]);
-    const agentArgs = container(objects, "local-ccm").args ?? [];
+    const agentArgs = valueArgs(objects, "local-ccm") ?? [];
     assert.deepEqual(agentArgs, ["--v=3"]);
     const lifecycle = configOf(
       parseManagerFlags(nlcArgs, POD_ENV["node-lifecycle-controller"], () => undefined),
@@ -1099,7 +1111,7 @@ describe("Helm chart", () => {
     }
     // The issue's own example, as --set writes a list.
     const objects = await render(["--set", "metadata.zoneRules={cidr:10.1.0.0/24=rack-1,cidr:10.2.0.0/24=rack-2}"]);
-    assert.deepEqual(container(objects, "local-ccm").args, ["--zone-rules=cidr:10.1.0.0/24=rack-1,cidr:10.2.0.0/24=rack-2"]);
+    assert.deepEqual(valueArgs(objects, "local-ccm"), ["--zone-rules=cidr:10.1.0.0/24=rack-1,cidr:10.2.0.0/24=rack-2"]);
   });
 
   test("knobs: pull secrets, pod labels and annotations, priority class, affinity on each component", async () => {
@@ -1217,10 +1229,15 @@ describe("Helm chart", () => {
               interval: "30s",
               scheme: "https",
               bearerTokenFile: "/var/run/secrets/kubernetes.io/serviceaccount/token",
-              tlsConfig: { insecureSkipVerify: true },
+              // The token goes only to the program: its certificate verified against the chart's CA, for its name.
+              tlsConfig: {
+                ca: { secret: { name: "local-ccm-metrics-tls", key: "ca.crt" } },
+                serverName: `${program}-metrics.kube-system.svc`,
+              },
             },
           ],
         });
+        assert.doesNotMatch(JSON.stringify(monitor), /insecureSkipVerify/);
         // The Service's selector matches the pods it is for.
         const { kind, name } = WORKLOAD[program];
         const labels = (find(objects, kind, name).spec?.template as unknown as { metadata: { labels: Record<string, string> } })
@@ -1265,18 +1282,77 @@ describe("Helm chart", () => {
       find(objects, "ServiceMonitor", "node-lifecycle-controller");
     });
 
-    test("tlsSecretName: the Secret mounted read-only in both programs and passed as the cert and key files", async () => {
-      const objects = await render(setJson({ "metrics.tlsSecretName": "metrics-tls" }));
+    test("default: the chart's CA and certificate (both programs' Service names), mounted and passed to both", async () => {
+      const objects = await render();
+      const secret = find(objects, "Secret", "local-ccm-metrics-tls") as KubeObject & { type: string; data: Record<string, string> };
+      assert.equal(secret.type, "kubernetes.io/tls");
+      assert.deepEqual(Object.keys(secret.data).sort(), ["ca.crt", "tls.crt", "tls.key"]);
+      const decode = (key: string) => Buffer.from(secret.data[key] as string, "base64");
+      const ca = new X509Certificate(decode("ca.crt"));
+      const cert = new X509Certificate(decode("tls.crt"));
+      assert.ok(ca.ca && !cert.ca);
+      assert.ok(cert.verify(ca.publicKey), "tls.crt is signed by ca.crt");
+      assert.equal(cert.subjectAltName, "DNS:local-ccm-metrics.kube-system.svc, DNS:node-lifecycle-controller-metrics.kube-system.svc");
+      assert.ok(cert.checkPrivateKey(createPrivateKey(decode("tls.key"))));
       for (const program of PROGRAMS) {
         const c = container(objects, program);
-        assert.deepEqual(c.args?.slice(-2), [
-          "--metrics-cert-file=/etc/local-ccm/metrics-tls/tls.crt",
-          "--metrics-key-file=/etc/local-ccm/metrics-tls/tls.key",
-        ]);
+        assert.deepEqual(c.args?.slice(-2), CHART_CERTIFICATE_ARGS);
+        assert.deepEqual(c.volumeMounts, [{ name: "metrics-tls", mountPath: "/etc/local-ccm/metrics-tls", readOnly: true }]);
+        assert.deepEqual(podSpec(objects, program).volumes, [{ name: "metrics-tls", secret: { secretName: "local-ccm-metrics-tls" } }]);
+        parseProgram(program, c.args ?? []);
+      }
+    });
+
+    test("tlsSecretName: that Secret instead, mounted in both programs, its ca.crt what the ServiceMonitors trust", async () => {
+      const objects = await render(setJson({ "metrics.tlsSecretName": "metrics-tls", "metrics.serviceMonitor.enabled": true }));
+      assert.equal(objects.find((obj) => obj.kind === "Secret"), undefined, "no Secret of the chart's");
+      for (const program of PROGRAMS) {
+        const c = container(objects, program);
+        assert.deepEqual(c.args?.slice(-2), CHART_CERTIFICATE_ARGS);
         assert.deepEqual(c.volumeMounts, [{ name: "metrics-tls", mountPath: "/etc/local-ccm/metrics-tls", readOnly: true }]);
         assert.deepEqual(podSpec(objects, program).volumes, [{ name: "metrics-tls", secret: { secretName: "metrics-tls" } }]);
         parseProgram(program, c.args ?? []);
+        const [endpoint] = (find(objects, "ServiceMonitor", program).spec as { endpoints: { tlsConfig: unknown }[] }).endpoints;
+        assert.deepEqual(endpoint?.tlsConfig, {
+          ca: { secret: { name: "metrics-tls", key: "ca.crt" } },
+          serverName: `${program}-metrics.kube-system.svc`,
+        });
       }
+    });
+
+    test("a program without secure metrics gets no certificate; without any, the chart makes none", async () => {
+      const objects = await render(setJson({ "controller.secureMetrics": false }));
+      const agent = container(objects, "local-ccm");
+      assert.equal(agent.volumeMounts, undefined);
+      assert.equal(podSpec(objects, "local-ccm").volumes, undefined);
+      parseProgram("local-ccm", agent.args ?? []);
+      assert.deepEqual(container(objects, "node-lifecycle-controller").args?.slice(-2), CHART_CERTIFICATE_ARGS);
+      const none = await render(setJson({ "controller.secureMetrics": false, "nodeLifecycleController.enabled": false }));
+      assert.equal(none.find((obj) => obj.kind === "Secret"), undefined);
+    });
+
+    test("generateCertificate false: self-signed at each start, and no ServiceMonitor that would trust it blindly", async () => {
+      const objects = await render(setJson({ "metrics.generateCertificate": false }));
+      assert.equal(objects.find((obj) => obj.kind === "Secret"), undefined);
+      for (const program of PROGRAMS) {
+        assert.equal(container(objects, program).volumeMounts, undefined, program);
+        assert.ok(!(container(objects, program).args ?? []).some((arg) => arg.startsWith("--metrics-cert-file")), program);
+      }
+      const failure = errorLine(
+        await helmFailure(helm, setJson({ "metrics.generateCertificate": false, "metrics.serviceMonitor.enabled": true })),
+      );
+      assert.ok(failure.endsWith(
+        "metrics.serviceMonitor: local-ccm's certificate is self-signed at each start, which no scraper can verify, " +
+          "and Prometheus would send its token to whatever answers: keep metrics.generateCertificate, name a Secret " +
+          "with ca.crt in metrics.tlsSecretName, or set metrics.serviceMonitor.tlsConfig",
+      ), failure);
+      // A tlsConfig of the operator's own is theirs to answer for.
+      const own = { ca: { configMap: { name: "my-ca", key: "ca.crt" } }, serverName: "metrics.example" };
+      const monitors = await render(
+        setJson({ "metrics.generateCertificate": false, "metrics.serviceMonitor.enabled": true, "metrics.serviceMonitor.tlsConfig": own }),
+      );
+      const [endpoint] = (find(monitors, "ServiceMonitor", "local-ccm").spec as { endpoints: { tlsConfig: unknown }[] }).endpoints;
+      assert.deepEqual(endpoint?.tlsConfig, own);
     });
   });
 });

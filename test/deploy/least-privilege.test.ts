@@ -16,7 +16,7 @@ import { leaseResource, Resource } from "../../src/kube/resource.ts";
 import { L2_CLASS } from "../../src/pools/allocate.ts";
 import { ANNOUNCER_ANNOTATION, announcerLeaseName } from "../../src/pools/announcement.ts";
 import { type LoadBalancerIPPool, POOL_RESOURCE, POOL_TYPE } from "../../src/pools/pool.ts";
-import { helmTemplate, splitByTemplate } from "../../scripts/render-manifests.ts";
+import { DEPLOY_VALUES, helmTemplate, splitByTemplate } from "../../scripts/render-manifests.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 import {
   addressesOf,
@@ -101,10 +101,11 @@ async function asShipped(program: string): Promise<{ entry: string; nodeArgs: st
 
 /**
  * The chart rendered with `values` set (helm --set), as `helm install` would apply it: a template's text (its
- * RBAC, written to `dir` for assertLeastPrivilege), and a container's args (what the values turn on).
+ * RBAC, written to `dir` for assertLeastPrivilege), and a container's args (what the values turn on). As deploy/,
+ * without the chart's metrics certificate: the programs run here, where no Secret is mounted at the args' paths.
  */
 async function renderChart(helm: string, values: string[]) {
-  const rendered = await helmTemplate(helm, values.flatMap((value) => ["--set", value]));
+  const rendered = await helmTemplate(helm, [...DEPLOY_VALUES, ...values.flatMap((value) => ["--set", value])]);
   const templates = splitByTemplate(rendered);
   return {
     async writeTemplate(name: string, dir: string): Promise<string> {

@@ -16,6 +16,15 @@ export interface ShippedCommand {
   script: string;
 }
 
+/**
+ * The chart's metrics certificate as the programs are told of it: passed by default to each program with secure
+ * metrics (metrics.generateCertificate), whatever else the values set.
+ */
+export const CHART_CERTIFICATE_ARGS = [
+  "--metrics-cert-file=/etc/local-ccm/metrics-tls/tls.crt",
+  "--metrics-key-file=/etc/local-ccm/metrics-tls/tls.key",
+];
+
 /** The containers of the workloads (DaemonSets, Deployments) in a manifests file's text. */
 export function workloadContainers(manifests: string): Container[] {
   return parseAllDocuments(manifests).flatMap((doc) => (doc.toJS() as Workload)?.spec?.template?.spec?.containers ?? []);

@@ -35,13 +35,15 @@ import {
   podReady,
   RELEASE,
 } from "../../localcluster/project.ts";
+import { namespaceEditor } from "../../localcluster/editor.ts";
 import { waitFor } from "../../localcluster/wait.ts";
+import { KubeClient } from "../../src/kube/client.ts";
+import { loadClientConfig } from "../../src/kube/config.ts";
 import { isApiError } from "../../src/kube/errors.ts";
 import { PROGRAM } from "../../src/manager/flags.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 import { AUTOSCALER_TAINT, EXCLUDE_LABEL } from "../../src/service/nodes.ts";
 import { addressesOf, clusterAuditEvents, leaseHolder } from "./cluster-objects.ts";
-import { namespaceEditor } from "./tenant.ts";
 
 const WORKERS = ["node-1", "node-2", "node-3"];
 /** Where the backends run, one each; node-3 has none. */
@@ -348,12 +350,15 @@ function loadBalancerSuite(mode: ProxyMode): void {
       const hostAgent = await waitFor(`${node1}:${HOST_NETWORK_PORT} answering`,
         () => getFromClient(node1, HOST_NETWORK_PORT, "/hostname"), WAIT_MS, 250);
 
-      const tenant = await namespaceEditor(cluster, "tenant");
+      const tenant = await namespaceEditor(cluster.controlPlane, "tenant");
+      const editor = new KubeClient(await loadClientConfig({ kubeconfig: tenant.kubeconfig, env: {} }), {
+        component: "tenant-editor",
+      });
       try {
         const path = `/api/v1/namespaces/${tenant.namespace}/services`;
         // As the editor itself, through its `edit` grant: Services of the class on both ports, no backends needed.
         const steal = (name: string, port: number) =>
-          tenant.client.request<Service>({
+          editor.request<Service>({
             method: "POST",
             path,
             body: {
@@ -371,14 +376,14 @@ function loadBalancerSuite(mode: ProxyMode): void {
         // The editor reads the Warnings itself, naming whose port it is.
         const warning = (service: Service, message: string) =>
           waitFor(`a Warning about ${service.metadata?.name}: ${message}`, async () =>
-            (await eventsAbout(service, tenant.client)).find((e) => e.type === "Warning" && e.message === message),
+            (await eventsAbout(service, editor)).find((e) => e.type === "Warning" && e.message === message),
             WAIT_MS, 250);
         await warning(onNodePort, `refused (node-port): port TCP/${nodePort} is the NodePort of the older ` +
           "Service/default/victim, open on every node");
         await warning(onHostNetwork, `refused (host-network-port): port TCP/${HOST_NETWORK_PORT} on node node-1 is ` +
           "a port of the older Pod/kube-system/host-agent, which uses the node's network");
         for (const name of ["on-node-port", "on-host-network"]) {
-          const now = await tenant.client.request<Service>({ method: "GET", path: `${path}/${name}` });
+          const now = await editor.request<Service>({ method: "GET", path: `${path}/${name}` });
           assert.deepEqual(now.status?.loadBalancer ?? {}, {}, `${name}: no status at all`);
         }
         // Had the ports been taken, kube-proxy would send these to the editor's Services (no endpoints: refused).
@@ -388,10 +393,10 @@ function loadBalancerSuite(mode: ProxyMode): void {
           assert.ok(pods.has(answer), `${ip}:${nodePort} answered ${answer}, not a backend of the victim`);
         }
         assert.equal(await getFromClient(node1, HOST_NETWORK_PORT, "/hostname"), hostAgent);
-        await tenant.client.request({ method: "DELETE", path: `${path}/on-node-port` });
-        await tenant.client.request({ method: "DELETE", path: `${path}/on-host-network` });
+        await editor.request({ method: "DELETE", path: `${path}/on-node-port` });
+        await editor.request({ method: "DELETE", path: `${path}/on-host-network` });
       } finally {
-        tenant.close();
+        editor.close();
         await cluster.kubectl(["delete", "pod", "host-agent", "--namespace", "kube-system", "--wait=false"]);
         await cluster.kubectl(["delete", "service", "victim", "--wait=false"]);
       }

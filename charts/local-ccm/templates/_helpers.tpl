@@ -195,27 +195,45 @@ the schema has checked each value's form.
 {{- end }}
 
 {{/*
-Secure metrics' certificate, mounted from metrics.tlsSecretName: the flags, the volume and its mount.
-Input: the root context. Each output is "" without a Secret.
+The Secret holding secure metrics' certificate (tls.crt, tls.key; ca.crt to verify it): metrics.tlsSecretName,
+else the one the chart makes (metrics.generateCertificate, templates/metrics.yaml); "" for a self-signed
+certificate made at each start, or when the program's metrics are off or not secure.
+Input: dict "root" $ "flags" <the program's flag values>.
+*/}}
+{{- define "local-ccm.metricsTlsSecret" -}}
+{{- if and .flags.metricsBindAddress .flags.secureMetrics }}
+{{- if .root.Values.metrics.tlsSecretName }}{{ .root.Values.metrics.tlsSecretName }}
+{{- else if .root.Values.metrics.generateCertificate }}local-ccm-metrics-tls{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* The DNS name in the chart-made certificate for a program's metrics: its metrics Service's. Input: dict "root" $ "name" <program>. */}}
+{{- define "local-ccm.metricsServerName" -}}
+{{ .name }}-metrics.{{ .root.Release.Namespace }}.svc
+{{- end }}
+
+{{/*
+Secure metrics' certificate, mounted from local-ccm.metricsTlsSecret: the flags, the volume and its mount.
+Input: dict "root" $ "flags" <the program's flag values>. Each output is "" without a Secret.
 */}}
 {{- define "local-ccm.metricsTlsArgs" -}}
-{{- if .Values.metrics.tlsSecretName }}
+{{- if include "local-ccm.metricsTlsSecret" . }}
 - "--metrics-cert-file=/etc/local-ccm/metrics-tls/tls.crt"
 - "--metrics-key-file=/etc/local-ccm/metrics-tls/tls.key"
 {{- end }}
 {{- end }}
 
 {{- define "local-ccm.metricsTlsVolume" -}}
-{{- if .Values.metrics.tlsSecretName -}}
+{{- with include "local-ccm.metricsTlsSecret" . -}}
 volumes:
   - name: metrics-tls
     secret:
-      secretName: {{ .Values.metrics.tlsSecretName }}
+      secretName: {{ . }}
 {{- end }}
 {{- end }}
 
 {{- define "local-ccm.metricsTlsMount" -}}
-{{- if .Values.metrics.tlsSecretName -}}
+{{- if include "local-ccm.metricsTlsSecret" . -}}
 volumeMounts:
   - name: metrics-tls
     mountPath: /etc/local-ccm/metrics-tls
