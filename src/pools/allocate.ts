@@ -315,10 +315,14 @@ export function allocate(input: AllocateInput): AllocateResult {
     const kept = (keptNotes.get(facts.key) ?? []).filter(({ ip }) => ips.includes(ip));
     keptNotes.set(facts.key, kept);
     const told = [
-      ...kept.map(({ ip, rule, detail }) => ({ rule, reason: `${ip} is kept while the Service exists, though ${detail}` })),
+      ...kept.map(({ ip, rule, detail }) => ({
+        rule,
+        reason: `${ip} is kept while the Service exists, though ${detail}`,
+      })),
       ...outcome.notices,
     ];
-    result.set(facts.key, { action: "allocate", rule, ips, pools, reason, moved: outcome.moved ?? movedReason, notices: told });
+    const moves = outcome.moved ?? movedReason;
+    result.set(facts.key, { action: "allocate", rule, ips, pools, reason, moved: moves, notices: told });
   }
 
   /**
@@ -341,11 +345,13 @@ export function allocate(input: AllocateInput): AllocateResult {
       const mine = kept.find(({ ip }) => familyOf(ip) === family);
       const asked = request.get(family);
       const from = mine?.recorded ?? mine?.pool;
-      const replace = mine && (asked !== undefined ? asked !== mine.ip : facts.pool !== undefined && facts.pool !== from);
+      const replace =
+        mine && (asked !== undefined ? asked !== mine.ip : facts.pool !== undefined && facts.pool !== from);
       return !mine || replace ? [{ family, mine, asked }] : [];
     });
     const sources = wanted.map(({ family, mine, asked }) => {
-      const why = asked !== undefined ? "is not the address it requests" : `is not of pool ${facts.pool}, which it names`;
+      const why =
+        asked !== undefined ? "is not the address it requests" : `is not of pool ${facts.pool}, which it names`;
       return { mine, why, source: sourceOf(facts, family, asked, pools) };
     });
     if (!kept.length) {
@@ -356,7 +362,8 @@ export function allocate(input: AllocateInput): AllocateResult {
     const replaced: { ip: string; why: string }[] = [];
     const told: Notice[] = [];
     for (const { mine, why, source } of sources) {
-      const step = "refuse" in source ? source : "ip" in source ? requested(facts, source) : automatic(facts, source, added);
+      const step =
+        "refuse" in source ? source : "ip" in source ? requested(facts, source) : automatic(facts, source, added);
       if ("refuse" in step) {
         if (!kept.length) return step;
         told.push(notice(step));

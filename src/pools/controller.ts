@@ -584,7 +584,8 @@ export class PoolController {
     if (!facts.deleting && !facts.finalizer && !(await this.writePoolFinalizer(pool, true))) return;
     const current = pool.status?.conditions?.find(({ type }) => type === "Ready");
     const retained = result.retained.get(name) ?? [];
-    const status = poolStatus({ pool: facts, pools: this.pools, used, retained, exclusions: this.exclusions, current, now: new Date() });
+    const { pools, exclusions } = this;
+    const status = poolStatus({ pool: facts, pools, used, retained, exclusions, current, now: new Date() });
     if (sameStatus(pool.status, status)) return;
     if (!this.options.dryRun) return this.writePoolStatus(name, status);
     this.options.metrics.writes.with({ write: "pool-status", result: "dry-run" }).inc();

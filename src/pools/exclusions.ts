@@ -4,7 +4,7 @@
 // it from the announcer Leases, ServiceCIDRs, Nodes and the EndpointSlices of default/kubernetes); each exclusion
 // carries a rule id (metrics, Events) and a reason naming where it comes from.
 import { parseCidr } from "../net/ip.ts";
-import { type AddressRange, type IpFamily, ipNumber, ipText, parseAddressEntry } from "./ranges.ts";
+import { type AddressRange, type IpFamily, ipNumber, ipText, parseAddressEntry, rangeHolds } from "./ranges.ts";
 
 export type ExclusionRule =
   | "gateway"
@@ -64,8 +64,10 @@ export function exclusions(facts: NetworkFacts): Exclusion[] {
     for (const gateway of gateways) {
       const ip = ipNumber(gateway.trim());
       if (!ip) continue;
-      const on = prefixes.find(({ range }) => range.family === ip.family && range.first <= ip.value && ip.value <= range.last);
-      const reason = on ? `is the default gateway of segment ${on.text} (node ${node})` : `is a default gateway of node ${node}`;
+      const on = prefixes.find(({ range }) => rangeHolds(range, ip.family, ip.value));
+      const reason = on
+        ? `is the default gateway of segment ${on.text} (node ${node})`
+        : `is a default gateway of node ${node}`;
       out.push(single(ip.family, ip.value, "gateway", reason));
     }
   }

@@ -71,7 +71,11 @@ export class AnnouncerLeases {
   network(): { node: string; segments: string[]; gateways: string[] }[] {
     const list = (text: string | undefined) => (text ? text.split(",").map((item) => item.trim()) : []);
     return [...this.observed.values()]
-      .map(({ node, segmentsText, gatewaysText }) => ({ node, segments: list(segmentsText), gateways: list(gatewaysText) }))
+      .map(({ node, segmentsText: segments, gatewaysText: gateways }) => ({
+        node,
+        segments: list(segments),
+        gateways: list(gateways),
+      }))
       .sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
   }
 

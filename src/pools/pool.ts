@@ -90,7 +90,10 @@ export function poolFacts(pool: LoadBalancerIPPool): PoolFacts {
     pool.spec ?? {};
   const parsed = addresses.map(parseAddressEntry);
   const selector = serviceSelector ? labelSelectorFrom(serviceSelector) : undefined;
-  const problems = [...(typeof selector === "string" ? [selector] : []), ...(addresses.length ? [] : ["spec.addresses is empty"])];
+  const problems = [
+    ...(typeof selector === "string" ? [selector] : []),
+    ...(addresses.length ? [] : ["spec.addresses is empty"]),
+  ];
   const metadata = pool.metadata ?? {};
   return {
     name: metadata.name ?? "",

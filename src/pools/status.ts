@@ -96,7 +96,13 @@ export function sameStatus(current: PoolStatus | undefined, wanted: PoolStatus):
       free,
       conflicts,
       retained,
-      conditions.map(({ lastTransitionTime: _, ...rest }) => [rest.type, rest.status, rest.reason, rest.message, rest.observedGeneration]),
+      conditions.map(({ type, status, reason, message, observedGeneration }) => [
+        type,
+        status,
+        reason,
+        message,
+        observedGeneration,
+      ]),
     ]);
   return text(current) === text(wanted);
 }

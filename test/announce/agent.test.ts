@@ -120,7 +120,7 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
     await nodes.create({ metadata: { name } });
     // As a run that crashed would leave it: deleted, since the node is not selected.
     const identity = { node: name, name: announcerLeaseName(name) as string, namespace: NAMESPACE };
-    await world.leases.create(announcerLease(identity, "", new Date()));
+    await world.leases.create(announcerLease(identity, { segments: "", gateways: "" }, new Date()));
     const edge = await world.addNode(name, 1, [`--lb-l2-node-selector=${EDGE_LABEL}`]);
     const answers = (mac: string | undefined) => async () => (await world.resolve(address)) === mac;
     const until = (what: string, check: () => Promise<boolean>) =>
