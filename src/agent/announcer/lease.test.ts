@@ -14,7 +14,7 @@ const [first, second] = [new Date("2026-11-24T16:00:00.123Z"), new Date("2026-11
 
 const network = (segments: string, gateways = "198.18.0.1") => ({ segments, gateways });
 
-test("a new Lease: label, segments, gateways, held by this node for LEASE_DURATION_SECONDS, acquired and renewed now", () => {
+test("a new Lease: label, segments, gateways, held for LEASE_DURATION_SECONDS, acquired and renewed now", () => {
   assert.deepEqual(announcerLease(identity, network("198.18.0.0/24,fd00::/64", "198.18.0.1,fe80::1"), first), {
     apiVersion: "coordination.k8s.io/v1",
     kind: "Lease",
@@ -33,7 +33,7 @@ test("a new Lease: label, segments, gateways, held by this node for LEASE_DURATI
   });
 });
 
-test("a renewal keeps the resourceVersion read, others' labels, its acquireTime; taken back, it is acquired anew", () => {
+test("a renewal keeps the resourceVersion read, others' labels, its acquireTime; taken back, acquired anew", () => {
   const read = announcerLease(identity, network("198.18.0.0/24"), first);
   read.metadata = { ...read.metadata, resourceVersion: "42", labels: { ...read.metadata?.labels, team: "net" } };
   const renewed = announcerLease(identity, network("198.18.1.0/24", "198.18.1.1"), second, read);
