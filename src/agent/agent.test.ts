@@ -35,6 +35,7 @@ function harness(get: () => Promise<Node>) {
       }),
     listAddresses: async () => [],
     listLinks: async () => [],
+    listDefaultGateways: async () => [],
     watchChanges: () => ({ close() {} }),
     close() {},
   };

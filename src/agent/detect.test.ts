@@ -262,6 +262,7 @@ describe("detectAddresses", () => {
         return addresses;
       },
       listLinks: async () => [],
+      listDefaultGateways: async () => [],
       watchChanges: () => ({ close() {} }),
       close() {},
     };

@@ -2,7 +2,7 @@
 // adapter inside one through test/netns/detect-fixture.ts. Nothing routes to the root namespace.
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
-import { addressesIn, quietHost, routesIn, watchIn } from "../../test/netns/detect-client.ts";
+import { addressesIn, gatewaysIn, quietHost, routesIn, watchIn } from "../../test/netns/detect-client.ts";
 import { networkPool, type Host, type Link, type Network } from "../../test/netns/netns.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { coalesce, openNetlink } from "./netlink.ts";
@@ -75,6 +75,19 @@ describe("netlink adapter in network namespaces", () => {
       "fd00:198:18::2",
       ...unroutable.map(() => null),
     ]);
+  });
+
+  test("default gateways: each default route's next hop (multipath too, any table), not other routes'", async () => {
+    const { host } = await hostBehindRouter(await network());
+    assert.deepEqual(await gatewaysIn(host), [], "no default route yet");
+    await host.ip("route", "add", "default", "via", "198.18.0.1");
+    await host.ip("route", "add", "198.19.0.0/16", "via", "198.18.0.9");
+    const multipath = ["nexthop", "via", "198.18.0.3", "nexthop", "via", "198.18.0.4"];
+    await host.ip("route", "add", "default", "table", "100", ...multipath);
+    await host.ip("-6", "route", "add", "default", "via", "fd00:198:18::1");
+    await host.ip("route", "add", "unreachable", "default", "table", "101");
+    const gateways = ["198.18.0.1", "198.18.0.3", "198.18.0.4", "fd00:198:18::1"];
+    assert.deepEqual((await gatewaysIn(host)).sort(), gateways);
   });
 
   test("a namespace without routes has no source for any target", async () => {

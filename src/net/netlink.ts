@@ -5,6 +5,7 @@ import { getSystemErrorName } from "node:util";
 import {
   CHANGE_GROUPS,
   decodeMessages,
+  defaultRouteGateways,
   dumpQuery,
   encodeMessage,
   errorCode,
@@ -50,6 +51,8 @@ export interface Netlink {
   listAddresses(): Promise<HostAddress[]>;
   /** Every link of the host, by interface index. */
   listLinks(): Promise<HostLink[]>;
+  /** The next hops of the host's default routes (IPv4 and IPv6, every table), unique, in the kernel's order. */
+  listDefaultGateways(): Promise<string[]>;
   /** Calls onChange once per burst of address, route or rule changes (IPv4 and IPv6), debounceMs after the burst's first change. The open watch keeps the process alive until closed. */
   watchChanges(onChange: () => void, debounceMs: number): { close(): void };
   /** Closes the sockets, open watches included; pending requests fail. */
@@ -116,6 +119,11 @@ export function openNetlink(): Netlink {
 
     listLinks,
 
+    async listDefaultGateways() {
+      const routes = await requests.dump(MessageType.GETROUTE, MessageType.NEWROUTE);
+      return [...new Set(routes.flatMap((message) => defaultRouteGateways(message.body)))];
+    },
+
     watchChanges(onChange, debounceMs) {
       const watch = openWatch(onChange, debounceMs);
       watches.add(watch);
@@ -166,7 +174,7 @@ interface Pending {
   timer: NodeJS.Timeout;
 }
 
-type DumpQuery = typeof MessageType.GETADDR | typeof MessageType.GETLINK;
+type DumpQuery = typeof MessageType.GETADDR | typeof MessageType.GETLINK | typeof MessageType.GETROUTE;
 
 /** One request socket, opened on first use and replaced after a socket error; referenced only while requests are pending. */
 function openRequester() {

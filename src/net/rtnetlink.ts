@@ -39,7 +39,10 @@ const AF_UNSPEC = 0;
 const AF_INET = 2;
 const AF_INET6 = 10;
 const RTA_DST = 1;
+const RTA_GATEWAY = 5;
 const RTA_PREFSRC = 7;
+const RTA_MULTIPATH = 9;
+const RTN_UNICAST = 1;
 const IFA_ADDRESS = 1;
 const IFA_LOCAL = 2;
 const IFA_FLAGS = 8;
@@ -59,6 +62,7 @@ const HEADER = 16; // struct nlmsghdr
 const RTMSG = 12; // struct rtmsg
 const IFADDRMSG = 8; // struct ifaddrmsg
 const IFINFOMSG = 16; // struct ifinfomsg
+const RTNEXTHOP = 8; // struct rtnexthop
 
 // Netlink headers are in host byte order.
 const LE = endianness() === "LE";
@@ -139,9 +143,12 @@ export function routeQuery(target: string): Buffer {
   return Buffer.concat([header, attribute(RTA_DST, destination)]);
 }
 
-/** Body of an RTM_GETADDR or RTM_GETLINK dump over all families. */
-export function dumpQuery(type: typeof MessageType.GETADDR | typeof MessageType.GETLINK): Buffer {
-  const body = Buffer.alloc(type === MessageType.GETADDR ? IFADDRMSG : IFINFOMSG);
+/** Body of an RTM_GETADDR, RTM_GETLINK or RTM_GETROUTE dump over all families. */
+export function dumpQuery(
+  type: typeof MessageType.GETADDR | typeof MessageType.GETLINK | typeof MessageType.GETROUTE,
+): Buffer {
+  const size = type === MessageType.GETADDR ? IFADDRMSG : type === MessageType.GETLINK ? IFINFOMSG : RTMSG;
+  const body = Buffer.alloc(size);
   body[0] = AF_UNSPEC;
   return body;
 }
@@ -150,6 +157,31 @@ export function dumpQuery(type: typeof MessageType.GETADDR | typeof MessageType.
 export function routeSource(body: Buffer): string | undefined {
   const source = parseAttributes(body.subarray(RTMSG)).get(RTA_PREFSRC);
   return source && (source.length === 4 || source.length === 16) ? ipFromBytes(source) : undefined;
+}
+
+/**
+ * The next hops of an RTM_NEWROUTE message that is a default route (rtm_dst_len 0, unicast, IPv4 or IPv6): its
+ * RTA_GATEWAY, or each RTA_MULTIPATH hop's; none for any other route.
+ */
+export function defaultRouteGateways(body: Buffer): string[] {
+  if (body.length < RTMSG) return [];
+  const [family, dstLength] = body;
+  const size = family === AF_INET ? 4 : family === AF_INET6 ? 16 : 0;
+  if (dstLength !== 0 || body[7] !== RTN_UNICAST || size === 0) return [];
+  const attributes = parseAttributes(body.subarray(RTMSG));
+  const gateways: string[] = [];
+  const add = (bytes: Buffer | undefined) => {
+    if (bytes?.length === size) gateways.push(ipFromBytes(bytes));
+  };
+  add(attributes.get(RTA_GATEWAY));
+  const hops = attributes.get(RTA_MULTIPATH) ?? Buffer.alloc(0);
+  for (let at = 0; at + RTNEXTHOP <= hops.length; ) {
+    const length = u16(hops, at);
+    if (length < RTNEXTHOP || at + length > hops.length) break;
+    add(parseAttributes(hops.subarray(at + RTNEXTHOP, at + length)).get(RTA_GATEWAY));
+    at += align(length);
+  }
+  return gateways;
 }
 
 /** Interface index, name and (for an Ethernet-like link: 6 bytes of IFLA_ADDRESS) MAC of an RTM_NEWLINK message. */

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
 import { type Allocation, allocate, isOurs, type L2ServiceFacts, L2_CLASS, poolHolds } from "./allocate.ts";
+import { ExclusionSet, exclusions, type NetworkFacts } from "./exclusions.ts";
 import { type LoadBalancerIPPool, type PoolFacts, poolFacts } from "./pool.ts";
 import { ipNumber, ipText, isBuggyIp } from "./ranges.ts";
 import { poolStatus } from "./status.ts";
@@ -35,8 +36,20 @@ function service(name: string, fields: Partial<L2ServiceFacts> = {}): L2ServiceF
 const pool = (name: string, addresses: string[], spec: LoadBalancerIPPool["spec"] = {}) =>
   poolFacts({ metadata: { name }, spec: { addresses, ...spec } });
 
-function run(services: L2ServiceFacts[], pools: PoolFacts[], nodes: Record<string, string> = {}) {
-  return allocate({ services, pools, nodeAddresses: new Map(Object.entries(nodes)), claimClassless: false });
+/** What the network uses: `nodes` maps an address to its node; `network` adds to it. */
+function excluded(nodes: Record<string, string> = {}, network: Partial<NetworkFacts> = {}): ExclusionSet {
+  const byNode = Object.entries(nodes).map(([address, name]) => ({ name, podCidrs: [], addresses: [address] }));
+  const facts = { announcers: [], serviceCidrs: [], apiServers: [], ...network, nodes: [...byNode, ...(network.nodes ?? [])] };
+  return new ExclusionSet(exclusions(facts));
+}
+
+function run(
+  services: L2ServiceFacts[],
+  pools: PoolFacts[],
+  nodes: Record<string, string> = {},
+  network: Partial<NetworkFacts> = {},
+) {
+  return allocate({ services, pools, exclusions: excluded(nodes, network), claimClassless: false });
 }
 
 /** "ns/a → 198.51.100.1 (kept)" or "ns/a ✗ pool-exhausted: …". */
@@ -149,22 +162,29 @@ describe("allocate", () => {
       "ns/plain ✗ no-pool: no pool offers IPv4 addresses to this Service",
       "ns/manual → 192.0.2.0 (allocated)",
       "ns/missing ✗ no-pool: annotation local-ccm.io/address-pool: pool nope does not exist",
-      'ns/broken ✗ no-pool: annotation local-ccm.io/address-pool: pool d-broken serves nothing: "198.51.100.9-' +
-        '198.51.100.1" ends before it starts',
+      "ns/broken ✗ no-pool: no pool offers IPv4 addresses to this Service; pool d-broken cannot serve " +
+        '"198.51.100.9-198.51.100.1" ends before it starts',
     ]);
   });
 
-  test("all families or none: a refusal releases what the Service held", () => {
+  test("all families or none for a Service that holds nothing; one that holds keeps it, told what it lacks", () => {
     const v4only = pool("a", ["198.51.100.0/31"]);
-    const dual = service("dual", { ipFamilies: ["IPv4", "IPv6"], ingress: ["198.51.100.0"] });
+    const fresh = service("fresh", { ipFamilies: ["IPv4", "IPv6"] });
+    const dual = service("dual", { ipFamilies: ["IPv4", "IPv6"], ingress: ["198.51.100.0"], allocatedFrom: "a" });
     const later = service("later");
-    assert.deepEqual(summary(run([dual, later], [v4only]).services), [
-      "ns/dual ✗ no-pool: no pool offers IPv6 addresses to this Service",
-      "ns/later → 198.51.100.0 (allocated)",
+    const { services } = run([fresh, dual, later], [v4only]);
+    assert.deepEqual(summary(services), [
+      "ns/fresh ✗ no-pool: no pool offers IPv6 addresses to this Service",
+      "ns/dual → 198.51.100.0 (kept)",
+      "ns/later → 198.51.100.1 (allocated)",
+    ]);
+    const kept = services.get("ns/dual");
+    assert.deepEqual(kept?.action === "allocate" && kept.notices, [
+      { rule: "no-pool", reason: "no pool offers IPv6 addresses to this Service" },
     ]);
   });
 
-  test("an address a refused Service gives up goes to the older Service that asked for it", () => {
+  test("a Service keeps what it holds when the rest of its request is refused; the older one asking waits", () => {
     const dual = pool("a", ["198.51.100.0/31", "2001:db8::/127"]);
     const older = service("older", { ipFamilies: ["IPv6"], requestedIps: "2001:db8::1" });
     const taker = service("taker", { requestedIps: "198.51.100.0" });
@@ -172,11 +192,17 @@ describe("allocate", () => {
       ipFamilies: ["IPv4", "IPv6"],
       requestedIps: "198.51.100.0",
       ingress: ["2001:db8::1"],
+      allocatedFrom: "a",
     });
-    assert.deepEqual(summary(run([older, taker, newer], [dual]).services), [
-      "ns/older → 2001:db8::1 (allocated)",
+    const { services } = run([older, taker, newer], [dual]);
+    assert.deepEqual(summary(services), [
+      "ns/older ✗ address-held: 2001:db8::1 is held by the Service ns/newer",
       "ns/taker → 198.51.100.0 (allocated)",
-      "ns/newer ✗ address-held: 198.51.100.0 is held by the Service ns/taker",
+      "ns/newer → 2001:db8::1 (kept)",
+    ]);
+    const kept = services.get("ns/newer");
+    assert.deepEqual(kept?.action === "allocate" && kept.notices, [
+      { rule: "address-held", reason: "198.51.100.0 is held by the Service ns/taker" },
     ]);
   });
 
@@ -191,20 +217,180 @@ describe("allocate", () => {
     assert.equal(isOurs(service("x", { class: undefined }), false), false);
   });
 
+  test("what the network uses is never handed out; a request for it is refused by its rule, naming the value", () => {
+    const whole = pool("lan", ["198.51.100.0/24", "10.96.0.0-10.96.0.3"]); // an operator's slip: the whole segment
+    const network: Partial<NetworkFacts> = {
+      announcers: [{ node: "n1", segments: ["198.51.100.0/24"], gateways: ["198.51.100.1"] }],
+      serviceCidrs: [{ name: "kubernetes", cidrs: ["10.96.0.0/12"] }],
+      nodes: [{ name: "n1", podCidrs: ["10.244.0.0/24"], addresses: ["198.51.100.2"] }],
+      apiServers: ["198.51.100.3"],
+    };
+    const services = [
+      service("first"),
+      service("gateway", { requestedIps: "198.51.100.1" }),
+      service("legacy", { loadBalancerIP: "198.51.100.255" }),
+      service("cluster-ip", { requestedIps: "10.96.0.1" }),
+    ];
+    assert.deepEqual(summary(run(services, [whole], {}, network).services), [
+      "ns/first → 198.51.100.4 (allocated)",
+      "ns/gateway ✗ gateway: 198.51.100.1 is the default gateway of segment 198.51.100.0/24 (node n1)",
+      "ns/legacy ✗ broadcast-address: 198.51.100.255 is the broadcast address of segment 198.51.100.0/24 (node n1)",
+      "ns/cluster-ip ✗ service-cidr: 10.96.0.1 is in Service CIDR 10.96.0.0/12 (ServiceCIDR kubernetes)",
+    ]);
+  });
+
+  test("held addresses stay whatever the pools become; the Service and the pool are told why", () => {
+    const recorded = (name: string, ip: string, from: string, fields: Partial<L2ServiceFacts> = {}) =>
+      service(name, { ingress: [ip], allocatedFrom: from, finalizer: true, ...fields });
+    const services = [
+      recorded("gone", "198.51.100.1", "deleted"),
+      recorded("deleting", "198.51.101.1", "b"),
+      recorded("narrowed", "198.51.102.1", "c"),
+      recorded("shrunk", "198.51.103.9", "d"),
+      recorded("bad-entry", "198.51.104.1", "e"),
+      recorded("gateway", "198.51.103.1", "d"),
+      recorded("renamed", "198.51.103.2", "d", { pool: "e" }),
+      recorded("asks", "198.51.103.3", "d", { requestedIps: "198.51.104.7" }),
+      service("new"),
+    ];
+    const pools = [
+      pool("b", ["198.51.101.0/24"]),
+      pool("c", ["198.51.102.0/24"], { namespaces: ["other"] }),
+      pool("d", ["198.51.103.0/29"]),
+      pool("e", ["198.51.104.0/29", "198.51.104.9-198.51.104.1"]),
+    ];
+    pools[0] = { ...(pools[0] as PoolFacts), deleting: true };
+    const network = { announcers: [{ node: "n1", segments: ["198.51.103.0/24"], gateways: ["198.51.103.1"] }] };
+    const { services: result, retained, used } = run(services, pools, {}, network);
+    assert.deepEqual(summary(result), [
+      "ns/gone → 198.51.100.1 (kept)",
+      "ns/deleting → 198.51.101.1 (kept)",
+      "ns/narrowed → 198.51.102.1 (kept)",
+      "ns/shrunk → 198.51.103.9 (kept)",
+      "ns/bad-entry → 198.51.104.1 (kept)",
+      "ns/gateway → 198.51.103.1 (kept)",
+      "ns/renamed → 198.51.104.0 (allocated)",
+      "ns/asks → 198.51.104.7 (allocated)",
+      "ns/new → 198.51.103.2 (allocated)", // given up by ns/renamed just now
+    ]);
+    const told = (key: string) => {
+      const allocation = result.get(key);
+      return allocation?.action === "allocate" ? [allocation.moved, ...allocation.notices.map(({ rule }) => rule)] : [];
+    };
+    assert.deepEqual(
+      ["gone", "deleting", "narrowed", "shrunk", "bad-entry", "gateway", "renamed", "asks"].map((name) => told(`ns/${name}`)),
+      [
+        [undefined, "pool-gone"],
+        [undefined, "pool-deleting"],
+        [undefined, "pool-changed"],
+        [undefined, "pool-changed"],
+        [undefined],
+        [undefined, "gateway"],
+        ["198.51.103.2 is not of pool e, which it names"],
+        ["198.51.103.3 is not the address it requests"],
+      ],
+    );
+    assert.deepEqual(Object.fromEntries(retained), {
+      b: ["198.51.101.1 (Service ns/deleting): pool b is being deleted"],
+      c: ["198.51.102.1 (Service ns/narrowed): pool c no longer admits the Service (its namespaces or serviceSelector)"],
+      d: [
+        "198.51.103.9 (Service ns/shrunk): pool d no longer offers it",
+        "198.51.103.1 (Service ns/gateway): it is the default gateway of segment 198.51.103.0/24 (node n1)",
+      ],
+    });
+    assert.deepEqual([...(used.get("b") ?? [])], ["198.51.101.1"]);
+  });
+
+  test("a Service's own edit that is refused moves nothing: it keeps what it holds and is told", () => {
+    const d = pool("d", ["198.51.103.0/29"]);
+    const network = { announcers: [{ node: "n1", segments: ["198.51.103.0/24"], gateways: ["198.51.103.1"] }] };
+    const held = { ingress: ["198.51.103.2"], allocatedFrom: "d", finalizer: true };
+    const services = [
+      service("to-gateway", { ...held, requestedIps: "198.51.103.1" }),
+      service("garbled", { ...held, ingress: ["198.51.103.3"], requestedIps: "nonsense" }),
+      service("no-such-pool", { ...held, ingress: ["198.51.103.4"], pool: "nope" }),
+    ];
+    const { services: result } = run(services, [d], {}, network);
+    assert.deepEqual(
+      [...result.values()].map((each) => (each.action === "allocate" ? [each.ips, each.notices] : each.reason)),
+      [
+        [["198.51.103.2"], [{ rule: "gateway", reason: "198.51.103.1 is the default gateway of segment 198.51.103.0/24 (node n1)" }]],
+        [["198.51.103.3"], [{ rule: "bad-request", reason: 'annotation local-ccm.io/load-balancer-ips: "nonsense" is not an IP address' }]],
+        [
+          ["198.51.103.4"],
+          [
+            { rule: "pool-changed", reason: "198.51.103.4 is kept while the Service exists, though the Service names pool nope" },
+            { rule: "no-pool", reason: "annotation local-ccm.io/address-pool: pool nope does not exist" },
+          ],
+        ],
+      ],
+    );
+  });
+
   test("pool status: size, used, free, overlaps and node addresses as conflicts", () => {
     const a = pool("a", ["198.51.100.0/29"]);
     const b = pool("b", ["198.51.100.6-198.51.100.10", "2001:db8::/64"]);
-    const nodes = new Map([["198.51.100.1", "n1"]]);
-    assert.deepEqual(poolStatus(a, [a, b], new Set(["198.51.100.0"]), nodes), {
+    const nodes = excluded({ "198.51.100.1": "n1" });
+    const now = new Date("2026-11-27T12:00:00.123Z");
+    const status = (facts: PoolFacts, used: string[]) =>
+      poolStatus({ pool: facts, pools: [a, b], used: new Set(used), retained: [], exclusions: nodes, current: undefined, now });
+    assert.deepEqual(status(a, ["198.51.100.0"]), {
       size: "8",
       used: "1",
       free: "6",
       conflicts: [
         "overlaps pool b at 198.51.100.6-198.51.100.7",
-        "holds 198.51.100.1, an address of node n1: never handed out",
+        "never hands out 198.51.100.1: it is an address of node n1",
+      ],
+      retained: [],
+      conditions: [
+        {
+          type: "Ready",
+          status: "True",
+          reason: "Serving",
+          message: "serves its addresses",
+          lastTransitionTime: "2026-11-27T12:00:00Z",
+          observedGeneration: undefined,
+        },
       ],
     });
-    assert.equal(poolStatus(b, [a, b], new Set(), nodes).size, String(5n + 2n ** 64n));
+    assert.equal(status(b, []).size, String(5n + 2n ** 64n));
+  });
+
+  test("pool status: entries it cannot serve, what the network uses in it, what is retained, Ready while deleted", () => {
+    const a = pool("a", ["198.51.100.0/29", "198.51.100.9-198.51.100.1"]);
+    const network = excluded({}, { serviceCidrs: [{ name: "kubernetes", cidrs: ["198.51.100.4/30"] }] });
+    const now = new Date("2026-11-27T12:00:00Z");
+    const current = {
+      type: "Ready",
+      status: "True" as const,
+      reason: "Serving",
+      message: "serves its addresses",
+      lastTransitionTime: "2026-11-01T00:00:00Z",
+    };
+    const retained = ["198.51.100.5 (Service ns/old): it is in Service CIDR 198.51.100.4/30 (ServiceCIDR kubernetes)"];
+    const input = { pool: a, pools: [a], used: new Set(["198.51.100.0", "198.51.100.5"]), retained, exclusions: network, current, now };
+    const serving = poolStatus(input);
+    assert.deepEqual([serving.size, serving.used, serving.free], ["8", "2", "3"]); // 8 - 4 excluded - 1 used
+    assert.deepEqual(serving.conflicts, [
+      'cannot serve the entry "198.51.100.9-198.51.100.1" ends before it starts',
+      "never hands out 198.51.100.4-198.51.100.7: it is in Service CIDR 198.51.100.4/30 (ServiceCIDR kubernetes)",
+    ]);
+    assert.deepEqual(serving.retained, retained);
+    const ready = serving.conditions?.[0];
+    assert.deepEqual([ready?.status, ready?.reason, ready?.lastTransitionTime], ["True", "EntriesUnservable", "2026-11-01T00:00:00Z"]);
+    const deleting = poolStatus({ ...input, pool: { ...a, deleting: true, generation: 3 } });
+    assert.deepEqual(deleting.conditions, [
+      {
+        type: "Ready",
+        status: "False",
+        reason: "Deleting",
+        message: "being deleted; waits until Services release the 2 address(es) they hold of it: 198.51.100.0, 198.51.100.5",
+        lastTransitionTime: "2026-11-27T12:00:00Z",
+        observedGeneration: 3,
+      },
+    ]);
+    assert.equal(deleting.free, "0");
   });
 });
 
@@ -239,8 +425,37 @@ const arbitraryWorld = fc.integer({ min: 1, max: 12 }).chain((count) =>
   fc.tuple(...Array.from({ length: count }, (_, index) => arbitraryService(index))),
 );
 
+/** Pool edits an operator can make: deleted, being deleted, shrunk, narrowed, a bad entry added. */
+const arbitraryPools = fc
+  .tuple(
+    ...POOLS.map((facts) =>
+      fc.constantFrom<(facts: PoolFacts) => PoolFacts | undefined>(
+        (same) => same,
+        () => undefined,
+        (same) => ({ ...same, deleting: true }),
+        (same) => ({ ...same, ranges: same.ranges.slice(1), unservable: ['"10.0.0.9-10.0.0.1" ends before it starts'] }),
+        (same) => ({ ...same, namespaces: ["other"] }),
+        (same) => ({ ...same, serviceSelector: { text: "tier=edge", requirements: [{ key: "tier", operator: "=", values: ["edge"] }] } }),
+        (same) => ({ ...same, problem: "serviceSelector: unknown operator" }),
+        (same) => ({ ...same, avoidBuggyIps: true }),
+      ).map((edit) => edit(facts)),
+    ),
+  )
+  .map((pools) => pools.filter((each): each is PoolFacts => each !== undefined));
+
+/** What the network may come to use: node addresses, a segment with its gateway, a Service CIDR, pod CIDRs. */
+const arbitraryNetwork = fc.record({
+  nodes: fc.subarray(ADDRESSES).map((addresses) => [{ name: "n1", podCidrs: [], addresses }]),
+  announcers: fc.subarray([
+    { node: "n1", segments: ["10.0.0.0/29"], gateways: ["10.0.0.1"] },
+    { node: "n2", segments: ["fd00::/126"], gateways: ["fd00::2"] },
+  ]),
+  serviceCidrs: fc.subarray([{ name: "kubernetes", cidrs: ["10.0.1.0/31", "fd00::/127"] }]),
+  apiServers: fc.subarray(["10.0.0.8", "10.0.1.3"]),
+});
+
 describe("allocate: properties", () => {
-  test("no two Services on one address unless they share a key and no port; none outside its pool", () => {
+  test("no two Services on one address unless they share a key and no port; none new outside its pool", () => {
     fc.assert(
       fc.property(arbitraryWorld, (services) => {
         const { services: result } = run(services, POOLS);
@@ -250,8 +465,10 @@ describe("allocate: properties", () => {
           const ips = allocation?.action === "allocate" ? allocation.ips : facts.deleting ? facts.ingress : [];
           for (const ip of ips) byIp.set(ip, [...(byIp.get(ip) ?? []), facts]);
           if (allocation?.action !== "allocate") continue;
-          assert.equal(allocation.ips.length, facts.ipFamilies.length, "every family or nothing");
+          const heldBefore = allocation.ips.some((ip) => facts.ingress.includes(ip));
+          if (!heldBefore) assert.equal(allocation.ips.length, facts.ipFamilies.length, "every family or nothing");
           allocation.ips.forEach((ip, index) => {
+            if (facts.ingress.includes(ip)) return; // kept
             const number = ipNumber(ip);
             const owner = POOLS.find(({ name }) => name === allocation.pools[index]);
             assert.ok(number && owner && poolHolds(owner, number.family, number.value), `${ip} outside its pool`);
@@ -266,6 +483,49 @@ describe("allocate: properties", () => {
             }
       }),
       { numRuns: 500 },
+    );
+  });
+
+  test("allocate never gives an address the network uses, unless the Service held it already", () => {
+    fc.assert(
+      fc.property(arbitraryWorld, arbitraryNetwork, (services, network) => {
+        const exclusionSet = new ExclusionSet(exclusions(network));
+        const { services: result } = allocate({ services, pools: POOLS, exclusions: exclusionSet, claimClassless: false });
+        for (const facts of services) {
+          const allocation = result.get(facts.key);
+          if (allocation?.action !== "allocate") continue;
+          for (const ip of allocation.ips)
+            if (!facts.ingress.includes(ip))
+              assert.equal(exclusionSet.findIp(ip), undefined, `${facts.key} got ${ip}, which ${exclusionSet.findIp(ip)?.reason}`);
+        }
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  test("no sequence of pool edits and network changes changes a held address while its Service exists", () => {
+    fc.assert(
+      fc.property(
+        arbitraryWorld,
+        fc.array(fc.tuple(arbitraryPools, arbitraryNetwork), { minLength: 1, maxLength: 4 }),
+        (services, edits) => {
+          let current = written(services, run(services, POOLS).services);
+          const held = new Map(current.map((facts) => [facts.key, facts.ingress]));
+          for (const [pools, network] of edits) {
+            const exclusionSet = new ExclusionSet(exclusions(network));
+            const { services: result } = allocate({ services: current, pools, exclusions: exclusionSet, claimClassless: false });
+            for (const facts of current) {
+              const before = held.get(facts.key) ?? [];
+              if (facts.deleting || !before.length) continue;
+              const allocation = result.get(facts.key);
+              assert.ok(allocation?.action === "allocate", `${facts.key} lost ${before.join(",")}: ${allocation?.reason}`);
+              assert.deepEqual(allocation.ips.filter((ip) => before.includes(ip)), before, `${facts.key} moved`);
+            }
+            current = written(current, result);
+          }
+        },
+      ),
+      { numRuns: 300 },
     );
   });
 

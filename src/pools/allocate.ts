@@ -1,21 +1,27 @@
 // Which addresses each LoadBalancer Service of class local-ccm.io/l2 holds, as a pure function of the pools, the
-// Services and the Nodes' addresses: allocate() looks at all of them at once, because Services compete for
-// addresses. Every answer carries a rule id for metrics and a reason for logs and Events.
+// Services and what the network uses (exclusions.ts): allocate() looks at all of them at once, because Services
+// compete for addresses. Every answer carries a rule id for metrics and a reason for logs and Events.
 //
 // Order of the rules:
-// 1. What Services hold is kept first, oldest Service first: an address in their status (written only by us, after
-//    the allocation was recorded in the allocated-from annotation) stays theirs while it is in a pool they may use,
-//    matches what they request, and no older Service holds it without a compatible sharing key. Two Services found
-//    on one address: the older keeps it, the newer is moved, and its reason names the other. A restart rebuilds
-//    exactly this from the Services, so no address is ever handed out twice, even with the pool exhausted.
+// 1. What Services hold is kept first, oldest Service first. An address in their status that this controller
+//    recorded (the allocated-from annotation, written before the status) stays theirs while the Service exists,
+//    whatever edit came since: a pool deleted, shrunk or narrowed, an entry gone bad, the address now a node's or a
+//    gateway's. The Service is told why it would no longer be given (a notice), and so is the pool's status; only the
+//    Service's own edits take an address from it (a family dropped, another address requested and given). Two
+//    Services found on one address: the older keeps it, the newer is moved, and its reason names the other. A
+//    restart rebuilds exactly this from the Services, so no address is ever handed out twice, even with the pool
+//    exhausted.
 // 2. Then, oldest first, each Service's missing families: the address it requests (annotation, else
 //    spec.loadBalancerIP), else a compatible sharer's address, else the lowest free address of the first pool by
-//    name that has one. A Service gets every family of spec.ipFamilies or nothing: a refusal releases what it held.
+//    name that has one; never an excluded address, and a requested one that is excluded is refused by its rule. A
+//    Service that holds nothing gets every family of spec.ipFamilies or nothing; one that holds addresses keeps
+//    them and is told what it asks and cannot have, so no refusal ever releases an address.
 import type { Service } from "kubernetes-types/core/v1.js";
 import { objectKey } from "../kube/informer.ts";
 import { matchesLabels } from "../kube/labelselector.ts";
 import { byAge, LB_FINALIZER, type ServicePort } from "../service/decide.ts";
 import { ANNOUNCER_LABEL } from "./announcement.ts";
+import type { ExclusionRule, ExclusionSet } from "./exclusions.ts";
 import type { PoolFacts } from "./pool.ts";
 import { type IpFamily, ipNumber, ipText, isBuggyIp, rangeHolds } from "./ranges.ts";
 
@@ -101,28 +107,39 @@ export type RefusalRule =
   | "address-in-no-pool"
   | "address-held"
   | "port-overlap"
-  | "node-address";
+  | ExclusionRule;
+
+/** Why an address a Service keeps would no longer be given to it: a pool's change, or what the network uses. */
+export type KeptRule = "pool-gone" | "pool-deleting" | "pool-changed" | ExclusionRule;
+
+/** What is told about a Service that keeps what it holds but is not quite as asked. */
+export interface Notice {
+  rule: RefusalRule | KeptRule;
+  reason: string;
+}
 
 export type Allocation =
   | {
       action: "allocate";
       /** kept: every address was held already; allocated: at least one is new. */
       rule: "kept" | "allocated";
-      /** One per family of spec.ipFamilies, in its order. */
+      /** One per family of spec.ipFamilies that it holds, in its order: every family, unless it held some. */
       ips: string[];
       /** The pool of each address. */
       pools: string[];
       reason: string;
       /** Why an address the Service held was taken from it, when one was. */
       moved: string | undefined;
+      /** What it keeps that would no longer be given, or what it asks and lacks (it keeps what it holds). */
+      notices: Notice[];
     }
   | { action: "refuse"; rule: RefusalRule; reason: string; moved: string | undefined };
 
 export interface AllocateInput {
   services: Iterable<L2ServiceFacts>;
   pools: readonly PoolFacts[];
-  /** Every Node's addresses (canonical text) → the Node: never handed out. */
-  nodeAddresses: ReadonlyMap<string, string>;
+  /** What the network uses (exclusions.ts): never handed out. */
+  exclusions: ExclusionSet;
   claimClassless: boolean;
 }
 
@@ -131,6 +148,8 @@ export interface AllocateResult {
   services: Map<string, Allocation>;
   /** Each pool's addresses in use (Services being deleted still hold theirs). */
   used: Map<string, Set<string>>;
+  /** Per pool: the addresses of it that Services keep though it would no longer give them, and why. */
+  retained: Map<string, string[]>;
 }
 
 interface Holder {
@@ -142,6 +161,8 @@ interface Holder {
 interface Held {
   ip: string;
   pool: string;
+  /** The pool recorded for it (allocated-from), when it was held before this allocation. */
+  recorded?: string;
 }
 
 interface Refusal {
@@ -164,32 +185,16 @@ function compatible(a: Holder, b: Holder): boolean {
 
 const samePort = (a: ServicePort, b: ServicePort) => a.protocol === b.protocol && a.port === b.port;
 
-/**
- * A refused Service releases what it held, which an older Service may have been refused for: allocation runs again
- * with the refused Services' addresses set aside from the start, until no refusal releases anything. Each run sets
- * aside more, so this ends; and its answer is what a restart would rebuild (a refused Service's status is cleared).
- */
 export function allocate(input: AllocateInput): AllocateResult {
+  const { pools, exclusions } = input;
   const ours = [...input.services].filter((facts) => isOurs(facts, input.claimClassless)).sort(byAge);
-  const setAside = new Set<string>();
-  for (;;) {
-    const { released, ...result } = allocateOnce(ours, input, setAside);
-    if (!released.length) return result;
-    for (const key of released) setAside.add(key);
-  }
-}
-
-/** One allocation of `ours` (oldest first), the Services of `setAside` holding nothing. */
-function allocateOnce(
-  ours: readonly L2ServiceFacts[],
-  { pools, nodeAddresses }: AllocateInput,
-  setAside: ReadonlySet<string>,
-): AllocateResult & { released: string[] } {
   const byName = [...pools].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   const holders = new Map<string, Holder[]>();
   const held = new Map<string, Held[]>(); // Service key → what it holds
   const moved = new Map<string, string>();
-  // Per pool and family, an address below which every one is held or a Node's. Addresses are taken as the Services
+  /** Per Service, each address kept though it would no longer be given: its pool, and why. */
+  const keptNotes = new Map<string, { ip: string; pool: string; rule: KeptRule; detail: string }[]>();
+  // Per pool and family, an address below which every one is held or excluded. Addresses are taken as the Services
   // go, oldest first, so the search for the lowest free one goes on from there: each address is looked at about once
   // per allocation, not once per Service (2,000 new Services took 0.6 s an allocation). A release forgets them.
   const heldBelow = new Map<string, bigint>();
@@ -198,44 +203,83 @@ function allocateOnce(
     holders.set(entry.ip, [...(holders.get(entry.ip) ?? []), holderOf(facts)]);
     held.set(facts.key, [...(held.get(facts.key) ?? []), entry]);
   };
+  const drop = (key: string, ip: string) => {
+    heldBelow.clear();
+    const rest = (holders.get(ip) ?? []).filter((holder) => holder.key !== key);
+    if (rest.length) holders.set(ip, rest);
+    else holders.delete(ip);
+    held.set(key, (held.get(key) ?? []).filter((entry) => entry.ip !== ip));
+  };
   const conflict = (facts: L2ServiceFacts, ip: string) => {
     const others = (holders.get(ip) ?? []).filter((other) => !compatible(holderOf(facts), other));
     return others.length ? others.map(({ key }) => key).join(", ") : undefined;
   };
-  /** Pools this Service may draw from: sound, its namespace and labels admitted, the one it names if it names one. */
+  const admits = (pool: PoolFacts, facts: L2ServiceFacts) =>
+    (pool.namespaces.length === 0 || pool.namespaces.includes(facts.namespace)) &&
+    (pool.serviceSelector === undefined || matchesLabels(pool.serviceSelector, facts.labels));
+  /** Pools this Service may draw from: sound, not being deleted, admitting it, the one it names if it names one. */
   const usable = (facts: L2ServiceFacts) =>
     byName.filter(
       (pool) =>
         pool.problem === undefined &&
+        !pool.deleting &&
         (facts.pool === undefined || facts.pool === pool.name) &&
-        (pool.namespaces.length === 0 || pool.namespaces.includes(facts.namespace)) &&
-        (pool.serviceSelector === undefined || matchesLabels(pool.serviceSelector, facts.labels)),
+        admits(pool, facts),
     );
 
-  // 1. Keep what is held, oldest first.
+  /**
+   * The pool a held address counts in, and why it would no longer be given to this Service, if so: the recorded
+   * pool among those that would give it, else the first of them; else the recorded pool, gone or not (it stays
+   * recorded), or for an address never recorded the first pool that holds it.
+   */
+  function placeHeld(facts: L2ServiceFacts, ip: string, recorded: string | undefined) {
+    const { family, value } = ipNumber(ip) as { family: IpFamily; value: bigint };
+    const excluded = exclusions.find(family, value);
+    const because = excluded && { rule: excluded.rule, detail: `it ${excluded.reason}` };
+    const giving = usable(facts).filter((pool) => poolHolds(pool, family, value));
+    const pool = giving.find(({ name }) => name === recorded) ?? giving[0];
+    if (pool) return { pool: pool.name, because };
+    const holding = byName.filter((each) => poolHolds(each, family, value));
+    const owner = recorded === undefined ? holding[0] : byName.find(({ name }) => name === recorded);
+    if (!owner) {
+      const detail = recorded ? `pool ${recorded} no longer exists` : "it is in no pool";
+      return { pool: recorded ?? "", because: because ?? { rule: "pool-gone" as const, detail } };
+    }
+    const why = (rule: KeptRule, detail: string) => ({ pool: owner.name, because: because ?? { rule, detail } });
+    const name = `pool ${owner.name}`;
+    if (owner.deleting) return why("pool-deleting", `${name} is being deleted`);
+    if (owner.problem !== undefined) return why("pool-changed", `${name} serves nothing: ${owner.problem}`);
+    if (!poolHolds(owner, family, value)) return why("pool-changed", `${name} no longer offers it`);
+    if (facts.pool !== undefined && facts.pool !== owner.name)
+      return why("pool-changed", `the Service names pool ${facts.pool}`);
+    return why("pool-changed", `${name} no longer admits the Service (its namespaces or serviceSelector)`);
+  }
+
+  // 1. Keep what is held, oldest first. An address this controller recorded stays while the Service exists,
+  // whatever the pools became: a Warning and the pool's status say why it would no longer be given.
   for (const facts of ours) {
-    if (setAside.has(facts.key)) continue;
     const request = requestedIps(facts);
     const recorded = (facts.allocatedFrom ?? "").split(",");
-    const pools = usable(facts);
     const families = new Set<IpFamily>();
     facts.ingress.forEach((text, index) => {
       const ip = ipNumber(text);
       if (!ip) return;
       const canonical = ipText(ip.family, ip.value);
-      const holding = pools.filter((pool) => poolHolds(pool, ip.family, ip.value));
-      const pool = holding.find(({ name }) => name === recorded[index]) ?? holding[0];
+      const recordedHere = Boolean(recorded[index]);
+      const { pool, because } = placeHeld(facts, canonical, recorded[index] || undefined);
       const wanted = typeof request === "string" ? undefined : request.get(ip.family);
+      // An address found in the status but never recorded (another controller's, before the Service was ours) is
+      // kept only where it would be given.
       const why = facts.deleting
         ? undefined
         : families.has(ip.family) || !facts.ipFamilies.includes(ip.family)
           ? `${canonical} is of a family the Service no longer holds an address of`
-          : !pool
-            ? `${canonical} is in no pool this Service may use`
-            : wanted !== undefined && wanted !== canonical
-              ? `${canonical} is not the address it requests`
-              : nodeAddresses.has(canonical)
-                ? `${canonical} is an address of node ${nodeAddresses.get(canonical)}`
+          : recordedHere
+            ? undefined
+            : because
+              ? `${canonical}: ${because.detail}`
+              : wanted !== undefined && wanted !== canonical
+                ? `${canonical} is not the address it requests`
                 : undefined;
       const older = conflict(facts, canonical);
       const reason = why ?? (older ? `${canonical} is held by the older Service ${older}` : undefined);
@@ -244,76 +288,108 @@ function allocateOnce(
         return;
       }
       families.add(ip.family);
-      hold(facts, { ip: canonical, pool: pool?.name ?? "" });
+      hold(facts, { ip: canonical, pool, recorded: recorded[index] || undefined });
+      if (because && !facts.deleting)
+        keptNotes.set(facts.key, [...(keptNotes.get(facts.key) ?? []), { ip: canonical, pool, ...because }]);
     });
   }
 
-  // 2. Complete each Service, oldest first, or refuse it and release what it held.
+  // 2. Complete each Service, oldest first: a Service that holds nothing gets every family or nothing; one that
+  // holds addresses keeps them, gets what it lacks where it can, and is told what it cannot have.
   const result = new Map<string, Allocation>();
-  const released: string[] = [];
   for (const facts of ours) {
     if (facts.deleting) continue;
-    const kept = held.get(facts.key) ?? [];
-    const outcome = complete(facts, kept, usable(facts));
+    const outcome = complete(facts);
     const movedReason = moved.get(facts.key);
     if ("refuse" in outcome) {
-      if (kept.length) released.push(facts.key);
-      release(facts.key);
       result.set(facts.key, { action: "refuse", rule: outcome.refuse, reason: outcome.reason, moved: movedReason });
       continue;
     }
-    for (const entry of outcome.added) hold(facts, entry);
     const all = held.get(facts.key) ?? [];
-    const ordered = facts.ipFamilies.map((family) => all.find((entry) => familyOf(entry.ip) === family) as Held);
+    const ordered = facts.ipFamilies.flatMap((family) => all.filter((entry) => familyOf(entry.ip) === family));
     const reason = ordered.map(({ ip, pool }) => `${ip} from pool ${pool}`).join(", ");
-    const rule = outcome.added.length ? "allocated" : "kept";
+    const rule = outcome.added ? "allocated" : "kept";
     const ips = ordered.map(({ ip }) => ip);
     const pools = ordered.map(({ pool }) => pool);
-    result.set(facts.key, { action: "allocate", rule, ips, pools, reason, moved: movedReason });
-  }
-
-  function release(key: string): void {
-    heldBelow.clear();
-    for (const { ip } of held.get(key) ?? []) {
-      const rest = (holders.get(ip) ?? []).filter((holder) => holder.key !== key);
-      if (rest.length) holders.set(ip, rest);
-      else holders.delete(ip);
-    }
-    held.delete(key);
+    // What it kept and has just given up for what it asks is no longer told.
+    const kept = (keptNotes.get(facts.key) ?? []).filter(({ ip }) => ips.includes(ip));
+    keptNotes.set(facts.key, kept);
+    const told = [
+      ...kept.map(({ ip, rule, detail }) => ({
+        rule,
+        reason: `${ip} is kept while the Service exists, though ${detail}`,
+      })),
+      ...outcome.notices,
+    ];
+    const moves = outcome.moved ?? movedReason;
+    result.set(facts.key, { action: "allocate", rule, ips, pools, reason, moved: moves, notices: told });
   }
 
   /**
-   * The addresses a Service lacks, per family of spec.ipFamilies, or a refusal. What cannot change with other
-   * Services (a bad request, no pool, an address outside the pools or a Node's) is checked for every family before
+   * Gives a Service what it lacks and what it requests instead of what it holds. What cannot change with other
+   * Services (a bad request, no pool, an address outside the pools or excluded) is checked for every family before
    * what can (an address held, a pool exhausted): the reason a Service is told stays the same across restarts.
    */
-  function complete(facts: L2ServiceFacts, kept: Held[], pools: PoolFacts[]): { added: Held[] } | Refusal {
+  function complete(facts: L2ServiceFacts): { added: boolean; moved: string | undefined; notices: Notice[] } | Refusal {
+    const kept = held.get(facts.key) ?? [];
+    const keep = (problem: Refusal) =>
+      kept.length ? { added: false, moved: undefined, notices: [notice(problem)] } : problem;
     const request = requestedIps(facts);
-    if (typeof request === "string") return { refuse: "bad-request", reason: request };
+    if (typeof request === "string") return keep(refusal("bad-request", request));
+    const pools = usable(facts);
     if (facts.pool !== undefined && !pools.some(({ name }) => name === facts.pool))
-      return { refuse: "no-pool", reason: namedPoolProblem(facts, byName) };
-    const missing = facts.ipFamilies.filter((family) => !kept.some(({ ip }) => familyOf(ip) === family));
-    const sources: Source[] = [];
-    for (const family of missing) {
-      const source = sourceOf(facts, family, request.get(family), pools);
-      if ("refuse" in source) return source;
-      sources.push(source);
+      return keep(refusal("no-pool", namedPoolProblem(facts, byName)));
+    // A family is to be sourced when nothing of it is held, or the Service asks for another address or pool than
+    // the one it got (its own edit: a pool's edit changes neither what it asks nor what was recorded).
+    const wanted = facts.ipFamilies.flatMap((family) => {
+      const mine = kept.find(({ ip }) => familyOf(ip) === family);
+      const asked = request.get(family);
+      const from = mine?.recorded ?? mine?.pool;
+      const replace =
+        mine && (asked !== undefined ? asked !== mine.ip : facts.pool !== undefined && facts.pool !== from);
+      return !mine || replace ? [{ family, mine, asked }] : [];
+    });
+    const sources = wanted.map(({ family, mine, asked }) => {
+      const why =
+        asked !== undefined ? "is not the address it requests" : `is not of pool ${facts.pool}, which it names`;
+      return { mine, why, source: sourceOf(facts, family, asked, pools) };
+    });
+    if (!kept.length) {
+      const first = sources.find(({ source }) => "refuse" in source);
+      if (first) return first.source as Refusal;
     }
     const added: Held[] = [];
-    for (const source of sources) {
-      const step = "ip" in source ? requested(facts, source) : automatic(facts, source, added);
-      if ("refuse" in step) return step;
+    const replaced: { ip: string; why: string }[] = [];
+    const told: Notice[] = [];
+    for (const { mine, why, source } of sources) {
+      const step =
+        "refuse" in source ? source : "ip" in source ? requested(facts, source) : automatic(facts, source, added);
+      if ("refuse" in step) {
+        if (!kept.length) return step;
+        told.push(notice(step));
+        continue;
+      }
       added.push(step.ok);
+      if (mine) replaced.push({ ip: mine.ip, why });
     }
-    return { added };
+    // Only now: a Service that holds nothing takes nothing unless it gets every family.
+    for (const { ip } of replaced) drop(facts.key, ip);
+    for (const entry of added) hold(facts, entry);
+    const movedReason = replaced.map(({ ip, why }) => `${ip} ${why}`).join("; ") || undefined;
+    return { added: added.length > 0, moved: movedReason, notices: told };
   }
 
   /** Where a family's address may come from: the requested address's pool, or the pools to draw from. */
-  function sourceOf(facts: L2ServiceFacts, family: IpFamily, wanted: string | undefined, pools: PoolFacts[]) {
+  function sourceOf(
+    facts: L2ServiceFacts,
+    family: IpFamily,
+    wanted: string | undefined,
+    pools: PoolFacts[],
+  ): Source | Refusal {
     if (wanted !== undefined) {
       const number = ipNumber(wanted) as { family: IpFamily; value: bigint };
-      if (nodeAddresses.has(wanted))
-        return refusal("node-address", `${wanted} is an address of node ${nodeAddresses.get(wanted)}`);
+      const excluded = exclusions.find(number.family, number.value);
+      if (excluded) return refusal(excluded.rule, `${wanted} ${excluded.reason}`);
       const pool = pools.find((each) => poolHolds(each, number.family, number.value));
       if (pool) return { ip: wanted, pool };
       return refusal("address-in-no-pool", `${wanted} is in no pool this Service may use`);
@@ -321,7 +397,11 @@ function allocateOnce(
     const candidates = pools.filter(
       (pool) => (facts.pool !== undefined || pool.autoAssign) && pool.ranges.some((range) => range.family === family),
     );
-    if (!candidates.length) return refusal("no-pool", `no pool offers ${family} addresses to this Service`);
+    if (!candidates.length) {
+      const named = pools.find(({ name }) => name === facts.pool);
+      const bad = named?.unservable.length ? `; pool ${named.name} cannot serve ${named.unservable.join("; ")}` : "";
+      return refusal("no-pool", `no pool offers ${family} addresses to this Service${bad}`);
+    }
     return { family, candidates };
   }
 
@@ -353,16 +433,22 @@ function allocateOnce(
     return refusal("pool-exhausted", `no free ${family} address in pool(s) ${names}`);
   }
 
-  /** The pool's lowest address of the family that is neither held, a Node's nor `taken`. */
+  /** The pool's lowest address of the family that is neither held, excluded nor `taken`. */
   function lowestFree(pool: PoolFacts, family: IpFamily, taken: ReadonlySet<string>): string | undefined {
     const cursor = `${pool.name}/${family}`;
     const from = heldBelow.get(cursor) ?? -1n;
     for (const range of pool.ranges) {
       if (range.family !== family || range.last < from) continue;
       for (let value = from > range.first ? from : range.first; value <= range.last; value++) {
+        const excluded = exclusions.find(family, value);
+        if (excluded) {
+          value = excluded.last; // a Service CIDR inside a pool is passed over at once
+          heldBelow.set(cursor, value);
+          continue;
+        }
         if (pool.avoidBuggyIps && isBuggyIp(family, value)) continue;
         const ip = ipText(family, value);
-        if (holders.has(ip) || nodeAddresses.has(ip)) continue;
+        if (holders.has(ip)) continue;
         heldBelow.set(cursor, value); // never lower: the search started there
         if (!taken.has(ip)) return ip;
       }
@@ -377,21 +463,28 @@ function allocateOnce(
     for (const [ip, others] of holders) {
       const number = ipNumber(ip);
       if (!number || number.family !== family || taken.has(ip)) continue;
-      if (!others.every((other) => compatible(me, other))) continue;
+      if (exclusions.find(family, number.value) || !others.every((other) => compatible(me, other))) continue;
       const pool = pools.find((each) => poolHolds(each, family, number.value));
       if (pool && (!best || number.value < best.value)) best = { held: { ip, pool: pool.name }, value: number.value };
     }
     return best?.held;
   }
 
+  const retained = new Map<string, string[]>();
+  for (const [key, notes] of keptNotes)
+    for (const { ip, pool, detail } of notes)
+      if (byName.some(({ name }) => name === pool))
+        retained.set(pool, [...(retained.get(pool) ?? []), `${ip} (Service ${key}): ${detail}`]);
   const used = new Map<string, Set<string>>(pools.map(({ name }) => [name, new Set<string>()]));
   for (const entries of held.values()) for (const { ip, pool } of entries) used.get(pool)?.add(ip);
-  return { services: result, used, released };
+  return { services: result, used, retained };
 }
 
 const holderOf = ({ key, sharingKey, ports }: L2ServiceFacts): Holder => ({ key, sharingKey, ports });
 
 const familyOf = (ip: string): IpFamily => (ip.includes(":") ? "IPv6" : "IPv4");
+
+const notice = ({ refuse, reason }: Refusal): Notice => ({ rule: refuse, reason });
 
 /** Whether a pool offers an address: in one of its ranges, and not a .0/.255 one it avoids. */
 export function poolHolds(pool: PoolFacts, family: IpFamily, value: bigint): boolean {
@@ -424,5 +517,6 @@ function namedPoolProblem(facts: L2ServiceFacts, pools: PoolFacts[]): string {
   const named = `annotation ${POOL_ANNOTATION}: pool ${facts.pool}`;
   if (!pool) return `${named} does not exist`;
   if (pool.problem !== undefined) return `${named} serves nothing: ${pool.problem}`;
+  if (pool.deleting) return `${named} is being deleted`;
   return `${named} does not admit this Service (its namespaces or serviceSelector)`;
 }

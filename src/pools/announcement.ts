@@ -2,7 +2,8 @@
 //
 // Each agent that may announce keeps a Lease of its own (ANNOUNCER_LEASE_PREFIX + node name, in the release
 // namespace), renewed every RENEW_INTERVAL_MS, holding the node name and the on-link prefixes of the node's links
-// (SEGMENTS_ANNOTATION). The controller assigns each Service's addresses to one live announcer on their segment and
+// (SEGMENTS_ANNOTATION) and the next hops of its default routes (GATEWAYS_ANNOTATION), which the controller never
+// hands out (exclusions.ts). The controller assigns each Service's addresses to one live announcer on their segment and
 // records it on the Service (ANNOUNCER_ANNOTATION, and ANNOUNCER_LABEL for the agents' filtered watch). An agent
 // announces what is assigned to it only until announceDeadline(): before the controller, which times the Lease from
 // when it saw the renewal (after the agent sent it), can count the Lease expired and assign the address elsewhere.
@@ -15,6 +16,8 @@ export const ANNOUNCER_LEASE_PREFIX = "local-ccm-l2-";
 export const ANNOUNCER_LEASE_LABEL = "local-ccm.io/l2-announcer";
 /** On the Lease: the node's on-link prefixes (CIDRs, comma-separated) where it can announce. */
 export const SEGMENTS_ANNOTATION = "local-ccm.io/l2-segments";
+/** On the Lease: the next hops of the node's default routes (IPs, comma-separated). */
+export const GATEWAYS_ANNOTATION = "local-ccm.io/l2-gateways";
 /** On the Service: the name of the node that announces its addresses. */
 export const ANNOUNCER_ANNOTATION = "local-ccm.io/announcer";
 /** On the Service: announcerLabelValue() of that node, so that each agent watches only its own Services. */

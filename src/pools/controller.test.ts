@@ -64,6 +64,7 @@ function world(options: { failFirstStatus?: boolean; now?: () => number } = {}) 
     pools,
     leases,
     endpointSlices: new FakeCache(),
+    serviceCidrs: new FakeCache(),
     serviceResource: (namespace) => ({
       patch: async (name, _type, body) => {
         const ingress = (body as Service).status?.loadBalancer?.ingress?.map(({ ip }) => ip ?? "");
@@ -215,7 +216,8 @@ test("the announcer follows the status; it moves once its Lease is unrenewed a d
   controller.start();
   add(service("a", "2026-01-01T00:00:01Z"));
   await controller.idle();
-  assert.deepEqual(writes, [{ name: "a" }, { name: "a", ingress: ["198.51.100.0"] }], "no announcer before the status");
+  // 198.51.100.0 is the network address of the announcers' segment: never handed out.
+  assert.deepEqual(writes, [{ name: "a" }, { name: "a", ingress: ["198.51.100.1"] }], "no announcer before the status");
   deliver();
   await controller.idle();
   assert.deepEqual(writes.slice(2), [{ name: "a", announcer: "n1" }]);

@@ -1,7 +1,11 @@
 // The address pool controller: Services, LoadBalancerIPPools and Nodes from informers → keyed work queue
-// (kube/workqueue.ts, per-key backoff) → sync one Service or one pool's status. allocate() (allocate.ts) runs over
-// every Service of ours at once, only once every informer has synced (start()), and again after each burst of
-// changes; the Services whose allocation changed, and every pool, are queued.
+// (kube/workqueue.ts, per-key backoff) → sync one Service or one pool. allocate() (allocate.ts) runs over every
+// Service of ours at once, only once every informer has synced (start()), and again after each burst of changes;
+// the Services whose allocation changed, and every pool, are queued. It never hands out what the network uses
+// (exclusions.ts: from the announcer Leases, ServiceCIDRs, Nodes and the API server's EndpointSlices).
+//
+// A pool carries POOL_FINALIZER from its first sync: deleted, it stays (Ready False, reason Deleting, in its status)
+// until no Service holds an address of it, for the Services keep their addresses whatever becomes of the pool.
 //
 // A Service's allocation is recorded before it is announced: first the finalizer and the allocated-from annotation
 // (one merge patch pinned to the resourceVersion read), then status.loadBalancer.ingress (ipMode VIP). The addresses
@@ -22,10 +26,9 @@ import { type EventRecorder, serviceReference } from "../kube/events.ts";
 import { type InformerHandlers, objectKey } from "../kube/informer.ts";
 import type { Resource } from "../kube/resource.ts";
 import { WorkQueue } from "../kube/workqueue.ts";
-import { canonicalIp } from "../net/ip.ts";
 import type { Cache } from "../service/controller.ts";
 import { LB_FINALIZER } from "../service/decide.ts";
-import { endpointSliceFacts, ReadyEndpoints } from "../service/endpoints.ts";
+import { endpointSliceFacts, ReadyEndpoints, SERVICE_NAME_LABEL } from "../service/endpoints.ts";
 import { type LoadBalancerNode, loadBalancerNode, sameLoadBalancerNode } from "../service/nodes.ts";
 import type { BackoffOptions } from "../time/backoff.ts";
 import {
@@ -37,7 +40,13 @@ import {
   type L2ServiceFacts,
   l2ServiceFacts,
 } from "./allocate.ts";
-import { ANNOUNCER_ANNOTATION, ANNOUNCER_LABEL, announcerLabelValue } from "./announcement.ts";
+import {
+  ANNOUNCER_ANNOTATION,
+  ANNOUNCER_LABEL,
+  announcerLabelValue,
+  GATEWAYS_ANNOTATION,
+  SEGMENTS_ANNOTATION,
+} from "./announcement.ts";
 import {
   type AnnouncedService,
   type AnnouncerDecision,
@@ -48,10 +57,12 @@ import {
   Picks,
 } from "./announcers.ts";
 import type { PoolsConfig } from "./flags.ts";
+import { ExclusionSet, exclusions } from "./exclusions.ts";
 import { AnnouncerLeases } from "./leases.ts";
 import type { PoolsMetrics } from "./metrics.ts";
-import { type LoadBalancerIPPool, type PoolFacts, type PoolStatus, poolFacts } from "./pool.ts";
+import { type LoadBalancerIPPool, POOL_FINALIZER, type PoolFacts, type PoolStatus, poolFacts } from "./pool.ts";
 import { poolStatus, sameStatus } from "./status.ts";
+import type { ServiceCIDR } from "./watches.ts";
 
 export interface PoolControllerOptions {
   config: PoolsConfig;
@@ -62,6 +73,7 @@ export interface PoolControllerOptions {
   /** The announcer Leases (announcement.ts) in their namespace. */
   leases: Cache<Lease>;
   endpointSlices: Cache<EndpointSlice>;
+  serviceCidrs: Cache<ServiceCIDR>;
   /** The Service resource of a namespace (patches of the object and of its status). */
   serviceResource(namespace: string): Pick<Resource<Service>, "patch">;
   poolResource: Pick<Resource<LoadBalancerIPPool>, "patch">;
@@ -106,7 +118,7 @@ export class PoolController {
   private readonly queue: WorkQueue;
   private result: AllocateResult | undefined;
   private pools: PoolFacts[] = [];
-  private nodeAddresses = new Map<string, string>();
+  private exclusions = new ExclusionSet([]);
   private stale = true;
   /** What allocate() reads of each Service of ours, to tell when it must run again. */
   private readonly inputs = new Map<string, string>();
@@ -116,6 +128,8 @@ export class PoolController {
   private readonly holds = new Map<string, Hold>();
   /** Per Service, the versions its writes started from: not synced from again (the writes' own come next). */
   private readonly acted = new Map<string, Set<string | undefined>>();
+  /** Each announcer Lease's segments and gateways as last seen: a change of them is one of the exclusions. */
+  private readonly leaseNetwork = new Map<string, string>();
   /** The last warning told per Service: told again only when it changes. */
   private readonly warned = new Map<string, string>();
   private readonly leases = new AnnouncerLeases();
@@ -166,6 +180,12 @@ export class PoolController {
     onDelete: () => this.changed(ALLOCATION),
   };
 
+  readonly serviceCidrHandlers: InformerHandlers<ServiceCIDR> = {
+    onAdd: () => this.changed(ALLOCATION),
+    onUpdate: () => this.changed(ALLOCATION),
+    onDelete: () => this.changed(ALLOCATION),
+  };
+
   readonly nodeHandlers: InformerHandlers<Node> = {
     onAdd: (node) => {
       this.nodeChanged(node);
@@ -173,8 +193,8 @@ export class PoolController {
     },
     onUpdate: (before, after) => {
       this.nodeChanged(after);
-      if (JSON.stringify(before.status?.addresses) !== JSON.stringify(after.status?.addresses))
-        this.changed(ALLOCATION);
+      const excluded = (node: Node) => JSON.stringify([node.status?.addresses, node.spec?.podCIDRs]);
+      if (excluded(before) !== excluded(after)) this.changed(ALLOCATION);
     },
     onDelete: (node) => {
       this.loadBalancerNodes.delete(node.metadata?.name ?? "");
@@ -188,7 +208,9 @@ export class PoolController {
     onUpdate: (_, lease) => this.leaseChanged(lease),
     onDelete: (lease) => {
       this.leases.gone(lease);
+      this.leaseNetwork.delete(lease.metadata?.name ?? "");
       this.announcementChanged();
+      this.changed(ALLOCATION);
     },
   };
 
@@ -277,10 +299,17 @@ export class PoolController {
 
   private leaseChanged(lease: Lease): void {
     if (this.leases.seen(lease, this.options.now())) this.announcementChanged();
+    const name = lease.metadata?.name ?? "";
+    const { [SEGMENTS_ANNOTATION]: segments, [GATEWAYS_ANNOTATION]: gateways } = lease.metadata?.annotations ?? {};
+    const network = JSON.stringify([segments, gateways]);
+    if (this.leaseNetwork.get(name) === network) return;
+    this.leaseNetwork.set(name, network);
+    this.changed(ALLOCATION);
   }
 
   private sliceChanged(slice: EndpointSlice, deleted: boolean): void {
     if (this.endpoints.update(endpointSliceFacts(slice), deleted).length) this.announcementChanged();
+    if (isApiServerSlice(slice)) this.changed(ALLOCATION);
   }
 
   /** Events before start() are taken in by its resync. */
@@ -308,13 +337,30 @@ export class PoolController {
     if (this.result && !this.stale) return this.result;
     this.stale = false;
     const started = performance.now();
-    const { services, nodes, pools } = this.options;
+    const { services, nodes, pools, serviceCidrs, endpointSlices } = this.options;
     this.pools = pools.list().map(poolFacts);
-    this.nodeAddresses = nodeAddresses(nodes.list());
+    this.exclusions = new ExclusionSet(
+      exclusions({
+        announcers: this.leases.network(),
+        serviceCidrs: serviceCidrs.list().map(({ metadata, spec }) => ({
+          name: metadata?.name ?? "",
+          cidrs: spec?.cidrs ?? [],
+        })),
+        nodes: nodes.list().map(({ metadata, spec, status }) => ({
+          name: metadata?.name ?? "",
+          podCidrs: spec?.podCIDRs ?? [],
+          addresses: (status?.addresses ?? []).map(({ address }) => address),
+        })),
+        apiServers: endpointSlices
+          .list()
+          .filter(isApiServerSlice)
+          .flatMap(({ endpoints = [] }) => endpoints.flatMap(({ addresses }) => addresses)),
+      }),
+    );
     const next = allocate({
       services: services.list().map((service) => this.allocationFacts(service)),
       pools: this.pools,
-      nodeAddresses: this.nodeAddresses,
+      exclusions: this.exclusions,
       claimClassless: this.options.config.claimClassless,
     });
     this.options.metrics.allocateSeconds.observe((performance.now() - started) / 1000);
@@ -521,14 +567,51 @@ export class PoolController {
     }
   }
 
+  /**
+   * A pool's finalizer (added first; removed once it is being deleted and no Service holds an address of it, which
+   * is the last write: the pool then goes), then its status.
+   */
   private async syncPool(name: string, result: AllocateResult): Promise<void> {
     const pool = this.options.pools.get(name);
     const facts = this.pools.find((each) => each.name === name);
     if (!pool || !facts) return;
-    const status = poolStatus(facts, this.pools, result.used.get(name) ?? new Set(), this.nodeAddresses);
+    const used = result.used.get(name) ?? new Set<string>();
+    const log = this.options.log.with({ pool: name });
+    if (facts.deleting && facts.finalizer && used.size === 0) {
+      if (await this.writePoolFinalizer(pool, false)) log.info("pool released: no Service holds an address of it");
+      return;
+    }
+    if (!facts.deleting && !facts.finalizer && !(await this.writePoolFinalizer(pool, true))) return;
+    const current = pool.status?.conditions?.find(({ type }) => type === "Ready");
+    const retained = result.retained.get(name) ?? [];
+    const { pools, exclusions } = this;
+    const status = poolStatus({ pool: facts, pools, used, retained, exclusions, current, now: new Date() });
     if (sameStatus(pool.status, status)) return;
     if (!this.options.dryRun) return this.writePoolStatus(name, status);
     this.options.metrics.writes.with({ write: "pool-status", result: "dry-run" }).inc();
+  }
+
+  /** Adds or removes POOL_FINALIZER, pinned to the version read; false when not written (changed, gone, dry run). */
+  private async writePoolFinalizer(pool: LoadBalancerIPPool, add: boolean): Promise<boolean> {
+    const write = "pool-finalizer";
+    if (this.options.dryRun) {
+      this.options.metrics.writes.with({ write, result: "dry-run" }).inc();
+      return false;
+    }
+    const { name = "", resourceVersion, finalizers = [] } = pool.metadata ?? {};
+    const others = finalizers.filter((finalizer) => finalizer !== POOL_FINALIZER);
+    try {
+      // Pinned: a finalizer list changed by someone else meanwhile is never overwritten (the change queues it again).
+      const patch = { metadata: { resourceVersion, finalizers: add ? [...others, POOL_FINALIZER] : others } };
+      await this.options.poolResource.patch(name, "merge", patch);
+      this.options.metrics.writes.with({ write, result: "ok" }).inc();
+      return true;
+    } catch (err) {
+      const result = isApiError(err, "Conflict") ? "conflict" : isApiError(err, "NotFound") ? "gone" : "error";
+      this.options.metrics.writes.with({ write, result }).inc();
+      if (result === "error") throw new Error(`${write} failed: ${(err as Error).message}`, { cause: err });
+      return false;
+    }
   }
 
   private async writePoolStatus(name: string, status: PoolStatus): Promise<void> {
@@ -543,13 +626,21 @@ export class PoolController {
   }
 
   private warn(service: Service, decision: Decision): void {
+    const notices = decision.action === "allocate" ? decision.notices : [];
+    const noticed = notices.map(({ rule, reason }) => `(${rule}) ${reason}`).join("; ");
     const warning =
       decision.action === "refuse"
         ? { reason: "AllocationFailed", message: `refused (${decision.rule}): ${decision.reason}` }
         : decision.action === "allocate" && decision.moved
-          ? { reason: "AddressMoved", message: `moved to ${decision.ips.join(", ")}: ${decision.moved}` }
-          : undefined;
-    this.tell(service, decision.action, warning, this.warned);
+          ? {
+              reason: "AddressMoved",
+              message: `moved to ${decision.ips.join(", ")}: ${decision.moved}${noticed && `; ${noticed}`}`,
+            }
+          : decision.action === "allocate" && noticed
+            ? { reason: "AddressKept", message: `keeps ${decision.ips.join(", ") || "nothing"}: ${noticed}` }
+            : undefined;
+    if (this.tell(service, decision.action, warning, this.warned))
+      for (const { rule } of notices) this.options.metrics.notices.with({ rule }).inc();
   }
 
   private warnAnnouncer(service: Service, decision: AnnouncerDecision | undefined): void {
@@ -566,14 +657,15 @@ export class PoolController {
     rule: string | undefined,
     warning: { reason: string; message: string } | undefined,
     told: Map<string, string>,
-  ): void {
+  ): boolean {
     const key = objectKey(service);
-    if (!warning) return void told.delete(key);
-    if (told.get(key) === warning.message) return;
+    if (!warning) return told.delete(key) && false;
+    if (told.get(key) === warning.message) return false;
     told.set(key, warning.message);
     this.options.log.warn("Service not served as asked", { service: key, rule, ...warning });
-    if (this.options.dryRun) return;
-    this.options.events.record(serviceReference(service), "Warning", warning.reason, warning.message);
+    if (!this.options.dryRun)
+      this.options.events.record(serviceReference(service), "Warning", warning.reason, warning.message);
+    return true;
   }
 }
 
@@ -624,13 +716,6 @@ function writesFor(facts: L2ServiceFacts, decision: Decision): Write[] {
   }
 }
 
-/** Every Node's addresses (canonical text) → its name. */
-function nodeAddresses(nodes: Node[]): Map<string, string> {
-  const addresses = new Map<string, string>();
-  for (const node of nodes)
-    for (const { address } of node.status?.addresses ?? []) {
-      const ip = canonicalIp(address);
-      if (ip) addresses.set(ip, node.metadata?.name ?? "");
-    }
-  return addresses;
-}
+/** A slice of default/kubernetes: the API server's endpoints. */
+const isApiServerSlice = ({ metadata }: EndpointSlice) =>
+  metadata?.namespace === "default" && metadata.labels?.[SERVICE_NAME_LABEL] === "kubernetes";

@@ -3,10 +3,12 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Node, Service } from "kubernetes-types/core/v1.js";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { keepTransform } from "../kube/fields.ts";
 import type { KubeObject } from "../kube/resource.ts";
 import type { Watch } from "../kube/sharedinformers.ts";
 import { LB_FINALIZER, NODE_SELECTOR_ANNOTATION } from "../service/decide.ts";
+import { SERVICE_NAME_LABEL } from "../service/endpoints.ts";
 import {
   ALLOCATED_FROM_ANNOTATION,
   L2_CLASS,
@@ -15,11 +17,17 @@ import {
   REQUESTED_IPS_ANNOTATION,
   SHARING_ANNOTATION,
 } from "./allocate.ts";
-import { ANNOUNCER_ANNOTATION, ANNOUNCER_LEASE_PREFIX, SEGMENTS_ANNOTATION } from "./announcement.ts";
+import {
+  ANNOUNCER_ANNOTATION,
+  ANNOUNCER_LEASE_PREFIX,
+  GATEWAYS_ANNOTATION,
+  SEGMENTS_ANNOTATION,
+} from "./announcement.ts";
 import { announcedFacts } from "./announcers.ts";
 import { servicePools } from "./definition.ts";
 import { AnnouncerLeases } from "./leases.ts";
-import { type LoadBalancerIPPool, poolFacts } from "./pool.ts";
+import { type LoadBalancerIPPool, POOL_FINALIZER, poolFacts } from "./pool.ts";
+import type { ServiceCIDR } from "./watches.ts";
 
 const watches = servicePools.watches({ claimClassless: false, leaseNamespace: "kube-system" });
 
@@ -64,19 +72,45 @@ test("a Service keeps what l2ServiceFacts and announcedFacts read; other annotat
   assert.equal(trimmed.spec?.selector, undefined);
 });
 
-test("a pool keeps its spec and status; a Node its addresses and what the node rules read", () => {
+test("a pool keeps its spec, status, finalizers; a Node its addresses, pod CIDRs and what the node rules read", () => {
   const pool: LoadBalancerIPPool = {
-    metadata: { name: "p", managedFields: [{ manager: "kubectl" }] },
+    metadata: {
+      name: "p",
+      generation: 4,
+      finalizers: [POOL_FINALIZER, "other"],
+      deletionTimestamp: "2026-01-02T00:00:00Z",
+      managedFields: [{ manager: "kubectl" }],
+    },
     spec: { addresses: ["198.51.100.0/24"], namespaces: ["ns"], autoAssign: false, avoidBuggyIPs: true },
     status: { size: "256", used: "0", free: "256", conflicts: [] },
   };
   assert.deepEqual(poolFacts(trim(watches.pools, pool)), poolFacts(pool));
   const node: Node = {
     metadata: { name: "n1", labels: { a: "b" } },
+    spec: { podCIDRs: ["10.244.1.0/24"], providerID: "x" },
     status: { addresses: [{ type: "InternalIP", address: "10.0.0.1" }], capacity: { cpu: "4" } },
   };
   const addresses = node.status?.addresses;
-  assert.deepEqual(trim(watches.nodes, node), { metadata: { name: "n1", labels: { a: "b" } }, status: { addresses } });
+  assert.deepEqual(trim(watches.nodes, node), {
+    metadata: { name: "n1", labels: { a: "b" } },
+    spec: { podCIDRs: ["10.244.1.0/24"] },
+    status: { addresses },
+  });
+});
+
+test("an EndpointSlice keeps its endpoints' addresses (the API server's are excluded); a ServiceCIDR its cidrs", () => {
+  const slice: EndpointSlice = {
+    metadata: { namespace: "default", name: "kubernetes", labels: { [SERVICE_NAME_LABEL]: "kubernetes", x: "y" } },
+    addressType: "IPv4",
+    endpoints: [{ addresses: ["192.168.1.2"], conditions: { ready: true }, nodeName: "cp" }],
+    ports: [{ port: 6443 }],
+  };
+  assert.deepEqual(trim(watches.endpointSlices, slice), {
+    metadata: { namespace: "default", name: "kubernetes", labels: { [SERVICE_NAME_LABEL]: "kubernetes" } },
+    endpoints: [{ addresses: ["192.168.1.2"], conditions: { ready: true }, nodeName: "cp" }],
+  });
+  const cidr: ServiceCIDR = { metadata: { name: "kubernetes" }, spec: { cidrs: ["10.96.0.0/12"] } };
+  assert.deepEqual(trim(watches.serviceCidrs, { ...cidr, status: { conditions: [] } } as ServiceCIDR), cidr);
 });
 
 test("an announcer Lease keeps what AnnouncerLeases reads, and is watched by its label in its namespace", () => {
@@ -84,7 +118,7 @@ test("an announcer Lease keeps what AnnouncerLeases reads, and is watched by its
     metadata: {
       name: `${ANNOUNCER_LEASE_PREFIX}n1`,
       namespace: "kube-system",
-      annotations: { [SEGMENTS_ANNOTATION]: "192.0.2.0/24", other: "x" },
+      annotations: { [SEGMENTS_ANNOTATION]: "192.0.2.0/24", [GATEWAYS_ANNOTATION]: "192.0.2.1", other: "x" },
       managedFields: [{ manager: "agent" }],
     },
     spec: { holderIdentity: "n1", renewTime: "2026-01-01T00:00:00.000000Z", leaseDurationSeconds: 5 },
@@ -95,6 +129,13 @@ test("an announcer Lease keeps what AnnouncerLeases reads, and is watched by its
     return leases.announcers(1000);
   };
   assert.deepEqual(read(trim(watches.leases, lease)), read(lease));
+  const network = (each: Lease) => {
+    const leases = new AnnouncerLeases();
+    leases.seen(each, 0);
+    return leases.network();
+  };
+  const told = [{ node: "n1", segments: ["192.0.2.0/24"], gateways: ["192.0.2.1"] }];
+  assert.deepEqual(network(trim(watches.leases, lease)), told);
   assert.equal(watches.leases.resource.namespace, "kube-system");
   assert.equal(watches.leases.labelSelector, "local-ccm.io/l2-announcer=true");
 });

@@ -1,6 +1,6 @@
 // The address pool controller as node-lifecycle-controller hosts it (manager/registry.ts): its flags, metrics,
-// RBAC, the watches it reads (Services, Nodes, LoadBalancerIPPools, EndpointSlices, and the announcer Leases in
-// their namespace, each trimmed to what it decides on) and how it is created from the program's shared parts. Off
+// RBAC, the watches it reads (Services, Nodes, LoadBalancerIPPools, EndpointSlices, ServiceCIDRs, and the announcer
+// Leases in their namespace, each trimmed to what it decides on) and how it is created from the program's shared parts. Off
 // by default: the chart turns it on with loadBalancer.l2.enabled, ships the LoadBalancerIPPool CRD
 // (charts/local-ccm/crds/), and grants the Leases' list and watch in the release namespace (nlc-rbac.yaml: a
 // namespace the registry's rules cannot name).
@@ -17,19 +17,28 @@ import {
 import { watch } from "../kube/sharedinformers.ts";
 import { defineController } from "../manager/controller.ts";
 import { ENDPOINT_SLICE_RULE, LOAD_BALANCER_RULES, loadBalancerParts } from "../service/definition.ts";
-import { ENDPOINT_SLICE_FIELDS, NODE_FIELDS } from "../service/watches.ts";
 import { ANNOUNCER_LEASE_LABEL } from "./announcement.ts";
 import { PoolController } from "./controller.ts";
 import { type PoolsConfig, poolsConfig, poolsFlagTable } from "./flags.ts";
 import { createPoolsMetrics } from "./metrics.ts";
 import { type LoadBalancerIPPool, POOL_RESOURCE } from "./pool.ts";
-import { LEASE_FIELDS, POOL_FIELDS, SERVICE_FIELDS } from "./watches.ts";
+import {
+  LEASE_FIELDS,
+  POOL_ENDPOINT_SLICE_FIELDS,
+  POOL_FIELDS,
+  POOL_NODE_FIELDS,
+  SERVICE_CIDR_FIELDS,
+  SERVICE_CIDR_RESOURCE,
+  SERVICE_FIELDS,
+  type ServiceCIDR,
+} from "./watches.ts";
 
 const SHARED_WATCHES = {
   services: watch<Service>({ resource: SERVICE_RESOURCE, keep: SERVICE_FIELDS }),
-  nodes: watch<Node>({ resource: NODE_RESOURCE, keep: NODE_FIELDS }),
+  nodes: watch<Node>({ resource: NODE_RESOURCE, keep: POOL_NODE_FIELDS }),
   pools: watch<LoadBalancerIPPool>({ resource: POOL_RESOURCE, keep: POOL_FIELDS }),
-  endpointSlices: watch<EndpointSlice>({ resource: ENDPOINT_SLICE_RESOURCE, keep: ENDPOINT_SLICE_FIELDS }),
+  endpointSlices: watch<EndpointSlice>({ resource: ENDPOINT_SLICE_RESOURCE, keep: POOL_ENDPOINT_SLICE_FIELDS }),
+  serviceCidrs: watch<ServiceCIDR>({ resource: SERVICE_CIDR_RESOURCE, keep: SERVICE_CIDR_FIELDS }),
 };
 
 const watches = ({ leaseNamespace }: PoolsConfig) => ({
@@ -55,19 +64,21 @@ export const servicePools = defineController({
   metricsSubsystem: "service_l2_pools_",
   createMetrics: createPoolsMetrics,
   rbac: {
-    // As the node-address service controller's, plus the pools: read, and their status written.
+    // As the node-address service controller's, plus the pools (read, their finalizer and status written) and the
+    // ServiceCIDRs (never handed out).
     cluster: [
       ...LOAD_BALANCER_RULES,
       ENDPOINT_SLICE_RULE,
-      { apiGroups: ["local-ccm.io"], resources: ["loadbalancerippools"], verbs: ["list", "watch"] },
+      { apiGroups: ["local-ccm.io"], resources: ["loadbalancerippools"], verbs: ["list", "watch", "patch"] },
       { apiGroups: ["local-ccm.io"], resources: ["loadbalancerippools/status"], verbs: ["patch"] },
+      { apiGroups: ["networking.k8s.io"], resources: ["servicecidrs"], verbs: ["list", "watch"] },
     ],
     // The agents' announcer Leases, where they keep them (the chart passes --lb-l2-lease-namespace).
     releaseNamespace: [{ apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["list", "watch"] }],
   },
   watches,
   create(context, config) {
-    const { services, nodes, pools, leases, endpointSlices } = context.caches;
+    const { services, nodes, pools, leases, endpointSlices, serviceCidrs } = context.caches;
     const controller = new PoolController({
       config,
       services,
@@ -75,6 +86,7 @@ export const servicePools = defineController({
       pools,
       leases,
       endpointSlices,
+      serviceCidrs,
       poolResource: new Resource<LoadBalancerIPPool>(context.client, POOL_RESOURCE),
       ...loadBalancerParts(context),
     });
@@ -83,6 +95,7 @@ export const servicePools = defineController({
     pools.addHandlers(controller.poolHandlers);
     leases.addHandlers(controller.leaseHandlers);
     endpointSlices.addHandlers(controller.endpointSliceHandlers);
+    serviceCidrs.addHandlers(controller.serviceCidrHandlers);
     return controller;
   },
 });

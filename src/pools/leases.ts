@@ -11,6 +11,7 @@ import { type Cidr, parseCidr } from "../net/ip.ts";
 import { hashString } from "../service/rendezvous.ts";
 import {
   announcerLeaseName,
+  GATEWAYS_ANNOTATION,
   LEASE_DURATION_SECONDS,
   leaseExpiry,
   leaseNode,
@@ -27,6 +28,8 @@ interface Observed {
   /** The annotation as written: a change of it is a change of announcer. */
   segmentsText: string | undefined;
   segments: Cidr[];
+  /** GATEWAYS_ANNOTATION as written. */
+  gatewaysText: string | undefined;
 }
 
 export class AnnouncerLeases {
@@ -59,8 +62,21 @@ export class AnnouncerLeases {
       durationSeconds,
       segmentsText,
       segments: same ? before.segments : segments(segmentsText),
+      gatewaysText: lease.metadata?.annotations?.[GATEWAYS_ANNOTATION],
     });
     return !same;
+  }
+
+  /** Each announcer's segments and default gateways as written (live or not): what the network uses. */
+  network(): { node: string; segments: string[]; gateways: string[] }[] {
+    const list = (text: string | undefined) => (text ? text.split(",").map((item) => item.trim()) : []);
+    return [...this.observed.values()]
+      .map(({ node, segmentsText: segments, gatewaysText: gateways }) => ({
+        node,
+        segments: list(segments),
+        gateways: list(gateways),
+      }))
+      .sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
   }
 
   gone(lease: Lease): void {

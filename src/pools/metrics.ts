@@ -7,9 +7,17 @@ export function createPoolsMetrics(registry: Registry, prefix: string) {
       name: `${prefix}syncs_total`,
       help:
         "Services of ours synced, by action (allocate, refuse, release) and rule (kept, allocated; bad-request, " +
-        "no-pool, pool-exhausted, address-in-no-pool, address-held, port-overlap, node-address; deleted, " +
-        "not-ours).",
+        "no-pool, pool-exhausted, address-in-no-pool, address-held, port-overlap, and the exclusions: gateway, " +
+        "network-address, broadcast-address, service-cidr, pod-cidr, api-server, node-address; deleted, not-ours).",
       labels: ["action", "rule"],
+    }),
+    notices: registry.counter({
+      name: `${prefix}notices_total`,
+      help:
+        "Warnings told to a Service that keeps what it holds (never moved while it exists), by rule: why a kept " +
+        "address would no longer be given (pool-gone, pool-deleting, pool-changed, or an exclusion such as " +
+        "gateway or node-address), or why what it asks is refused (a refusal rule).",
+      labels: ["rule"],
     }),
     announcers: registry.counter({
       name: `${prefix}announcer_decisions_total`,
@@ -26,7 +34,7 @@ export function createPoolsMetrics(registry: Registry, prefix: string) {
       name: `${prefix}writes_total`,
       help:
         "Writes, by write (record: finalizer and allocated-from annotation, status, announcer: its annotation " +
-        "and label, release, pool-status) and result (ok, conflict, gone, error, dry-run).",
+        "and label, release, pool-status, pool-finalizer) and result (ok, conflict, gone, error, dry-run).",
       labels: ["write", "result"],
     }),
     allocateSeconds: registry.histogram({

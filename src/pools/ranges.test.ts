@@ -50,7 +50,7 @@ test("numbers and text round-trip in both families", () => {
   assert.equal(ipNumber("fe80::1%eth0"), undefined);
 });
 
-test("a pool's entries merge; a bad entry or selector makes it serve nothing", () => {
+test("a pool's entries merge; a bad entry is not served, the others are; a bad selector serves nothing", () => {
   const merged = mergeRanges(
     ["198.51.100.0/25", "198.51.100.128-198.51.100.200", "2001:db8::/127", "198.51.100.10"].map(
       (text) => parseAddressEntry(text) as never,
@@ -60,14 +60,13 @@ test("a pool's entries merge; a bad entry or selector makes it serve nothing", (
   const bad = poolFacts({
     metadata: { name: "p" },
     spec: {
-      addresses: ["198.51.100.9-198.51.100.1"],
+      addresses: ["198.51.100.9-198.51.100.1", "198.51.100.16/30"],
       serviceSelector: { matchExpressions: [{ key: "a", operator: "Is" }] },
     },
   });
-  assert.equal(
-    bad.problem,
-    '"198.51.100.9-198.51.100.1" ends before it starts; serviceSelector: unknown operator "Is"',
-  );
+  assert.equal(bad.problem, 'serviceSelector: unknown operator "Is"');
+  assert.deepEqual(bad.unservable, ['"198.51.100.9-198.51.100.1" ends before it starts']);
+  assert.deepEqual(bad.ranges.map(formatRange), ["198.51.100.16-198.51.100.19"]);
   assert.equal(poolFacts({ metadata: { name: "p" }, spec: {} }).problem, "spec.addresses is empty");
   const good = poolFacts({ metadata: { name: "p" }, spec: { addresses: ["198.51.100.0/30"] } });
   assert.deepEqual([good.problem, good.autoAssign, good.avoidBuggyIps], [undefined, true, false]);

@@ -1,7 +1,10 @@
 // What the address pool controller reads from the API, and the fields it keeps of each (kube/fields.ts): each path
-// is one that l2ServiceFacts(), announcedFacts(), poolFacts() or AnnouncerLeases reads, or that a write starts from.
-// Nodes and EndpointSlices as the service controller keeps them (loadBalancerNode(), endpointSliceFacts()).
+// is one that l2ServiceFacts(), announcedFacts(), poolFacts(), AnnouncerLeases or the exclusions (exclusions.ts)
+// read, or that a write starts from. Nodes and EndpointSlices as the service controller keeps them
+// (loadBalancerNode(), endpointSliceFacts()), plus what the exclusions read of them.
 import { EACH, type FieldPath } from "../kube/fields.ts";
+import type { KubeObject, ResourceRef } from "../kube/resource.ts";
+import { ENDPOINT_SLICE_FIELDS, NODE_FIELDS } from "../service/watches.ts";
 import {
   ALLOCATED_FROM_ANNOTATION,
   POOL_ANNOTATION,
@@ -9,7 +12,7 @@ import {
   SHARING_ANNOTATION,
 } from "./allocate.ts";
 import { NODE_SELECTOR_ANNOTATION } from "../service/decide.ts";
-import { ANNOUNCER_ANNOTATION, SEGMENTS_ANNOTATION } from "./announcement.ts";
+import { ANNOUNCER_ANNOTATION, GATEWAYS_ANNOTATION, SEGMENTS_ANNOTATION } from "./announcement.ts";
 
 /** Labels whole: a pool's serviceSelector may name any. Finalizers whole: the record patch writes the list back. */
 export const SERVICE_FIELDS: readonly FieldPath[] = [
@@ -40,8 +43,36 @@ export const SERVICE_FIELDS: readonly FieldPath[] = [
 
 export const LEASE_FIELDS: readonly FieldPath[] = [
   ["metadata", "annotations", SEGMENTS_ANNOTATION],
+  ["metadata", "annotations", GATEWAYS_ANNOTATION],
   ["spec", "renewTime"],
   ["spec", "leaseDurationSeconds"],
 ];
 
-export const POOL_FIELDS: readonly FieldPath[] = [["spec"], ["status"]];
+/** Finalizers whole: the finalizer patch writes the list back. */
+export const POOL_FIELDS: readonly FieldPath[] = [
+  ["metadata", "generation"],
+  ["metadata", "deletionTimestamp"],
+  ["metadata", "finalizers"],
+  ["spec"],
+  ["status"],
+];
+
+/** Pod CIDRs are never handed out. */
+export const POOL_NODE_FIELDS: readonly FieldPath[] = [...NODE_FIELDS, ["spec", "podCIDRs"]];
+
+/**
+ * The API server's endpoints (the slices of default/kubernetes) are never handed out. The one EndpointSlice watch
+ * is shared, so every slice keeps its endpoints' addresses while this controller runs: about 100 bytes an endpoint.
+ */
+export const POOL_ENDPOINT_SLICE_FIELDS: readonly FieldPath[] = [
+  ...ENDPOINT_SLICE_FIELDS,
+  ["endpoints", EACH, "addresses"],
+];
+
+/** networking.k8s.io/v1 ServiceCIDR (kubernetes-types predates it): the ranges ClusterIPs come from. */
+export interface ServiceCIDR extends KubeObject {
+  spec?: { cidrs?: string[] };
+}
+
+export const SERVICE_CIDR_RESOURCE: ResourceRef = { group: "networking.k8s.io", version: "v1", plural: "servicecidrs" };
+export const SERVICE_CIDR_FIELDS: readonly FieldPath[] = [["spec", "cidrs"]];

@@ -15,6 +15,7 @@ import { announcerLease } from "../../src/agent/announcer/lease.ts";
 import {
   ANNOUNCER_LEASE_LABEL,
   announcerLeaseName,
+  GATEWAYS_ANNOTATION,
   LEASE_DURATION_SECONDS,
   SEGMENTS_ANNOTATION,
 } from "../../src/pools/announcement.ts";
@@ -73,7 +74,7 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
     assert.equal(recreated.spec?.holderIdentity, NODE);
   });
 
-  test("the Lease: another writer's change is re-read and kept, the holder taken back; segments follow", async () => {
+  test("the Lease: another writer's change is re-read and kept, the holder taken back; segments, gateways follow", async () => {
     const lease = (await readLease()) as Lease;
     const labels = { ...lease.metadata?.labels, team: "net" };
     // Its next update, pinned to the resourceVersion it read, conflicts: it re-reads and renews on top.
@@ -88,6 +89,11 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
     const segments = `${SUBNET.v4}.0/24,198.18.78.0/24,${SUBNET.v6}:/64`;
     const followed = async () => (await readLease())?.metadata?.annotations?.[SEGMENTS_ANNOTATION] === segments;
     await waitFor(`segments ${segments}`, followed, WAIT_MS).catch(diagnose);
+    // A default route's next hop is told too (one in a table of its own: the node's routing stays as it is).
+    await node.host.ip("route", "add", "default", "via", `${SUBNET.v4}.254`, "table", "100");
+    const gateways = async () => (await readLease())?.metadata?.annotations?.[GATEWAYS_ANNOTATION]?.split(",");
+    const told = async () => (await gateways())?.includes(`${SUBNET.v4}.254`);
+    await waitFor("the default route's next hop on the Lease", told, WAIT_MS).catch(diagnose);
   });
 
   test("a Service assigned to the node is announced (ARP, NDP); assigned to another node, it is not", async () => {
@@ -120,7 +126,7 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
     await nodes.create({ metadata: { name } });
     // As a run that crashed would leave it: deleted, since the node is not selected.
     const identity = { node: name, name: announcerLeaseName(name) as string, namespace: NAMESPACE };
-    await world.leases.create(announcerLease(identity, "", new Date()));
+    await world.leases.create(announcerLease(identity, { segments: "", gateways: "" }, new Date()));
     const edge = await world.addNode(name, 1, [`--lb-l2-node-selector=${EDGE_LABEL}`]);
     const answers = (mac: string | undefined) => async () => (await world.resolve(address)) === mac;
     const until = (what: string, check: () => Promise<boolean>) =>

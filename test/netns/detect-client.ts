@@ -35,6 +35,9 @@ export const detectIn = (host: Host, config: DetectionConfig) =>
 
 export const addressesIn = (host: Host) => fixture(host, ["addresses"]) as Promise<HostAddress[]>;
 
+/** The next hops of the default routes. */
+export const gatewaysIn = (host: Host) => fixture(host, ["gateways"]) as Promise<string[]>;
+
 /** The route source per target (null: no route). */
 export const routesIn = (host: Host, ...targets: string[]) =>
   fixture(host, ["routes", ...targets]) as Promise<(string | null)[]>;

@@ -3,6 +3,7 @@
 //   detect '<DetectionConfig JSON>'  → one Detection
 //   addresses                        → the HostAddress list
 //   routes <target>…                 → the route source per target (null: none)
+//   gateways                         → the next hops of the default routes
 //   lookups <target>…                → { addresses, links, routes: { source } (null: none) or { error: errno } per
 //                                      target }
 //   watch <debounceMs> <target>      → one snapshot line now and one after each reported change, until stdin closes
@@ -19,6 +20,9 @@ switch (command) {
     break;
   case "addresses":
     print(await netlink.listAddresses());
+    break;
+  case "gateways":
+    print(await netlink.listDefaultGateways());
     break;
   case "routes":
     print(await Promise.all(args.map((target) => netlink.routeSource(target))));

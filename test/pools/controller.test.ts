@@ -1,10 +1,12 @@
 // The address pool controller against a real kube-apiserver, on real informers: allocation with its record and
 // finalizer, requested addresses, sharing, pool selectors, exhaustion told by an Event and a metric, a restart with
-// the pool exhausted, and releases on a class change and on deletion. Each test's pools admit only its own
-// namespace, so the pools of one test never reach another's Services.
+// the pool exhausted, and releases on a class change and on deletion; what the network uses never handed out (a
+// namespace editor asking for the gateway is refused); pool edits that never move a held address; the pools'
+// finalizer. Each test's pools admit only its own namespace, so the pools of one test never reach another's Services.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { Service, ServicePort } from "kubernetes-types/core/v1.js";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import {
   ALLOCATED_FROM_ANNOTATION,
   L2_CLASS,
@@ -12,16 +14,20 @@ import {
   REQUESTED_IPS_ANNOTATION,
   SHARING_ANNOTATION,
 } from "../../src/pools/allocate.ts";
-import type { LoadBalancerIPPool } from "../../src/pools/pool.ts";
+import { isApiError } from "../../src/kube/errors.ts";
+import { ENDPOINT_SLICE_RESOURCE, Resource, SERVICE_RESOURCE } from "../../src/kube/resource.ts";
+import { SERVICE_NAME_LABEL } from "../../src/service/endpoints.ts";
+import { type LoadBalancerIPPool, POOL_FINALIZER } from "../../src/pools/pool.ts";
 import { LB_FINALIZER } from "../../src/service/decide.ts";
 import { waitForEqual } from "../../localcluster/wait.ts";
+import { namespaceEditor } from "../kube/controller-harness.ts";
 import { type PoolWorld, startPoolWorld } from "./world.ts";
 
 const WAIT_MS = 60_000;
 
 let world: PoolWorld;
 before(async () => {
-  world = await startPoolWorld();
+  world = await startPoolWorld({ controllerManager: true }); // for the namespace editor's `edit` ClusterRole
 });
 after(async () => {
   await world?.stop();
@@ -63,6 +69,17 @@ async function group(pools: Record<string, LoadBalancerIPPool["spec"]>) {
     status: async (name: string) => {
       const { size, used, free, conflicts } = (await world.pools.get(`${id}-${name}`)).status ?? {};
       return { size, used, free, conflicts };
+    },
+    /** The pool's retained addresses, Ready condition (status, reason) and finalizers; undefined once it is gone. */
+    held: async (name: string) => {
+      const pool = await world.pools.get(`${id}-${name}`).catch((err: unknown) => {
+        if (isApiError(err, "NotFound")) return undefined;
+        throw err;
+      });
+      if (!pool) return undefined;
+      const ready = pool.status?.conditions?.find(({ type }) => type === "Ready");
+      const { finalizers = [] } = pool.metadata ?? {};
+      return { retained: pool.status?.retained ?? [], ready: `${ready?.status} ${ready?.reason}`, finalizers };
     },
   };
 }
@@ -161,8 +178,137 @@ describe("address pool controller, against kube-apiserver", () => {
       await until("a skips the node's address", () => g.ingress("a"), ["198.51.100.33 VIP"]);
       await until("conflicts", async () => (await g.status("one"))?.conflicts, [
         `overlaps pool ${g.pool("two")} at 198.51.100.34-198.51.100.35`,
-        `holds 198.51.100.32, an address of node ${g.pool("node")}: never handed out`,
+        `never hands out 198.51.100.32: it is an address of node ${g.pool("node")}`,
       ]);
+    });
+  });
+
+  test("a pool over a whole segment skips its gateway; an editor asking is refused", async () => {
+    // An operator's slip: the pool holds the segment's gateway, network and broadcast addresses, a node's address,
+    // a Service CIDR (the control plane's ServiceCIDR 10.96.0.0/24) and the API server's endpoint. This apiserver
+    // advertises 127.0.0.1, which no EndpointSlice may hold: its slice is written as it would be elsewhere.
+    const g = await group({ lan: { addresses: ["10.96.0.0/30", "192.0.2.10/32", "198.51.110.0/24"] } });
+    await new Resource<EndpointSlice>(world.plane.admin, { ...ENDPOINT_SLICE_RESOURCE, namespace: "default" }).create({
+      metadata: { name: "kubernetes", labels: { [SERVICE_NAME_LABEL]: "kubernetes" } },
+      addressType: "IPv4",
+      endpoints: [{ addresses: ["192.0.2.10"], conditions: { ready: true } }],
+      ports: [{ name: "https", port: 6443, protocol: "TCP" }],
+    });
+    const node = g.pool("gw-node");
+    await world.addNode(node, [{ type: "InternalIP", address: "198.51.110.2" }]);
+    const lease = await world.announce(node, ["198.51.110.0/24"], ["198.51.110.1"]);
+    // The namespace editor (RBAC edit, not the admin) creates the Services.
+    const client = await namespaceEditor(world.plane, g.namespace);
+    const services = new Resource<Service>(client, { ...SERVICE_RESOURCE, namespace: g.namespace });
+    const create = (name: string, number: number, annotations: Record<string, string> = {}, loadBalancerIP?: string) =>
+      services.create({
+        metadata: { name, annotations },
+        spec: { type: "LoadBalancer", loadBalancerClass: L2_CLASS, ports: port(number), loadBalancerIP },
+      });
+    try {
+      await world.withController(async (running) => {
+        await create("first", 80);
+        await until("the lowest address the network does not use", () => g.ingress("first"), ["198.51.110.3 VIP"]);
+        await create("gateway", 81, { [REQUESTED_IPS_ANNOTATION]: "198.51.110.1" });
+        await create("legacy", 82, {}, "198.51.110.255");
+        await create("cluster-ip", 83, { [REQUESTED_IPS_ANNOTATION]: "10.96.0.1" });
+        await create("apiserver", 84, { [REQUESTED_IPS_ANNOTATION]: "192.0.2.10" });
+        await create("node", 85, { [REQUESTED_IPS_ANNOTATION]: "198.51.110.2" });
+        const segment = `segment 198.51.110.0/24 (node ${node})`;
+        const refusals = {
+          gateway: `refused (gateway): 198.51.110.1 is the default gateway of ${segment}`,
+          legacy: `refused (broadcast-address): 198.51.110.255 is the broadcast address of ${segment}`,
+          "cluster-ip": "refused (service-cidr): 10.96.0.1 is in Service CIDR 10.96.0.0/24 (ServiceCIDR kubernetes)",
+          apiserver:
+            "refused (api-server): 192.0.2.10 is an endpoint of the API server (EndpointSlices of default/kubernetes)",
+          node: `refused (node-address): 198.51.110.2 is an address of node ${node}`,
+        };
+        for (const [name, warning] of Object.entries(refusals)) {
+          await until(`${name} refused`, () => g.warnings(name), [warning]);
+          assert.deepEqual(await g.ingress(name), [], `${name} got no address`);
+        }
+        await running.controller.idle();
+        const refused = /test_service_l2_pools_syncs_total\{action="refuse",rule="gateway"\} [1-9]/;
+        assert.match(running.registry.expose(), refused);
+        const { conflicts } = await g.status("lan");
+        const nevers = ["10.96.0.0-10.96.0.3: it is in Service CIDR", "192.0.2.10: it is an endpoint", "198.51.110.1: it is"];
+        for (const never of nevers)
+          assert.ok(conflicts?.some((line) => line.startsWith(`never hands out ${never}`)), `${never}: ${conflicts}`);
+        // A gateway the agents learn later: the Service that holds it keeps it (never moved), told why.
+        lease.stop();
+        await world.announce(`${node}-b`, ["198.51.110.0/24"], ["198.51.110.3"]);
+        await until("first told", () => g.warnings("first"), [
+          `keeps 198.51.110.3: (gateway) 198.51.110.3 is kept while the Service exists, though it is the default ` +
+            `gateway of segment 198.51.110.0/24 (node ${node}-b)`,
+        ]);
+        assert.deepEqual(await g.ingress("first"), ["198.51.110.3 VIP"]);
+      });
+    } finally {
+      client.close();
+    }
+  });
+
+  test("pool edits never move a held address (narrowed, shrunk, deleted); a deleted pool waits until released", async () => {
+    const g = await group({ main: { addresses: ["198.51.111.0/29"] } });
+    const warnings = (name: string) => async () => (await g.warnings(name)).at(-1);
+    await world.withController(async (running) => {
+      await g.create("a");
+      await until("a allocated", () => g.ingress("a"), ["198.51.111.0 VIP"]);
+      await until("the pool carries the finalizer, Ready", () => g.held("main"), {
+        retained: [],
+        ready: "True Serving",
+        finalizers: [POOL_FINALIZER],
+      });
+      // A bad entry (a reversed IPv6 range: the CRD's CEL checks IPv4 ranges only) is not served; the others are.
+      const withBad = ["198.51.111.0/29", "2001:db8::9-2001:db8::1"];
+      await world.pools.patch(g.pool("main"), "merge", { spec: { addresses: withBad } });
+      await until("the entry is unservable, not the pool", async () => (await g.held("main"))?.ready, "True EntriesUnservable");
+      assert.deepEqual((await g.status("main")).conflicts, [
+        'cannot serve the entry "2001:db8::9-2001:db8::1" ends before it starts',
+      ]);
+      await g.create("c", { ports: port(82) });
+      await until("c allocated from the same pool", () => g.ingress("c"), ["198.51.111.1 VIP"]);
+      // Narrowed to another namespace: a keeps its address, is told; the pool says why; a new Service gets nothing.
+      await world.pools.patch(g.pool("main"), "merge", { spec: { namespaces: ["elsewhere"] } });
+      const notAdmitted = `pool ${g.pool("main")} no longer admits the Service (its namespaces or serviceSelector)`;
+      const kept = (rule: string, why: string) =>
+        `keeps 198.51.111.0: (${rule}) 198.51.111.0 is kept while the Service exists, though ${why}`;
+      await until("a told", warnings("a"), kept("pool-changed", notAdmitted));
+      await until("the pool says why", async () => (await g.held("main"))?.retained, [
+        `198.51.111.0 (Service ${g.namespace}/a): ${notAdmitted}`,
+        `198.51.111.1 (Service ${g.namespace}/c): ${notAdmitted}`,
+      ]);
+      await g.create("b", { ports: port(81) });
+      await until("b refused", warnings("b"), "refused (no-pool): no pool offers IPv4 addresses to this Service");
+      assert.deepEqual(await g.ingress("a"), ["198.51.111.0 VIP"]);
+      // Admitting again and shrunk past a's address: a keeps it; b gets one of what is left.
+      const shrunk = { namespaces: [g.namespace], addresses: ["198.51.111.4/30"] };
+      await world.pools.patch(g.pool("main"), "merge", { spec: shrunk });
+      await until("b allocated", () => g.ingress("b"), ["198.51.111.4 VIP"]);
+      await until("a told again", warnings("a"), kept("pool-changed", `pool ${g.pool("main")} no longer offers it`));
+      assert.deepEqual(await g.ingress("a"), ["198.51.111.0 VIP"]);
+      // Deleted: it stays, Ready False (Deleting), until both are released; a and b keep their addresses meanwhile.
+      await world.pools.delete(g.pool("main"));
+      await until("the pool waits", async () => (await g.held("main"))?.ready, "False Deleting");
+      await until("a told", warnings("a"), kept("pool-deleting", `pool ${g.pool("main")} is being deleted`));
+      assert.deepEqual(await g.ingress("b"), ["198.51.111.4 VIP"]);
+      await g.services.delete("a");
+      await g.services.delete("c");
+      const names = async () => (await g.services.list()).items.map(({ metadata }) => metadata?.name);
+      await until("a and c gone", names, ["b"]);
+      await running.controller.idle();
+      assert.equal((await g.held("main"))?.ready, "False Deleting", "b still holds an address of it");
+      await g.services.delete("b");
+      await until("the pool is gone once nothing holds an address of it", () => g.held("main"), undefined);
+    });
+  });
+
+  test("a pool nobody draws from carries the finalizer and goes as soon as it is deleted", async () => {
+    const g = await group({ idle: { addresses: ["198.51.112.0/30"] } });
+    await world.withController(async () => {
+      await until("finalizer", async () => (await g.held("idle"))?.finalizers, [POOL_FINALIZER]);
+      await world.pools.delete(g.pool("idle"));
+      await until("gone", () => g.held("idle"), undefined);
     });
   });
 });

@@ -32,6 +32,7 @@ async function refusal(spec: unknown): Promise<string | undefined> {
 }
 
 const ADDRESS_RULE = "each address is a CIDR, an IP, or a first-last range of two IPs of one family";
+const ORDER_RULE = "a first-last range ends before it starts";
 
 describe("LoadBalancerIPPool CRD", () => {
   test("good pools are taken, with autoAssign true and avoidBuggyIPs false by default", async () => {
@@ -51,6 +52,31 @@ describe("LoadBalancerIPPool CRD", () => {
     }
   });
 
+  test("a reversed IPv4 range is refused (IPv6: by the controller); ranges in order are taken", async () => {
+    const reversed = ["198.51.100.9-198.51.100.1", "10.0.0.10-10.0.0.9", "10.1.0.0 - 9.255.255.255"];
+    for (const entry of reversed) {
+      const message = await refusal({ addresses: ["192.0.2.0/24", entry] });
+      assert.ok(message?.includes(ORDER_RULE), `${entry}: ${message}`);
+      assert.ok(!message?.includes(ADDRESS_RULE), `${entry}: only the order is wrong`);
+    }
+    const ordered = [
+      "198.51.100.1-198.51.100.1",
+      "10.0.0.9-10.0.0.10",
+      "2001:db8::ffff-2001:db8::1:0",
+      "::-::1",
+      "2001:DB8::1-2001:db8::2",
+      "fe80::1-fe80:0:0:1::",
+    ];
+    for (const entry of ordered) assert.equal(await refusal({ addresses: [entry] }), undefined, entry);
+  });
+
+  test("a prefix length out of range and mixed families are refused by the address rule", async () => {
+    for (const entry of ["198.51.100.0/33", "2001:db8::/129", "198.51.100.0/-1", "198.51.100.1-2001:db8::2"]) {
+      const message = await refusal({ addresses: [entry] });
+      assert.ok(message?.includes(ADDRESS_RULE), `${entry}: ${message}`);
+    }
+  });
+
   test("no addresses, a bad selector or namespace are refused", async () => {
     assert.match((await refusal({ addresses: [] })) ?? "", /spec\.addresses: Invalid value: .*at least 1 item/);
     assert.match((await refusal({})) ?? "", /spec\.addresses: Required value/);
@@ -63,14 +89,24 @@ describe("LoadBalancerIPPool CRD", () => {
     assert.match((await refusal({ addresses: ["198.51.100.0/24"], namespaces })) ?? "", /namespaces\[0\]/);
   });
 
-  test("kubectl get shows addresses, auto, size, used, free and age", async () => {
+  test("kubectl get shows addresses, auto, size, used, free, ready and age; the status keeps every field", async () => {
     const name = `pool-${++created}`;
     await pools.create({ ...POOL_TYPE, metadata: { name }, spec: { addresses: ["192.0.2.0/30"] } });
-    const status = { size: "4", used: "1", free: "3", conflicts: [] };
+    const ready = {
+      type: "Ready",
+      status: "False",
+      reason: "Deleting",
+      message: "being deleted; waits until Services release the 1 address(es) they hold of it: 192.0.2.1",
+      lastTransitionTime: "2026-11-27T12:00:00Z",
+      observedGeneration: 1,
+    };
+    const retained = ["192.0.2.1 (Service ns/a): pool x is being deleted"];
+    const status = { size: "4", used: "1", free: "3", conflicts: [], retained, conditions: [ready] };
     await pools.patch(name, "merge", { status }, { subresource: "status" });
+    assert.deepEqual((await pools.get(name)).status, status, "nothing pruned");
     const table = await plane.kubectl(["get", "loadbalancerippools", name]);
     const [header, row] = table.trim().split("\n").map((line) => line.trim().split(/\s{2,}/));
-    assert.deepEqual(header, ["NAME", "ADDRESSES", "AUTO", "SIZE", "USED", "FREE", "AGE"]);
-    assert.deepEqual(row?.slice(0, 6), [name, '["192.0.2.0/30"]', "true", "4", "1", "3"]);
+    assert.deepEqual(header, ["NAME", "ADDRESSES", "AUTO", "SIZE", "USED", "FREE", "READY", "AGE"]);
+    assert.deepEqual(row?.slice(0, 7), [name, '["192.0.2.0/30"]', "true", "4", "1", "3", "False"]);
   });
 });

@@ -18,6 +18,7 @@ import {
 import {
   ANNOUNCER_LEASE_LABEL,
   announcerLeaseName,
+  GATEWAYS_ANNOTATION,
   LEASE_DURATION_SECONDS,
   RENEW_INTERVAL_MS,
   SEGMENTS_ANNOTATION,
@@ -54,7 +55,7 @@ export interface PoolWorld {
   addNode(name: string, addresses: NodeAddress[]): Promise<void>;
   setReady(name: string, ready: "True" | "False"): Promise<void>;
   /** A node's announcer Lease, renewed every RENEW_INTERVAL_MS as its agent would, until stopped. */
-  announce(node: string, segments: string[]): Promise<{ stop(): void }>;
+  announce(node: string, segments: string[], gateways?: string[]): Promise<{ stop(): void }>;
   /** An EndpointSlice of a Service with a ready endpoint on each of `nodes`. */
   endpoints(namespace: string, service: string, nodes: string[]): Promise<void>;
   /** The reasons and messages of the Events about a Service. */
@@ -71,6 +72,7 @@ export async function keepAnnouncerLease(
   leases: Resource<Lease>,
   node: string,
   segments: string[],
+  gateways: string[] = [],
 ): Promise<{ stop(): void }> {
   const name = announcerLeaseName(node) ?? "";
   const renew = () => leases.patch(name, "merge", { spec: { renewTime: microTime(new Date()) } });
@@ -78,7 +80,7 @@ export async function keepAnnouncerLease(
     metadata: {
       name,
       labels: { [ANNOUNCER_LEASE_LABEL]: "true" },
-      annotations: { [SEGMENTS_ANNOTATION]: segments.join(",") },
+      annotations: { [SEGMENTS_ANNOTATION]: segments.join(","), [GATEWAYS_ANNOTATION]: gateways.join(",") },
     },
     spec: { holderIdentity: node, leaseDurationSeconds: LEASE_DURATION_SECONDS, renewTime: microTime(new Date()) },
   });
@@ -87,8 +89,9 @@ export async function keepAnnouncerLease(
   return { stop: () => clearInterval(timer) };
 }
 
-export async function startPoolWorld(): Promise<PoolWorld> {
-  const plane = await startControlPlane();
+/** `controllerManager`: run kube-controller-manager too (it aggregates the built-in `edit` ClusterRole). */
+export async function startPoolWorld(options: { controllerManager?: boolean } = {}): Promise<PoolWorld> {
+  const plane = await startControlPlane({ controllerManager: options.controllerManager });
   await installPoolCrd(plane);
   const leaseNamespace = await createNamespace(plane.admin, "pools-leases");
   const kubeconfig = await controllerKubeconfig(plane, "local-ccm-pools-controller", servicePools.rbac.cluster, {
@@ -110,8 +113,8 @@ export async function startPoolWorld(): Promise<PoolWorld> {
     },
     addNode: (name, addresses) => createNode(resource<Node>(NODE_RESOURCE), name, { addresses }),
     setReady: (name, ready) => setNodeReady(resource<Node>(NODE_RESOURCE), name, ready),
-    async announce(node, segments) {
-      const announcer = await keepAnnouncerLease(leases, node, segments);
+    async announce(node, segments, gateways) {
+      const announcer = await keepAnnouncerLease(leases, node, segments, gateways);
       renewers.add(announcer);
       return {
         stop: () => {

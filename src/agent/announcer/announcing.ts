@@ -193,7 +193,11 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
 
   async function refreshLinks(): Promise<void> {
     try {
-      const [addresses, links] = await Promise.all([netlink.listAddresses(), netlink.listLinks()]);
+      const [addresses, links, gateways] = await Promise.all([
+        netlink.listAddresses(),
+        netlink.listLinks(),
+        netlink.listDefaultGateways(),
+      ]);
       segments = nodeSegments(addresses, links, flags.interfaces);
       const unusable = unusableInterfaces(links, flags.interfaces).join(",");
       if (unusable !== lastUnusable && unusable !== "")
@@ -201,6 +205,7 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
       lastUnusable = unusable;
       hostAddresses = addresses.map((address) => address.address);
       lease.setSegments(segmentsAnnotation(segments));
+      lease.setGateways(gateways.join(",")); // never handed out by the pool controller
       reconcile();
     } catch (err) {
       log.error("L2: listing the links and addresses failed", { err });

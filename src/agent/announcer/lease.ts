@@ -12,6 +12,7 @@ import type { Resource } from "../../kube/resource.ts";
 import {
   ANNOUNCER_LEASE_LABEL,
   announceDeadline,
+  GATEWAYS_ANNOTATION,
   LEASE_DURATION_SECONDS,
   RENEW_INTERVAL_MS,
   SEGMENTS_ANNOTATION,
@@ -25,8 +26,14 @@ export interface LeaseIdentity {
   namespace: string;
 }
 
+/** What the Lease tells of the node's network: its segments and its default routes' next hops (annotations). */
+export interface LeaseNetwork {
+  segments: string;
+  gateways: string;
+}
+
 /** The Lease as this node keeps it, from `current` (the one read) if any: acquireTime stays while it holds it. */
-export function announcerLease(identity: LeaseIdentity, segments: string, now: Date, current?: Lease): Lease {
+export function announcerLease(identity: LeaseIdentity, network: LeaseNetwork, now: Date, current?: Lease): Lease {
   const time = microTime(now);
   const held = current?.spec?.holderIdentity === identity.node && current.spec.acquireTime;
   return {
@@ -37,7 +44,11 @@ export function announcerLease(identity: LeaseIdentity, segments: string, now: D
       name: identity.name,
       namespace: identity.namespace,
       labels: { ...current?.metadata?.labels, [ANNOUNCER_LEASE_LABEL]: "true" },
-      annotations: { ...current?.metadata?.annotations, [SEGMENTS_ANNOTATION]: segments },
+      annotations: {
+        ...current?.metadata?.annotations,
+        [SEGMENTS_ANNOTATION]: network.segments,
+        [GATEWAYS_ANNOTATION]: network.gateways,
+      },
     },
     spec: {
       ...current?.spec,
@@ -97,7 +108,7 @@ export class AnnouncerLease {
   private readonly options: AnnouncerLeaseOptions;
   private readonly abort = new AbortController();
   private current: Lease | undefined;
-  private segments = "";
+  private readonly network: LeaseNetwork = { segments: "", gateways: "" };
   private deadline = -Infinity;
   private failing = false;
   private loop: Promise<void> | undefined;
@@ -113,7 +124,12 @@ export class AnnouncerLease {
 
   /** The node's on-link prefixes (SEGMENTS_ANNOTATION), written with the next renewal. */
   setSegments(segments: string): void {
-    this.segments = segments;
+    this.network.segments = segments;
+  }
+
+  /** The next hops of the node's default routes (GATEWAYS_ANNOTATION), written with the next renewal. */
+  setGateways(gateways: string): void {
+    this.network.gateways = gateways;
   }
 
   start(): void {
@@ -160,7 +176,7 @@ export class AnnouncerLease {
   private async write(signal: AbortSignal): Promise<number> {
     const { leases, identity } = this.options;
     for (let attempt = 1; ; attempt++) {
-      const lease = announcerLease(identity, this.segments, new Date(), this.current);
+      const lease = announcerLease(identity, this.network, new Date(), this.current);
       const sentAt = performance.now();
       try {
         this.current = this.current ? await leases.update(lease, { signal }) : await leases.create(lease, { signal });
