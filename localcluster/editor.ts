@@ -1,6 +1,8 @@
 // A namespace editor: the tenant of a shared cluster, as hostile tests act as it. A ServiceAccount bound to the
 // built-in ClusterRole `edit` in one namespace (RoleBinding), which is what a cluster admin gives a team. `edit` is
 // aggregated by kube-controller-manager (clusterrole-aggregation): the control plane must run it.
+import { type ClientOptions, KubeClient } from "../src/kube/client.ts";
+import { loadClientConfig } from "../src/kube/config.ts";
 import { isApiError } from "../src/kube/errors.ts";
 import type { ControlPlane } from "./controlplane.ts";
 import { waitFor } from "./wait.ts";
@@ -47,4 +49,12 @@ export async function namespaceEditor(
     return review.status?.allowed === true;
   }, 60_000);
   return { namespace, user, kubeconfig };
+}
+
+/** A client that acts as the editor, through its own token (close() it). */
+export async function editorClient(editor: NamespaceEditor, options: Partial<ClientOptions> = {}): Promise<KubeClient> {
+  return new KubeClient(await loadClientConfig({ kubeconfig: editor.kubeconfig, env: {} }), {
+    component: "namespace-editor",
+    ...options,
+  });
 }

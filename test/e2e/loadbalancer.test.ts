@@ -35,10 +35,8 @@ import {
   podReady,
   RELEASE,
 } from "../../localcluster/project.ts";
-import { namespaceEditor } from "../../localcluster/editor.ts";
+import { editorClient, namespaceEditor } from "../../localcluster/editor.ts";
 import { waitFor } from "../../localcluster/wait.ts";
-import { KubeClient } from "../../src/kube/client.ts";
-import { loadClientConfig } from "../../src/kube/config.ts";
 import { isApiError } from "../../src/kube/errors.ts";
 import { PROGRAM } from "../../src/manager/flags.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
@@ -351,9 +349,7 @@ function loadBalancerSuite(mode: ProxyMode): void {
         () => getFromClient(node1, HOST_NETWORK_PORT, "/hostname"), WAIT_MS, 250);
 
       const tenant = await namespaceEditor(cluster.controlPlane, "tenant");
-      const editor = new KubeClient(await loadClientConfig({ kubeconfig: tenant.kubeconfig, env: {} }), {
-        component: "tenant-editor",
-      });
+      const editor = await editorClient(tenant);
       try {
         const path = `/api/v1/namespaces/${tenant.namespace}/services`;
         // As the editor itself, through its `edit` grant: Services of the class on both ports, no backends needed.

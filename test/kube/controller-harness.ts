@@ -21,7 +21,6 @@ import type {
   Watches,
 } from "../../src/manager/controller.ts";
 import type { ControlPlane } from "../../localcluster/controlplane.ts";
-import { waitFor } from "../../localcluster/wait.ts";
 
 /**
  * A kubeconfig of kube-system's ServiceAccount `name`, bound to a ClusterRole of the same name with `rules`, and to
@@ -78,28 +77,6 @@ export async function setNodeReady(nodes: Resource<Node>, name: string, status: 
   const now = new Date().toISOString();
   const condition = { type: "Ready", status, lastHeartbeatTime: now, lastTransitionTime: now };
   await nodes.patch(name, "strategic", { status: { conditions: [condition] } }, { subresource: "status" });
-}
-
-/**
- * A client of a namespace editor: a ServiceAccount of `namespace` bound there to the built-in ClusterRole `edit`
- * (what a tenant of a shared cluster is given), not an admin. `edit` is aggregated by kube-controller-manager: the
- * plane runs it (`controllerManager`), and this waits until the grant is in force.
- */
-export async function namespaceEditor(plane: ControlPlane, namespace: string): Promise<KubeClient> {
-  const rbac = "rbac.authorization.k8s.io";
-  const binding = {
-    apiVersion: `${rbac}/v1`,
-    kind: "RoleBinding",
-    metadata: { name: "editor", namespace },
-    roleRef: { apiGroup: rbac, kind: "ClusterRole", name: "edit" },
-    subjects: [{ kind: "ServiceAccount", namespace, name: "editor" }],
-  };
-  const kubeconfig = await plane.serviceAccountKubeconfig({ namespace, name: "editor" });
-  await plane.kubectl(["apply", "-f", "-"], JSON.stringify(binding));
-  const user = `system:serviceaccount:${namespace}:editor`;
-  const canI = ["auth", "can-i", "create", "services", `--as=${user}`, `--namespace=${namespace}`];
-  await waitFor(`${user} may create Services`, async () => (await plane.kubectl(canI)).trim() === "yes", 60_000, 250);
-  return new KubeClient(await loadClientConfig({ kubeconfig, env: {} }), { component: "namespace-editor" });
 }
 
 let namespaces = 0;

@@ -20,7 +20,7 @@ import { SERVICE_NAME_LABEL } from "../../src/service/endpoints.ts";
 import { type LoadBalancerIPPool, POOL_FINALIZER } from "../../src/pools/pool.ts";
 import { LB_FINALIZER } from "../../src/service/decide.ts";
 import { waitForEqual } from "../../localcluster/wait.ts";
-import { namespaceEditor } from "../kube/controller-harness.ts";
+import { editorClient, namespaceEditor } from "../../localcluster/editor.ts";
 import { type PoolWorld, startPoolWorld } from "./world.ts";
 
 const WAIT_MS = 60_000;
@@ -198,7 +198,7 @@ describe("address pool controller, against kube-apiserver", () => {
     await world.addNode(node, [{ type: "InternalIP", address: "198.51.110.2" }]);
     const lease = await world.announce(node, ["198.51.110.0/24"], ["198.51.110.1"]);
     // The namespace editor (RBAC edit, not the admin) creates the Services.
-    const client = await namespaceEditor(world.plane, g.namespace);
+    const client = await editorClient(await namespaceEditor(world.plane, g.namespace));
     const services = new Resource<Service>(client, { ...SERVICE_RESOURCE, namespace: g.namespace });
     const create = (name: string, number: number, annotations: Record<string, string> = {}, loadBalancerIP?: string) =>
       services.create({
