@@ -215,11 +215,11 @@ describe("service controller, node-address mode, against kube-apiserver", () => 
       spec: { type: "NodePort", ports: [{ port: 80, protocol: "TCP" }] },
     });
     const nodePort = victim.spec?.ports?.[0]?.nodePort as number;
-    await pods.create({
+    const proxy = await pods.create({
       metadata: { name: "proxy" },
       spec: { nodeName: g.node("a"), containers: [{ name: "c", image: "x", ports: [{ containerPort: 80, hostPort: 18080 }] }] },
     });
-    await pods.create({
+    const agent = await pods.create({
       metadata: { name: "agent" },
       spec: { nodeName: g.node("b"), hostNetwork: true, containers: [{ name: "c", image: "x", ports: [{ containerPort: 18443 }] }] },
     });
@@ -228,6 +228,10 @@ describe("service controller, node-address mode, against kube-apiserver", () => 
       metadata: { name: "pending" },
       spec: { hostNetwork: true, containers: [{ name: "c", image: "x", ports: [{ containerPort: 18444 }] }] },
     });
+    // creationTimestamp counts whole seconds, and a tie goes by kind/namespace/name: the contenders come a second
+    // after the last holder, so that the holders are older whatever the namespaces' names.
+    const heldSince = Math.max(...[victim, proxy, agent].map((o) => Date.parse(o.metadata?.creationTimestamp as string)));
+    await waitFor("a second after the holders were created", async () => Date.now() >= heldSince + 1000, 10_000, 50);
     const warnings = async (name: string) =>
       (await world.events(g.namespace, name)).filter(({ type }) => type === "Warning").map(({ reason, message }) =>
         `${reason}: ${message}`);
