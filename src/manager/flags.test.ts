@@ -306,6 +306,7 @@ describe("the program's flag table", () => {
       "lb-node-selector": "loadBalancer.nodeSelector",
       "lb-max-nodes": "loadBalancer.maxNodes",
       "lb-reserved-ports": "loadBalancer.reservedPorts",
+      "lb-node-port-range": "loadBalancer.nodePortRange",
       "lb-l2-claim-classless": "loadBalancer.l2.pools.claimClassless",
       "lb-l2-lease-namespace": undefined,
       kubeconfig: undefined,
