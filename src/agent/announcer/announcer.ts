@@ -40,6 +40,8 @@ export interface AnnouncerOptions {
   observe?: (family: 4 | 6, decision: Decision<unknown>) => void;
   /** Another host's claim of an address this announcer probes for (refused) or announces (to report). */
   onConflict?: (conflict: Conflict) => void;
+  /** An address announced after its probes found nobody (announce() returned long before). */
+  onAnnounced?: (address: string) => void;
 }
 
 export interface Conflict {
@@ -178,6 +180,7 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
     log.info("announcer: announcing", { address, mac: link.mac });
     const timers = TAKEOVER_SCHEDULE_MS.map((delay) => setTimeout(() => tellLink(address, family), delay));
     takeovers.set(address, timers);
+    options.onAnnounced?.(address);
   };
 
   /** Gratuitous ARP or an unsolicited NA for `address` (its family's socket is open: announce() opened it). */

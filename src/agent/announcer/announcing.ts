@@ -162,7 +162,10 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     onError: (err) => log.error("watching the Services to announce failed", { err }),
   });
   const onConflict = conflictReporter({ ...options, log, services: () => services.list() });
-  const announcers = new LinkAnnouncers(log, onConflict);
+  // An address is announced once its probes found nobody, after the pass that asked for it: counted then.
+  const announcers: LinkAnnouncers = new LinkAnnouncers(log, onConflict, () =>
+    metrics.announced.set(announcers.count()),
+  );
   let segments: Segment[] = [];
   let hostAddresses: string[] = [];
   let deadlineTimer: NodeJS.Timeout | undefined;
@@ -243,13 +246,15 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
 class LinkAnnouncers {
   private readonly log: Logger;
   private readonly onConflict: (link: string, conflict: Conflict) => void;
+  private readonly onAnnounced: () => void;
   private readonly byLink = new Map<string, { link: AnnouncedLink; announcer: Announcer }>();
   /** "<address> <link>" whose announce() threw: retried on every pass (each second), said once. */
   private readonly failing = new Set<string>();
 
-  constructor(log: Logger, onConflict: (link: string, conflict: Conflict) => void) {
+  constructor(log: Logger, onConflict: (link: string, conflict: Conflict) => void, onAnnounced: () => void) {
     this.log = log;
     this.onConflict = onConflict;
+    this.onAnnounced = onAnnounced;
   }
 
   /** Announces and withdraws as `wanted` says; a link no longer in use (or replaced) loses its announcer. */
@@ -263,12 +268,21 @@ class LinkAnnouncers {
     }
     for (const [name, { link, addresses }] of wanted) {
       const onConflict = (conflict: Conflict) => this.onConflict(name, conflict);
-      const entry = this.byLink.get(name) ?? { link, announcer: startAnnouncer({ link, log: this.log, onConflict }) };
+      const { log, onAnnounced } = this;
+      const entry = this.byLink.get(name) ?? {
+        link,
+        announcer: startAnnouncer({ link, log, onConflict, onAnnounced }),
+      };
       this.byLink.set(name, entry);
       for (const address of entry.announcer.addresses())
         if (!addresses.includes(address)) entry.announcer.withdraw(address);
       for (const address of addresses) this.announce(entry.announcer, name, address);
     }
+    return this.count();
+  }
+
+  /** Addresses announced now, on every link. */
+  count(): number {
     return [...this.byLink.values()].reduce((sum, { announcer }) => sum + announcer.announced().length, 0);
   }
 
