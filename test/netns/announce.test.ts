@@ -277,7 +277,7 @@ describe("L2 announcer in network namespaces", () => {
     [4, "198.18.0.60", 24],
     [6, "fd00:198:18::60", 64],
   ] as const) {
-    test(`IPv${family}: an address another host answers for is refused, never announced, until it lets go`, async () => {
+    test(`IPv${family}: an address another host answers for is refused and never announced until it goes`, async () => {
       const { probe, answer } = probing[family];
       const { announcement } = captured[family];
       const held = [`${address}/${prefix}`, "dev", clientLink];
