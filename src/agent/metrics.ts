@@ -79,6 +79,14 @@ export function createAnnouncerMetrics(registry: Registry) {
         "every-node, node-unknown, selected, not-selected.",
       labels: ["rule"],
     }),
+    conflicts: registry.counter({
+      name: "local_ccm_l2_address_conflicts_total",
+      help:
+        "Another host's claims of an address this node probed for (phase probing: refused, not announced) or " +
+        "announces (phase announced: reported, not fought over), by phase and rule: arp-sender, arp-probe, " +
+        "advertisement, duplicate-detection.",
+      labels: ["phase", "rule"],
+    }),
     renewals: registry.counter({
       name: "local_ccm_l2_lease_renewals_total",
       help: "Renewals of this node's announcer Lease by result: ok, error.",

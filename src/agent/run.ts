@@ -5,7 +5,7 @@ import type { MainContext } from "../cli/main.ts";
 import { startEndpoints } from "../cli/serving.ts";
 import { KubeClient } from "../kube/client.ts";
 import { loadClientConfig } from "../kube/config.ts";
-import { EventRecorder } from "../kube/events.ts";
+import { EventRecorder, type EventType, nodeReference } from "../kube/events.ts";
 import { Informer } from "../kube/informer.ts";
 import { NODE_RESOURCE, Resource } from "../kube/resource.ts";
 import { openNetlink } from "../net/netlink.ts";
@@ -113,7 +113,13 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   // is awaited).
   ctx.onShutdown(() => agent.stop());
   if (flags.announce) {
-    const options = { client, netlink, node: flags.nodeName, flags: flags.announce, log, metrics: metrics.announcer };
+    const nodeEvent = (type: EventType, reason: string, message: string) => {
+      const node = cached();
+      const about = node ? nodeReference(node) : { apiVersion: "v1", kind: "Node", name: flags.nodeName };
+      events.record(about, type, reason, message);
+    };
+    const { nodeName: node, announce } = flags;
+    const options = { client, netlink, node, flags: announce, log, metrics: metrics.announcer, nodeEvent };
     // undefined while the Node is not known: a selector then selects nothing.
     const labels = () => {
       const node = cached();

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { type ArpPacket, arpReply, buildArp, gratuitousArp, parseArp } from "./arp.ts";
+import { type ArpPacket, arpProbe, arpReply, buildArp, gratuitousArp, parseArp } from "./arp.ts";
 
 // A request from 198.18.0.9 (02:00:00:00:00:09) for 198.18.5.5, as tcpdump -xx shows it after the Ethernet header.
 const REQUEST_HEX = "0001 0800 0604 0001 020000000009 c6120009 000000000000 c6120505";
@@ -53,6 +53,13 @@ test("builds what it reads: requests, replies, gratuitous requests", () => {
   assert.equal(
     buildArp(gratuitous).toString("hex"),
     "000108000604000102000000000ac6120505000000000000c6120505",
+  );
+});
+
+test("an ARP probe (RFC 5227 2.1.1) asks from 0.0.0.0 with a zero target MAC", () => {
+  assert.equal(
+    buildArp(arpProbe("198.18.5.5", "02:00:00:00:00:0a")).toString("hex"),
+    "000108000604000102000000000a00000000000000000000c6120505",
   );
 });
 

@@ -74,6 +74,16 @@ export function gratuitousArp(ip: string, mac: string): ArpPacket {
   return { operation: "request", senderMac: mac, senderIp: ip, targetMac: ZERO_MAC, targetIp: ip };
 }
 
+/**
+ * An ARP probe (RFC 5227 2.1.1): a request for `ip` from sender address 0.0.0.0, so that no host's cache learns
+ * anything from it; a host that holds `ip` answers it (Linux: with a reply from `ip` to our MAC).
+ */
+export function arpProbe(ip: string, mac: string): ArpPacket {
+  return { operation: "request", senderMac: mac, senderIp: UNSPECIFIED_IPV4, targetMac: ZERO_MAC, targetIp: ip };
+}
+
+export const UNSPECIFIED_IPV4 = "0.0.0.0";
+
 function ipv4Bytes(ip: string): Buffer {
   const bytes = ipToBytes(ip);
   if (bytes.length !== 4) throw new Error(`not an IPv4 address: ${ip}`);

@@ -8,6 +8,7 @@ import { macFromBytes, macToBytes } from "./mac.ts";
 export const ICMPV6_NEIGHBOR_SOLICITATION = 135;
 export const ICMPV6_NEIGHBOR_ADVERTISEMENT = 136;
 export const ALL_NODES = "ff02::1";
+export const UNSPECIFIED_IPV6 = "::";
 const OPTION_SOURCE_LINK_ADDRESS = 1;
 const OPTION_TARGET_LINK_ADDRESS = 2;
 const LINK_ADDRESS_OPTIONS = new Set([OPTION_SOURCE_LINK_ADDRESS, OPTION_TARGET_LINK_ADDRESS]);
@@ -27,13 +28,19 @@ export interface NeighborSolicitation {
  * 7.1.1 also asks for is not in the ICMPv6 message: the socket's filter checks it (neighborsockets.ts).
  */
 export function parseNeighborSolicitation(data: Buffer): NeighborSolicitation | undefined {
-  if (data.length < HEADER || data[0] !== ICMPV6_NEIGHBOR_SOLICITATION || data[1] !== 0) return undefined;
+  const message = parseNeighborMessage(data, ICMPV6_NEIGHBOR_SOLICITATION);
+  if (!message) return undefined;
+  const source = message.options.get(OPTION_SOURCE_LINK_ADDRESS);
+  return { target: message.target, ...(source && { sourceMac: macFromBytes(source) }) };
+}
+
+/** What solicitations and advertisements share (type, code 0, a target neither multicast nor IPv4-mapped). */
+function parseNeighborMessage(data: Buffer, type: number) {
+  if (data.length < HEADER || data[0] !== type || data[1] !== 0) return undefined;
   const targetBytes = data.subarray(8, 24);
   if (targetBytes[0] === 0xff || isV4Mapped(targetBytes)) return undefined;
   const options = parseOptions(data.subarray(HEADER));
-  if (!options) return undefined;
-  const source = options.get(OPTION_SOURCE_LINK_ADDRESS);
-  return { target: ipFromBytes(targetBytes), ...(source && { sourceMac: macFromBytes(source) }) };
+  return options && { target: ipFromBytes(targetBytes), options };
 }
 
 /** Option bodies (after type and length) by type, the first of each type; undefined when malformed. */
@@ -64,6 +71,33 @@ export interface NeighborAdvertisement {
   override: boolean;
 }
 
+/** A Neighbor Advertisement as received: the target link-layer option may be missing (RFC 4861 4.4). */
+export interface ReceivedAdvertisement {
+  target: string;
+  mac?: string;
+  solicited: boolean;
+  override: boolean;
+}
+
+/**
+ * A Neighbor Advertisement, or undefined where RFC 4861 7.1.2 says to discard it (code not 0, shorter than 24
+ * bytes, a multicast target, a malformed option) or mdlayher/ndp refuses it (as for solicitations). Its other
+ * checks need the IPv6 header: the hop limit is the socket filter's, and a solicited flag on an advertisement to a
+ * multicast address is read as sent (the answer to a probe is what matters here, whoever it went to).
+ */
+export function parseNeighborAdvertisement(data: Buffer): ReceivedAdvertisement | undefined {
+  const message = parseNeighborMessage(data, ICMPV6_NEIGHBOR_ADVERTISEMENT);
+  if (!message) return undefined;
+  const mac = message.options.get(OPTION_TARGET_LINK_ADDRESS);
+  const flags = data[4] ?? 0;
+  return {
+    target: message.target,
+    ...(mac && { mac: macFromBytes(mac) }),
+    solicited: (flags & FLAG.SOLICITED) !== 0,
+    override: (flags & FLAG.OVERRIDE) !== 0,
+  };
+}
+
 /** The ICMPv6 message of a Neighbor Advertisement with a target link-layer address option, checksum left 0. */
 export function buildNeighborAdvertisement(advert: NeighborAdvertisement): Buffer {
   const data = Buffer.alloc(HEADER + 8);
@@ -86,6 +120,46 @@ export function solicitedNodeGroup(address: string): string {
   const group = ipToBytes("ff02::1:ff00:0");
   ipv6Bytes(address).copy(group, 13, 13, 16);
   return ipFromBytes(group);
+}
+
+const IPV6_HEADER = 40;
+const NEXT_HEADER_ICMPV6 = 58;
+const HOP_LIMIT = 255;
+
+/**
+ * Duplicate address detection for `target` (RFC 4862 5.4.2) as a whole IPv6 packet, to send on a packet socket:
+ * a Neighbor Solicitation from :: to the target's solicited-node group, hop limit 255, no source link-layer
+ * option (7.1.1 forbids one from ::), with its ICMPv6 checksum. Whole, because a raw ICMPv6 socket sends from an
+ * address of the link (the kernel picks it) and never from ::. `mac` is the frame's destination (RFC 2464 7).
+ */
+export function duplicateAddressProbe(target: string): { packet: Buffer; mac: string } {
+  const group = solicitedNodeGroup(target);
+  const message = Buffer.alloc(HEADER);
+  message[0] = ICMPV6_NEIGHBOR_SOLICITATION;
+  ipv6Bytes(target).copy(message, 8);
+  const [source, destination] = [ipToBytes(UNSPECIFIED_IPV6), ipToBytes(group)];
+  message.writeUInt16BE(icmpv6Checksum(source, destination, message), 2);
+  const header = Buffer.alloc(IPV6_HEADER);
+  header[0] = 0x60; // version 6, traffic class and flow label 0
+  header.writeUInt16BE(message.length, 4);
+  header[6] = NEXT_HEADER_ICMPV6;
+  header[7] = HOP_LIMIT;
+  source.copy(header, 8);
+  destination.copy(header, 24);
+  const mac = ["33", "33", ...[12, 13, 14, 15].map((i) => (destination[i] ?? 0).toString(16).padStart(2, "0"))];
+  return { packet: Buffer.concat([header, message]), mac: mac.join(":") };
+}
+
+/** RFC 4443 2.3: the one's complement sum over the pseudo-header (RFC 8200 8.1) and the message. */
+function icmpv6Checksum(source: Buffer, destination: Buffer, message: Buffer): number {
+  const pseudo = Buffer.alloc(8);
+  pseudo.writeUInt32BE(message.length, 0);
+  pseudo[7] = NEXT_HEADER_ICMPV6;
+  const data = Buffer.concat([source, destination, pseudo, message, Buffer.alloc(message.length % 2)]);
+  let sum = 0;
+  for (let i = 0; i < data.length; i += 2) sum += data.readUInt16BE(i);
+  while (sum > 0xffff) sum = (sum & 0xffff) + (sum >>> 16);
+  return ~sum & 0xffff;
 }
 
 function ipv6Bytes(ip: string): Buffer {

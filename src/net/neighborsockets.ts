@@ -5,21 +5,28 @@
 //   the sockaddr_ll we send to) and hands over every ARP frame of the link, unicast requests included, with the
 //   sender's sockaddr_ll (its MAC, and whether the frame was our own).
 // - NDP receives on AF_PACKET, SOCK_DGRAM, ETH_P_IPV6 with a BPF filter passing only ICMPv6 Neighbor
-//   Solicitations of hop limit 255 (RFC 4861 7.1.1). Not on a raw ICMPv6 socket (as MetalLB does): the kernel
-//   delivers to one only what it routes to itself, and the unicast solicitations a client sends to re-check an
-//   entry (neighbour unreachability detection) are for an address the node does not hold: unanswered, the
-//   client's entry fails every few minutes. It sends on a raw ICMPv6 socket bound to the link (the kernel adds
-//   the IPv6 header and checksum), hop limit 255, which also joins the solicited-node group of each address
-//   (multicast solicitations reach the link's filter, and MLD-snooping switches forward them to this port).
+//   Solicitations and Advertisements of hop limit 255 (RFC 4861 7.1.1, 7.1.2): advertisements are other hosts'
+//   claims (an answer to our duplicate address detection, or a takeover), which the announcer watches for. Not
+//   on a raw ICMPv6 socket (as MetalLB does): the kernel delivers to one only what it routes to itself, and the
+//   unicast solicitations a client sends to re-check an entry (neighbour unreachability detection) are for an
+//   address the node does not hold: unanswered, the client's entry fails every few minutes. It sends on a raw
+//   ICMPv6 socket bound to the link (the kernel adds the IPv6 header and checksum), hop limit 255, which also joins
+//   the solicited-node group of each address (multicast solicitations reach the link's filter, and MLD-snooping
+//   switches forward them to this port).
+//   Duplicate address detection goes out whole on the packet socket (the raw socket cannot send from ::).
 import { type ArpPacket, buildArp, ETH_P_ARP, parseArp } from "./arp.ts";
 import { ipFromBytes, ipToBytes } from "./ip.ts";
-import { macToBytes } from "./mac.ts";
+import { macFromBytes, macToBytes } from "./mac.ts";
 import {
   buildNeighborAdvertisement,
+  duplicateAddressProbe,
+  ICMPV6_NEIGHBOR_ADVERTISEMENT,
   ICMPV6_NEIGHBOR_SOLICITATION,
   type NeighborAdvertisement,
   type NeighborSolicitation,
+  parseNeighborAdvertisement,
   parseNeighborSolicitation,
+  type ReceivedAdvertisement,
   solicitedNodeGroup,
 } from "./ndp.ts";
 import { Bpf, bpfProgram, Family, openSocket, type Socket, SocketType } from "./sockets.ts";
@@ -48,14 +55,15 @@ const NDP_HOP_LIMIT = 255;
 const PACKET_OUTGOING = 4;
 const ETH_P_IPV6 = 0x86dd;
 const IPV6_HEADER = 40;
-/** IPv6 next header 58 (ICMPv6, no extension header), hop limit 255, ICMPv6 type 135. */
-const SOLICITATIONS_ONLY = bpfProgram([
+/** IPv6 next header 58 (ICMPv6, no extension header), hop limit 255, ICMPv6 type 135 or 136. */
+const NEIGHBOR_MESSAGES_ONLY = bpfProgram([
   { code: Bpf.LOAD_BYTE, k: 6 },
-  { code: Bpf.JUMP_IF_EQUAL, k: IPPROTO_ICMPV6, jf: 5 },
+  { code: Bpf.JUMP_IF_EQUAL, k: IPPROTO_ICMPV6, jf: 6 },
   { code: Bpf.LOAD_BYTE, k: 7 },
-  { code: Bpf.JUMP_IF_EQUAL, k: NDP_HOP_LIMIT, jf: 3 },
+  { code: Bpf.JUMP_IF_EQUAL, k: NDP_HOP_LIMIT, jf: 4 },
   { code: Bpf.LOAD_BYTE, k: IPV6_HEADER },
-  { code: Bpf.JUMP_IF_EQUAL, k: ICMPV6_NEIGHBOR_SOLICITATION, jf: 1 },
+  { code: Bpf.JUMP_IF_EQUAL, k: ICMPV6_NEIGHBOR_SOLICITATION, jt: 1 },
+  { code: Bpf.JUMP_IF_EQUAL, k: ICMPV6_NEIGHBOR_ADVERTISEMENT, jf: 1 },
   { code: Bpf.RETURN, k: 0xffff },
   { code: Bpf.RETURN, k: 0 },
 ]);
@@ -109,17 +117,20 @@ export interface ArpSocket {
   close(): void;
 }
 
-/** A packet socket for nothing yet: bound to `link` and `protocol` by `bind`, after `configure`. */
+/**
+ * A packet socket for nothing yet: bound to `link` and `protocol` by `bind`, after `configure`. Frames come with
+ * their source MAC (sll_addr of the sender's sockaddr_ll).
+ */
 function openPacketSocket(
   link: LinkRef,
   protocol: number,
-  onFrame: (data: Buffer) => void,
+  onFrame: (data: Buffer, sourceMac: string) => void,
   onError: ReceiveError,
   configure: (socket: Socket) => void = () => {},
 ): Socket {
   const socket = openSocket({ family: Family.PACKET, type: SocketType.DGRAM, protocol: 0 }, (err, data, source) => {
     if (err) onError(err);
-    else if (source[10] !== PACKET_OUTGOING) onFrame(data);
+    else if (source[10] !== PACKET_OUTGOING) onFrame(data, macFromBytes(source.subarray(12, 18)));
   });
   return configured(socket, () => {
     configure(socket);
@@ -150,15 +161,19 @@ export interface NdpSocket {
   unlisten(address: string): void;
   /** Sends `advert` to `to` (the asker's address, or ff02::1) on the link, hop limit 255. */
   send(advert: NeighborAdvertisement, to: string): void;
+  /** Sends duplicate address detection for `address` (ndp.ts duplicateAddressProbe). */
+  probe(address: string): void;
   close(): void;
 }
 
-/** Receives Neighbor Solicitations on the link with their source address; throws EPERM without CAP_NET_RAW. */
-export function openNdpSocket(
-  link: LinkRef,
-  onSolicitation: (solicitation: NeighborSolicitation, source: string) => void,
-  onError: ReceiveError,
-): NdpSocket {
+/** What the NDP socket hands over: each message with its IPv6 source address and its frame's source MAC. */
+export interface NdpReceiver {
+  solicitation(solicitation: NeighborSolicitation, source: string, sourceMac: string): void;
+  advertisement(advert: ReceivedAdvertisement, source: string, sourceMac: string): void;
+}
+
+/** Receives Neighbor Solicitations and Advertisements on the link; throws EPERM without CAP_NET_RAW. */
+export function openNdpSocket(link: LinkRef, receive: NdpReceiver, onError: ReceiveError): NdpSocket {
   const kind = { family: Family.INET6, type: SocketType.RAW, protocol: IPPROTO_ICMPV6 };
   const socket = openSocket(kind, (err) => err && onError(err));
   configured(socket, () => {
@@ -174,12 +189,15 @@ export function openNdpSocket(
     receiver = openPacketSocket(
       link,
       ETH_P_IPV6,
-      (packet) => {
-        const solicitation = parseNeighborSolicitation(packet.subarray(IPV6_HEADER));
-        if (solicitation) onSolicitation(solicitation, ipFromBytes(packet.subarray(8, 24)));
+      (packet, sourceMac) => {
+        const [message, source] = [packet.subarray(IPV6_HEADER), ipFromBytes(packet.subarray(8, 24))];
+        const solicitation = parseNeighborSolicitation(message);
+        if (solicitation) return receive.solicitation(solicitation, source, sourceMac);
+        const advert = parseNeighborAdvertisement(message);
+        if (advert) receive.advertisement(advert, source, sourceMac);
       },
       onError,
-      (opened) => opened.attachFilter(SOLICITATIONS_ONLY),
+      (opened) => opened.attachFilter(NEIGHBOR_MESSAGES_ONLY),
     );
   } catch (err) {
     socket.close();
@@ -202,6 +220,10 @@ export function openNdpSocket(
       socket.setOption(IPPROTO_IPV6, IPV6_DROP_MEMBERSHIP, membership(group, link));
     },
     send: (advert, to) => socket.send(buildNeighborAdvertisement(advert), sockaddrIn6(to, link)),
+    probe(address) {
+      const { packet, mac } = duplicateAddressProbe(address);
+      receiver.send(packet, sockaddrLl(link, ETH_P_IPV6, mac));
+    },
     close() {
       receiver.close();
       socket.close();

@@ -2,13 +2,15 @@
 // API (its link stays up); the test, watching A's Lease as the controller does, moves the Service to B only once
 // the Lease has expired by leaseExpiry() on its own clock. Meanwhile the client keeps asking for the addresses, and
 // a capture on its link (test/netns/announce-fixture.ts, our own packet socket) records who answers: A's last frame
-// comes before B's first, so the two never answer at once, over ARP and NDP.
+// comes before B's first, so the two never answer at once, over ARP and NDP. B probes each address before it first
+// announces it (conflicts.ts): the time from its assignment to its first answer shows what that adds.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { createInterface } from "node:readline";
 import { after, before, describe, test } from "node:test";
+import { PROBE_DECIDED_MS } from "../../src/agent/announcer/conflicts.ts";
 import { LEASE_DURATION_SECONDS, leaseExpiry } from "../../src/pools/announcement.ts";
 import { sleep } from "../../src/time/backoff.ts";
 import { onExit } from "../../localcluster/cleanup.ts";
@@ -23,6 +25,8 @@ const POLL_MS = 100;
 
 /** A frame the capture saw on the client's link, as announce-fixture.ts prints it. */
 interface Frame {
+  /** When the test read it (performance.now()). */
+  at: number;
   ready?: boolean;
   from?: string;
   outgoing?: boolean;
@@ -52,7 +56,9 @@ describe("failover between two agents: the old announcer is silent before the ne
     ]);
     const forget = onExit(() => capture.kill("SIGKILL"));
     const exited = new Promise((resolve) => capture.once("exit", resolve));
-    createInterface({ input: capture.stdout }).on("line", (line) => frames.push(JSON.parse(line) as Frame));
+    createInterface({ input: capture.stdout }).on("line", (line) =>
+      frames.push({ ...(JSON.parse(line) as Frame), at: performance.now() }),
+    );
     stopCapture = async () => {
       capture.stdin.end();
       await exited;
@@ -71,11 +77,14 @@ describe("failover between two agents: the old announcer is silent before the ne
     return true;
   };
 
-  test("A cut from the API, the Service moved to B once A's Lease expired: A's last answer precedes B's first", async () => {
+  const title = "A cut from the API, the Service moved to B once A's Lease expired: A's last answer precedes B's first";
+  test(title, async (t) => {
     await world.assign("web", a.name, ADDRESSES);
     await waitFor("A answering for both addresses", everyAddress(a), WAIT_MS);
 
     a.proxy.cut();
+    const cutAt = performance.now();
+    let assignedAt: number | undefined;
     // The client keeps asking while the Service moves (a fresh question each round).
     let asking = true;
     const questions = (async () => {
@@ -89,6 +98,7 @@ describe("failover between two agents: the old announcer is silent before the ne
         const renewTime = (await a.readLease())?.spec?.renewTime;
         if (renewTime !== seen) [seen, observedAt] = [renewTime, performance.now()];
       }
+      assignedAt = performance.now();
       await world.assign("web", b.name, ADDRESSES);
       await waitFor("B answering for both addresses", everyAddress(b), WAIT_MS);
     } finally {
@@ -102,6 +112,12 @@ describe("failover between two agents: the old announcer is silent before the ne
       const [fromA, fromB] = [from(a), from(b)];
       assert.ok(fromA.length > 0 && fromB.length > 0, `${address}: both nodes were heard`);
       assert.ok(Math.max(...fromA) < Math.min(...fromB), `${address}: A's last frame before B's first`);
+      // B's first frame for it: after its probes found nobody, within a bound generous for a loaded machine.
+      const firstAt = frames[Math.min(...fromB)]?.at ?? Infinity;
+      const [sinceAssigned, sinceCut] = [Math.round(firstAt - (assignedAt ?? NaN)), Math.round(firstAt - cutAt)];
+      t.diagnostic(`${address}: B's first frame ${sinceAssigned} ms after its assignment, ${sinceCut} ms after A's cut`);
+      assert.ok(sinceAssigned >= PROBE_DECIDED_MS, `${address}: probed first (${sinceAssigned} ms)`);
+      assert.ok(sinceAssigned < PROBE_DECIDED_MS + 2000, `${address}: ${sinceAssigned} ms after its assignment`);
     }
   });
 });

@@ -1,17 +1,20 @@
 // Run inside a test namespace by announce.test.ts, one JSON line per event on stdout.
 //   announcer <link>   the announcer of <link>, driven by stdin lines "announce <ip>" / "withdraw <ip>"; prints
-//                      {ready, link}, {decision} per received request, {done, error?} per command. Ends at stdin's
-//                      end.
+//                      {ready, link}, {decision} per received request, {conflict} per other host's claim it
+//                      refuses or reports, {done, error?} per command. Ends at stdin's end.
+//   claimer <link>     another host taking addresses over: "claim <ip>" sends one gratuitous ARP or unsolicited
+//                      Neighbor Advertisement for <ip> with <link>'s MAC; prints {ready, link}, {done, error?}.
 //   capture <link>     every ARP packet and Neighbor Solicitation/Advertisement that crosses <link>, seen through
 //                      our own packet socket (ETH_P_ALL, whole frames): from and to which MAC, which way, and what
 //                      it says.
 import { createInterface } from "node:readline";
 import { findLink, startAnnouncer } from "../../src/agent/announcer/announcer.ts";
 import { createLogger } from "../../src/cli/log.ts";
-import { parseArp } from "../../src/net/arp.ts";
+import { gratuitousArp, parseArp } from "../../src/net/arp.ts";
 import { ipFromBytes } from "../../src/net/ip.ts";
-import { macFromBytes } from "../../src/net/mac.ts";
-import { parseNeighborSolicitation } from "../../src/net/ndp.ts";
+import { BROADCAST_MAC, macFromBytes } from "../../src/net/mac.ts";
+import { ALL_NODES, parseNeighborSolicitation, unsolicitedAdvertisement } from "../../src/net/ndp.ts";
+import { openArpSocket, openNdpSocket } from "../../src/net/neighborsockets.ts";
 import { openNetlink } from "../../src/net/netlink.ts";
 import { Family, openSocket, SocketType } from "../../src/net/sockets.ts";
 
@@ -28,6 +31,8 @@ if (mode === "announcer") {
     link,
     log,
     observe: (family, decision) => print({ decision: { family, rule: decision.rule, reason: decision.reason } }),
+    onConflict: ({ family, claim, decision, reprobeInMs }) =>
+      print({ conflict: { family, ...claim, action: decision.action, reason: decision.reason, reprobeInMs } }),
   });
   commands.on("line", (line) => {
     const [verb, address = ""] = line.split(" ");
@@ -40,6 +45,25 @@ if (mode === "announcer") {
     }
   });
   commands.once("close", () => announcer.close());
+  print({ ready: true, link });
+} else if (mode === "claimer") {
+  const ignore = () => {};
+  const arp = openArpSocket(link, ignore, ignore);
+  const ndp = openNdpSocket(link, { solicitation: ignore, advertisement: ignore }, ignore);
+  commands.on("line", (line) => {
+    const address = line.split(" ")[1] ?? "";
+    try {
+      if (address.includes(":")) ndp.send(unsolicitedAdvertisement(address, link.mac), ALL_NODES);
+      else arp.send(gratuitousArp(address, link.mac), BROADCAST_MAC);
+      print({ done: line });
+    } catch (err) {
+      print({ done: line, error: (err as Error).message });
+    }
+  });
+  commands.once("close", () => {
+    arp.close();
+    ndp.close();
+  });
   print({ ready: true, link });
 } else {
   const [ETH_P_ALL, ETH_P_ARP, ETH_P_IPV6, PACKET_OUTGOING] = [0x0003, 0x0806, 0x86dd, 4];

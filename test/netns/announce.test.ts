@@ -3,7 +3,9 @@
 // with CAP_NET_RAW only. The client resolves the address to the announcing node's MAC; after a takeover its entry
 // moves to the new node's MAC without the client asking (gratuitous ARP, unsolicited NA), and a fresh resolution
 // gives the new node. A capture on the client (our own packet socket) shows one answer per request, from the
-// announcer only, and every takeover announcement the schedule promises.
+// announcer only, and every takeover announcement the schedule promises. The client also plays another host on the
+// segment: one that holds an address (the announcer probes, finds it, never announces it, and does once the client
+// lets it go), and one that claims an announced address (reported; the announcer sends nothing back).
 import assert from "node:assert/strict";
 import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
 import path from "node:path";
@@ -26,6 +28,7 @@ interface Event {
   done?: string;
   error?: string;
   decision?: { family: 4 | 6; rule: string; reason: string };
+  conflict?: { family: 4 | 6; address: string; mac: string; rule: string; action: "refuse" | "report" };
   // capture
   from?: string;
   to?: string;
@@ -44,15 +47,15 @@ interface Fixture {
   stop(): Promise<void>;
 }
 
-/** The announcer as the agent, with CAP_NET_RAW or with no capability; the capture as root (a test tool). */
+/** The announcer as the agent, with CAP_NET_RAW or with no capability; capture and claimer as root (test tools). */
 async function startFixture(
   host: Host,
-  mode: "announcer" | "capture",
+  mode: "announcer" | "capture" | "claimer",
   link: string,
   capabilities: "raw" | "none" = "raw",
 ): Promise<Fixture> {
   const node = [process.execPath, FIXTURE, mode, link];
-  const privileges = mode === "capture" ? [] : capabilities === "raw" ? RAW_ONLY : NONE;
+  const privileges = mode !== "announcer" ? [] : capabilities === "raw" ? RAW_ONLY : NONE;
   // Each dies with this process, even a SIGKILLed one.
   const argv = ["setpriv", "--pdeathsig", "KILL", ...privileges, "--", ...node];
   const child: ChildProcessWithoutNullStreams = spawn("nsenter", [`--net=/run/netns/${host.name}`, ...argv]);
@@ -69,8 +72,13 @@ async function startFixture(
     events,
     mac: ready.link?.mac ?? "",
     async command(line) {
+      const before = events.filter((e) => e.done === line).length;
       child.stdin.write(`${line}\n`);
-      const done = await waitFor(`${mode} done with ${line}`, () => events.find((e) => e.done === line), WAIT_MS);
+      const done = await waitFor(
+        `${mode} done with ${line}`,
+        () => events.filter((e) => e.done === line)[before],
+        WAIT_MS,
+      );
       if (done.error) throw new Error(done.error);
     },
     async stop() {
@@ -92,6 +100,7 @@ describe("L2 announcer in network namespaces", () => {
   let nodeA: Fixture;
   let nodeB: Fixture;
   let capture: Fixture;
+  let claimer: Fixture;
 
   before(async () => {
     const net = await pool.create();
@@ -124,10 +133,11 @@ describe("L2 announcer in network namespaces", () => {
     capture = await startFixture(client, "capture", clientLink);
     nodeA = await startFixture(a, "announcer", linkA);
     nodeB = await startFixture(b, "announcer", linkB);
+    claimer = await startFixture(client, "claimer", clientLink);
   });
 
   after(async () => {
-    for (const fixture of [nodeA, nodeB, capture]) await fixture?.stop();
+    for (const fixture of [nodeA, nodeB, capture, claimer]) await fixture?.stop();
     await pool.removeAll();
   });
 
@@ -232,6 +242,119 @@ describe("L2 announcer in network namespaces", () => {
       if (family === 6)
         for (const e of [...answers, ...seen(announcement)]) assert.equal(e.advertisement?.mac, e.from, "NA's own MAC");
       else for (const e of answers) assert.equal(e.arp?.senderMac, e.from, "ARP reply's own MAC");
+    });
+  }
+
+  /** What the capture counts as a node's probe, and an answer from a node (to a probe or a question). */
+  const probing = {
+    4: {
+      probe: (e: Event, address: string) =>
+        e.arp?.operation === "request" && e.arp.senderIp === "0.0.0.0" && e.arp.targetIp === address,
+      answer: (e: Event, address: string) => e.arp?.operation === "reply" && e.arp.senderIp === address,
+    },
+    6: {
+      probe: (e: Event, address: string) => e.source === "::" && e.solicitation?.target === address,
+      answer: (e: Event, address: string) => e.advertisement?.target === address,
+    },
+  } as const;
+  type Matcher = (e: Event, address: string) => boolean | undefined;
+  const capturedFrames = (what: Matcher, address: string, from?: string) =>
+    capture.events.filter((e) => what(e, address) && (from === undefined || e.from === from));
+  const conflicts = (fixture: Fixture, action: "refuse" | "report", address: string) =>
+    fixture.events.filter((e) => e.conflict?.action === action && e.conflict.address === address);
+  /** Tells `fixture` to announce `address` (again: the agent does each second) until `done` holds. */
+  const announceUntil = (fixture: Fixture, address: string, what: string, done: () => boolean) =>
+    waitFor(
+      what,
+      async () => {
+        await fixture.command(`announce ${address}`);
+        return done();
+      },
+      WAIT_MS,
+    );
+
+  for (const [family, address, prefix] of [
+    [4, "198.18.0.60", 24],
+    [6, "fd00:198:18::60", 64],
+  ] as const) {
+    test(`IPv${family}: an address another host answers for is refused and never announced until it goes`, async () => {
+      const { probe, answer } = probing[family];
+      const { announcement } = captured[family];
+      const held = [`${address}/${prefix}`, "dev", clientLink];
+      await client.ip("address", "add", ...held, ...(family === 6 ? ["nodad"] : []));
+      let clientHolds = true;
+      try {
+        await nodeA.command(`announce ${address}`);
+        await waitFor(`A refusing ${address}`, () => conflicts(nodeA, "refuse", address).length > 0, WAIT_MS);
+        // Probed again a second later, when asked again (the agent asks each second): refused again.
+        await announceUntil(nodeA, address, `A refusing ${address} again`, () => {
+          return conflicts(nodeA, "refuse", address).length > 1;
+        });
+        for (const { conflict } of conflicts(nodeA, "refuse", address))
+          assert.deepEqual(
+            { mac: conflict?.mac, rule: conflict?.rule },
+            { mac: capture.mac, rule: family === 4 ? "arp-sender" : "advertisement" },
+          );
+        const probes = capturedFrames(probe, address, nodeA.mac);
+        assert.ok(probes.length >= 2 && probes.every((e) => !e.outgoing), `A's probes: ${JSON.stringify(probes)}`);
+        assert.ok(capturedFrames(answer, address, capture.mac).length >= 2, "the client's kernel answered them");
+        assert.deepEqual(capturedFrames(announcement, address, nodeA.mac), [], "A never announced it");
+        assert.deepEqual(capturedFrames(answer, address, nodeA.mac), [], "nor answered for it");
+
+        await client.ip("address", "del", ...held);
+        clientHolds = false;
+        const announced = () => capturedFrames(announcement, address, nodeA.mac).length === TAKEOVER_SCHEDULE_MS.length;
+        await announceUntil(nodeA, address, `A announcing ${address} once the client let go`, announced);
+        await client.ip("neigh", "flush", "to", address, "dev", clientLink);
+        await sendFromClient(address);
+        await resolvedTo(address, nodeA.mac);
+      } finally {
+        if (clientHolds) await client.ip("address", "del", ...held);
+        await nodeA.command(`withdraw ${address}`);
+      }
+    });
+  }
+
+  for (const [family, address, marker] of [
+    [4, "198.18.0.61", "198.18.0.62"],
+    [6, "fd00:198:18::61", "fd00:198:18::62"],
+  ] as const) {
+    test(`IPv${family}: another MAC claiming an announced address is reported, never fought over`, async () => {
+      const { announcement } = captured[family];
+      const all = TAKEOVER_SCHEDULE_MS.length;
+      const announcedBy = (fixture: Fixture, about: string) => () =>
+        capturedFrames(announcement, about, fixture.mac).length === all;
+      await nodeA.command(`announce ${address}`);
+      await waitFor(`A's ${all} takeover announcements`, announcedBy(nodeA, address), WAIT_MS);
+
+      const claims = 5;
+      for (let i = 0; i < claims; i++) await claimer.command(`claim ${address}`);
+      await waitFor(`A reporting ${claims} claims`, () => conflicts(nodeA, "report", address).length === claims);
+      for (const { conflict } of conflicts(nodeA, "report", address))
+        assert.deepEqual(
+          { mac: conflict?.mac, rule: conflict?.rule },
+          { mac: capture.mac, rule: family === 4 ? "arp-sender" : "advertisement" },
+        );
+      // A's frames reach the client in the order A sent them: once its first announcement of `marker` is there,
+      // anything it sent back at the claims would be too.
+      await nodeA.command(`announce ${marker}`);
+      const markerSeen = () => capturedFrames(announcement, marker, nodeA.mac).length > 0;
+      await waitFor(`A's first announcement of ${marker}`, markerSeen, WAIT_MS);
+      assert.equal(capturedFrames(announcement, address, nodeA.mac).length, all, "no announcement answered a claim");
+      // It still answers questions as before.
+      await client.ip("neigh", "flush", "to", address, "dev", clientLink);
+      await sendFromClient(address);
+      await resolvedTo(address, nodeA.mac);
+
+      // Another announcer told to take it (a stale assignment) finds A answering its probes, and never announces it.
+      await nodeB.command(`announce ${address}`);
+      await waitFor(`B refusing ${address}`, () => conflicts(nodeB, "refuse", address).length > 0, WAIT_MS);
+      assert.equal(conflicts(nodeB, "refuse", address)[0]?.conflict?.mac, nodeA.mac);
+      await nodeA.command(`withdraw ${address}`);
+      await announceUntil(nodeB, address, `B announcing ${address} once A withdrew`, announcedBy(nodeB, address));
+      assert.deepEqual(conflicts(nodeA, "report", address).length, claims, "A saw B only after it withdrew");
+      await nodeA.command(`withdraw ${marker}`);
+      await nodeB.command(`withdraw ${address}`);
     });
   }
 

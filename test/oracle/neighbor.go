@@ -1,5 +1,6 @@
 // neighbor: ARP packets and NDP messages as MetalLB's speaker reads and writes them in L2 mode
-// (github.com/mdlayher/arp Packet, github.com/mdlayher/ndp ParseMessage and MarshalMessage).
+// (github.com/mdlayher/arp Packet, github.com/mdlayher/ndp ParseMessage and MarshalMessage), and whole IPv6
+// packets of NDP as golang.org/x/net/ipv6 reads their header and ndp.MarshalMessageChecksum checksums them.
 package main
 
 import (
@@ -10,10 +11,11 @@ import (
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ndp"
+	"golang.org/x/net/ipv6"
 )
 
 // A question: op "arp" reads hex as an ARP packet, "arpBuild" builds one from Packet, "ndp" reads hex as an
-// NDP message (ICMPv6 type byte first).
+// NDP message (ICMPv6 type byte first), "ipv6" reads hex as an IPv6 packet carrying one.
 type neighborInput struct {
 	Op     string     `json:"op"`
 	Hex    string     `json:"hex"`
@@ -54,6 +56,8 @@ func init() {
 			return readArp(input.Hex)
 		case "arpBuild":
 			return buildArp(input.Packet)
+		case "ipv6":
+			return readIPv6(input.Hex)
 		default:
 			return readNdp(input.Hex)
 		}
@@ -126,5 +130,46 @@ func readNdp(text string) ndpMessage {
 			answer.TargetMac = lla.Addr.String()
 		}
 	}
+	return answer
+}
+
+type ipv6Packet struct {
+	Error       string `json:"error,omitempty"`
+	Version     int    `json:"version"`
+	PayloadLen  int    `json:"payloadLen"`
+	NextHeader  int    `json:"nextHeader"`
+	HopLimit    int    `json:"hopLimit"`
+	Source      string `json:"source"`
+	Destination string `json:"destination"`
+	// ndp.SolicitedNodeMulticast of the message's target.
+	SolicitedNode string `json:"solicitedNode,omitempty"`
+	// The message re-marshalled with the checksum of its addresses is the bytes sent.
+	ChecksumOk bool       `json:"checksumOk"`
+	Message    ndpMessage `json:"message"`
+}
+
+func readIPv6(text string) ipv6Packet {
+	data, _ := hex.DecodeString(text)
+	header, err := ipv6.ParseHeader(data)
+	if err != nil {
+		return ipv6Packet{Error: err.Error()}
+	}
+	answer := ipv6Packet{Version: header.Version, PayloadLen: header.PayloadLen, NextHeader: header.NextHeader,
+		HopLimit: header.HopLimit, Source: header.Src.String(), Destination: header.Dst.String()}
+	payload := data[ipv6.HeaderLen:]
+	answer.Message = readNdp(hex.EncodeToString(payload))
+	message, err := ndp.ParseMessage(payload)
+	if err != nil {
+		return answer
+	}
+	source, _ := netip.AddrFromSlice(header.Src)
+	destination, _ := netip.AddrFromSlice(header.Dst)
+	if ns, ok := message.(*ndp.NeighborSolicitation); ok {
+		if group, err := ndp.SolicitedNodeMulticast(ns.TargetAddress); err == nil {
+			answer.SolicitedNode = group.String()
+		}
+	}
+	again, err := ndp.MarshalMessageChecksum(message, source, destination)
+	answer.ChecksumOk = err == nil && hex.EncodeToString(again) == hex.EncodeToString(payload)
 	return answer
 }

@@ -1,14 +1,20 @@
 // ARP and NDP as src/net/arp.ts and ndp.ts read and build them, against MetalLB's L2 speaker libraries
 // (github.com/mdlayher/arp, github.com/mdlayher/ndp) on generated packets: what either refuses, the other refuses
 // too, except where ours is stricter by a rule named here (RFC 4861 7.1.1: code 0, no multicast target; ARP: only
-// Ethernet/IPv4 requests and replies, where mdlayher/arp reads any types and operations).
+// Ethernet/IPv4 requests and replies, where mdlayher/arp reads any types and operations). What we send whole (the
+// IPv6 packet of duplicate address detection) is read by golang.org/x/net/ipv6 and checksummed by mdlayher/ndp.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import fc from "fast-check";
-import { type ArpPacket, buildArp, parseArp } from "../../src/net/arp.ts";
+import { type ArpPacket, arpProbe, buildArp, parseArp } from "../../src/net/arp.ts";
 import { ipFromBytes } from "../../src/net/ip.ts";
 import { macFromBytes } from "../../src/net/mac.ts";
-import { buildNeighborAdvertisement, parseNeighborSolicitation } from "../../src/net/ndp.ts";
+import {
+  buildNeighborAdvertisement,
+  duplicateAddressProbe,
+  parseNeighborAdvertisement,
+  parseNeighborSolicitation,
+} from "../../src/net/ndp.ts";
 import { type Oracle, startOracle } from "./oracle.ts";
 
 const seed = Number(process.env.ORACLE_SEED ?? 20261124);
@@ -92,14 +98,17 @@ test("ARP packets: mdlayher/arp reads what we read; we read only Ethernet/IPv4 r
   assert.ok(seen.read > numRuns / 4 && seen.goOnly > 100 && seen.refused > 100, JSON.stringify(seen));
 });
 
-test("ARP packets we send are the bytes arp.NewPacket(...).MarshalBinary() sends", async () => {
-  const packet = fc.record({
-    operation: fc.constantFrom("request" as const, "reply" as const),
-    senderMac: mac,
-    senderIp: ipv4,
-    targetMac: mac,
-    targetIp: ipv4,
-  });
+test("ARP packets we send (probes too) are the bytes arp.NewPacket(...).MarshalBinary() sends", async () => {
+  const packet = fc.oneof(
+    fc.record({
+      operation: fc.constantFrom("request" as const, "reply" as const),
+      senderMac: mac,
+      senderIp: ipv4,
+      targetMac: mac,
+      targetIp: ipv4,
+    }),
+    fc.tuple(ipv4, mac).map(([ip, sender]) => arpProbe(ip, sender)),
+  );
   await fc.assert(
     fc.asyncProperty(packet, async (p) => {
       const go = await oracle.ask<{ hex?: string; error?: string }>("neighbor", {
@@ -118,44 +127,81 @@ const option = fc
   .chain(({ type, units }) =>
     bytesOf(Math.max(0, units * 8 - 2)).map((body) => [type, units, ...body]),
   );
-const ndpBytes = fc
-  .record({
-    type: choice([135], fc.constantFrom(134, 136, 137, 128)),
-    code: choice([0], fc.integer({ min: 1, max: 255 })),
-    rest: bytesOf(6),
-    target: ipv6Bytes,
-    options: fc.array(option, { maxLength: 3 }),
-    cut: choice([0], fc.integer({ min: 1, max: 30 })),
-  })
-  .map(({ type, code, rest, target, options, cut }) => {
-    const data = Buffer.from([type, code, ...rest, ...target, ...options.flat()]);
-    return data.subarray(0, Math.max(0, data.length - cut));
-  });
+const ndpBytes = (usual: number) =>
+  fc
+    .record({
+      type: choice([usual], fc.constantFrom(134, 135, 136, 137, 128)),
+      code: choice([0], fc.integer({ min: 1, max: 255 })),
+      rest: bytesOf(6),
+      target: ipv6Bytes,
+      options: fc.array(option, { maxLength: 3 }),
+      cut: choice([0], fc.integer({ min: 1, max: 30 })),
+    })
+    .map(({ type, code, rest, target, options, cut }) => {
+      const data = Buffer.from([type, code, ...rest, ...target, ...options.flat()]);
+      return data.subarray(0, Math.max(0, data.length - cut));
+    });
 
-test("Neighbor Solicitations: mdlayher/ndp reads what we read; ours is stricter only where RFC 4861 says", async () => {
-  const seen = { read: 0, rfcOnly: 0, refused: 0, withMac: 0 };
-  await fc.assert(
-    fc.asyncProperty(ndpBytes, async (data) => {
-      const go = await oracle.ask<GoNdp>("neighbor", { op: "ndp", hex: data.toString("hex") });
-      const ours = parseNeighborSolicitation(data);
-      const context = `${data.toString("hex")}: Go ${JSON.stringify(go)}, ours ${JSON.stringify(ours)}`;
-      if (go.error !== undefined || go.type !== "solicitation") {
-        assert.equal(ours, undefined, context);
-        seen.refused++;
-      } else if (data[1] !== 0 || data[8] === 0xff) {
-        assert.equal(ours, undefined, context);
-        seen.rfcOnly++;
-      } else {
-        seen.read++;
-        if (ours?.sourceMac) seen.withMac++;
-        assert.deepEqual(ours, { target: go.target, ...(go.sourceMac && { sourceMac: go.sourceMac }) }, context);
-      }
+/**
+ * Our reader of one NDP message type against mdlayher/ndp's: what Go refuses (or reads as another type) we refuse;
+ * what it reads, we read as `expected` says, unless RFC 4861 7.1.1/7.1.2 discards it (code not 0, multicast target).
+ */
+function compareNdpReader<T>(
+  type: 135 | 136,
+  parse: (data: Buffer) => T | undefined,
+  expected: (go: GoNdp) => T,
+  withMac: (ours: T | undefined) => boolean,
+) {
+  return async () => {
+    const seen = { read: 0, rfcOnly: 0, refused: 0, withMac: 0 };
+    await fc.assert(
+      fc.asyncProperty(ndpBytes(type), async (data) => {
+        const go = await oracle.ask<GoNdp>("neighbor", { op: "ndp", hex: data.toString("hex") });
+        const ours = parse(data);
+        const context = `${data.toString("hex")}: Go ${JSON.stringify(go)}, ours ${JSON.stringify(ours)}`;
+        if (go.error !== undefined || go.type !== (type === 135 ? "solicitation" : "advertisement")) {
+          assert.equal(ours, undefined, context);
+          seen.refused++;
+        } else if (data[1] !== 0 || data[8] === 0xff) {
+          assert.equal(ours, undefined, context);
+          seen.rfcOnly++;
+        } else {
+          seen.read++;
+          if (withMac(ours)) seen.withMac++;
+          assert.deepEqual(ours, expected(go), context);
+        }
+      }),
+      { seed, numRuns },
+    );
+    const enough = seen.read > numRuns / 5 && seen.refused > numRuns / 5;
+    assert.ok(enough && seen.rfcOnly > 100 && seen.withMac > 100, JSON.stringify(seen));
+  };
+}
+
+test(
+  "Neighbor Solicitations: mdlayher/ndp reads what we read; ours is stricter only where RFC 4861 says",
+  compareNdpReader(
+    135,
+    parseNeighborSolicitation,
+    (go) => ({ target: go.target ?? "", ...(go.sourceMac && { sourceMac: go.sourceMac }) }),
+    (ours) => ours?.sourceMac !== undefined,
+  ),
+);
+
+test(
+  "Neighbor Advertisements: mdlayher/ndp reads what we read; ours is stricter only where RFC 4861 says",
+  compareNdpReader(
+    136,
+    parseNeighborAdvertisement,
+    (go) => ({
+      target: go.target ?? "",
+      ...(go.targetMac && { mac: go.targetMac }),
+      solicited: !!go.solicited,
+      override: !!go.override,
     }),
-    { seed, numRuns },
-  );
-  const enough = seen.read > numRuns / 5 && seen.refused > numRuns / 5;
-  assert.ok(enough && seen.rfcOnly > 100 && seen.withMac > 100, JSON.stringify(seen));
-});
+    (ours) => ours?.mac !== undefined,
+  ),
+);
 
 test("Neighbor Advertisements we send read in mdlayher/ndp as what we meant", async () => {
   const advert = fc.record({
@@ -171,6 +217,48 @@ test("Neighbor Advertisements we send read in mdlayher/ndp as what we meant", as
       const expected = { type: "advertisement", target: a.target, targetMac: a.mac };
       const flags = { ...(a.solicited && { solicited: true }), ...(a.override && { override: true }) };
       assert.deepEqual(go, { ...expected, ...flags }, hex);
+    }),
+    { seed, numRuns: numRuns / 3 },
+  );
+});
+
+interface GoIpv6 {
+  error?: string;
+  version: number;
+  payloadLen: number;
+  nextHeader: number;
+  hopLimit: number;
+  source: string;
+  destination: string;
+  solicitedNode?: string;
+  checksumOk: boolean;
+  message: GoNdp;
+}
+
+test("duplicate address detection we send: x/net/ipv6 reads its header, mdlayher/ndp its NS and checksum", async () => {
+  const target = ipv6Bytes.filter((b) => b[0] !== 0xff && (b[10] !== 255 || b[0] !== 0)).map(ipFromBytes);
+  await fc.assert(
+    fc.asyncProperty(target, async (address) => {
+      const { packet, mac: destinationMac } = duplicateAddressProbe(address);
+      const go = await oracle.ask<GoIpv6>("neighbor", { op: "ipv6", hex: packet.toString("hex") });
+      assert.deepEqual(
+        go,
+        {
+          version: 6,
+          payloadLen: packet.length - 40,
+          nextHeader: 58,
+          hopLimit: 255,
+          source: "::",
+          destination: go.solicitedNode,
+          solicitedNode: go.solicitedNode,
+          checksumOk: true,
+          message: { type: "solicitation", target: address },
+        },
+        `${address}: ${packet.toString("hex")}`,
+      );
+      // RFC 2464 7: 33:33 and the destination's last four bytes.
+      const group = Buffer.from(packet.subarray(36, 40)).toString("hex").replace(/(..)(?!$)/g, "$1:");
+      assert.equal(destinationMac, `33:33:${group}`);
     }),
     { seed, numRuns: numRuns / 3 },
   );

@@ -1,15 +1,30 @@
 // The announcer of one link: answers ARP requests and Neighbor Solicitations for the addresses it is told to
 // announce, with the link's MAC, and on taking an address over tells the link (gratuitous ARP, unsolicited
 // Neighbor Advertisements). It never adds an address to an interface: traffic to the address reaches the node by
-// its MAC, and kube-proxy's rules take it. What to answer is decided in ./decide.ts; this file does the I/O.
-// Needs CAP_NET_RAW; each family's socket opens with the first address of that family.
+// its MAC, and kube-proxy's rules take it. Before it first announces an address it probes for it (ARP probes,
+// duplicate address detection); an address another host answers for is refused and probed again later, and
+// another host claiming an announced one is reported, never answered. What to answer is decided in ./decide.ts,
+// what a claim means in ./conflicts.ts; this file does the I/O. Needs CAP_NET_RAW; each family's socket opens with
+// the first address of that family.
+import { performance } from "node:perf_hooks";
 import type { Logger } from "../../cli/log.ts";
-import { gratuitousArp } from "../../net/arp.ts";
+import { arpProbe, gratuitousArp } from "../../net/arp.ts";
 import { ipFromBytes, ipProblem, ipToBytes } from "../../net/ip.ts";
 import { BROADCAST_MAC } from "../../net/mac.ts";
 import { ALL_NODES, unsolicitedAdvertisement } from "../../net/ndp.ts";
 import type { Netlink } from "../../net/netlink.ts";
 import { type ArpSocket, type NdpSocket, openArpSocket, openNdpSocket } from "../../net/neighborsockets.ts";
+import {
+  advertisementClaim,
+  arpClaim,
+  type Claim,
+  type ClaimDecision,
+  judgeClaim,
+  PROBE_DECIDED_MS,
+  PROBE_SCHEDULE_MS,
+  reprobeDelayMs,
+  solicitationClaim,
+} from "./conflicts.ts";
 import { answerArp, answerSolicitation, type Decision, TAKEOVER_SCHEDULE_MS } from "./decide.ts";
 
 export interface AnnouncedLink {
@@ -23,17 +38,33 @@ export interface AnnouncerOptions {
   log: Logger;
   /** Each decision on a received request, as made (for metrics by rule). */
   observe?: (family: 4 | 6, decision: Decision<unknown>) => void;
+  /** Another host's claim of an address this announcer probes for (refused) or announces (to report). */
+  onConflict?: (conflict: Conflict) => void;
+  /** An address announced after its probes found nobody (announce() returned long before). */
+  onAnnounced?: (address: string) => void;
+}
+
+export interface Conflict {
+  family: 4 | 6;
+  claim: Claim;
+  decision: Extract<ClaimDecision, { action: "refuse" | "report" }>;
+  /** Refused: when it is probed again, if still wanted (announce() called again after that). */
+  reprobeInMs?: number;
 }
 
 export interface Announcer {
   /**
-   * Answers for `address` from now on and tells the link; throws when it is no IP address (zones and IPv4-mapped
-   * IPv6 included) or its family's socket will not open (EPERM without CAP_NET_RAW).
+   * Probes for `address`, then answers for it and tells the link unless another host answered the probes; throws
+   * when it is no IP address (zones and IPv4-mapped IPv6 included) or its family's socket will not open (EPERM
+   * without CAP_NET_RAW). A refused address is probed again when announce() is called after its reprobe delay.
    */
   announce(address: string): void;
-  /** Stops answering for `address` and stops its takeover announcements. */
+  /** Stops probing or answering for `address` and stops its takeover announcements; forgets its refusals. */
   withdraw(address: string): void;
+  /** The addresses answered for now. */
   announced(): string[];
+  /** Every address announce() was given and withdraw() not: probing, refused or announced. */
+  addresses(): string[];
   /** Idempotent; nothing is sent or answered after it returns. */
   close(): void;
 }
@@ -57,6 +88,10 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
   const log = options.log.with({ link: link.name });
   const announced = new Set<string>();
   const takeovers = new Map<string, NodeJS.Timeout[]>();
+  /** Addresses being probed for, with their probes' timers. */
+  const probing = new Map<string, NodeJS.Timeout[]>();
+  /** Refused addresses: refusals in a row, and when (performance.now()) the next probe may start. */
+  const refused = new Map<string, { refusals: number; reprobeAt: number }>();
   let arp: ArpSocket | undefined;
   let ndp: NdpSocket | undefined;
   let closed = false;
@@ -75,12 +110,32 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
     return decision.action === "answer" ? decision.answer : undefined;
   };
 
+  /** Another host's claim of an address in play here: refused while probing, reported while announced. */
+  const claimed = (family: 4 | 6, claim: Claim | undefined) => {
+    if (!claim) return;
+    const phase = probing.has(claim.address) ? "probing" : announced.has(claim.address) ? "announced" : undefined;
+    if (!phase) return;
+    const decision = judgeClaim(claim, phase, link.mac);
+    if (decision.action === "ignore") {
+      log.v(4)?.(`announcer: ${decision.reason}`, { rule: decision.rule, address: claim.address });
+      return;
+    }
+    if (decision.action === "report") return options.onConflict?.({ family, claim, decision });
+    stopProbing(claim.address);
+    if (family === 6) ndp?.unlisten(claim.address);
+    const refusals = (refused.get(claim.address)?.refusals ?? 0) + 1;
+    const reprobeInMs = reprobeDelayMs(refusals);
+    refused.set(claim.address, { refusals, reprobeAt: performance.now() + reprobeInMs });
+    options.onConflict?.({ family, claim, decision, reprobeInMs });
+  };
+
   const openArp = (): ArpSocket => {
     const socket: ArpSocket = openArpSocket(
       link,
       (packet) => {
         const answer = decided(4, answerArp(packet, link, announced));
         if (answer) trySend(`an ARP reply to ${answer.to}`, () => socket.send(answer.packet, answer.to));
+        claimed(4, arpClaim(packet));
       },
       onReceiveError,
     );
@@ -89,13 +144,43 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
   const openNdp = (): NdpSocket => {
     const socket: NdpSocket = openNdpSocket(
       link,
-      (solicitation, source) => {
-        const answer = decided(6, answerSolicitation(solicitation, source, link, announced));
-        if (answer) trySend(`a neighbor advertisement to ${answer.to}`, () => socket.send(answer.advert, answer.to));
+      {
+        solicitation(solicitation, source, sourceMac) {
+          const answer = decided(6, answerSolicitation(solicitation, source, link, announced));
+          if (answer)
+            trySend(`a neighbor advertisement to ${answer.to}`, () => socket.send(answer.advert, answer.to));
+          claimed(6, solicitationClaim(solicitation, source, sourceMac));
+        },
+        advertisement: (advert, _source, sourceMac) => claimed(6, advertisementClaim(advert, sourceMac)),
       },
       onReceiveError,
     );
     return socket;
+  };
+
+  /** An ARP probe or duplicate address detection for `address` (its family's socket is open). */
+  const probe = (address: string, family: 4 | 6) => {
+    const [arpSocket, ndpSocket] = [arp, ndp];
+    if (family === 4 && arpSocket)
+      trySend(`an ARP probe for ${address}`, () => arpSocket.send(arpProbe(address, link.mac), BROADCAST_MAC));
+    if (family === 6 && ndpSocket)
+      trySend(`duplicate address detection for ${address}`, () => ndpSocket.probe(address));
+  };
+
+  const stopProbing = (address: string) => {
+    for (const timer of probing.get(address) ?? []) clearTimeout(timer);
+    probing.delete(address);
+  };
+
+  /** Probes found nobody: answer for it from now on, and tell the link. */
+  const announceNow = (address: string, family: 4 | 6) => {
+    probing.delete(address);
+    refused.delete(address);
+    announced.add(address);
+    log.info("announcer: announcing", { address, mac: link.mac });
+    const timers = TAKEOVER_SCHEDULE_MS.map((delay) => setTimeout(() => tellLink(address, family), delay));
+    takeovers.set(address, timers);
+    options.onAnnounced?.(address);
   };
 
   /** Gratuitous ARP or an unsolicited NA for `address` (its family's socket is open: announce() opened it). */
@@ -122,32 +207,39 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
       const problem = ipProblem(text);
       if (problem) throw new Error(`announcer: ${problem}`);
       const [address, family] = canonical(text);
-      if (announced.has(address)) return;
+      if (announced.has(address) || probing.has(address)) return;
+      if (performance.now() < (refused.get(address)?.reprobeAt ?? 0)) return;
       if (family === 4) arp ??= openArp();
       else {
         ndp ??= openNdp();
-        ndp.listen(address);
+        ndp.listen(address); // also hears another host's duplicate address detection for it
       }
-      announced.add(address);
-      log.info("announcer: announcing", { address, mac: link.mac });
-      const timers = TAKEOVER_SCHEDULE_MS.map((delay) => setTimeout(() => tellLink(address, family), delay));
-      takeovers.set(address, timers);
+      log.v(2)?.("announcer: probing", { address, mac: link.mac });
+      const timers = PROBE_SCHEDULE_MS.map((delay) => setTimeout(() => probe(address, family), delay));
+      timers.push(setTimeout(() => announceNow(address, family), PROBE_DECIDED_MS));
+      probing.set(address, timers);
     },
 
     withdraw(text) {
       if (ipProblem(text)) return; // never announced
       const [address, family] = canonical(text);
+      refused.delete(address);
+      const listened = probing.has(address) || announced.has(address);
+      stopProbing(address);
+      if (family === 6 && listened) ndp?.unlisten(address);
       if (!announced.delete(address)) return;
       stopTakeover(address);
-      if (family === 6) ndp?.unlisten(address);
       log.info("announcer: withdrawn", { address });
     },
 
     announced: () => [...announced],
+    addresses: () => [...new Set([...announced, ...probing.keys(), ...refused.keys()])],
 
     close() {
       closed = true;
       for (const address of takeovers.keys()) stopTakeover(address);
+      for (const address of probing.keys()) stopProbing(address);
+      refused.clear();
       announced.clear();
       arp?.close();
       ndp?.close();

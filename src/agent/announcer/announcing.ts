@@ -2,12 +2,14 @@
 // (by the announcer label), netlink's links and addresses, and one announcer per link in use (announcer.ts). What
 // to announce where is decided in assignments.ts from those; this file only applies the difference. Every
 // trigger (a Service event, a netlink change, a renewal, the Lease's deadline) runs the same reconcile, which
-// also keeps a timer at the Lease's deadline: when renewals stop succeeding, everything is withdrawn then.
+// also keeps a timer at the Lease's deadline: when renewals stop succeeding, everything is withdrawn then. Other
+// hosts' claims the announcers meet go to conflictreports.ts.
 import { performance } from "node:perf_hooks";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Service } from "kubernetes-types/core/v1.js";
 import type { Logger } from "../../cli/log.ts";
 import type { KubeClient } from "../../kube/client.ts";
+import type { EventType } from "../../kube/events.ts";
 import { Informer } from "../../kube/informer.ts";
 import { leaseResource, Resource, SERVICE_RESOURCE } from "../../kube/resource.ts";
 import { WorkQueue } from "../../kube/workqueue.ts";
@@ -20,8 +22,9 @@ import {
 } from "../../pools/announcement.ts";
 import type { AnnounceFlags } from "../flags.ts";
 import type { AnnouncerMetrics } from "../metrics.ts";
-import { type AnnouncedLink, type Announcer, startAnnouncer } from "./announcer.ts";
+import { type AnnouncedLink, type Announcer, type Conflict, startAnnouncer } from "./announcer.ts";
 import { type Assignment, decideAssignments, type LinkAnnouncements, SKIP_RULES } from "./assignments.ts";
+import { conflictReporter } from "./conflictreports.ts";
 import { AnnouncerLease, deleteLeftoverLease } from "./lease.ts";
 import { nodeSegments, type Segment, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
 import { decideSelection, SELECTION_RULES, type Selection, type SelectionRule } from "./selection.ts";
@@ -33,6 +36,13 @@ export interface AnnouncingOptions {
   flags: AnnounceFlags;
   log: Logger;
   metrics: AnnouncerMetrics;
+  /** Records an Event about this node's Node. */
+  nodeEvent(type: EventType, reason: string, message: string): void;
+  /**
+   * Another MAC claims an address announced here on `link` (reported, not fought over): the signal on which an
+   * announcer that has lost the API can yield the address to the node that took it over.
+   */
+  onForeignClaim?(address: string, mac: string, link: string): void;
 }
 
 export interface Announcing {
@@ -151,7 +161,11 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     watchTimeoutSeconds: { min: 60, max: 120 },
     onError: (err) => log.error("watching the Services to announce failed", { err }),
   });
-  const announcers = new LinkAnnouncers(log);
+  const onConflict = conflictReporter({ ...options, log, services: () => services.list() });
+  // An address is announced once its probes found nobody, after the pass that asked for it: counted then.
+  const announcers: LinkAnnouncers = new LinkAnnouncers(log, onConflict, () =>
+    metrics.announced.set(announcers.count()),
+  );
   let segments: Segment[] = [];
   let hostAddresses: string[] = [];
   let deadlineTimer: NodeJS.Timeout | undefined;
@@ -236,12 +250,16 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
 /** One announcer per link in use, brought in line with what to announce on each. */
 class LinkAnnouncers {
   private readonly log: Logger;
+  private readonly onConflict: (link: string, conflict: Conflict) => void;
+  private readonly onAnnounced: () => void;
   private readonly byLink = new Map<string, { link: AnnouncedLink; announcer: Announcer }>();
   /** "<address> <link>" whose announce() threw: retried on every pass (each second), said once. */
   private readonly failing = new Set<string>();
 
-  constructor(log: Logger) {
+  constructor(log: Logger, onConflict: (link: string, conflict: Conflict) => void, onAnnounced: () => void) {
     this.log = log;
+    this.onConflict = onConflict;
+    this.onAnnounced = onAnnounced;
   }
 
   /** Announces and withdraws as `wanted` says; a link no longer in use (or replaced) loses its announcer. */
@@ -254,12 +272,22 @@ class LinkAnnouncers {
       this.log.info("L2: announcer closed", { link: name });
     }
     for (const [name, { link, addresses }] of wanted) {
-      const entry = this.byLink.get(name) ?? { link, announcer: startAnnouncer({ link, log: this.log }) };
+      const onConflict = (conflict: Conflict) => this.onConflict(name, conflict);
+      const { log, onAnnounced } = this;
+      const entry = this.byLink.get(name) ?? {
+        link,
+        announcer: startAnnouncer({ link, log, onConflict, onAnnounced }),
+      };
       this.byLink.set(name, entry);
-      for (const address of entry.announcer.announced())
+      for (const address of entry.announcer.addresses())
         if (!addresses.includes(address)) entry.announcer.withdraw(address);
       for (const address of addresses) this.announce(entry.announcer, name, address);
     }
+    return this.count();
+  }
+
+  /** Addresses announced now, on every link. */
+  count(): number {
     return [...this.byLink.values()].reduce((sum, { announcer }) => sum + announcer.announced().length, 0);
   }
 
