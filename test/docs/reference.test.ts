@@ -34,8 +34,9 @@ test("every local-ccm.io name in the code and the chart is in the annotations an
   assert.deepEqual(stale, [], "documented names the code no longer has");
 });
 
-// Reasons are passed as ("Normal" | "Warning", "Reason") or returned as { reason: "Reason" }; the latter form also
-// carries reasons that are metric labels, not Events: detection problems (local_ccm_detection_problems_total).
+// Reasons are passed as ("Normal" | "Warning", "Reason"), returned as { reason: "Reason" } or named in a table
+// `…EVENT_REASONS = { key: "Reason", … }`; the second form also carries reasons that are metric labels, not Events:
+// detection problems (local_ccm_detection_problems_total).
 const NOT_EVENTS = new Set(["NoRoute", "NoAddress"]);
 
 test("every Event reason the programs record is in the Event reasons table, and only those", () => {
@@ -43,6 +44,9 @@ test("every Event reason the programs record is in the Event reasons table, and 
   for (const text of code)
     for (const match of text.matchAll(/"(?:Normal|Warning)",\s*"([A-Z]\w+)"|\breason: "([A-Z]\w+)"|"(\w+LoadBalancer)"/g))
       reasons.add((match[1] ?? match[2] ?? match[3]) as string);
+  for (const text of code)
+    for (const [, table] of text.matchAll(/EVENT_REASONS = \{([^}]*)\}/g))
+      for (const [, reason] of (table as string).matchAll(/:\s*"([A-Z]\w+)"/g)) reasons.add(reason as string);
   for (const name of NOT_EVENTS) assert.ok(reasons.delete(name), `${name} is no longer in the code: drop it from NOT_EVENTS`);
   assert.ok(reasons.size >= 30, `reasons found: ${[...reasons].join(", ")}`);
   const documented = tableNames("Event reasons");
