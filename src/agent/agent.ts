@@ -246,7 +246,7 @@ export class Agent {
     const plan = desiredMetadata(node, resolved.metadata, { initialising, updateLabels: options.updateLabels });
     findings.push(...plan.notes);
     // Init rules refuse the keys of the metadata labels (kubernetes.io namespaces), so the two never write one key.
-    const init = desiredNodeInit(node, facts, options.initRules);
+    const init = desiredNodeInit(node, { ...facts, metadata: resolved.metadata }, options.initRules);
     findings.push(...init.notes);
     for (const item of init.labels) plan.labels[item.key] = item.value;
     plan.taints.push(...init.taints.map(taintOf));

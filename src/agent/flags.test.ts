@@ -355,7 +355,7 @@ describe("parseAgentFlags", () => {
     rejects(
       ["--node-taint-rules=name:^gpu-=nvidia.com/gpu=present"],
       'invalid value "name:^gpu-=nvidia.com/gpu=present" for --node-taint-rules: "name:^gpu-=nvidia.com/gpu=present" ' +
-        "is not <cidr|name|product|dmi.<file>>:<pattern>=<key>=<value>:<NoSchedule|PreferNoSchedule|NoExecute>",
+        "is not <cidr|name|product|dmi.<file>|region|zone|instance-type>:<pattern>=<key>=<value>:<NoSchedule|PreferNoSchedule|NoExecute>",
     );
   });
 

@@ -101,7 +101,8 @@ const initRuleFlag = <N extends string>(name: N, kind: InitKind, form: string, e
     default: "",
     help:
       `Comma-separated rules giving the Node ${kind}s once, while it still has the uninitialized taint: ` +
-      `<matcher>=${form}, with the matchers of --zone-rules; every rule that matches adds its ${kind} (the first ` +
+      `<matcher>=${form}, with the matchers of --zone-rules plus region:, zone: and instance-type: (regular ` +
+      `expressions on the Node's resolved metadata); every rule that matches adds its ${kind} (the first ` +
       `per key${kind === "taint" ? " and effect" : ""}), never changed afterwards; the key is literal, $1-$9 in the value are the groups. ` +
       `Keys in kubernetes.io/ and k8s.io/ are refused${kind === "label" ? ", except node-role.kubernetes.io/<role> (not control-plane or master)" : ""}. E.g. ${example}.`,
     helm: metadataValue(name),

@@ -4,11 +4,11 @@ import fc from "fast-check";
 import type { Node } from "kubernetes-types/core/v1.js";
 import { keyProblem, labelValueProblem } from "../../kube/labelselector.ts";
 import { UNINITIALIZED_TAINT } from "../../kube/nodes.ts";
-import { desiredNodeInit, describeItem, type InitKind, type InitRule, parseInitRule, reservedKeyProblem, taintOf } from "./nodeinit.ts";
+import { desiredNodeInit, describeItem, type InitKind, type InitRule, type InitFacts, parseInitRule, reservedKeyProblem, taintOf } from "./nodeinit.ts";
 import { metadataPatch } from "./plan.ts";
-import type { HostFacts } from "./rules.ts";
+import { parseRule } from "./rules.ts";
 
-const facts: HostFacts = {
+const facts: InitFacts = {
   nodeName: "gpu-fra-07",
   systemUUID: "",
   machineID: "",
@@ -25,6 +25,7 @@ const facts: HostFacts = {
     bios_version: "1.25",
   },
   internalIPs: ["198.18.2.17"],
+  metadata: { region: "eu-1", zone: "eu-1a" },
 };
 
 const uninitialised = (extra: Partial<Node> = {}): Node => ({
@@ -62,8 +63,8 @@ describe("node init rules", () => {
 
   test("parse errors: one line naming the rule and the problem", () => {
     const cases: [InitKind, string, string][] = [
-      ["label", "name:x=y", '"name:x=y" is not <cidr|name|product|dmi.<file>>:<pattern>=<key>=<value>'],
-      ["taint", "name:x=k=v:NoWhere", '"name:x=k=v:NoWhere" is not <cidr|name|product|dmi.<file>>:<pattern>=<key>=<value>:<NoSchedule|PreferNoSchedule|NoExecute>'],
+      ["label", "name:x=y", '"name:x=y" is not <cidr|name|product|dmi.<file>|region|zone|instance-type>:<pattern>=<key>=<value>'],
+      ["taint", "name:x=k=v:NoWhere", '"name:x=k=v:NoWhere" is not <cidr|name|product|dmi.<file>|region|zone|instance-type>:<pattern>=<key>=<value>:<NoSchedule|PreferNoSchedule|NoExecute>'],
       ["label", "name:x=Bad Key=v", '"name:x=Bad Key=v": the name must be alphanumerics, \'-\', \'_\' or \'.\', starting and ending with an alphanumeric'],
       ["label", "name:x=example.com/k=-v", '"name:x=example.com/k=-v": a label value must be alphanumerics, \'-\', \'_\' or \'.\', starting and ending with an alphanumeric'],
       ["label", "cidr:10.0.0.0/33=k=v", '"10.0.0.0/33" in "cidr:10.0.0.0/33=k=v" is not a CIDR'],
@@ -75,6 +76,8 @@ describe("node init rules", () => {
       ["label", "name:x=x.k8s.io/a=b", '"name:x=x.k8s.io/a=b": x.k8s.io/a is in the k8s.io namespace, Kubernetes\' own (except node-role.kubernetes.io/<role>)'],
     ];
     for (const [kind, text, expected] of cases) assert.equal(parseInitRule(kind, text), expected, text);
+    // The metadata rules make the region, zone and instance type: they cannot match them.
+    assert.match(parseRule("region", "zone:^eu=eu") as string, /is not <cidr\|name\|product\|dmi.<file>>/);
     assert.equal(typeof parseInitRule("label", "name:x=node-role.kubernetes.io/gpu="), "object");
     assert.equal(typeof parseInitRule("label", "name:x=example.kubernetes.io.example.com/a=b"), "object");
   });
@@ -90,12 +93,15 @@ describe("node init rules", () => {
       rule("taint", "name:.=nvidia.com/gpu=other:NoSchedule"),
       rule("taint", "name:.=nvidia.com/gpu=other:NoExecute"),
       rule("taint", "cidr:10.0.0.0/8=example.com/far=:NoSchedule"),
+      rule("label", "zone:^eu-(\\w+)$=example.com/zone-class=$1"),
+      rule("label", "instance-type:.=example.com/typed=yes"),
     ];
     assert.deepEqual(summary(uninitialised(), rules), {
       labels: [
         "example.com/rack=r2 (cidr:198.18.2.0/24=example.com/rack=r2)",
         "example.com/model=DGX-A100 (dmi.product_name:^(DGX) (\\w+)$=example.com/model=$1-$2)",
         "node-role.kubernetes.io/gpu= (name:^gpu-=node-role.kubernetes.io/gpu=)",
+        "example.com/zone-class=1a (zone:^eu-(\\w+)$=example.com/zone-class=$1)",
       ],
       taints: ["nvidia.com/gpu=present:NoSchedule", "nvidia.com/gpu=other:NoExecute"],
       notes: [],

@@ -6,7 +6,24 @@
 import type { Node, Taint } from "kubernetes-types/core/v1.js";
 import { keyProblem, labelValueProblem } from "../../kube/labelselector.ts";
 import { isUninitialized } from "../../kube/nodes.ts";
-import { type HostFacts, MATCHER_SYNTAX, type Matcher, matchFacts, parseMatcher, type RuleSource, ruleSyntax, substitute } from "./rules.ts";
+import type { InstanceMetadata } from "./providers.ts";
+import { type HostFacts, type Matcher, matchFacts, parseMatcher, type RuleSource, ruleSyntax, substitute } from "./rules.ts";
+
+/**
+ * Besides the host's facts, init rules may match the Node's resolved metadata (instance metadata, then the
+ * --*-rules): `zone:^eu-central-1a$`. The metadata rules may not, as they make it.
+ */
+const METADATA_SOURCES: Readonly<Record<string, keyof InstanceMetadata>> = {
+  region: "region",
+  zone: "zone",
+  "instance-type": "instanceType",
+};
+const INIT_MATCHER_SYNTAX = "<cidr|name|product|dmi.<file>|region|zone|instance-type>:<pattern>";
+
+/** The host's facts and the Node's resolved metadata. */
+export interface InitFacts extends HostFacts {
+  metadata: InstanceMetadata;
+}
 
 export type InitKind = "label" | "taint";
 export const TAINT_EFFECTS = ["NoSchedule", "PreferNoSchedule", "NoExecute"] as const;
@@ -52,9 +69,9 @@ export function reservedKeyProblem(kind: InitKind, key: string): string | undefi
  */
 export function parseInitRule(kind: InitKind, text: string): InitRule | string {
   const tail = kind === "label" ? "=([^=]*)=([^=]*)" : `=([^=]*)=([^=:]*):(${TAINT_EFFECTS.join("|")})`;
-  const match = ruleSyntax(tail).exec(text);
+  const match = ruleSyntax(tail, Object.keys(METADATA_SOURCES)).exec(text);
   const form = kind === "label" ? "<key>=<value>" : `<key>=<value>:<${TAINT_EFFECTS.join("|")}>`;
-  if (!match) return `"${text}" is not ${MATCHER_SYNTAX}=${form}`;
+  if (!match) return `"${text}" is not ${INIT_MATCHER_SYNTAX}=${form}`;
   const [, source, pattern, key, value, effect] = match as unknown as [string, RuleSource, string, string, string, Effect?];
   const problem =
     keyProblem(key) ?? reservedKeyProblem(kind, key) ?? (hasGroups(value) ? undefined : labelValueProblem(value));
@@ -91,7 +108,7 @@ export const describeItem = (item: InitItem): string =>
  * the first rule that matches, unless the Node has it already. A value someone else set (kubelet's
  * --node-labels, --register-with-taints) is kept and reported. An initialised Node gets nothing.
  */
-export function desiredNodeInit(node: Node, facts: HostFacts, rules: readonly InitRule[]): InitPlan {
+export function desiredNodeInit(node: Node, facts: InitFacts, rules: readonly InitRule[]): InitPlan {
   const plan: InitPlan = { labels: [], taints: [], notes: [] };
   if (!isUninitialized(node)) return plan;
   const labels = node.metadata?.labels ?? {};
@@ -100,7 +117,8 @@ export function desiredNodeInit(node: Node, facts: HostFacts, rules: readonly In
   for (const rule of rules) {
     const id = `${rule.kind} ${rule.key}${rule.effect ? `:${rule.effect}` : ""}`;
     if (decided.has(id)) continue;
-    const match = matchFacts(rule, facts);
+    const field = METADATA_SOURCES[rule.source];
+    const match = field ? rule.pattern?.exec(facts.metadata[field] ?? "") ?? undefined : matchFacts(rule, facts);
     if (!match) continue;
     decided.add(id);
     const item: InitItem = { rule, key: rule.key, value: substitute(rule.value, match), ...(rule.effect ? { effect: rule.effect } : {}) };

@@ -39,7 +39,7 @@ export interface HostFacts {
 export const TEMPLATE_FACTS = ["nodeName", "systemUUID", "machineID", "productName"] as const;
 type TemplateFact = (typeof TEMPLATE_FACTS)[number];
 
-export type RuleSource = "cidr" | "name" | "product" | `dmi.${DmiField}`;
+export type RuleSource = "cidr" | "name" | "product" | `dmi.${DmiField}` | "region" | "zone" | "instance-type";
 
 /** The left of a rule: which fact it looks at and how. */
 export interface Matcher {
@@ -101,9 +101,12 @@ export function parseMatcher(source: RuleSource, pattern: string, text: string):
   }
 }
 
-/** The regular expression that splits a rule: its source, pattern and the rest (`tail`, a regex source). */
-export function ruleSyntax(tail: string): RegExp {
-  return new RegExp(`^${SOURCE}:(.+)${tail}$`);
+/**
+ * The regular expression that splits a rule: its source, pattern and the rest (`tail`, a regex source);
+ * `sources` adds alternatives (the node init rules' metadata sources).
+ */
+export function ruleSyntax(tail: string, sources: readonly string[] = []): RegExp {
+  return new RegExp(`^${[SOURCE.slice(0, -1), ...sources].join("|")}):(.+)${tail}$`);
 }
 
 /**
