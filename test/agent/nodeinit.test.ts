@@ -11,10 +11,15 @@ import { Resource } from "../../src/kube/resource.ts";
 import { helmTemplate } from "../../scripts/render-manifests.ts";
 import { type NodeHost, registerNode, startAgent, startWorld, type World } from "./harness.ts";
 
-const LABEL_RULES = ["cidr:198.18.100.0/26=example.com/rack=r1", "name:^gpu-([a-z]+)-=node-role.kubernetes.io/gpu=$1"];
+const LABEL_RULES = [
+  "cidr:198.18.100.0/26=example.com/rack=r1",
+  "name:^gpu-([a-z]+)-=node-role.kubernetes.io/gpu=$1",
+  String.raw`zone:^rack-(\d)$=example.com/rack-number=$1`, // the zone the --zone-rules below give
+];
 const TAINT_RULES = ["name:^gpu-=nvidia.com/gpu=present:NoSchedule", "dmi.sys_vendor:.=example.com/dmi=seen:NoSchedule"];
 const ARGS = [
   "--external-ip-target=", // air-gapped: no ExternalIP to look for
+  "--zone-rules=cidr:198.18.100.0/26=rack-1",
   `--node-label-rules=${LABEL_RULES.join(",")}`,
   `--node-taint-rules=${TAINT_RULES.join(",")}`,
 ];
@@ -84,7 +89,7 @@ describe("node init rules", () => {
     assert.equal(isUninitialized(initialised), false);
     // This machine has no DMI (no /sys/class/dmi/id): the dmi.sys_vendor rule matches nothing.
     assert.deepEqual(initOf(initialised), {
-      labels: ["example.com/rack=ops", "node-role.kubernetes.io/gpu=fra"],
+      labels: ["example.com/rack-number=1", "example.com/rack=ops", "node-role.kubernetes.io/gpu=fra"],
       taints: ["nvidia.com/gpu=present:NoSchedule"],
     });
     const messages = (await events.list({ fieldSelector: `involvedObject.name=${name}` })).items.map(
@@ -92,7 +97,9 @@ describe("node init rules", () => {
     );
     assert.ok(
       messages.includes(
-        "MetadataSet: Set label node-role.kubernetes.io/gpu=fra (rule name:^gpu-([a-z]+)-=node-role.kubernetes.io/gpu=$1), " +
+        "MetadataSet: Set topology.kubernetes.io/zone=rack-1, " +
+          "label node-role.kubernetes.io/gpu=fra (rule name:^gpu-([a-z]+)-=node-role.kubernetes.io/gpu=$1), " +
+          String.raw`label example.com/rack-number=1 (rule zone:^rack-(\d)$=example.com/rack-number=$1), ` +
           "taint nvidia.com/gpu=present:NoSchedule (rule name:^gpu-=nvidia.com/gpu=present:NoSchedule)",
       ),
       messages.join("\n"),
@@ -109,7 +116,10 @@ describe("node init rules", () => {
     await world.nodes.patch(name, "merge", { metadata: { labels: { "node-role.kubernetes.io/gpu": null } }, spec: { taints } });
     const again = await runOnce(node, name);
     assert.equal(again.code, 0, again.output);
-    assert.deepEqual(initOf(await world.nodes.get(name)), { labels: ["example.com/rack=ops"], taints: [] });
+    assert.deepEqual(initOf(await world.nodes.get(name)), {
+      labels: ["example.com/rack-number=1", "example.com/rack=ops"],
+      taints: [],
+    });
   });
 
   test("a node no rule matches is initialised without them", async () => {
