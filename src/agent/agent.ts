@@ -16,8 +16,9 @@ import { desiredAddresses, hasInternalIP, parseProvidedNodeIPs, sameAddresses } 
 import { type Detection, type DetectionConfig, detectAddresses } from "./detect.ts";
 import { checkLocalNode, type LocalNodeInput } from "./localnode.ts";
 import type { InstanceMetadataSource, Lookup } from "./metadata/client.ts";
+import { desiredNodeInit, describeItem, type InitItem, type InitNote, type InitRule, taintOf } from "./metadata/nodeinit.ts";
 import { desiredMetadata, METADATA_LABELS, type MetadataPlan, metadataPatch } from "./metadata/plan.ts";
-import { LABEL_FIELDS, type Resolved, type RulesConfig, resolveMetadata } from "./metadata/rules.ts";
+import { type DmiField, LABEL_FIELDS, type Resolved, type RulesConfig, resolveMetadata } from "./metadata/rules.ts";
 import type { AgentMetrics } from "./metrics.ts";
 
 export const PROVIDED_NODE_IP_ANNOTATION = "alpha.kubernetes.io/provided-node-ip";
@@ -37,8 +38,10 @@ export interface MetadataOptions {
   source: InstanceMetadataSource;
   rules: RulesConfig;
   updateLabels: boolean;
-  /** The host's DMI product name, read once at start ("" where there is none). */
-  productName: string;
+  /** --node-label-rules and --node-taint-rules. */
+  initRules: InitRule[];
+  /** The host's DMI system information, read once at start ("" where there is none). */
+  dmi: Readonly<Record<DmiField, string>>;
 }
 
 export interface AgentDeps {
@@ -72,6 +75,7 @@ interface Finding {
     | "ProvidedNodeIPMismatch"
     | "TaintKept"
     | MetadataPlan["notes"][number]["reason"]
+    | InitNote["reason"]
     | "MetadataRuleUnmatched"
     | "MetadataUnavailable"
     | "MetadataSkipped";
@@ -82,6 +86,8 @@ interface Finding {
 interface MetadataStep {
   plan?: MetadataPlan;
   resolved?: Resolved;
+  /** What the node init rules add, each with its rule (also in `plan`). */
+  init?: InitItem[];
   unavailable?: string;
   findings: Finding[];
 }
@@ -230,7 +236,8 @@ export class Agent {
       nodeName: this.options.nodeName,
       systemUUID: node.status?.nodeInfo?.systemUUID ?? "",
       machineID: node.status?.nodeInfo?.machineID ?? "",
-      productName: options.productName,
+      productName: options.dmi.product_name,
+      dmi: options.dmi,
       internalIPs: addresses.filter((a) => a.type === "InternalIP").map((a) => a.address),
     };
     const resolved = resolveMetadata(lookup.status === "found" ? lookup.metadata : {}, facts, options.rules);
@@ -238,7 +245,12 @@ export class Agent {
     const initialising = isUninitialized(node);
     const plan = desiredMetadata(node, resolved.metadata, { initialising, updateLabels: options.updateLabels });
     findings.push(...plan.notes);
-    return { plan, resolved, findings };
+    // Init rules refuse the keys of the metadata labels (kubernetes.io namespaces), so the two never write one key.
+    const init = desiredNodeInit(node, { ...facts, metadata: resolved.metadata }, options.initRules);
+    findings.push(...init.notes);
+    for (const item of init.labels) plan.labels[item.key] = item.value;
+    plan.taints.push(...init.taints.map(taintOf));
+    return { plan, resolved, init: [...init.labels, ...init.taints], findings };
   }
 
   /**
@@ -283,8 +295,9 @@ export class Agent {
     return { taintRemoved: removeTaint, taintKept, metadataWritten: metadataOps.length > 0 };
   }
 
-  private recordMetadataWrite(node: Node, { plan, resolved }: MetadataStep): void {
-    const written = { ...(plan?.providerID ? { providerID: plan.providerID } : {}), ...plan?.labels };
+  private recordMetadataWrite(node: Node, { plan, resolved, init = [] }: MetadataStep): void {
+    const written: Record<string, string> = { ...(plan?.providerID ? { providerID: plan.providerID } : {}), ...plan?.labels };
+    for (const item of init) delete written[item.key];
     const fields = [
       ...(plan?.providerID ? ["providerID" as const] : []),
       ...LABEL_FIELDS.filter((field) => plan?.labels[METADATA_LABELS[field]] !== undefined),
@@ -292,7 +305,11 @@ export class Agent {
     for (const field of fields)
       this.deps.metrics.metadataFields.with({ field, source: resolved?.sources[field] ?? "" }).inc();
     this.deps.metrics.writes.with({ what: "metadata" }).inc();
-    const text = Object.entries(written).map(([key, value]) => `${key}=${value}`).join(", ");
+    for (const item of init) this.deps.metrics.nodeInitWrites.with({ kind: item.rule.kind }).inc();
+    const text = [
+      ...Object.entries(written).map(([key, value]) => `${key}=${value}`),
+      ...init.map((item) => `${item.rule.kind} ${describeItem(item)} (rule ${item.rule.text})`),
+    ].join(", ");
     this.deps.log.info("node metadata set", { node: this.options.nodeName, metadata: text });
     this.deps.events.record(nodeReference(node), "Normal", "MetadataSet", `Set ${text}`);
   }
@@ -321,7 +338,7 @@ export class Agent {
       const key = `${finding.reason}\u0000${finding.message}`;
       current.add(key);
       if (this.findings.has(key)) continue;
-      if (finding.reason.startsWith("Metadata") || finding.reason === "ProviderIDMismatch")
+      if (/^(Metadata|NodeInit)/.test(finding.reason) || finding.reason === "ProviderIDMismatch")
         this.deps.metrics.metadataFindings.with({ reason: finding.reason }).inc();
       this.deps.log.warn(finding.message, { node: this.options.nodeName, reason: finding.reason });
       this.deps.events.record(nodeReference(node), "Warning", finding.reason, finding.message);

@@ -24,7 +24,7 @@ describe("parseAgentFlags", () => {
       requireLocalNode: true,
       reconcileIntervalMs: 10_000,
       runOnce: false,
-      metadata: { mode: "none", timeoutMs: 10_000, updateLabels: false, rules: { providerIDTemplate: "", rules: [] } },
+      metadata: { mode: "none", timeoutMs: 10_000, updateLabels: false, initRules: [], rules: { providerIDTemplate: "", rules: [] } },
       announce: undefined,
       kubeconfig: "",
       verbosity: 0,
@@ -116,6 +116,7 @@ describe("parseAgentFlags", () => {
         mode: "azure",
         timeoutMs: 3000,
         updateLabels: true,
+        initRules: [],
         rules: {
           providerIDTemplate: "local://{systemUUID}",
           rules: [
@@ -355,7 +356,18 @@ describe("parseAgentFlags", () => {
     );
     rejects(
       ["--zone-rules=cidr:198.18.1.0/24"],
-      'invalid value "cidr:198.18.1.0/24" for --zone-rules: "cidr:198.18.1.0/24" is not <cidr|name|product>:<pattern>=<value>',
+      'invalid value "cidr:198.18.1.0/24" for --zone-rules: "cidr:198.18.1.0/24" is not <cidr|name|product|dmi.<file>>:<pattern>=<value>',
+    );
+    rejects(
+      ["--node-label-rules=name:^gpu-=node-restriction.kubernetes.io/gpu=true"],
+      'invalid value "name:^gpu-=node-restriction.kubernetes.io/gpu=true" for --node-label-rules: ' +
+        '"name:^gpu-=node-restriction.kubernetes.io/gpu=true": node-restriction.kubernetes.io/gpu is in ' +
+        "node-restriction.kubernetes.io/, which nodes may never set on themselves",
+    );
+    rejects(
+      ["--node-taint-rules=name:^gpu-=nvidia.com/gpu=present"],
+      'invalid value "name:^gpu-=nvidia.com/gpu=present" for --node-taint-rules: "name:^gpu-=nvidia.com/gpu=present" ' +
+        "is not <cidr|name|product|dmi.<file>|region|zone|instance-type>:<pattern>=<key>=<value>:<NoSchedule|PreferNoSchedule|NoExecute>",
     );
   });
 
@@ -387,6 +399,8 @@ describe("the agent's flag table", () => {
         "zone-rules",
         "instance-type-rules",
         "update-metadata-labels",
+        "node-label-rules",
+        "node-taint-rules",
         "lb-l2-announce",
         "lb-l2-lease-namespace",
         "lb-l2-interfaces",
@@ -428,6 +442,8 @@ describe("the agent's flag table", () => {
       "zone-rules": "metadata.zoneRules",
       "instance-type-rules": "metadata.instanceTypeRules",
       "update-metadata-labels": "metadata.updateLabels",
+      "node-label-rules": "metadata.nodeLabelRules",
+      "node-taint-rules": "metadata.nodeTaintRules",
       "lb-l2-announce": "loadBalancer.l2.enabled",
       // The release namespace, from POD_NAMESPACE: not a value.
       "lb-l2-lease-namespace": undefined,

@@ -10,6 +10,7 @@ import { announcerLeaseName } from "../pools/announcement.ts";
 import type { DetectionMethod } from "./detect.ts";
 import type { MetadataMode } from "./metadata/client.ts";
 import { PROVIDERS } from "./metadata/providers.ts";
+import { type InitKind, type InitRule, parseInitRule, TAINT_EFFECTS } from "./metadata/nodeinit.ts";
 import { type LabelField, parseRule, type Rule, type RulesConfig, templateProblem } from "./metadata/rules.ts";
 
 export const PROGRAM = "local-ccm";
@@ -47,6 +48,8 @@ export interface MetadataFlags {
   timeoutMs: number;
   rules: RulesConfig;
   updateLabels: boolean;
+  /** --node-label-rules then --node-taint-rules. */
+  initRules: InitRule[];
 }
 
 // Checked as kube-apiserver checks an IP field (ipProblem), then kept in the form Kubernetes writes (canonicalIp).
@@ -68,6 +71,9 @@ const ruleProblem = (field: LabelField) => (text: string) => {
   return typeof rule === "string" ? rule : undefined;
 };
 
+/** The Helm value of a metadata flag: metadata.<flag in camelCase>. */
+const metadataValue = (name: string) => `metadata.${name.replace(/-(\w)/g, (_, c: string) => c.toUpperCase())}`;
+
 // Rules are flags rather than a config file: the flag table stays the one source for --help, the
 // docs and the Helm values, and no ConfigMap has to be mounted. The price: no commas in a pattern.
 const ruleFlag = <N extends string>(name: N, field: LabelField, label: string, example: string) =>
@@ -77,10 +83,30 @@ const ruleFlag = <N extends string>(name: N, field: LabelField, label: string, e
     default: "",
     help:
       `Comma-separated rules giving ${label} where instance metadata does not: ` +
-      `<cidr|name|product>:<pattern>=<value>, first match wins (cidr: an InternalIP inside; name: regular expression on the node name; product: on the DMI ` +
-      `product name; $1-$9 in the value are the groups), e.g. ${example}.`,
-    helm: `metadata.${name.replace(/-(\w)/g, (_, c: string) => c.toUpperCase())}`,
+      `<cidr|name|product|dmi.<file>>:<pattern>=<value>, first match wins (cidr: an InternalIP inside; name: regular expression on the node name; product: on the DMI ` +
+      `product name; dmi.<file>: on /sys/class/dmi/id/<file>, e.g. dmi.sys_vendor; $1-$9 in the value are the groups), e.g. ${example}.`,
+    helm: metadataValue(name),
     validate: eachItem(ruleProblem(field)),
+  });
+
+const initRuleProblem = (kind: InitKind) => (text: string) => {
+  const rule = parseInitRule(kind, text);
+  return typeof rule === "string" ? rule : undefined;
+};
+
+const initRuleFlag = <N extends string>(name: N, kind: InitKind, form: string, example: string) =>
+  flag({
+    name,
+    type: "list",
+    default: "",
+    help:
+      `Comma-separated rules giving the Node ${kind}s once, while it still has the uninitialized taint: ` +
+      `<matcher>=${form}, with the matchers of --zone-rules plus region:, zone: and instance-type: (regular ` +
+      `expressions on the Node's resolved metadata); every rule that matches adds its ${kind} (the first ` +
+      `per key${kind === "taint" ? " and effect" : ""}), never changed afterwards; the key is literal, $1-$9 in the value are the groups. ` +
+      `Keys in kubernetes.io/ and k8s.io/ are refused${kind === "label" ? ", except node-role.kubernetes.io/<role> (not control-plane or master)" : ""}. E.g. ${example}.`,
+    helm: metadataValue(name),
+    validate: eachItem(initRuleProblem(kind)),
   });
 
 const metadataFlags = [
@@ -132,6 +158,8 @@ const metadataFlags = [
       "values; by default they are only added while the Node is uninitialised and never changed.",
     helm: "metadata.updateLabels",
   }),
+  initRuleFlag("node-label-rules", "label", "<key>=<value>", "cidr:10.1.0.0/24=example.com/rack=r1,dmi.product_name:^(PowerEdge) =example.com/family=$1"),
+  initRuleFlag("node-taint-rules", "taint", `<key>=<value>:<${TAINT_EFFECTS.join("|")}>`, "name:^gpu-=nvidia.com/gpu=present:NoSchedule"),
 ] as const;
 
 const announceFlags = [
@@ -286,6 +314,7 @@ export function parseAgentFlags(argv: readonly string[], env: Env): AgentFlags {
       mode: values["instance-metadata"] as MetadataMode, // validated
       timeoutMs: values["metadata-timeout"],
       updateLabels: values["update-metadata-labels"],
+      initRules: [...initRules("label", values["node-label-rules"]), ...initRules("taint", values["node-taint-rules"])],
       rules: {
         providerIDTemplate: values["provider-id"],
         rules: [
@@ -342,6 +371,11 @@ function detection(
     case "interface":
       return { kind: "interface", interfaces: items };
   }
+}
+
+/** Node init rule texts the flag layer validated, parsed. */
+function initRules(kind: InitKind, texts: string[]): InitRule[] {
+  return texts.map((text) => parseInitRule(kind, text) as InitRule);
 }
 
 /** Rule texts the flag layer validated, parsed. */

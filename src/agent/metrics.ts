@@ -46,8 +46,15 @@ export function createAgentMetrics(registry: Registry) {
     }),
     metadataFindings: registry.counter({
       name: "local_ccm_metadata_findings_total",
-      help: "Metadata not written, by reason: ProviderIDMismatch, MetadataLabelKept, MetadataLabelNotAdded, MetadataRuleUnmatched, MetadataUnavailable, MetadataSkipped.",
+      help:
+        "Metadata not written, by reason: ProviderIDMismatch, MetadataLabelKept, MetadataLabelNotAdded, MetadataRuleUnmatched, " +
+        "MetadataUnavailable, MetadataSkipped, NodeInitLabelKept, NodeInitTaintKept, NodeInitValueInvalid.",
       labels: ["reason"],
+    }),
+    nodeInitWrites: registry.counter({
+      name: "local_ccm_node_init_total",
+      help: "Labels and taints the node init rules (--node-label-rules, --node-taint-rules) added to the Node, by kind: label, taint.",
+      labels: ["kind"],
     }),
     lastSuccess: registry.gauge({
       name: "local_ccm_last_success_timestamp_seconds",

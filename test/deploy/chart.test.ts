@@ -134,6 +134,8 @@ const CANDIDATES: Record<FlagSpec["type"], (spec: FlagSpec) => string[]> = {
     "eth1,bond0",
     "tcp",
     "cidr:198.18.0.0/15=rack-1,name:^([a-z]+)-=$1",
+    "cidr:198.18.0.0/15=example.com/rack=r1, name:^gpu-=node-role.kubernetes.io/gpu=",
+    "name:^gpu-=nvidia.com/gpu=present:NoSchedule,dmi.sys_vendor:^NVIDIA=example.com/vendor=nvidia:PreferNoSchedule",
     "22,8000-8080",
   ],
 };
@@ -1035,6 +1037,16 @@ describe("Helm chart", () => {
       [["--set", "metadata.providerID=local://{hostname}"], "at '/metadata/providerID': 'local://{hostname}' does not match"],
       [["--set", "controller.healthBindAddress=999.0.0.1:10263"], "at '/controller/healthBindAddress': '999.0.0.1:10263'"],
       [["--set", "metadata.zoneRules={cidr:10.0.0.0/33=rack-1}"], "at '/metadata/zoneRules/0': 'cidr:10.0.0.0/33=rack-1'"],
+      [["--set", "metadata.nodeTaintRules={name:^gpu-=nvidia.com/gpu=present}"], "at '/metadata/nodeTaintRules/0'"],
+      // A key the node-scope policy would open to a stolen agent token: refused at render, naming the rule.
+      [
+        ["--set", "metadata.nodeLabelRules={name:.=node-role.kubernetes.io/control-plane=}"],
+        "metadata.nodeLabelRules: name:.=node-role.kubernetes.io/control-plane=: the key node-role.kubernetes.io/control-plane is Kubernetes' own",
+      ],
+      [
+        ["--set", "metadata.nodeTaintRules={name:.=node.kubernetes.io/unreachable=:NoExecute}"],
+        "metadata.nodeTaintRules: name:.=node.kubernetes.io/unreachable=:NoExecute: the key node.kubernetes.io/unreachable is Kubernetes' own",
+      ],
     ];
     await Promise.all(
       cases.map(async ([args, expected]) => {
@@ -1055,6 +1067,9 @@ describe("Helm chart", () => {
       ["local-ccm", "--provider-id=local://{hostname}"],
       ["local-ccm", "--health-bind-address=999.0.0.1:10263"],
       ["local-ccm", "--zone-rules=cidr:10.0.0.0/33=rack-1"],
+      ["local-ccm", "--node-taint-rules=name:^gpu-=nvidia.com/gpu=present"],
+      ["local-ccm", "--node-label-rules=name:.=node-role.kubernetes.io/control-plane="],
+      ["local-ccm", "--node-taint-rules=name:.=node.kubernetes.io/unreachable=:NoExecute"],
     ];
     for (const [program, arg] of refusedByProgram) assert.equal(accepts(program, [arg]), false, arg);
   });

@@ -1,7 +1,9 @@
 // deploy/node-scope-policy.yaml on the real control plane: with a token bound to a Pod on node A, the
 // agent's ServiceAccount may write A's status.addresses, remove A's uninitialized taint, set A's
 // providerID while it is empty and add or change A's region, zone and instance-type labels, and
-// nothing else — not on node B, not another field or label of A, not a providerID A already has.
+// nothing else — not on node B, not another field or label of A, not a providerID A already has. The
+// policy is rendered with node init rules, whose label and taint keys the agent may add (never change)
+// while its Node is uninitialised, and at no other time.
 // Other field managers' ownership (managedFields) may change only as the apiserver changes it for the
 // fields written; Events only about its own Node, reported by local-ccm. Requests expected to be denied
 // are sent as dry runs, so a policy that wrongly allows one cannot change the state the other tests rely on.
@@ -10,6 +12,7 @@
 // (test/localcluster/cluster.test.ts proves that on real kubelets). The tokens here are the admin's, which
 // NodeRestriction does not restrict: the policy needs nothing more from it on this plane.
 import assert from "node:assert/strict";
+import { writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Event, Node, Taint } from "kubernetes-types/core/v1.js";
@@ -22,9 +25,10 @@ import { NODE_RESOURCE, type PatchType, Resource } from "../../src/kube/resource
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { agentPodKubeconfig } from "../agent/harness.ts";
 import { waitFor } from "../../localcluster/wait.ts";
+import { helmTemplate } from "../../scripts/render-manifests.ts";
 
 const DEPLOY = path.resolve(import.meta.dirname, "../../deploy");
-const NODES = { a: "node-a", b: "node-b" } as const;
+const NODES = { a: "node-a", b: "node-b", c: "node-c" } as const;
 const EVENTS = { group: "", version: "v1", plural: "events", namespace: "default" } as const;
 const UNINITIALIZED: Taint = {
   key: "node.cloudprovider.kubernetes.io/uninitialized",
@@ -40,7 +44,18 @@ const METADATA_LABELS = [
 const ONLY_ALLOWED =
   `local-ccm may change only status.addresses, spec.providerID while empty, the ${METADATA_LABELS} labels ` +
   "and remove the node.cloudprovider.kubernetes.io/uninitialized taint, but this request changes ";
-const LABELS_ONLY = `metadata.labels (only adding or changing ${METADATA_LABELS} is allowed)`;
+const LABELS_ONLY =
+  `metadata.labels (only adding or changing ${METADATA_LABELS} is allowed, ` +
+  "and adding the node init rules' labels while uninitialised)";
+const TAINTS_ONLY =
+  "spec.taints (only removing node.cloudprovider.kubernetes.io/uninitialized is allowed, " +
+  "and adding the node init rules' taints while uninitialised)";
+// The node init rules the policy is rendered with (chart values metadata.nodeLabelRules, metadata.nodeTaintRules).
+const INIT_RULES = [
+  "--set=metadata.nodeLabelRules={cidr:198.18.0.0/24=example.com/rack=r1,name:^node-c$=node-role.kubernetes.io/gpu=}",
+  "--set=metadata.nodeTaintRules={name:^node-c$=nvidia.com/gpu=present:NoSchedule}",
+];
+const GPU_TAINT: Taint = { key: "nvidia.com/gpu", value: "present", effect: "NoSchedule" };
 
 /** A Node as kubelet --cloud-provider=external registers it (plus a taint that is not ours). */
 function kubeletNode(name: string): Node {
@@ -106,6 +121,8 @@ describe("node-scope admission policy", () => {
   let admin: Resource<Node>;
   let agentClient: KubeClient;
   let agent: Resource<Node>;
+  /** The agent on node C, which stays uninitialised until the node init rules' test. */
+  let agentC: Resource<Node>;
   const clients: KubeClient[] = [];
   const dryRun = true;
 
@@ -120,8 +137,11 @@ describe("node-scope admission policy", () => {
   before(async () => {
     plane = await startControlPlane({ nodeRestriction: true });
     admin = new Resource<Node>(plane.admin, NODE_RESOURCE);
-    const files = ["rbac.yaml", "node-scope-policy.yaml"].flatMap((name) => ["-f", path.join(DEPLOY, name)]);
-    await plane.kubectl(["apply", ...files]);
+    await plane.kubectl(["apply", "-f", path.join(DEPLOY, "rbac.yaml")]);
+    const policy = await helmTemplate(plane.binaries.helm, ["--show-only=templates/node-scope-policy.yaml", ...INIT_RULES]);
+    const policyFile = path.join(plane.dir, "node-scope-policy.yaml");
+    await writeFile(policyFile, policy);
+    await plane.kubectl(["apply", "-f", policyFile]);
     // Written as kubelet writes them, so that kubelet owns the fields the agent later takes.
     const fieldManager = "kubelet";
     for (const name of Object.values(NODES)) {
@@ -133,6 +153,7 @@ describe("node-scope admission policy", () => {
     }
     agentClient = await clientAs(await agentPodKubeconfig(plane, NODES.a));
     agent = new Resource<Node>(agentClient, NODE_RESOURCE);
+    agentC = await nodesAs(await agentPodKubeconfig(plane, NODES.c));
     // A new policy takes a moment to reach the admission plugin: wait until it denies what it must.
     const labelChange = { metadata: { labels: { probe: "x" } } };
     await waitFor(
@@ -175,6 +196,54 @@ describe("node-scope admission policy", () => {
     assert.deepEqual(updated.spec?.taints, others);
     // kubelet owned the (atomic) taint list and lost it to the agent, its only spec field: f:spec went with it.
     assert.equal(fieldsOf(updated, "kubelet")?.["f:spec"], undefined);
+  });
+
+  test("node init rules: while uninitialised, only the rules' keys may be added, never changed; then in the agent's one write", async () => {
+    // ops labelled the rack by hand: the agent keeps it (and may not change it).
+    await admin.patch(NODES.c, "merge", { metadata: { labels: { "example.com/rack": "ops" } } });
+    const node = await agentC.get(NODES.c);
+    const label = (labels: Record<string, string>) => () =>
+      agentC.patch(NODES.c, "merge", { metadata: { labels } }, { dryRun });
+    const addTaint = (taint: Taint) => () =>
+      agentC.patch(NODES.c, "json", [{ op: "add", path: "/spec/taints/-", value: taint }], { dryRun });
+    const cases: [string, () => Promise<unknown>][] = [
+      [LABELS_ONLY, label({ "example.com/other": "x" })],
+      [LABELS_ONLY, label({ "node-role.kubernetes.io/control-plane": "" })],
+      [LABELS_ONLY, label({ "node-restriction.kubernetes.io/gpu": "true" })],
+      [LABELS_ONLY, label({ "example.com/rack": "r1" })],
+      [TAINTS_ONLY, addTaint({ key: "example.com/added", effect: "NoSchedule" })],
+      [TAINTS_ONLY, addTaint({ key: "node.kubernetes.io/unreachable", effect: "NoExecute" })],
+      [
+        TAINTS_ONLY,
+        () => {
+          const taints = [UNINITIALIZED, GPU_TAINT]; // OTHER_TAINT dropped on the way
+          return agentC.patch(NODES.c, "merge", { spec: { taints } }, { dryRun });
+        },
+      ],
+    ];
+    for (const [field, request] of cases) {
+      const text = await denial(request);
+      assert.ok(text.endsWith(`${ONLY_ALLOWED}${field}`), `${field}: ${text}`);
+    }
+    // The agent's patch (metadataPatch, then the taint removal): labels and taints added, the taint removed.
+    const index = node.spec?.taints?.findIndex((taint) => taint.key === UNINITIALIZED.key) ?? -1;
+    const updated = await agentC.patch(NODES.c, "json", [
+      { op: "replace", path: "/metadata/resourceVersion", value: node.metadata?.resourceVersion },
+      { op: "add", path: "/metadata/labels/node-role.kubernetes.io~1gpu", value: "" },
+      { op: "add", path: "/spec/taints/-", value: GPU_TAINT },
+      { op: "test", path: `/spec/taints/${index}`, value: UNINITIALIZED },
+      { op: "remove", path: `/spec/taints/${index}` },
+    ]);
+    assert.equal(updated.metadata?.labels?.["node-role.kubernetes.io/gpu"], "");
+    // (The plane's node lifecycle controller may add node.kubernetes.io/not-ready meanwhile.)
+    const ours = updated.spec?.taints?.filter((taint) => !taint.key.startsWith("node.kubernetes.io/"));
+    assert.deepEqual(ours, [OTHER_TAINT, GPU_TAINT]);
+    // Initialised now: the same keys are closed, an added one and one that is already there alike.
+    assert.ok((await denial(addTaint({ ...GPU_TAINT, effect: "NoExecute" }))).endsWith(`${ONLY_ALLOWED}${TAINTS_ONLY}`));
+    assert.ok((await denial(label({ "node-role.kubernetes.io/gpu": "x" }))).endsWith(`${ONLY_ALLOWED}${LABELS_ONLY}`));
+    const gpu = updated.spec?.taints?.findIndex((taint) => taint.key === GPU_TAINT.key);
+    const removal = [{ op: "remove", path: `/spec/taints/${gpu}` }];
+    assert.ok((await denial(() => agentC.patch(NODES.c, "json", removal, { dryRun }))).endsWith(`${ONLY_ALLOWED}${TAINTS_ONLY}`));
   });
 
   test("the agent sets its own Node's empty providerID and metadata labels, as its JSON patch does", async () => {
@@ -280,16 +349,22 @@ describe("node-scope admission policy", () => {
         },
       ],
       [
-        "spec.taints (only removing node.cloudprovider.kubernetes.io/uninitialized is allowed)",
+        TAINTS_ONLY,
         () => {
           const added = { key: "example.com/added", effect: "NoSchedule" };
           const patch = [{ op: "add", path: "/spec/taints/-", value: added }];
           return agent.patch(NODES.a, "json", patch, { dryRun });
         },
       ],
+      [TAINTS_ONLY, () => agent.patch(NODES.a, "json", removeTaintPatch(node, OTHER_TAINT.key), { dryRun })],
+      // Node A is initialised: the node init rules' keys are closed to it.
       [
-        "spec.taints (only removing node.cloudprovider.kubernetes.io/uninitialized is allowed)",
-        () => agent.patch(NODES.a, "json", removeTaintPatch(node, OTHER_TAINT.key), { dryRun }),
+        LABELS_ONLY,
+        () => agent.patch(NODES.a, "merge", { metadata: { labels: { "example.com/rack": "r1" } } }, { dryRun }),
+      ],
+      [
+        TAINTS_ONLY,
+        () => agent.patch(NODES.a, "json", [{ op: "add", path: "/spec/taints/-", value: GPU_TAINT }], { dryRun }),
       ],
     ];
     for (const [field, request] of cases) {

@@ -40,6 +40,7 @@ describe("desiredMetadata", () => {
     assert.deepEqual(plan, {
       providerID: "aws:///eu-1a/i-1",
       labels: { [REGION]: "eu-1", [ZONE]: "eu-1a", [TYPE]: "m5.large" },
+      taints: [],
       notes: [],
     });
   });

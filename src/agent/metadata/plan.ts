@@ -2,7 +2,7 @@
 // while the Node has none (Kubernetes refuses to change it); the labels only while the Node is being
 // initialised, unless the agent is told it owns them; a value someone else wrote is kept and the
 // disagreement reported. Pure; the JSON patch that applies a plan is built here too.
-import type { Node } from "kubernetes-types/core/v1.js";
+import type { Node, Taint } from "kubernetes-types/core/v1.js";
 import type { InstanceMetadata } from "./providers.ts";
 import { LABEL_FIELDS, type LabelField } from "./rules.ts";
 
@@ -23,6 +23,8 @@ export interface MetadataPlan {
   providerID?: string;
   /** Label key → the value to write (added or changed). */
   labels: Record<string, string>;
+  /** Taints to add (node init rules, nodeinit.ts): only while the Node has the uninitialized taint. */
+  taints: Taint[];
   notes: MetadataNote[];
 }
 
@@ -34,7 +36,7 @@ export interface PlanOptions {
 }
 
 export function desiredMetadata(node: Node, metadata: InstanceMetadata, options: PlanOptions): MetadataPlan {
-  const plan: MetadataPlan = { labels: {}, notes: [] };
+  const plan: MetadataPlan = { labels: {}, taints: [], notes: [] };
   const current = node.spec?.providerID ?? "";
   if (metadata.providerID && current === "") plan.providerID = metadata.providerID;
   else if (metadata.providerID && current !== metadata.providerID)
@@ -66,7 +68,7 @@ export function desiredMetadata(node: Node, metadata: InstanceMetadata, options:
 }
 
 export function isEmptyPlan(plan: MetadataPlan): boolean {
-  return plan.providerID === undefined && Object.keys(plan.labels).length === 0;
+  return plan.providerID === undefined && Object.keys(plan.labels).length === 0 && plan.taints.length === 0;
 }
 
 export type PatchOperation = { op: "add" | "replace" | "test" | "remove"; path: string; value?: unknown };
@@ -101,5 +103,8 @@ export function metadataPatch(node: Node, plan: MetadataPlan): PatchOperation[] 
       if (existing === undefined) ops.push({ op: "add", path, value });
       else ops.push({ op: "test", path, value: existing }, { op: "replace", path, value });
     }
+  // Appended, so the index of a taint the caller removes in the same patch stays valid.
+  if (plan.taints.length > 0 && !node.spec?.taints) ops.push({ op: "add", path: "/spec/taints", value: plan.taints });
+  else for (const taint of plan.taints) ops.push({ op: "add", path: "/spec/taints/-", value: taint });
   return ops;
 }

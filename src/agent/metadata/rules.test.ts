@@ -8,6 +8,17 @@ const facts: HostFacts = {
   systemUUID: "4C4C4544-0042-3510-8052-B4C04F384E32",
   machineID: "0f3a6d9b2c1e4f5a8b7c6d5e4f3a2b1c",
   productName: "PowerEdge R650",
+  dmi: {
+    sys_vendor: "Dell Inc.",
+    product_name: "PowerEdge R650",
+    product_family: "PowerEdge",
+    product_version: "",
+    board_vendor: "Dell Inc.",
+    board_name: "0Y2K8N",
+    chassis_vendor: "Dell Inc.",
+    bios_vendor: "Dell Inc.",
+    bios_version: "1.6.5",
+  },
   internalIPs: ["198.18.2.17"],
 };
 
@@ -47,6 +58,15 @@ describe("bare-metal rules", () => {
     assert.deepEqual(resolved.notes, []);
   });
 
+  test("dmi.<file> rules match that DMI file; a file the host lacks matches only an empty-matching pattern", () => {
+    const resolved = resolveMetadata(
+      {},
+      facts,
+      config({ rules: rules({ region: ["dmi.bios_version:^9=old", "dmi.sys_vendor:^(Dell)=$1"], zone: ["dmi.product_version:.=x"] }) }),
+    );
+    assert.deepEqual(resolved.metadata, { region: "Dell" });
+  });
+
   test("the first matching rule wins; IPv6 InternalIPs match IPv6 CIDRs", () => {
     const resolved = resolveMetadata(
       {},
@@ -60,7 +80,7 @@ describe("bare-metal rules", () => {
     const resolved = resolveMetadata({}, facts, config({ rules: rules({ zone: ["cidr:198.18.9.0/24=rack-9"] }) }));
     assert.deepEqual(resolved.metadata, {});
     assert.deepEqual(resolved.notes, [
-      'no zone rule matches node fra-rack2-07: InternalIPs 198.18.2.17, product name "PowerEdge R650"',
+      'no zone rule matches node fra-rack2-07: InternalIPs 198.18.2.17, product name "PowerEdge R650", vendor "Dell Inc."',
     ]);
   });
 
@@ -88,7 +108,8 @@ describe("bare-metal rules", () => {
   });
 
   test("rule and template syntax errors say what is wrong", () => {
-    assert.equal(parseRule("zone", "rack-1"), '"rack-1" is not <cidr|name|product>:<pattern>=<value>');
+    assert.equal(parseRule("zone", "rack-1"), '"rack-1" is not <cidr|name|product|dmi.<file>>:<pattern>=<value>');
+    assert.equal(parseRule("zone", "dmi.product_serial:.*=a"), '"dmi.product_serial:.*=a" is not <cidr|name|product|dmi.<file>>:<pattern>=<value>');
     assert.equal(parseRule("zone", "cidr:198.18.0.0/33=a"), '"198.18.0.0/33" in "cidr:198.18.0.0/33=a" is not a CIDR');
     assert.match(parseRule("zone", "name:([=a") as string, /is not a regular expression/);
     assert.equal(parseRule("zone", "name:x="), '"name:x=" gives an empty value');
