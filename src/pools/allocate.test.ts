@@ -140,6 +140,28 @@ describe("allocate", () => {
     ]);
   });
 
+  test("sharing: a key is its namespace's; another namespace's Service with it gets an address of its own", () => {
+    const tenant = (name: string, fields: Partial<L2ServiceFacts>) =>
+      service(name, { key: `tenant/${name}`, namespace: "tenant", sharingKey: "k", ...fields });
+    const held = { ingress: ["198.51.100.0"], allocatedFrom: "a" };
+    const web = service("web", { sharingKey: "k", ports: [{ protocol: "TCP", port: 80 }], ...held });
+    const other = tenant("other", { ports: [{ protocol: "TCP", port: 81 }] });
+    const asks = tenant("asks", { ports: [{ protocol: "TCP", port: 82 }], requestedIps: "198.51.100.0" });
+    // Found sharing across namespaces (allocated before the rule): the older keeps it, the newer joins its own.
+    const found = tenant("found", { ports: [{ protocol: "TCP", port: 83 }], ...held });
+    const mate = service("mate", { sharingKey: "k", ports: [{ protocol: "TCP", port: 84 }] });
+    const { services } = run([web, other, asks, found, mate], [small]);
+    assert.deepEqual(summary(services), [
+      "ns/web → 198.51.100.0 (kept)",
+      "tenant/other → 198.51.100.1 (allocated)",
+      "tenant/asks ✗ sharing-namespace: 198.51.100.0 is shared under key k by Services of namespace ns only, not " +
+        "tenant",
+      "tenant/found → 198.51.100.1 (allocated)",
+      "ns/mate → 198.51.100.0 (allocated)",
+    ]);
+    assert.equal(services.get("tenant/found")?.moved, "198.51.100.0 is held by the older Service ns/web");
+  });
+
   test("pools: selector, namespaces, autoAssign off (only when named), named pool, .0/.255 avoided", () => {
     const pools = [
       pool("a-manual", ["192.0.2.0/24"], { autoAssign: false }),
@@ -407,6 +429,7 @@ const arbitraryService = (index: number) =>
   fc
     .record({
       ipFamilies: fc.constantFrom<L2ServiceFacts["ipFamilies"][]>(["IPv4"], ["IPv6"], ["IPv4", "IPv6"]),
+      namespace: fc.constantFrom("ns", "tenant"),
       port: fc.constantFrom(80, 443),
       sharingKey: fc.option(fc.constantFrom("k", "j"), { nil: undefined }),
       requestedIps: fc.option(fc.constantFrom(...ADDRESSES), { nil: undefined }),
@@ -417,6 +440,7 @@ const arbitraryService = (index: number) =>
     })
     .map(({ port, created, ...fields }) => ({
       ...service(`s${index}`, fields),
+      key: `${fields.namespace}/s${index}`,
       created: `2026-01-01T00:00:0${created}Z`,
       ports: [{ protocol: "TCP", port }],
     }));
@@ -455,7 +479,7 @@ const arbitraryNetwork = fc.record({
 });
 
 describe("allocate: properties", () => {
-  test("no two Services on one address unless they share a key and no port; none new outside its pool", () => {
+  test("no two Services on one address unless of one namespace, with one key and no port in common", () => {
     fc.assert(
       fc.property(arbitraryWorld, (services) => {
         const { services: result } = run(services, POOLS);
@@ -478,7 +502,7 @@ describe("allocate: properties", () => {
           for (const a of holders)
             for (const b of holders) {
               if (a === b || a.deleting || b.deleting) continue;
-              const sharing = a.sharingKey !== undefined && a.sharingKey === b.sharingKey;
+              const sharing = a.sharingKey !== undefined && a.sharingKey === b.sharingKey && a.namespace === b.namespace;
               assert.ok(sharing && a.ports[0]?.port !== b.ports[0]?.port, `${ip} held by ${a.key} and ${b.key}`);
             }
       }),

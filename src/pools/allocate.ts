@@ -16,6 +16,11 @@
 //    name that has one; never an excluded address, and a requested one that is excluded is refused by its rule. A
 //    Service that holds nothing gets every family of spec.ipFamilies or nothing; one that holds addresses keeps
 //    them and is told what it asks and cannot have, so no refusal ever releases an address.
+//
+// Sharers are of one namespace: Services sharing an address have one announcer, eligible for all of them
+// (announcers.ts), so a sharer whose node selector matches no node, or whose externalTrafficPolicy Local has no
+// endpoint, leaves the address unannounced. A key is a namespace's own, as a tenant may set any key; Cilium too
+// shares across namespaces only on an explicit opt-in.
 import type { Service } from "kubernetes-types/core/v1.js";
 import { objectKey } from "../kube/informer.ts";
 import { matchesLabels } from "../kube/labelselector.ts";
@@ -30,7 +35,7 @@ export const L2_CLASS = "local-ccm.io/l2";
 export const REQUESTED_IPS_ANNOTATION = "local-ccm.io/load-balancer-ips";
 /** The pool (by name) to draw from, even one with autoAssign false. */
 export const POOL_ANNOTATION = "local-ccm.io/address-pool";
-/** Services with the same key share an address when no protocol/port of theirs overlaps. */
+/** Services of one namespace with the same key share an address when no protocol/port of theirs overlaps. */
 export const SHARING_ANNOTATION = "local-ccm.io/allow-shared-ip";
 /** Ours: the pool of each status.loadBalancer.ingress address, comma-separated in the same order. */
 export const ALLOCATED_FROM_ANNOTATION = "local-ccm.io/allocated-from";
@@ -107,6 +112,7 @@ export type RefusalRule =
   | "address-in-no-pool"
   | "address-held"
   | "port-overlap"
+  | "sharing-namespace"
   | ExclusionRule;
 
 /** Why an address a Service keeps would no longer be given to it: a pool's change, or what the network uses. */
@@ -154,6 +160,7 @@ export interface AllocateResult {
 
 interface Holder {
   key: string;
+  namespace: string;
   sharingKey: string | undefined;
   ports: ServicePort[];
 }
@@ -177,9 +184,9 @@ type Step = { ok: Held } | Refusal;
 /** Where a missing address comes from: the one requested, in its pool, or the lowest free one of these pools. */
 type Source = { ip: string; pool: PoolFacts } | { family: IpFamily; candidates: PoolFacts[] };
 
-/** Whether two Services may hold one address: the same sharing key, and no protocol/port in common. */
+/** Whether two Services may hold one address: one namespace, the same sharing key, and no protocol/port in common. */
 function compatible(a: Holder, b: Holder): boolean {
-  if (!a.sharingKey || a.sharingKey !== b.sharingKey) return false;
+  if (!a.sharingKey || a.sharingKey !== b.sharingKey || a.namespace !== b.namespace) return false;
   return !a.ports.some((mine) => b.ports.some((theirs) => samePort(mine, theirs)));
 }
 
@@ -408,6 +415,13 @@ export function allocate(input: AllocateInput): AllocateResult {
   function requested(facts: L2ServiceFacts, { ip, pool }: { ip: string; pool: PoolFacts }): Step {
     const others = holders.get(ip) ?? [];
     const sharer = others.find((other) => other.sharingKey !== undefined && other.sharingKey === facts.sharingKey);
+    const foreign = sharer && others.find((other) => other.namespace !== facts.namespace);
+    if (foreign)
+      return refusal(
+        "sharing-namespace",
+        `${ip} is shared under key ${facts.sharingKey} by Services of namespace ${foreign.namespace} only, ` +
+          `not ${facts.namespace}`,
+      );
     const holder = conflict(facts, ip);
     if (holder !== undefined && sharer && others.every((other) => other.sharingKey === facts.sharingKey))
       return refusal("port-overlap", `${ip} is shared with ${holder}, whose ports overlap this Service's`);
@@ -480,7 +494,12 @@ export function allocate(input: AllocateInput): AllocateResult {
   return { services: result, used, retained };
 }
 
-const holderOf = ({ key, sharingKey, ports }: L2ServiceFacts): Holder => ({ key, sharingKey, ports });
+const holderOf = ({ key, namespace, sharingKey, ports }: L2ServiceFacts): Holder => ({
+  key,
+  namespace,
+  sharingKey,
+  ports,
+});
 
 const familyOf = (ip: string): IpFamily => (ip.includes(":") ? "IPv6" : "IPv4");
 
