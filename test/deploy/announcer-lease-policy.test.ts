@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
-import type { Node, Service } from "kubernetes-types/core/v1.js";
+import type { Node, Pod, Service } from "kubernetes-types/core/v1.js";
 import { KubeClient } from "../../src/kube/client.ts";
 import { loadClientConfig } from "../../src/kube/config.ts";
 import { NODE_RESOURCE, type PatchType, Resource, SERVICE_RESOURCE } from "../../src/kube/resource.ts";
@@ -26,7 +26,7 @@ import { type ControlPlane, startControlPlane } from "../../localcluster/control
 import { waitFor } from "../../localcluster/wait.ts";
 import { helmTemplate } from "../../scripts/render-manifests.ts";
 import { agentPodKubeconfig } from "../agent/harness.ts";
-import { denial } from "./refused.ts";
+import { denial, refused } from "./refused.ts";
 
 const DEPLOY = path.resolve(import.meta.dirname, "../../deploy");
 const NAMESPACE = "kube-system";
@@ -235,6 +235,41 @@ describe("announcer Lease admission policy", () => {
       const unlabelled = await admin.update({ ...stored, metadata: { ...stored.metadata, labels: {} } });
       assert.equal(unlabelled.metadata?.labels?.[ANNOUNCER_LEASE_LABEL], undefined);
       await admin.update({ ...unlabelled, metadata: { ...unlabelled.metadata, labels: LABELLED } });
+    });
+
+    // A node that died: the node-lifecycle controller (or an operator) deletes its Node, and kube-controller-manager's
+    // pod GC then deletes the agent's Pod on it (orphaned Pods, within about a minute). This plane runs neither, so the
+    // test deletes both, in that order. The token stays valid as long as its Pod exists (the apiserver checks the
+    // bound Pod, not the node claim of a Pod-bound token, and the policy cannot read Nodes): that window is pod GC's.
+    test("a dead node's agent token, its Pod gone, renews, rewrites or deletes no Lease", async () => {
+      const node = "node-dead";
+      const name = announcerLeaseName(node) as string;
+      const nodes = new Resource<Node>(plane.admin, NODE_RESOURCE);
+      await nodes.create({ apiVersion: "v1", kind: "Node", metadata: { name: node } });
+      const dead = new Resource<Lease>(await clientAs(await agentPodKubeconfig(plane, node)), LEASES);
+      const renew = (stored: Lease, options: { dryRun?: boolean } = {}) =>
+        dead.update({ ...stored, spec: { ...stored.spec, renewTime: microTime() } }, options);
+      const renewed = await renew(await dead.create(announcerLease(name, node))); // alive, it renews
+
+      const pods = new Resource<Pod>(plane.admin, { group: "", version: "v1", plural: "pods", namespace: NAMESPACE });
+      const onNode = (await pods.list()).items.filter((pod) => pod.spec?.nodeName === node);
+      assert.equal(onNode.length, 1);
+      await nodes.delete(node);
+      // As pod GC deletes a Pod on a Node that is gone: at once (grace period 0), no kubelet to confirm it.
+      const pod = onNode[0]?.metadata?.name as string;
+      await plane.kubectl(["delete", "pod", "--namespace", NAMESPACE, pod, "--grace-period=0", "--force"]);
+      const requests: [string, () => Promise<unknown>][] = [
+        ["renew", () => renew(renewed, { dryRun })],
+        ["patch", () => dead.patch(name, "merge", renewal("merge", name, node, "true"), { dryRun })],
+        ["delete", () => dead.delete(name, { dryRun })],
+        ["create another", () => dead.create(announcerLease(announcerLeaseName("node-x") as string, node), { dryRun })],
+      ];
+      // kube-apiserver caches a token it authenticated for 10 s: the Pod's deletion counts once that has passed.
+      for (const [what, request] of requests)
+        await waitFor(`${what} refused as Unauthorized`, () => refused(request, "Unauthorized"), 30_000);
+      const stored = await admin.get(name);
+      assert.equal(stored.spec?.renewTime, renewed.spec?.renewTime);
+      assert.equal(stored.metadata?.resourceVersion, renewed.metadata?.resourceVersion);
     });
 
     // Last: the grants it adds widen the agent's RBAC for whatever would follow.
