@@ -41,6 +41,8 @@ export interface HostLink {
   name: string;
   /** The link's hardware address when it is 6 bytes long (Ethernet, veth, bridge); none for loopback, tunnels. */
   mac?: string;
+  /** Administratively up and operationally up (IFF_UP, IFF_RUNNING: a carrier): frames can pass. */
+  up: boolean;
 }
 
 export interface Netlink {
@@ -50,7 +52,7 @@ export interface Netlink {
   listAddresses(): Promise<HostAddress[]>;
   /** Every link of the host, by interface index. */
   listLinks(): Promise<HostLink[]>;
-  /** Calls onChange once per burst of address, route or rule changes (IPv4 and IPv6), debounceMs after the burst's first change. The open watch keeps the process alive until closed. */
+  /** Calls onChange once per burst of link, address, route or rule changes (IPv4 and IPv6), debounceMs after the burst's first change. The open watch keeps the process alive until closed. */
   watchChanges(onChange: () => void, debounceMs: number): { close(): void };
   /** Closes the sockets, open watches included; pending requests fail. */
   close(): void;
@@ -76,6 +78,8 @@ const DUMP_ATTEMPTS = 3;
 /** How the kernel answers a lookup with no usable route: none, `unreachable`, `prohibit`, `blackhole`. */
 const NO_ROUTE = new Set(["ENETUNREACH", "EHOSTUNREACH", "EACCES", "EINVAL"]);
 const CHANGE_TYPES = new Set<number>([
+  MessageType.NEWLINK,
+  MessageType.DELLINK,
   MessageType.NEWADDR,
   MessageType.DELADDR,
   MessageType.NEWROUTE,

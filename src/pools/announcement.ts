@@ -7,6 +7,14 @@
 // announces what is assigned to it only until announceDeadline(): before the controller, which times the Lease from
 // when it saw the renewal (after the agent sent it), can count the Lease expired and assign the address elsewhere.
 // So one address is never announced by two nodes while the API is reachable; only clock rates matter, not offsets.
+//
+// A move waits for the old announcer. The agent writes with each renewal how far it has applied its Services
+// (APPLIED_ANNOTATION: the resourceVersion its Service watch has reached; every change up to it is in effect on its
+// links, a release included). When the controller takes an address from a node whose Lease is live, it writes the
+// removal together with RELEASED_FROM_ANNOTATION (that node), and names a new announcer only once that node's
+// Lease says it applied the removal's version (hasApplied()), or its Lease expired, or went. A dead or lagging
+// watch therefore delays a move; it never makes two nodes answer. The annotation persists the wait across a change
+// of leader. One resourceVersion a Lease: its size and write rate do not grow with the number of Services.
 import { createHash } from "node:crypto";
 
 /** The announcer Lease of a node is this prefix plus the node's name (never the name alone: other Leases share the namespace). */
@@ -15,6 +23,10 @@ export const ANNOUNCER_LEASE_PREFIX = "local-ccm-l2-";
 export const ANNOUNCER_LEASE_LABEL = "local-ccm.io/l2-announcer";
 /** On the Lease: the node's on-link prefixes (CIDRs, comma-separated) where it can announce. */
 export const SEGMENTS_ANNOTATION = "local-ccm.io/l2-segments";
+/** On the Lease: the resourceVersion up to which the agent's Service watch has applied what it announces. */
+export const APPLIED_ANNOTATION = "local-ccm.io/l2-applied";
+/** On the Service: the node its addresses were last taken from while its Lease was live (until a new announcer). */
+export const RELEASED_FROM_ANNOTATION = "local-ccm.io/released-from";
 /** On the Service: the name of the node that announces its addresses. */
 export const ANNOUNCER_ANNOTATION = "local-ccm.io/announcer";
 /** On the Service: announcerLabelValue() of that node, so that each agent watches only its own Services. */
@@ -61,4 +73,14 @@ export function announceDeadline(sentAtMs: number, leaseDurationSeconds: number)
 /** Until when (controller's monotonic clock, ms) a Lease whose renewal it saw at `observedAtMs` counts as live. */
 export function leaseExpiry(observedAtMs: number, leaseDurationSeconds: number): number {
   return observedAtMs + leaseDurationSeconds * 1000;
+}
+
+/**
+ * Whether a Lease's APPLIED_ANNOTATION covers `version`. Both are etcd revisions (decimal, one counter for every
+ * resource); anything else is never taken for an acknowledgement, so the move then waits for the Lease to expire.
+ */
+export function hasApplied(applied: string | undefined, version: string | undefined): boolean {
+  const decimal = /^[0-9]{1,30}$/;
+  if (applied === undefined || version === undefined || !decimal.test(applied) || !decimal.test(version)) return false;
+  return BigInt(applied) >= BigInt(version);
 }

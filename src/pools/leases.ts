@@ -1,19 +1,30 @@
 // The announcer Leases as this controller observes them: a Lease is live until leaseExpiry() after this process
 // last saw its renewTime change, on this process's monotonic clock (as client-go's leader election times a
-// leader's Lease), so neither the agents' clocks nor the API server's matter. A Lease first seen counts live for
-// its duration from then: an agent that had stopped is found out one duration after a restart.
+// leader's Lease), so neither the agents' clocks nor the API server's matter. The duration is this controller's own
+// (LEASE_DURATION_SECONDS, the contract's), never the Lease's spec.leaseDurationSeconds: a node's stolen credentials
+// could set that to a day. A Lease first seen counts live for a duration from then: an agent that had stopped is
+// found out one duration after a restart. What a Lease says of segments is trusted only where the node's Node
+// object has an address inside them (provenSegments()).
+//
+// The guard (decideLeaseGuard): an expiry this controller counts is acted on only while its own view is fresh. When
+// it has seen no renewal at all for STALE_VIEW_MS (its Lease watch broken, the API server away), or more than
+// MASS_EXPIRY_FRACTION of the Leases expired, it moves nothing away from an expired Lease; when the guard lifts,
+// every Lease gets a full duration from then before anything moves (node-lifecycle's partition guard, for Leases).
 //
 // A renewal of a Lease that is live changes no announcer: seen() says so, and the controller plans nothing for it
-// (every agent renews each second: with 5,000 nodes, a plan per renewal would keep a core busy). An expiry is
-// found by the plan the controller makes at announcers().nextExpiryMs.
+// (every agent renews each second: with 5,000 nodes, a plan per renewal would keep a core busy), unless a Service
+// waits for that node to acknowledge a release and its applied resourceVersion moved (the controller asks
+// applied()). An expiry is found by the plan the controller makes at announcers().nextExpiryMs.
 import type { Lease } from "kubernetes-types/coordination/v1.js";
-import { type Cidr, parseCidr } from "../net/ip.ts";
+import { type Cidr, cidrContains, parseCidr } from "../net/ip.ts";
 import { hashString } from "../service/rendezvous.ts";
 import {
   announcerLeaseName,
+  APPLIED_ANNOTATION,
   LEASE_DURATION_SECONDS,
   leaseExpiry,
   leaseNode,
+  RENEW_INTERVAL_MS,
   SEGMENTS_ANNOTATION,
 } from "./announcement.ts";
 import type { Announcer } from "./announcers.ts";
@@ -23,19 +34,65 @@ interface Observed {
   hash: number;
   renewTime: string | undefined;
   seenAtMs: number;
-  durationSeconds: number;
   /** The annotation as written: a change of it is a change of announcer. */
   segmentsText: string | undefined;
   segments: Cidr[];
+  /** APPLIED_ANNOTATION as written. */
+  applied: string | undefined;
 }
+
+/** No renewal seen at all for this long: this controller's view of the Leases is not fresh. */
+export const STALE_VIEW_MS = 2 * RENEW_INTERVAL_MS;
+/** More than this fraction of the Leases expired at once: more likely this controller's view than the nodes. */
+export const MASS_EXPIRY_FRACTION = 0.55;
+
+export const GUARD_RULES = ["fresh", "stale-view", "mass-expiry"] as const;
+export type GuardRule = (typeof GUARD_RULES)[number];
+export interface LeaseGuard {
+  /** True while no expiry is acted on. */
+  paused: boolean;
+  rule: GuardRule;
+  reason: string;
+}
+
+export interface LeaseView {
+  nowMs: number;
+  /** Announcer Leases observed (deleted ones are gone, not expired). */
+  leases: number;
+  /** Of them, not live. */
+  expired: number;
+  /** When this controller last saw any Lease renewed (monotonic ms). */
+  lastRenewalSeenMs: number;
+}
+
+export function decideLeaseGuard({ nowMs, leases, expired, lastRenewalSeenMs }: LeaseView): LeaseGuard {
+  const silentMs = nowMs - lastRenewalSeenMs;
+  if (leases > 0 && silentMs > STALE_VIEW_MS)
+    return {
+      paused: true,
+      rule: "stale-view",
+      reason: `no announcer Lease renewal seen for ${Math.round(silentMs)} ms: this controller's view may be stale`,
+    };
+  if (leases >= 2 && expired / leases > MASS_EXPIRY_FRACTION)
+    return {
+      paused: true,
+      rule: "mass-expiry",
+      reason: `${expired} of ${leases} announcer Leases expired at once (over ${percent(MASS_EXPIRY_FRACTION)})`,
+    };
+  return { paused: false, rule: "fresh", reason: "this controller sees the announcer Leases renewed" };
+}
+
+const percent = (fraction: number) => `${Math.round(fraction * 100)}%`;
 
 export class AnnouncerLeases {
   /** By Lease name. */
   private readonly observed = new Map<string, Observed>();
+  private lastRenewalSeenMs = -Infinity;
+  private paused = false;
 
   /**
-   * Takes in a Lease seen at `nowMs`. True when the announcers change: a Lease new or not live until now, other
-   * segments or another duration; false for a live Lease renewed, or a Lease that is no node's announcer Lease.
+   * Takes in a Lease seen at `nowMs`. True when the announcers change: a Lease new or not live until now, or other
+   * segments; false for a live Lease renewed, or a Lease that is no node's announcer Lease.
    */
   seen(lease: Lease, nowMs: number): boolean {
     const name = lease.metadata?.name ?? "";
@@ -44,23 +101,29 @@ export class AnnouncerLeases {
     const before = this.observed.get(name);
     const renewTime = lease.spec?.renewTime;
     const renewed = !before || before.renewTime !== renewTime;
-    const durationSeconds = lease.spec?.leaseDurationSeconds ?? LEASE_DURATION_SECONDS;
+    // The first renewal after a silence ends a stale view: the guard is decided again.
+    const silence = renewed && nowMs - this.lastRenewalSeenMs > STALE_VIEW_MS;
+    if (renewed) this.lastRenewalSeenMs = nowMs;
     const segmentsText = lease.metadata?.annotations?.[SEGMENTS_ANNOTATION];
     const same =
       before !== undefined &&
-      nowMs < leaseExpiry(before.seenAtMs, before.durationSeconds) &&
-      before.durationSeconds === durationSeconds &&
+      nowMs < leaseExpiry(before.seenAtMs, LEASE_DURATION_SECONDS) &&
       before.segmentsText === segmentsText;
     this.observed.set(name, {
       node,
       hash: before?.hash ?? hashString(node),
       renewTime,
       seenAtMs: renewed ? nowMs : before.seenAtMs,
-      durationSeconds,
       segmentsText,
       segments: same ? before.segments : segments(segmentsText),
+      applied: lease.metadata?.annotations?.[APPLIED_ANNOTATION],
     });
-    return !same;
+    return !same || silence;
+  }
+
+  /** What a node's Lease says it has applied (APPLIED_ANNOTATION), as last seen. */
+  applied(node: string): string | undefined {
+    return this.observed.get(announcerLeaseName(node) ?? "")?.applied;
   }
 
   gone(lease: Lease): void {
@@ -69,18 +132,36 @@ export class AnnouncerLeases {
 
   isLive(node: string, nowMs: number): boolean {
     const observed = this.observed.get(announcerLeaseName(node) ?? "");
-    return observed !== undefined && nowMs < leaseExpiry(observed.seenAtMs, observed.durationSeconds);
+    return observed !== undefined && nowMs < leaseExpiry(observed.seenAtMs, LEASE_DURATION_SECONDS);
+  }
+
+  /**
+   * The guard at `nowMs`. When it lifts, every Lease counts from `nowMs` as if renewed then: a Lease that expired
+   * while the view was not fresh may have been renewed all along.
+   */
+  guard(nowMs: number): LeaseGuard {
+    const observed = [...this.observed.values()];
+    const expired = observed.filter((each) => nowMs >= leaseExpiry(each.seenAtMs, LEASE_DURATION_SECONDS));
+    const guard = decideLeaseGuard({
+      nowMs,
+      leases: this.observed.size,
+      expired: expired.length,
+      lastRenewalSeenMs: this.lastRenewalSeenMs,
+    });
+    if (this.paused && !guard.paused) for (const each of this.observed.values()) each.seenAtMs = nowMs;
+    this.paused = guard.paused;
+    return guard;
   }
 
   /** Every announcer at `nowMs`, and when the first live one expires. */
   announcers(nowMs: number): { announcers: Announcer[]; nextExpiryMs: number | undefined } {
     const announcers: Announcer[] = [];
     let nextExpiryMs: number | undefined;
-    for (const { node, hash, seenAtMs, durationSeconds, segments } of this.observed.values()) {
-      const expiry = leaseExpiry(seenAtMs, durationSeconds);
-      const live = nowMs < expiry;
-      if (live) nextExpiryMs = Math.min(nextExpiryMs ?? Infinity, expiry);
-      announcers.push({ name: node, hash, live, segments });
+    for (const { node, hash, seenAtMs, segments, applied } of this.observed.values()) {
+      const expiresAtMs = leaseExpiry(seenAtMs, LEASE_DURATION_SECONDS);
+      const live = nowMs < expiresAtMs;
+      if (live) nextExpiryMs = Math.min(nextExpiryMs ?? Infinity, expiresAtMs);
+      announcers.push({ name: node, hash, live, expiresAtMs, segments, ...(applied === undefined ? {} : { applied }) });
     }
     return { announcers, nextExpiryMs };
   }
@@ -92,4 +173,19 @@ function segments(text: string | undefined): Cidr[] {
     const cidr = parseCidr(item.trim());
     return cidr ? [cidr] : [];
   });
+}
+
+/**
+ * The segments of a Lease that its node's Node object proves: those holding one of the Node's addresses. A node's
+ * credentials write its Lease; a segment it has no address in would let it answer for another segment's addresses.
+ */
+export function provenSegments(
+  segments: readonly Cidr[],
+  nodeAddresses: readonly string[],
+): { proven: Cidr[]; refused: Cidr[] } {
+  const proven: Cidr[] = [];
+  const refused: Cidr[] = [];
+  for (const segment of segments)
+    (nodeAddresses.some((address) => cidrContains(segment, address)) ? proven : refused).push(segment);
+  return { proven, refused };
 }

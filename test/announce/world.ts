@@ -38,6 +38,11 @@ export interface AgentNode {
   /** Its address on its root link: its /metrics (plain HTTP) is at http://<reachableAt>:10265/metrics. */
   reachableAt: string;
   proxy: TcpProxy;
+  /**
+   * Its port on the bridge taken out (cut) and put back: no frame reaches its peers or them, its link stays up; or
+   * set down and up (carrier): its link loses its carrier, as when a cable is pulled.
+   */
+  segment: { cut(): Promise<void>; restore(): Promise<void>; carrier(up: boolean): Promise<void> };
   logs(): string;
   readLease(): Promise<Lease | undefined>;
   signal(signal: NodeJS.Signals): void;
@@ -56,6 +61,8 @@ export interface AnnounceWorld {
   resolve(address: string): Promise<string | undefined>;
   /** Assigns Service `name` to `node` as the pool controller does: annotation, label, ingress `addresses`. */
   assign(name: string, node: string, addresses: string[]): Promise<void>;
+  /** Takes Service `name` from its node as the pool controller does (annotation and label removed): the version. */
+  release(name: string): Promise<string>;
   stop(): Promise<void>;
 }
 
@@ -75,10 +82,10 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
       const addressesB = [`${SUBNET.v4}.${suffix}/24`, `${SUBNET.v6}:${suffix}/64`];
       const link = await net.link(bridge, host, { addressesB });
       await bridge.ip("link", "set", link.nameA, "master", "br0");
-      return link.nameB;
+      return link;
     };
     const client = await quietHost(net);
-    const clientLink = await join(client, 9);
+    const clientLink = (await join(client, 9)).nameB;
     const plane = await startControlPlane({ extraIPs: Array.from({ length: MAX_NODES }, (_, slot) => rootIP(slot)) });
     stops.push(() => plane.stop());
     // RBAC is not what these tests prove (least privilege and the node-scope policy have their own).
@@ -94,7 +101,8 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
 
     const addNode = async (name: string, slot: number, flags: string[] = []): Promise<AgentNode> => {
       const host = await quietHost(net);
-      const link = await join(host, slot + 1);
+      const port = await join(host, slot + 1);
+      const link = port.nameB;
       const mac = JSON.parse(await host.ip("-j", "link", "show", link))[0].address as string;
       const [root, reachableAt] = [rootIP(slot), `198.19.${subnet}.${4 * slot + 2}`];
       // Its link to the API has a MAC too: --lb-l2-interfaces leaves it out.
@@ -132,6 +140,11 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
         mac,
         reachableAt,
         proxy,
+        segment: {
+          cut: async () => void (await bridge.ip("link", "set", port.nameA, "nomaster")),
+          restore: async () => void (await bridge.ip("link", "set", port.nameA, "master", "br0")),
+          carrier: async (up) => void (await bridge.ip("link", "set", port.nameA, up ? "up" : "down")),
+        },
         logs: () => logs.join(""),
         readLease: () =>
           leases.get(leaseName).catch((err: unknown) => {
@@ -168,6 +181,10 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
           return entry && !entry.state.includes("INCOMPLETE") && entry;
         });
         return settled.state.includes("FAILED") ? undefined : settled.lladdr;
+      },
+      async release(name) {
+        const metadata = { annotations: { [ANNOUNCER_ANNOTATION]: null }, labels: { [ANNOUNCER_LABEL]: null } };
+        return (await services.patch(name, "merge", { metadata })).metadata?.resourceVersion ?? "";
       },
       async assign(name, node, addresses) {
         const metadata = {

@@ -4,9 +4,9 @@
 // its MAC, and kube-proxy's rules take it. What to answer is decided in ./decide.ts; this file does the I/O.
 // Needs CAP_NET_RAW; each family's socket opens with the first address of that family.
 import type { Logger } from "../../cli/log.ts";
-import { gratuitousArp } from "../../net/arp.ts";
+import { type ArpPacket, gratuitousArp } from "../../net/arp.ts";
 import { ipFromBytes, ipProblem, ipToBytes } from "../../net/ip.ts";
-import { BROADCAST_MAC } from "../../net/mac.ts";
+import { BROADCAST_MAC, ZERO_MAC } from "../../net/mac.ts";
 import { ALL_NODES, unsolicitedAdvertisement } from "../../net/ndp.ts";
 import type { Netlink } from "../../net/netlink.ts";
 import { type ArpSocket, type NdpSocket, openArpSocket, openNdpSocket } from "../../net/neighborsockets.ts";
@@ -23,6 +23,14 @@ export interface AnnouncerOptions {
   log: Logger;
   /** Each decision on a received request, as made (for metrics by rule). */
   observe?: (family: 4 | 6, decision: Decision<unknown>) => void;
+  /**
+   * Asked before each answer and takeover announcement: false while this node may no longer hold what it
+   * announces (its Lease lapsed and nothing fresh says it may go on). What it received while its process was
+   * stopped is then left unanswered, even before the withdrawal that follows.
+   */
+  mayAnswer?: () => boolean;
+  /** Every ARP packet another host sent on the link (the peers, and foreign claims of announced addresses). */
+  onArp?: (packet: ArpPacket) => void;
 }
 
 export interface Announcer {
@@ -34,6 +42,8 @@ export interface Announcer {
   /** Stops answering for `address` and stops its takeover announcements. */
   withdraw(address: string): void;
   announced(): string[];
+  /** Asks `peer` whether it is there (an ARP probe from 0.0.0.0, RFC 5227: its caches learn nothing of us). */
+  probe(peer: { address: string; mac: string }): void;
   /** Idempotent; nothing is sent or answered after it returns. */
   close(): void;
 }
@@ -53,7 +63,7 @@ function canonical(text: string): [string, 4 | 6] {
 }
 
 export function startAnnouncer(options: AnnouncerOptions): Announcer {
-  const { link, observe } = options;
+  const { link, observe, mayAnswer = () => true, onArp } = options;
   const log = options.log.with({ link: link.name });
   const announced = new Set<string>();
   const takeovers = new Map<string, NodeJS.Timeout[]>();
@@ -79,8 +89,9 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
     const socket: ArpSocket = openArpSocket(
       link,
       (packet) => {
+        onArp?.(packet);
         const answer = decided(4, answerArp(packet, link, announced));
-        if (answer) trySend(`an ARP reply to ${answer.to}`, () => socket.send(answer.packet, answer.to));
+        if (answer && mayAnswer()) trySend(`an ARP reply to ${answer.to}`, () => socket.send(answer.packet, answer.to));
       },
       onReceiveError,
     );
@@ -91,7 +102,8 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
       link,
       (solicitation, source) => {
         const answer = decided(6, answerSolicitation(solicitation, source, link, announced));
-        if (answer) trySend(`a neighbor advertisement to ${answer.to}`, () => socket.send(answer.advert, answer.to));
+        if (answer && mayAnswer())
+          trySend(`a neighbor advertisement to ${answer.to}`, () => socket.send(answer.advert, answer.to));
       },
       onReceiveError,
     );
@@ -100,6 +112,7 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
 
   /** Gratuitous ARP or an unsolicited NA for `address` (its family's socket is open: announce() opened it). */
   const tellLink = (address: string, family: 4 | 6) => {
+    if (!mayAnswer()) return;
     const [arpSocket, ndpSocket] = [arp, ndp];
     if (family === 4 && arpSocket)
       trySend(`gratuitous ARP for ${address}`, () =>
@@ -144,6 +157,13 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
     },
 
     announced: () => [...announced],
+
+    probe(peer) {
+      if (closed) return;
+      const socket = (arp ??= openArp());
+      const ask = { operation: "request", senderMac: link.mac, senderIp: "0.0.0.0", targetMac: ZERO_MAC } as const;
+      trySend(`an ARP probe of ${peer.address}`, () => socket.send({ ...ask, targetIp: peer.address }, peer.mac));
+    },
 
     close() {
       closed = true;

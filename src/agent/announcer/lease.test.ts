@@ -1,14 +1,19 @@
 // The announcer Lease's content, from plain data; its renewals against a real kube-apiserver: test/announce/.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { ANNOUNCER_LEASE_LABEL, LEASE_DURATION_SECONDS, SEGMENTS_ANNOTATION } from "../../pools/announcement.ts";
+import {
+  ANNOUNCER_LEASE_LABEL,
+  APPLIED_ANNOTATION,
+  LEASE_DURATION_SECONDS,
+  SEGMENTS_ANNOTATION,
+} from "../../pools/announcement.ts";
 import { announcerLease } from "./lease.ts";
 
 const identity = { node: "node-a", name: "local-ccm-l2-node-a", namespace: "kube-system" };
 const [first, second] = [new Date("2026-11-24T16:00:00.123Z"), new Date("2026-11-24T16:00:01.456Z")];
 
 test("a new Lease: label, segments, this node holding it for LEASE_DURATION_SECONDS, acquired and renewed now", () => {
-  assert.deepEqual(announcerLease(identity, "198.18.0.0/24,fd00::/64", first), {
+  assert.deepEqual(announcerLease(identity, { segments: "198.18.0.0/24,fd00::/64" }, first), {
     apiVersion: "coordination.k8s.io/v1",
     kind: "Lease",
     metadata: {
@@ -27,16 +32,27 @@ test("a new Lease: label, segments, this node holding it for LEASE_DURATION_SECO
 });
 
 test("a renewal keeps the resourceVersion read, others' labels, its acquireTime; taken back, it is acquired anew", () => {
-  const read = announcerLease(identity, "198.18.0.0/24", first);
+  const read = announcerLease(identity, { segments: "198.18.0.0/24" }, first);
   read.metadata = { ...read.metadata, resourceVersion: "42", labels: { ...read.metadata?.labels, team: "net" } };
-  const renewed = announcerLease(identity, "198.18.1.0/24", second, read);
+  const renewed = announcerLease(identity, { segments: "198.18.1.0/24" }, second, read);
   assert.equal(renewed.metadata?.resourceVersion, "42");
   assert.deepEqual(renewed.metadata?.labels, { [ANNOUNCER_LEASE_LABEL]: "true", team: "net" });
   assert.equal(renewed.metadata?.annotations?.[SEGMENTS_ANNOTATION], "198.18.1.0/24");
   assert.equal(renewed.spec?.acquireTime, "2026-11-24T16:00:00.123000Z");
   assert.equal(renewed.spec?.renewTime, "2026-11-24T16:00:01.456000Z");
   const taken = { ...read, spec: { ...read.spec, holderIdentity: "someone-else" } };
-  const back = announcerLease(identity, "198.18.0.0/24", second, taken);
+  const back = announcerLease(identity, { segments: "198.18.0.0/24" }, second, taken);
   assert.equal(back.spec?.holderIdentity, "node-a");
   assert.equal(back.spec?.acquireTime, "2026-11-24T16:00:01.456000Z");
+});
+
+test("the applied resourceVersion: written when known, left out (not kept from before) while unknown", () => {
+  const read = announcerLease(identity, { segments: "198.18.0.0/24", applied: "41" }, first);
+  assert.equal(read.metadata?.annotations?.[APPLIED_ANNOTATION], "41");
+  const renewed = announcerLease(identity, { segments: "198.18.0.0/24", applied: "57" }, second, read);
+  assert.equal(renewed.metadata?.annotations?.[APPLIED_ANNOTATION], "57");
+  // A run that has not listed its Services yet acknowledges nothing, whatever an earlier run wrote.
+  const restarted = announcerLease(identity, { segments: "198.18.0.0/24" }, second, read);
+  assert.equal(restarted.metadata?.annotations?.[APPLIED_ANNOTATION], undefined);
+  assert.equal(restarted.metadata?.annotations?.[SEGMENTS_ANNOTATION], "198.18.0.0/24");
 });
