@@ -2,11 +2,13 @@
 //
 // Each agent that may announce keeps a Lease of its own (ANNOUNCER_LEASE_PREFIX + node name, in the release
 // namespace), renewed every RENEW_INTERVAL_MS, holding the node name and the on-link prefixes of the node's links
-// (SEGMENTS_ANNOTATION). The controller assigns each Service's addresses to one live announcer on their segment and
-// records it on the Service (ANNOUNCER_ANNOTATION, and ANNOUNCER_LABEL for the agents' filtered watch). An agent
-// announces what is assigned to it only until announceDeadline(): before the controller, which times the Lease from
-// when it saw the renewal (after the agent sent it), can count the Lease expired and assign the address elsewhere.
-// So one address is never announced by two nodes while the API is reachable; only clock rates matter, not offsets.
+// that are up (SEGMENTS_ANNOTATION). The controller assigns each Service's addresses to one live announcer on their
+// segment and records it on the Service (ANNOUNCER_ANNOTATION, and ANNOUNCER_LABEL for the agents' filtered watch).
+// It times each Lease by its own clock and its own duration (LEASE_DURATION_SECONDS, never the Lease's), from when
+// it saw the renewal, and trusts a segment only where the node's Node object has an address inside it.
+//
+// While the API is reachable: an agent's Lease is valid until announceDeadline(), before the controller can count
+// it expired (it saw the renewal after the agent sent it; only clock rates matter, not offsets).
 //
 // A move waits for the old announcer. The agent writes with each renewal how far it has applied its Services
 // (APPLIED_ANNOTATION: the resourceVersion its Service watch has reached; every change up to it is in effect on its
@@ -15,6 +17,18 @@
 // Lease says it applied the removal's version (hasApplied()), or its Lease expired, or went. A dead or lagging
 // watch therefore delays a move; it never makes two nodes answer. The annotation persists the wait across a change
 // of leader. One resourceVersion a Lease: its size and write rate do not grow with the number of Services.
+//
+// The data plane outlives the control plane. An unreachable API says nothing about the link, so an agent past its
+// Lease's deadline goes on answering on a link while a peer there answers its ARP probes (the hosts it heard ask
+// recently; agent/announcer/holding.ts), and stops at once when another MAC claims one of its addresses. A node cut
+// off from the API and from its peers hears none: it withdraws within PEER_FRESH_MS of its deadline, inside the
+// failover budget; a process that was stopped answers nothing until it has fresh proof. The controller acts on an
+// expired Lease only while its own view is fresh (pools/leases.ts: no stale-view, no mass-expiry; when the guard
+// lifts every Lease gets a full duration), so an API outage moves nothing. When it does move an address away from
+// an expired Lease, either that node has withdrawn (cut off: nobody on the link hears it anyway), or it hears the
+// new announcer's gratuitous ARP, a claim, and yields: one address has one announcer, but for the moment a frame
+// takes to cross the link. When its renewals succeed again it relists its Services and announces nothing it was
+// not announcing until that list is in.
 import { createHash } from "node:crypto";
 
 /** The announcer Lease of a node is this prefix plus the node's name (never the name alone: other Leases share the namespace). */

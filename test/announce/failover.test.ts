@@ -7,10 +7,7 @@
 // (test/netns/announce-fixture.ts, our own packet socket) records who answers: A's last frame comes before B's first,
 // so the two never answer at once, over ARP and NDP.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import path from "node:path";
 import { performance } from "node:perf_hooks";
-import { createInterface } from "node:readline";
 import { after, before, describe, test } from "node:test";
 import {
   APPLIED_ANNOTATION,
@@ -20,58 +17,35 @@ import {
   SEGMENTS_ANNOTATION,
 } from "../../src/pools/announcement.ts";
 import { sleep } from "../../src/time/backoff.ts";
-import { onExit } from "../../localcluster/cleanup.ts";
 import { waitFor } from "../../localcluster/wait.ts";
-import { type AgentNode, type AnnounceWorld, startAnnounceWorld, SUBNET } from "./world.ts";
+import {
+  type AgentNode,
+  type AnnounceWorld,
+  claims,
+  type Frame,
+  startAnnounceWorld,
+  SUBNET,
+} from "./world.ts";
 
-const CAPTURE = path.resolve(import.meta.dirname, "../netns/announce-fixture.ts");
 const ADDRESSES = [`${SUBNET.v4}.56`, `${SUBNET.v6}:56`];
 const WAIT_MS = 60_000;
 /** How often the test, as the controller, reads the Lease: its observation is at most this late. */
 const POLL_MS = 100;
 
-/** A frame the capture saw on the client's link, as announce-fixture.ts prints it. */
-interface Frame {
-  ready?: boolean;
-  from?: string;
-  outgoing?: boolean;
-  arp?: { operation: string; senderIp: string; targetIp: string };
-  advertisement?: { target: string };
-}
-
-/** Whether a frame claims `address` for its sender: an ARP reply or gratuitous ARP, or a Neighbor Advertisement. */
-const claims = (frame: Frame, address: string) =>
-  !frame.outgoing &&
-  ((frame.arp !== undefined && frame.arp.senderIp === address) || frame.advertisement?.target === address);
-
 describe("failover between two agents: the old announcer is silent before the new one speaks", () => {
   let world: AnnounceWorld;
   let a: AgentNode;
   let b: AgentNode;
-  const frames: Frame[] = [];
-  let stopCapture: () => Promise<void> = async () => undefined;
+  let frames: Frame[] = [];
 
   before(async () => {
     world = await startAnnounceWorld(78);
     a = await world.addNode("node-a", 0);
     b = await world.addNode("node-b", 1);
-    const capture = spawn("nsenter", [
-      `--net=/run/netns/${world.client.name}`,
-      ...[process.execPath, CAPTURE, "capture", world.clientLink],
-    ]);
-    const forget = onExit(() => capture.kill("SIGKILL"));
-    const exited = new Promise((resolve) => capture.once("exit", resolve));
-    createInterface({ input: capture.stdout }).on("line", (line) => frames.push(JSON.parse(line) as Frame));
-    stopCapture = async () => {
-      capture.stdin.end();
-      await exited;
-      forget();
-    };
-    await waitFor("the capture ready", () => frames.some((frame) => frame.ready));
+    frames = (await world.capture()).frames;
   });
 
   after(async () => {
-    await stopCapture();
     await world?.stop();
   });
 

@@ -7,6 +7,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
+import { createInterface } from "node:readline";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { isApiError } from "../../src/kube/errors.ts";
@@ -25,6 +26,7 @@ import { createNetwork, type Host, RAW_ONLY } from "../netns/netns.ts";
 import { startTcpProxy, type TcpProxy } from "./tcp-proxy.ts";
 
 const AGENT = path.resolve(import.meta.dirname, "../../src/bin/local-ccm.ts");
+const CAPTURE = path.resolve(import.meta.dirname, "../netns/announce-fixture.ts");
 export const NAMESPACE = "kube-system";
 export const SUBNET = { v4: "198.18.77", v6: "fd00:198:77:" };
 const MAX_NODES = 4;
@@ -49,6 +51,20 @@ export interface AgentNode {
   exited: Promise<number | null>;
 }
 
+/** A frame a capture saw on the client's link, as test/netns/announce-fixture.ts prints it. */
+export interface Frame {
+  ready?: boolean;
+  from?: string;
+  outgoing?: boolean;
+  arp?: { operation: string; senderIp: string; targetIp: string };
+  advertisement?: { target: string };
+}
+
+/** Whether a frame claims `address` for its sender: an ARP reply or gratuitous ARP, or a Neighbor Advertisement. */
+export const claims = (frame: Frame, address: string): boolean =>
+  !frame.outgoing &&
+  ((frame.arp !== undefined && frame.arp.senderIp === address) || frame.advertisement?.target === address);
+
 export interface AnnounceWorld {
   plane: ControlPlane;
   leases: Resource<Lease>;
@@ -61,6 +77,8 @@ export interface AnnounceWorld {
   resolve(address: string): Promise<string | undefined>;
   /** Assigns Service `name` to `node` as the pool controller does: annotation, label, ingress `addresses`. */
   assign(name: string, node: string, addresses: string[]): Promise<void>;
+  /** Records every ARP and NDP frame on the client's link (our own packet socket), until stopped. */
+  capture(): Promise<{ frames: Frame[]; stop(): Promise<void> }>;
   /** Takes Service `name` from its node as the pool controller does (annotation and label removed): the version. */
   release(name: string): Promise<string>;
   stop(): Promise<void>;
@@ -181,6 +199,21 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
           return entry && !entry.state.includes("INCOMPLETE") && entry;
         });
         return settled.state.includes("FAILED") ? undefined : settled.lladdr;
+      },
+      async capture() {
+        const frames: Frame[] = [];
+        const child = spawn("nsenter", [`--net=/run/netns/${client.name}`, process.execPath, CAPTURE, "capture", clientLink]);
+        const forget = onExit(() => child.kill("SIGKILL"));
+        const exited = new Promise((resolve) => child.once("exit", resolve));
+        createInterface({ input: child.stdout }).on("line", (line) => frames.push(JSON.parse(line) as Frame));
+        const stop = async () => {
+          child.stdin.end();
+          await exited;
+          forget();
+        };
+        stops.push(stop);
+        await waitFor("the capture ready", () => frames.some((frame) => frame.ready));
+        return { frames, stop };
       },
       async release(name) {
         const metadata = { annotations: { [ANNOUNCER_ANNOTATION]: null }, labels: { [ANNOUNCER_LABEL]: null } };

@@ -24,10 +24,12 @@ import type { AnnounceFlags } from "../flags.ts";
 import type { AnnouncerMetrics } from "../metrics.ts";
 import { type AnnouncedLink, type Announcer, startAnnouncer } from "./announcer.ts";
 import type { ArpPacket } from "../../net/arp.ts";
+import { BROADCAST_MAC } from "../../net/mac.ts";
 import { hasApplied } from "../../pools/announcement.ts";
 import { type Assignment, decideAssignments, type LinkAnnouncements, type Skip, SKIP_RULES } from "./assignments.ts";
 import {
   decideHolding,
+  HELD_PROBES_PER_ROUND,
   HOLDING_RULES,
   hear,
   type HoldingRule,
@@ -207,7 +209,12 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
   let lapsed = false;
   /** After a lapse, until the Service cache shows the renewal that ended it. */
   let rejoin: { since: string | undefined; kept: ReadonlySet<string> } | undefined;
-  /** Addresses another MAC claimed while this node could not reach the API: not announced until it caught up. */
+  /**
+   * After that relist: the resourceVersion it listed at, until the watch shows a later one (an event, a bookmark).
+   * Until then a change the controller made just after the list may not reach this node: a claim is still obeyed.
+   */
+  let unconfirmed: string | undefined;
+  /** Addresses another MAC claimed while this node could not trust its view: not announced until it can again. */
   const yielded = new Set<string>();
 
   /**
@@ -217,9 +224,9 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
    */
   function onForeignClaim(address: string, mac: string): void {
     if (stopped || yielded.has(address)) return;
-    if (performance.now() < lease.validUntil() && !rejoin) return;
+    if (performance.now() < lease.validUntil() && !rejoin && unconfirmed === undefined) return;
     yielded.add(address);
-    log.warn("L2: another MAC claims an address while the API is out of reach: yielded", { address, mac });
+    log.warn("L2: another MAC claims an address while this node's view may be stale: yielded", { address, mac });
     reconcile();
   }
 
@@ -230,8 +237,13 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     if (validUntilMs !== -Infinity && nowMs >= validUntilMs) lapsed = true;
     if (rejoin && hasApplied(services.lastResourceVersion(), rejoin.since)) {
       rejoin = undefined;
-      yielded.clear();
+      unconfirmed = services.lastResourceVersion();
       log.info("L2: the Service cache has caught up after the Lease lapsed");
+    }
+    if (unconfirmed !== undefined && services.lastResourceVersion() !== unconfirmed) {
+      unconfirmed = undefined;
+      yielded.clear();
+      log.info("L2: the Service watch delivers again: claims are reported, no longer obeyed");
     }
     const assignment = decideAssignments({ node, services: services.list(), segments, hostAddresses });
     const skipped = [...assignment.skipped];
@@ -275,9 +287,14 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
   }
 
   /** Near and past the Lease's deadline, every link in use asks its peers whether they are there. */
+  // Past the deadline, they also ask who else has a few of the addresses they hold, in turn: a node the controller
+  // gave one to while its link was cut off from this one's answers that probe, which is a claim (holding.ts).
+  let heldTurn = 0;
   const probes = setInterval(() => {
-    if (!shouldProbe(performance.now(), lease.validUntil())) return;
-    announcers.probe((link) => peersOf(link).targets(), (link) => peersOf(link).probed(performance.now()));
+    const nowMs = performance.now();
+    if (!shouldProbe(nowMs, lease.validUntil())) return;
+    const held = nowMs >= lease.validUntil() ? (heldTurn += HELD_PROBES_PER_ROUND) : undefined;
+    announcers.probe((link) => peersOf(link).targets(), (link) => peersOf(link).probed(nowMs), held);
   }, PEER_PROBE_INTERVAL_MS);
 
   async function refreshLinks(): Promise<void> {
@@ -345,11 +362,22 @@ class LinkAnnouncers {
   }
 
   /** Asks each link's peers (`targets`) whether they are there; `asked` is told of each link asked. */
-  probe(targets: (link: string) => { address: string; mac: string }[], asked: (link: string) => void): void {
+  /**
+   * Asks each link's peers (`targets`) whether they are there; `asked` is told of each link asked. With `turn`,
+   * also asks who has HELD_PROBES_PER_ROUND of each link's IPv4 addresses, from that turn on.
+   */
+  probe(
+    targets: (link: string) => { address: string; mac: string }[],
+    asked: (link: string) => void,
+    turn?: number,
+  ): void {
     for (const [name, { announcer }] of this.byLink) {
       const peers = targets(name);
       for (const peer of peers) announcer.probe(peer);
       if (peers.length) asked(name);
+      const held = turn === undefined ? [] : announcer.announced().filter((address) => !address.includes(":"));
+      for (let i = 0; i < Math.min(HELD_PROBES_PER_ROUND, held.length); i++)
+        announcer.probe({ address: held[((turn ?? 0) + i) % held.length] as string, mac: BROADCAST_MAC });
     }
   }
 

@@ -15,6 +15,8 @@ export const PEER_FRESH_MS = 1500;
 export const PROBE_BEFORE_DEADLINE_MS = 1000;
 /** Peers asked at once on a link: the most recently heard. */
 export const PROBED_PEERS = 3;
+/** Held addresses a link asks about each round past the deadline (who else has it?), in turn. */
+export const HELD_PROBES_PER_ROUND = 8;
 /** Peers remembered per link. */
 const HEARD_PEERS = 16;
 
