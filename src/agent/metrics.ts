@@ -69,7 +69,7 @@ export function createAnnouncerMetrics(registry: Registry) {
       name: "local_ccm_l2_skipped_addresses",
       help:
         "Addresses (or Services) assigned to this node that it does not announce, by rule: other-announcer, " +
-        "not-load-balancer, deleting, not-an-ip, host-address, no-segment, yielded, catching-up.",
+        "not-load-balancer, deleting, not-an-ip, host-address, no-segment, yielded, catching-up, unheard.",
       labels: ["rule"],
     }),
     holding: registry.gauge({

@@ -8,8 +8,9 @@
 //
 // The guard (decideLeaseGuard): an expiry this controller counts is acted on only while its own view is fresh. When
 // it has seen no renewal at all for STALE_VIEW_MS (its Lease watch broken, the API server away), or more than
-// MASS_EXPIRY_FRACTION of the Leases expired, it moves nothing away from an expired Lease; when the guard lifts,
-// every Lease gets a full duration from then before anything moves (node-lifecycle's partition guard, for Leases).
+// MASS_EXPIRY_FRACTION of the Leases live or lately expired (within MASS_EXPIRY_WINDOW_MS: a Lease left by a node
+// long gone counts for nothing) expired lately, it moves nothing away from an expired Lease; when a stale view ends,
+// each of those gets a full duration from then before anything moves (node-lifecycle's partition guard, for Leases).
 //
 // A renewal of a Lease that is live changes no announcer: seen() says so, and the controller plans nothing for it
 // (every agent renews each second: with 5,000 nodes, a plan per renewal would keep a core busy), unless a Service
@@ -55,19 +56,24 @@ export interface LeaseGuard {
   reason: string;
 }
 
+/** "At once": Leases that expired within this long count against those still live. */
+export const MASS_EXPIRY_WINDOW_MS = 2 * LEASE_DURATION_SECONDS * 1000;
+
 export interface LeaseView {
   nowMs: number;
   /** Announcer Leases observed (deleted ones are gone, not expired). */
+  observed: number;
+  /** Of them, live or expired within MASS_EXPIRY_WINDOW_MS. */
   leases: number;
-  /** Of them, not live. */
+  /** Of those, not live. */
   expired: number;
   /** When this controller last saw any Lease renewed (monotonic ms). */
   lastRenewalSeenMs: number;
 }
 
-export function decideLeaseGuard({ nowMs, leases, expired, lastRenewalSeenMs }: LeaseView): LeaseGuard {
+export function decideLeaseGuard({ nowMs, observed, leases, expired, lastRenewalSeenMs }: LeaseView): LeaseGuard {
   const silentMs = nowMs - lastRenewalSeenMs;
-  if (leases > 0 && silentMs > STALE_VIEW_MS)
+  if (observed > 0 && silentMs > STALE_VIEW_MS)
     return {
       paused: true,
       rule: "stale-view",
@@ -88,7 +94,9 @@ export class AnnouncerLeases {
   /** By Lease name. */
   private readonly observed = new Map<string, Observed>();
   private lastRenewalSeenMs = -Infinity;
-  private paused = false;
+  /** The guard's view was stale at the last ask, since the renewal seen at lastSilenceMs. */
+  private stale = false;
+  private lastSilenceMs = -Infinity;
 
   /**
    * Takes in a Lease seen at `nowMs`. True when the announcers change: a Lease new or not live until now, or other
@@ -136,20 +144,29 @@ export class AnnouncerLeases {
   }
 
   /**
-   * The guard at `nowMs`. When it lifts, every Lease counts from `nowMs` as if renewed then: a Lease that expired
-   * while the view was not fresh may have been renewed all along.
+   * The guard at `nowMs`. When a stale view ends, every Lease live or lately expired when it began counts from
+   * `nowMs` as if renewed then: one that expired while the view was not fresh may have been renewed all along.
    */
   guard(nowMs: number): LeaseGuard {
-    const observed = [...this.observed.values()];
-    const expired = observed.filter((each) => nowMs >= leaseExpiry(each.seenAtMs, LEASE_DURATION_SECONDS));
+    const expiry = (each: Observed) => leaseExpiry(each.seenAtMs, LEASE_DURATION_SECONDS);
+    const lately = [...this.observed.values()].filter((each) => expiry(each) > nowMs - MASS_EXPIRY_WINDOW_MS);
     const guard = decideLeaseGuard({
       nowMs,
-      leases: this.observed.size,
-      expired: expired.length,
+      observed: this.observed.size,
+      leases: lately.length,
+      expired: lately.filter((each) => nowMs >= expiry(each)).length,
       lastRenewalSeenMs: this.lastRenewalSeenMs,
     });
-    if (this.paused && !guard.paused) for (const each of this.observed.values()) each.seenAtMs = nowMs;
-    this.paused = guard.paused;
+    // A stale view lifted: what was live or lately expired when the silence began counts from now, since it may have
+    // been renewed all along (not Leases long dead before). A mass expiry lifts as Leases renew, or as the expired
+    // ones leave the window: those are dead, and move.
+    if (this.stale && guard.rule !== "stale-view") {
+      const since = this.lastSilenceMs + STALE_VIEW_MS;
+      for (const each of this.observed.values())
+        if (expiry(each) > since - MASS_EXPIRY_WINDOW_MS) each.seenAtMs = nowMs;
+    }
+    if (guard.rule === "stale-view" && !this.stale) this.lastSilenceMs = this.lastRenewalSeenMs;
+    this.stale = guard.rule === "stale-view";
     return guard;
   }
 

@@ -141,10 +141,13 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
         ndp ??= openNdp();
         ndp.listen(address);
       }
+      // The first claim goes out before the first answer can: a node that held the address and lost the API yields
+      // on it, and must hear it before anyone hears this node answer.
+      tellLink(address, family);
       announced.add(address);
       log.info("announcer: announcing", { address, mac: link.mac });
-      const timers = TAKEOVER_SCHEDULE_MS.map((delay) => setTimeout(() => tellLink(address, family), delay));
-      takeovers.set(address, timers);
+      const later = TAKEOVER_SCHEDULE_MS.slice(1);
+      takeovers.set(address, later.map((delay) => setTimeout(() => tellLink(address, family), delay)));
     },
 
     withdraw(text) {

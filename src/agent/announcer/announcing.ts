@@ -250,7 +250,7 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     const byLink = new Map<string, LinkAnnouncements>();
     let wakeAtMs = Infinity;
     const links = new Map<HoldingRule, number>();
-    for (const [name, wanted] of assignment.byLink) {
+    for (const [name, assigned] of assignment.byLink) {
       const holding = decideHolding({ nowMs, validUntilMs, peerAnsweredAtMs: peersOf(name).answeredAtMs });
       wakeAtMs = Math.min(wakeAtMs, holding.untilMs);
       if (holding.rule !== lastHolding.get(name)) {
@@ -261,6 +261,10 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
       lastHolding.set(name, holding.rule);
       links.set(holding.rule, (links.get(holding.rule) ?? 0) + 1);
       if (!holding.announce) continue;
+      // Held past the deadline: only what a claim of another node can be heard for (ARP; NDP's are not received).
+      const past = holding.rule === "peers-reachable";
+      for (const address of assigned.addresses) if (past && address.includes(":")) skipped.push(leftOut(address, "unheard"));
+      const wanted = past ? { ...assigned, addresses: assigned.addresses.filter((a) => !a.includes(":")) } : assigned;
       const { kept, left } = restrictAnnouncements(wanted, yielded, rejoin?.kept);
       for (const { address, rule } of left) skipped.push(leftOut(address, rule));
       byLink.set(name, { link: wanted.link, addresses: kept });
@@ -427,10 +431,11 @@ class LinkAnnouncers {
   }
 }
 
-function leftOut(address: string, rule: "yielded" | "catching-up"): Skip {
-  const reason =
-    rule === "yielded"
-      ? `another MAC claimed ${address} while the API was out of reach`
-      : `${address} was not announced when the API came back, and the Service cache has not caught up yet`;
-  return { address, rule, reason };
+function leftOut(address: string, rule: "yielded" | "catching-up" | "unheard"): Skip {
+  const reasons = {
+    yielded: `another MAC claimed ${address} while this node's view may be stale`,
+    "catching-up": `${address} was not announced when the API came back, and the Service cache has not caught up yet`,
+    unheard: `${address} is IPv6: past the Lease's deadline another node's claim of it would go unheard`,
+  };
+  return { address, rule, reason: reasons[rule] };
 }
