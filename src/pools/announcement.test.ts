@@ -195,10 +195,12 @@ function runModel(actions: { tick: number; action: ModelAction }[], ticks: numbe
       if (agent.stopped) continue;
       if (agent.linked && shouldProbe(now, agent.validUntil) && now % 500 === 0) agent.peerAnsweredAt = now;
       if (agent.validUntil !== -Infinity && now >= agent.validUntil) agent.lapsed = true;
-      if (agent.rejoin && agent.applied >= agent.rejoin.since) [agent.rejoin, agent.unconfirmed] = [undefined, agent.applied];
+      if (agent.rejoin && agent.applied >= agent.rejoin.since)
+        [agent.rejoin, agent.unconfirmed] = [undefined, agent.applied];
       if (agent.unconfirmed !== undefined && agent.applied !== agent.unconfirmed)
         [agent.unconfirmed, agent.yielded] = [undefined, false];
-      const holding = decideHolding({ nowMs: now, validUntilMs: agent.validUntil, peerAnsweredAtMs: agent.peerAnsweredAt });
+      const { validUntil: validUntilMs, peerAnsweredAt: peerAnsweredAtMs } = agent;
+      const holding = decideHolding({ nowMs: now, validUntilMs, peerAnsweredAtMs });
       const assigned = versions[agent.cached]?.announcer === agent.name;
       const was = agent.announcing;
       agent.announcing = holding.announce && assigned && !agent.yielded && (agent.rejoin?.kept ?? true);
@@ -246,12 +248,12 @@ test("the handover model: never two announcers heard on the link, whatever fails
     fc.record({
       kind: fc.constant("agent" as const),
       node: fc.constantFrom(0 as const, 1 as const, 2 as const),
-      what: fc.constantFrom("apiLink" as const, "watching" as const, "linked" as const, "stopped" as const, "notReady" as const),
+      what: fc.constantFrom(...(["apiLink", "watching", "linked", "stopped", "notReady"] as const)),
     }),
   );
   fc.assert(
-    fc.property(fc.array(fc.record({ tick: fc.integer({ min: 0, max: TICKS - 1 }), action }), { maxLength: 30 }), (actions) => {
-      const dual = runModel(actions, TICKS);
+    fc.property(fc.array(fc.record({ tick: fc.integer({ min: 0, max: TICKS - 1 }), action }), { maxLength: 30 }), (list) => {
+      const dual = runModel(list, TICKS);
       assert.ok(dual <= PEER_PROBE_INTERVAL_MS, `two nodes heard announcing for ${dual} ms`);
     }),
     { numRuns: 200 },

@@ -127,13 +127,15 @@ describe("the election with its controller: an API outage moves nothing; a node 
     } finally {
       process.kill(apiserver, "SIGCONT");
     }
-    t.diagnostic(`API outage of ${OUTAGE_MS / 1000} s: ${requests} fresh resolutions, ${failed} failed, ${others} by another MAC`);
+    const outage = `API outage of ${OUTAGE_MS / 1000} s: ${requests} fresh resolutions`;
+    t.diagnostic(`${outage}, ${failed} failed, ${others} by another MAC`);
     assert.equal(failed, 0, "resolutions failed during the outage");
     assert.equal(others, 0, "resolutions answered by another node during the outage");
     assert.match(first.logs(), /a peer on the link answered/, "held on its peers' answers");
     // Back: the Leases renew, the guard lifts, and a while after (three Lease durations) nothing has moved.
     const renewed = (await first.readLease())?.spec?.renewTime;
-    await waitFor("the announcer renewing again", async () => (await first.readLease())?.spec?.renewTime !== renewed, WAIT_MS);
+    const renewing = async () => (await first.readLease())?.spec?.renewTime !== renewed;
+    await waitFor("the announcer renewing again", renewing, WAIT_MS);
     const guardFresh = /lease_guard\{rule="fresh"\} 1$/m;
     await waitFor("the controller's guard lifted", async () => guardFresh.test(running.registry.expose()), WAIT_MS);
     await sleep(10_000); // what is measured is that nothing happens in this while
@@ -146,7 +148,7 @@ describe("the election with its controller: an API outage moves nothing; a node 
     assert.equal(dual, 0);
   });
 
-  test("the announcer cut off from the API and its peers: withdrawn, replaced within the budget, silent after", async (t) => {
+  test("the announcer cut off from API and peers: withdrawn, replaced within the budget, silent after", async (t) => {
     const first = nodeNamed(await waitFor("web announced", announcer, WAIT_MS));
     const other = nodes.find((node) => node !== first) as AgentNode;
     await waitFor("the client resolving web to its announcer", () => answeredBy(first), WAIT_MS);
@@ -167,7 +169,8 @@ describe("the election with its controller: an API outage moves nothing; a node 
     }
     // Back on the link and the API: it renews, relists, and stays silent; the other keeps answering.
     const renewed = (await first.readLease())?.spec?.renewTime;
-    await waitFor("the old announcer renewing again", async () => (await first.readLease())?.spec?.renewTime !== renewed, WAIT_MS);
+    const renewing = async () => (await first.readLease())?.spec?.renewTime !== renewed;
+    await waitFor("the old announcer renewing again", renewing, WAIT_MS);
     for (let round = 0; round < 5; round++) assert.ok(await answeredBy(other), `round ${round}: the new announcer`);
     const late = frames.slice(fromFrame).filter((frame) => frame.from === first.mac && claims(frame, address));
     assert.deepEqual(late, [], "the old announcer claimed the address after it was cut");

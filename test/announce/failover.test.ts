@@ -139,7 +139,7 @@ describe("failover between two agents: the old announcer is silent before the ne
       assertHandedOver([address], a, b);
     });
 
-  test("A's link to the segment loses its carrier: its Lease says so (renewed over its other link), B takes over", async (t) => {
+  test("A's link to the segment loses its carrier: its Lease says so (renewed over another link), B takes over", async (t) => {
     const address = `${SUBNET.v4}.60`;
     const segment = `${SUBNET.v4}.0/24`;
     const segments = async () => (await a.readLease())?.metadata?.annotations?.[SEGMENTS_ANNOTATION]?.split(",") ?? [];
@@ -150,7 +150,8 @@ describe("failover between two agents: the old announcer is silent before the ne
         const downAt = performance.now();
         await a.segment.carrier(false);
         await waitFor("A's Lease without the segment", async () => !(await segments()).includes(segment), WAIT_MS);
-        t.diagnostic(`A's Lease dropped the segment ${Math.round(performance.now() - downAt)} ms after the link went down`);
+        const droppedMs = Math.round(performance.now() - downAt);
+        t.diagnostic(`A's Lease dropped the segment ${droppedMs} ms after the link went down`);
         // As the controller: A no longer has the segment, its Lease lives: released, and B once A acknowledged.
         const released = await world.release("linked");
         await waitFor("A acknowledging the release", async () => hasApplied(await applied(a), released), WAIT_MS);

@@ -202,7 +202,8 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
       },
       async capture() {
         const frames: Frame[] = [];
-        const child = spawn("nsenter", [`--net=/run/netns/${client.name}`, process.execPath, CAPTURE, "capture", clientLink]);
+        const argv = [`--net=/run/netns/${client.name}`, process.execPath, CAPTURE, "capture", clientLink];
+        const child = spawn("nsenter", argv);
         const forget = onExit(() => child.kill("SIGKILL"));
         const exited = new Promise((resolve) => child.once("exit", resolve));
         createInterface({ input: child.stdout }).on("line", (line) => frames.push(JSON.parse(line) as Frame));

@@ -152,7 +152,7 @@ describe("announcer assignment, against kube-apiserver", () => {
     }
   });
 
-  test("a forged Lease: a day's duration still expires after the controller's own; an unproven segment is refused", async () => {
+  test("a forged Lease: a day's duration expires after the controller's own; an unproven segment is refused", async () => {
     const g = await group(["liar", "honest"]);
     const [liar, honest] = [g.node("liar"), g.node("honest")];
     // A segment where no Node has an address: only the liar's Lease claims it.
