@@ -368,8 +368,8 @@ export class PoolController {
       const releaseVersion = this.releaseVersions.get(facts.key) ?? service.metadata?.resourceVersion;
       const { key, ips } = { key: facts.key, ips: allocation.ips };
       services.push({ key, ips, local, announcer, nodeSelector, releasedFrom, releaseVersion });
-      if (announcer !== undefined) awaiting.add(announcer);
-      if (releasedFrom !== undefined) awaiting.add(releasedFrom);
+      // Only a release waits for an acknowledgement: other applied versions moving (each bookmark) plan nothing.
+      if (announcer === undefined && releasedFrom !== undefined) awaiting.add(releasedFrom);
     }
     this.awaitingAck = awaiting;
     const next = assignAnnouncers({
