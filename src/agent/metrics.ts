@@ -76,7 +76,14 @@ export function createAnnouncerMetrics(registry: Registry) {
       name: "local_ccm_l2_skipped_addresses",
       help:
         "Addresses (or Services) assigned to this node that it does not announce, by rule: other-announcer, " +
-        "not-load-balancer, deleting, not-an-ip, host-address, no-segment.",
+        "not-load-balancer, deleting, not-an-ip, host-address, no-segment, yielded, catching-up, unheard.",
+      labels: ["rule"],
+    }),
+    holding: registry.gauge({
+      name: "local_ccm_l2_links",
+      help:
+        "Links with addresses assigned, by the rule that says whether they are announced there: not-renewed, " +
+        "lease-valid, peers-reachable (the API out of reach, a peer answered lately), cut-off (neither: withdrawn).",
       labels: ["rule"],
     }),
     selection: registry.gauge({

@@ -1,7 +1,7 @@
 // List + watch into a local cache, with client-go's informer semantics: resume watches from the
 // last resourceVersion (bookmarks keep it fresh), relist on 410 Gone, reconnect with backoff when
-// the connection drops or the apiserver restarts. No periodic relist: the watch is the only
-// steady-state traffic.
+// the connection drops or the apiserver restarts, and on request (relist()). No periodic relist: the watch is the
+// only steady-state traffic.
 import { backoffDelay, sleep } from "../time/backoff.ts";
 import { isApiError } from "./errors.ts";
 import type { KubeObject, Resource, Selectors } from "./resource.ts";
@@ -41,6 +41,9 @@ export class Informer<T extends KubeObject> {
   private readonly cache = new Map<string, T>();
   private readonly abort = new AbortController();
   private resourceVersion: string | undefined;
+  /** relist() was asked for: the watch under way is ended, and the next round lists. */
+  private relistWanted = false;
+  private watchAbort = new AbortController();
   private synced = false;
   private syncWaiters: (() => void)[] = [];
   private loop: Promise<void> | undefined;
@@ -73,6 +76,23 @@ export class Informer<T extends KubeObject> {
     return new Promise((resolve) => this.syncWaiters.push(resolve));
   }
 
+  /**
+   * The resourceVersion the cache has reached (a list's, the last event's or bookmark's): every change up to it has
+   * been handed to the handlers, which ran before it was set.
+   */
+  lastResourceVersion(): string | undefined {
+    return this.resourceVersion;
+  }
+
+  /**
+   * Lists afresh at once, ending the watch under way: the cache then shows the objects as of a read made after this
+   * call, however late that watch was (a silently dead connection is noticed only at its idle timeout).
+   */
+  relist(): void {
+    this.relistWanted = true;
+    this.watchAbort.abort();
+  }
+
   get(key: string): T | undefined {
     return this.cache.get(key);
   }
@@ -86,15 +106,20 @@ export class Informer<T extends KubeObject> {
     let failures = 0;
     while (!signal.aborted) {
       try {
-        if (this.resourceVersion === undefined) await this.relist();
+        if (this.resourceVersion === undefined || this.relistWanted) {
+          this.relistWanted = false;
+          await this.listAll();
+        }
         const started = Date.now();
         await this.watchOnce();
+        if (this.relistWanted) continue;
         // A watch the server ends at once (rather than at timeoutSeconds) must not become a busy loop.
         if (Date.now() - started < 1000)
           await sleep(backoffDelay(failures++, { baseMs: 500, capMs: 30_000 }), signal);
         else failures = 0;
       } catch (err) {
         if (signal.aborted) break;
+        if (this.relistWanted) continue; // relist() ended the watch
         if (isApiError(err) && (err.code === 410 || err.reason === "Expired" || err.reason === "Gone")) {
           // Our resourceVersion was compacted away: only a fresh list can tell what we missed.
           this.resourceVersion = undefined;
@@ -106,7 +131,7 @@ export class Informer<T extends KubeObject> {
     }
   }
 
-  private async relist(): Promise<void> {
+  private async listAll(): Promise<void> {
     const { labelSelector, fieldSelector, pageSize = 500 } = this.options;
     const seen = new Set<string>();
     let resourceVersion = "";
@@ -135,12 +160,14 @@ export class Informer<T extends KubeObject> {
     const { labelSelector, fieldSelector } = this.options;
     const { min, max } = this.options.watchTimeoutSeconds ?? { min: 300, max: 600 };
     const timeoutSeconds = min + Math.floor(Math.random() * (max - min));
+    this.watchAbort = new AbortController();
+    if (this.relistWanted) return; // asked for while listing
     const events = this.resource.watch({
       labelSelector,
       fieldSelector,
       resourceVersion: this.resourceVersion,
       timeoutSeconds,
-      signal: this.abort.signal,
+      signal: AbortSignal.any([this.abort.signal, this.watchAbort.signal]),
     });
     for await (const event of events) {
       const rv = event.object.metadata?.resourceVersion;

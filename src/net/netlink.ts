@@ -42,6 +42,8 @@ export interface HostLink {
   name: string;
   /** The link's hardware address when it is 6 bytes long (Ethernet, veth, bridge); none for loopback, tunnels. */
   mac?: string;
+  /** Administratively up and operationally up (IFF_UP, IFF_RUNNING: a carrier): frames can pass. */
+  up: boolean;
 }
 
 export interface Netlink {
@@ -53,7 +55,7 @@ export interface Netlink {
   listLinks(): Promise<HostLink[]>;
   /** The next hops of the host's default routes (IPv4 and IPv6, every table), unique, in the kernel's order. */
   listDefaultGateways(): Promise<string[]>;
-  /** Calls onChange once per burst of address, route or rule changes (IPv4 and IPv6), debounceMs after the burst's first change. The open watch keeps the process alive until closed. */
+  /** Calls onChange once per burst of link, address, route or rule changes (IPv4 and IPv6), debounceMs after the burst's first change. The open watch keeps the process alive until closed. */
   watchChanges(onChange: () => void, debounceMs: number): { close(): void };
   /** Closes the sockets, open watches included; pending requests fail. */
   close(): void;
@@ -79,6 +81,8 @@ const DUMP_ATTEMPTS = 3;
 /** How the kernel answers a lookup with no usable route: none, `unreachable`, `prohibit`, `blackhole`. */
 const NO_ROUTE = new Set(["ENETUNREACH", "EHOSTUNREACH", "EACCES", "EINVAL"]);
 const CHANGE_TYPES = new Set<number>([
+  MessageType.NEWLINK,
+  MessageType.DELLINK,
   MessageType.NEWADDR,
   MessageType.DELADDR,
   MessageType.NEWROUTE,

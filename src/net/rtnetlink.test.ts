@@ -93,18 +93,25 @@ describe("rtnetlink codec", { skip: endianness() !== "LE" && "expected bytes are
     assert.equal(routeSource(Buffer.concat([rtmsg, attr(4, u32(2))])), undefined);
   });
 
-  test("links: names lose their NUL terminator; a 6-byte IFLA_ADDRESS is the MAC", () => {
-    const ifinfomsg = Buffer.concat([Buffer.alloc(4), u32(2), Buffer.alloc(8)]);
+  test("links: names lose their NUL terminator; a 6-byte IFLA_ADDRESS is the MAC; up is IFF_UP and IFF_RUNNING", () => {
+    const ifinfomsg = (flags = 0) => Buffer.concat([Buffer.alloc(4), u32(2), u32(flags), Buffer.alloc(4)]);
     const name = attr(3, Buffer.from("eth0\0"));
-    assert.deepEqual(hostLink(Buffer.concat([ifinfomsg, name])), { index: 2, name: "eth0" });
-    assert.deepEqual(hostLink(Buffer.concat([ifinfomsg, attr(1, hex("02000000000a")), name])), {
+    assert.deepEqual(hostLink(Buffer.concat([ifinfomsg(), name])), { index: 2, name: "eth0", up: false });
+    assert.deepEqual(hostLink(Buffer.concat([ifinfomsg(0x10043), attr(1, hex("02000000000a")), name])), {
       index: 2,
       name: "eth0",
+      up: true,
       mac: "02:00:00:00:00:0a",
     });
+    // Set up, no carrier (IFF_RUNNING clear: `ip` prints NO-CARRIER); running but set down cannot be.
+    assert.equal(hostLink(Buffer.concat([ifinfomsg(0x1003), name]))?.up, false);
     // An IPIP tunnel's "hardware address" is its IPv4 endpoint; loopback's is 6 zero bytes (a MAC like any).
-    assert.deepEqual(hostLink(Buffer.concat([ifinfomsg, attr(1, hex("c6120001")), name])), { index: 2, name: "eth0" });
-    assert.equal(hostLink(ifinfomsg), undefined);
+    assert.deepEqual(hostLink(Buffer.concat([ifinfomsg(), attr(1, hex("c6120001")), name])), {
+      index: 2,
+      name: "eth0",
+      up: false,
+    });
+    assert.equal(hostLink(ifinfomsg()), undefined);
   });
 
   test("addresses: IFA_LOCAL over IFA_ADDRESS (point-to-point), IFA_FLAGS over the u8 flags", () => {

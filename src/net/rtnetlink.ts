@@ -12,6 +12,7 @@ export const MessageType = {
   ERROR: 2,
   DONE: 3,
   NEWLINK: 16,
+  DELLINK: 17,
   GETLINK: 18,
   NEWADDR: 20,
   DELADDR: 21,
@@ -25,8 +26,9 @@ export const MessageType = {
 
 export const Flags = { REQUEST: 0x1, MULTI: 0x2, DUMP_INTR: 0x10, DUMP: 0x300 } as const;
 
-/** Multicast groups (RTNLGRP_*) whose changes can move a route source or a host address. */
+/** Multicast groups (RTNLGRP_*) whose changes can move a route source, a host address or a link's state. */
 export const CHANGE_GROUPS = {
+  LINK: 1,
   IPV4_IFADDR: 5,
   IPV4_ROUTE: 7,
   IPV4_RULE: 8,
@@ -63,6 +65,8 @@ const RTMSG = 12; // struct rtmsg
 const IFADDRMSG = 8; // struct ifaddrmsg
 const IFINFOMSG = 16; // struct ifinfomsg
 const RTNEXTHOP = 8; // struct rtnexthop
+const IFF_UP = 0x1;
+const IFF_RUNNING = 0x40; // operationally up (RFC 2863): carrier, and not dormant
 
 // Netlink headers are in host byte order.
 const LE = endianness() === "LE";
@@ -184,15 +188,20 @@ export function defaultRouteGateways(body: Buffer): string[] {
   return gateways;
 }
 
-/** Interface index, name and (for an Ethernet-like link: 6 bytes of IFLA_ADDRESS) MAC of an RTM_NEWLINK message. */
+/**
+ * Interface index, name, state (ifi_flags: IFF_UP and IFF_RUNNING) and (for an Ethernet-like link: 6 bytes of
+ * IFLA_ADDRESS) MAC of an RTM_NEWLINK message.
+ */
 export function hostLink(body: Buffer): HostLink | undefined {
   const attributes = parseAttributes(body.subarray(IFINFOMSG));
   const name = attributes.get(IFLA_IFNAME);
   if (body.length < IFINFOMSG || !name) return undefined;
   const address = attributes.get(IFLA_ADDRESS);
+  const flags = u32(body, 8);
   return {
     index: i32(body, 4),
     name: name.toString("utf8").replace(/\0.*$/s, ""),
+    up: (flags & IFF_UP) !== 0 && (flags & IFF_RUNNING) !== 0,
     ...(address?.length === 6 && { mac: macFromBytes(address) }),
   };
 }

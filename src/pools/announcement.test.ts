@@ -1,15 +1,21 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
+import type { Lease } from "kubernetes-types/coordination/v1.js";
+import { decideHolding, PEER_PROBE_INTERVAL_MS, shouldProbe } from "../agent/announcer/holding.ts";
+import { announcerOf, assignAnnouncers } from "./announcers.ts";
+import { AnnouncerLeases } from "./leases.ts";
 import {
   ANNOUNCER_LEASE_PREFIX,
   announceDeadline,
+  APPLIED_ANNOTATION,
   announcerLabelValue,
   announcerLeaseName,
   LEASE_DURATION_SECONDS,
   leaseExpiry,
   leaseNode,
   RENEW_INTERVAL_MS,
+  SEGMENTS_ANNOTATION,
 } from "./announcement.ts";
 
 test("announcer Lease names: the prefix and the node, read back; none past 253 characters", () => {
@@ -47,5 +53,209 @@ test("an agent stops announcing before the controller can count its Lease expire
       // The controller sees the renewal no sooner than the agent sent it.
       assert.ok(announceDeadline(sentAt, seconds) < leaseExpiry(sentAt + seenAfter, seconds));
     }),
+  );
+});
+
+// ---- the handover, modelled: the controller's decisions (assignAnnouncers, AnnouncerLeases with its guard) and
+// the agents' (decideHolding, yields, the relist after a lapse) over random outages, stops, cut links, dead
+// watches and node readiness, on one clock in 100 ms ticks. At every tick, at most one node that its peers can
+// hear announces the address; but for one case: a node given the address while its link was cut off from the
+// holder's (carrier up, frames lost: the holder past its deadline kept it on its other peers' answers), back on the
+// link after its gratuitous ARP ended. The holder's next probe for the address (PEER_PROBE_INTERVAL_MS) hears it
+// and yields: two answer for at most that long.
+
+interface ModelAgent {
+  name: string;
+  stopped: boolean;
+  /** Its connections to the API work. */
+  apiLink: boolean;
+  /** Its Service watch delivers (the renewals and a relist may work while it does not). */
+  watching: boolean;
+  /** Its link to the segment passes frames. */
+  linked: boolean;
+  validUntil: number;
+  peerAnsweredAt: number;
+  /** The Service version its cache shows, and the resourceVersion it has reached. */
+  cached: number;
+  applied: number;
+  lapsed: boolean;
+  rejoin?: { since: number; kept: boolean };
+  unconfirmed?: number;
+  yielded: boolean;
+  announcing: boolean;
+  phase: number;
+}
+
+type ModelAction =
+  | { kind: "apiserver" }
+  | { kind: "controller-blind" }
+  | { kind: "agent"; node: 0 | 1 | 2; what: "apiLink" | "watching" | "linked" | "stopped" | "notReady" };
+
+const ADDRESS = "192.0.2.10";
+
+/** Runs the model; returns the longest time two nodes were heard announcing at once (ms). */
+function runModel(actions: { tick: number; action: ModelAction }[], ticks: number): number {
+  let dualSince: number | undefined;
+  let longestDual = 0;
+  let rv = 1;
+  const versions: { rv: number; announcer?: string; releasedFrom?: string }[] = [{ rv: 1 }];
+  const latest = () => versions.at(-1) as (typeof versions)[number];
+  const agents: ModelAgent[] = ["a", "b", "c"].map((name, i) => ({
+    name,
+    stopped: false,
+    apiLink: true,
+    watching: true,
+    linked: true,
+    validUntil: -Infinity,
+    peerAnsweredAt: -Infinity,
+    cached: 0,
+    applied: 1,
+    lapsed: false,
+    yielded: false,
+    announcing: false,
+    phase: i * 300,
+  }));
+  const leaseObjects = new Map<string, Lease>();
+  const leases = new AnnouncerLeases();
+  const notReady = new Set<string>();
+  let apiserver = true;
+  let blind = false;
+  let releaseVersion: number | undefined;
+  /** When each node started claiming the address (its gratuitous ARP goes on for 5 s). */
+  const claimingSince = new Map<string, number>();
+  for (let tick = 0; tick < ticks; tick++) {
+    const now = tick * 100;
+    for (const { action } of actions.filter((each) => each.tick === tick)) {
+      if (action.kind === "apiserver") apiserver = !apiserver;
+      else if (action.kind === "controller-blind") blind = !blind;
+      else if (action.what === "notReady") {
+        const name = agents[action.node]?.name as string;
+        if (!notReady.delete(name)) notReady.add(name);
+      } else {
+        const agent = agents[action.node] as ModelAgent;
+        agent[action.what] = !agent[action.what];
+      }
+    }
+    // Renewals (each agent's second), a relist after a lapse.
+    for (const agent of agents) {
+      if (agent.stopped || (now - agent.phase) % 1000 !== 0 || !apiserver || !agent.apiLink) continue;
+      rv++;
+      const lease: Lease = {
+        metadata: {
+          name: announcerLeaseName(agent.name),
+          annotations: { [SEGMENTS_ANNOTATION]: "192.0.2.0/24", [APPLIED_ANNOTATION]: String(agent.applied) },
+        },
+        spec: { renewTime: `${now}` },
+      };
+      leaseObjects.set(agent.name, lease);
+      agent.validUntil = announceDeadline(now, LEASE_DURATION_SECONDS);
+      if (agent.lapsed) {
+        agent.rejoin = { since: rv, kept: agent.announcing };
+        [agent.cached, agent.applied] = [versions.length - 1, rv]; // the relist: as of now
+      }
+      agent.lapsed = false;
+    }
+    // The controller: what its Lease watch delivers, then one plan and at most one write.
+    if (apiserver && !blind) {
+      for (const lease of leaseObjects.values()) leases.seen(lease, now);
+      const guard = leases.guard(now);
+      const { announcers } = leases.announcers(now);
+      const current = latest();
+      const service = {
+        key: "ns/web",
+        ips: [ADDRESS],
+        local: false,
+        announcer: current.announcer,
+        releasedFrom: current.releasedFrom,
+        releaseVersion: String(releaseVersion ?? current.rv),
+      };
+      const decision = assignAnnouncers({
+        services: [service],
+        announcers,
+        ineligible: (node) => (notReady.has(node) ? { rule: "not-ready", reason: "NotReady" } : undefined),
+        nodeLabels: () => ({}),
+        readyNodes: () => new Set(),
+        ...(guard.paused ? { paused: guard } : {}),
+      }).decisions.get("ns/web");
+      const next = decision && announcerOf(decision);
+      if (next !== current.announcer) {
+        const liveBefore = current.announcer !== undefined && leases.isLive(current.announcer, now);
+        const releasedFrom = next === undefined && liveBefore ? current.announcer : undefined;
+        versions.push({ rv: ++rv, announcer: next, releasedFrom });
+        releaseVersion = releasedFrom === undefined ? undefined : rv;
+      }
+    }
+    // The agents' watches, a bookmark a minute; their holding, yields and the check.
+    for (const agent of agents) {
+      if (agent.stopped || !apiserver || !agent.apiLink || !agent.watching) continue;
+      agent.cached = versions.length - 1;
+      agent.applied = Math.max(agent.applied, latest().rv, now % 60_000 === 0 ? rv : 0);
+    }
+    for (const agent of agents) {
+      if (agent.stopped) continue;
+      if (agent.linked && shouldProbe(now, agent.validUntil) && now % 500 === 0) agent.peerAnsweredAt = now;
+      if (agent.validUntil !== -Infinity && now >= agent.validUntil) agent.lapsed = true;
+      if (agent.rejoin && agent.applied >= agent.rejoin.since)
+        [agent.rejoin, agent.unconfirmed] = [undefined, agent.applied];
+      if (agent.unconfirmed !== undefined && agent.applied !== agent.unconfirmed)
+        [agent.unconfirmed, agent.yielded] = [undefined, false];
+      const { validUntil: validUntilMs, peerAnsweredAt: peerAnsweredAtMs } = agent;
+      const holding = decideHolding({ nowMs: now, validUntilMs, peerAnsweredAtMs });
+      const assigned = versions[agent.cached]?.announcer === agent.name;
+      const was = agent.announcing;
+      agent.announcing = holding.announce && assigned && !agent.yielded && (agent.rejoin?.kept ?? true);
+      if (agent.announcing && !was) claimingSince.set(agent.name, now);
+      if (!agent.announcing) claimingSince.delete(agent.name);
+    }
+    for (const agent of agents) {
+      const mayYield = now >= agent.validUntil || agent.rejoin !== undefined || agent.unconfirmed !== undefined;
+      // Another's gratuitous ARP (5 s of them from its start), or, past the deadline, its answer to this one's
+      // probe for the address (every 500 ms).
+      const asks = now >= agent.validUntil && now % 500 === 0;
+      const heard = [...claimingSince].some(
+        ([name, since]) =>
+          name !== agent.name && (now - since <= 5000 || asks) && agents.find((o) => o.name === name)?.linked,
+      );
+      if (agent.announcing && agent.linked && !agent.stopped && mayYield && heard)
+        [agent.yielded, agent.announcing] = [true, false];
+    }
+    const heardAnnouncing = agents.filter((agent) => agent.announcing && agent.linked && !agent.stopped);
+    if (heardAnnouncing.length <= 1) dualSince = undefined;
+    else longestDual = Math.max(longestDual, now - (dualSince ??= now) + 100);
+  }
+  return longestDual;
+}
+
+test("the handover model: a node given the address while cut off from the link, back: one probe interval", () => {
+  // c's frames are lost from the start (its carrier up, its Lease renewed); a loses the API at 100 ms, holds on its
+  // peers' answers; the controller gives the address to c at 3 s; c is back on the link at 8.1 s.
+  const dual = runModel(
+    [
+      { tick: 0, action: { kind: "agent", node: 2, what: "linked" } },
+      { tick: 1, action: { kind: "agent", node: 0, what: "apiLink" } },
+      { tick: 81, action: { kind: "agent", node: 2, what: "linked" } },
+    ],
+    1200,
+  );
+  assert.ok(dual > 0 && dual <= PEER_PROBE_INTERVAL_MS, `${dual} ms`);
+});
+
+test("the handover model: never two announcers heard on the link, whatever fails when", () => {
+  const TICKS = 1200; // two minutes
+  const action: fc.Arbitrary<ModelAction> = fc.oneof(
+    fc.constant({ kind: "apiserver" } as const),
+    fc.constant({ kind: "controller-blind" } as const),
+    fc.record({
+      kind: fc.constant("agent" as const),
+      node: fc.constantFrom(0 as const, 1 as const, 2 as const),
+      what: fc.constantFrom(...(["apiLink", "watching", "linked", "stopped", "notReady"] as const)),
+    }),
+  );
+  fc.assert(
+    fc.property(fc.array(fc.record({ tick: fc.integer({ min: 0, max: TICKS - 1 }), action }), { maxLength: 30 }), (list) => {
+      const dual = runModel(list, TICKS);
+      assert.ok(dual <= PEER_PROBE_INTERVAL_MS, `two nodes heard announcing for ${dual} ms`);
+    }),
+    { numRuns: 200 },
   );
 });

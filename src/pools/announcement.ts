@@ -2,12 +2,35 @@
 //
 // Each agent that may announce keeps a Lease of its own (ANNOUNCER_LEASE_PREFIX + node name, in the release
 // namespace), renewed every RENEW_INTERVAL_MS, holding the node name and the on-link prefixes of the node's links
-// (SEGMENTS_ANNOTATION) and the next hops of its default routes (GATEWAYS_ANNOTATION), which the controller never
-// hands out (exclusions.ts). The controller assigns each Service's addresses to one live announcer on their segment and
-// records it on the Service (ANNOUNCER_ANNOTATION, and ANNOUNCER_LABEL for the agents' filtered watch). An agent
-// announces what is assigned to it only until announceDeadline(): before the controller, which times the Lease from
-// when it saw the renewal (after the agent sent it), can count the Lease expired and assign the address elsewhere.
-// So one address is never announced by two nodes while the API is reachable; only clock rates matter, not offsets.
+// that are up (SEGMENTS_ANNOTATION) and the next hops of its default routes (GATEWAYS_ANNOTATION), which the
+// controller never hands out (exclusions.ts). The controller assigns each Service's addresses to one live announcer on
+// their segment and records it on the Service (ANNOUNCER_ANNOTATION, and ANNOUNCER_LABEL for the agents' filtered
+// watch). It times each Lease by its own clock and its own duration (LEASE_DURATION_SECONDS, never the Lease's),
+// from when it saw the renewal, and trusts a segment only where the node's Node object has an address inside it.
+//
+// While the API is reachable: an agent's Lease is valid until announceDeadline(), before the controller can count
+// it expired (it saw the renewal after the agent sent it; only clock rates matter, not offsets).
+//
+// A move waits for the old announcer. The agent writes with each renewal how far it has applied its Services
+// (APPLIED_ANNOTATION: the resourceVersion its Service watch has reached; every change up to it is in effect on its
+// links, a release included). When the controller takes an address from a node whose Lease is live, it writes the
+// removal together with RELEASED_FROM_ANNOTATION (that node), and names a new announcer only once that node's
+// Lease says it applied the removal's version (hasApplied()), or its Lease expired, or went. A dead or lagging
+// watch therefore delays a move; it never makes two nodes answer. The annotation persists the wait across a change
+// of leader. One resourceVersion a Lease: its size and write rate do not grow with the number of Services.
+//
+// The data plane outlives the control plane. An unreachable API says nothing about the link, so an agent past its
+// Lease's deadline goes on answering on a link while a peer there answers its ARP probes (the hosts it heard ask
+// recently; agent/announcer/holding.ts), and stops at once when another MAC claims one of its addresses. A node cut
+// off from the API and from its peers hears none: it withdraws within PEER_FRESH_MS of its deadline, inside the
+// failover budget; a process that was stopped answers nothing until it has fresh proof. The controller acts on an
+// expired Lease only while its own view is fresh (pools/leases.ts: no stale-view, no mass-expiry; when the guard
+// lifts every Lease gets a full duration), so an API outage moves nothing. When it does move an address away from
+// an expired Lease, either that node has withdrawn (cut off: nobody on the link hears it anyway), or it hears the
+// new announcer's probe (which it would answer while its view is fresh, agent/announcer/conflicts.ts's "held") or
+// gratuitous ARP, a claim, and yields before it answers: the new one's probes then find nobody, and one address
+// has one announcer. When its renewals succeed again it relists its Services and announces nothing it was not
+// announcing until that list is in.
 import { createHash } from "node:crypto";
 
 /** The announcer Lease of a node is this prefix plus the node's name (never the name alone: other Leases share the namespace). */
@@ -18,6 +41,10 @@ export const ANNOUNCER_LEASE_LABEL = "local-ccm.io/l2-announcer";
 export const SEGMENTS_ANNOTATION = "local-ccm.io/l2-segments";
 /** On the Lease: the next hops of the node's default routes (IPs, comma-separated). */
 export const GATEWAYS_ANNOTATION = "local-ccm.io/l2-gateways";
+/** On the Lease: the resourceVersion up to which the agent's Service watch has applied what it announces. */
+export const APPLIED_ANNOTATION = "local-ccm.io/l2-applied";
+/** On the Service: the node its addresses were last taken from while its Lease was live (until a new announcer). */
+export const RELEASED_FROM_ANNOTATION = "local-ccm.io/released-from";
 /** On the Service: the name of the node that announces its addresses. */
 export const ANNOUNCER_ANNOTATION = "local-ccm.io/announcer";
 /** On the Service: announcerLabelValue() of that node, so that each agent watches only its own Services. */
@@ -64,4 +91,14 @@ export function announceDeadline(sentAtMs: number, leaseDurationSeconds: number)
 /** Until when (controller's monotonic clock, ms) a Lease whose renewal it saw at `observedAtMs` counts as live. */
 export function leaseExpiry(observedAtMs: number, leaseDurationSeconds: number): number {
   return observedAtMs + leaseDurationSeconds * 1000;
+}
+
+/**
+ * Whether a Lease's APPLIED_ANNOTATION covers `version`. Both are etcd revisions (decimal, one counter for every
+ * resource); anything else is never taken for an acknowledgement, so the move then waits for the Lease to expire.
+ */
+export function hasApplied(applied: string | undefined, version: string | undefined): boolean {
+  const decimal = /^[0-9]{1,30}$/;
+  if (applied === undefined || version === undefined || !decimal.test(applied) || !decimal.test(version)) return false;
+  return BigInt(applied) >= BigInt(version);
 }

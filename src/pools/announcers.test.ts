@@ -4,21 +4,25 @@ import fc from "fast-check";
 import { parseLabelSelector } from "../kube/labelselector.ts";
 import { cidrContains, parseCidr } from "../net/ip.ts";
 import { hashString } from "../service/rendezvous.ts";
+import { hasApplied } from "./announcement.ts";
 import {
   type AnnouncedService,
   type Announcer,
   type AnnouncersInput,
   announcerOf,
   assignAnnouncers,
-  GRACE_MS,
   Picks,
 } from "./announcers.ts";
 
 const SEGMENT = parseCidr("192.0.2.0/24");
 const OTHER_SEGMENT = parseCidr("198.51.100.0/24");
 
+/** Every live Lease here expires then, unless a test says otherwise. */
+const EXPIRY_MS = 103_000;
+
 function announcer(name: string, fields: Partial<Announcer> = {}): Announcer {
-  return { name, hash: hashString(name), live: true, segments: SEGMENT ? [SEGMENT] : [], ...fields };
+  const base = { name, hash: hashString(name), live: true, expiresAtMs: EXPIRY_MS, segments: SEGMENT ? [SEGMENT] : [] };
+  return { ...base, ...fields };
 }
 
 const service = (name: string, ips: string[], fields: Partial<AnnouncedService> = {}): AnnouncedService => ({
@@ -35,8 +39,7 @@ interface World {
   notReady?: string[];
   ready?: Record<string, string[]>;
   labels?: Record<string, Record<string, string>>;
-  nowMs?: number;
-  startedAtMs?: number;
+  paused?: boolean;
 }
 
 function input(world: World): AnnouncersInput {
@@ -47,8 +50,7 @@ function input(world: World): AnnouncersInput {
     ineligible: (node) => (notReady.has(node) ? { rule: "not-ready", reason: "is not Ready (False)" } : undefined),
     readyNodes: (key) => new Set(world.ready?.[key] ?? []),
     nodeLabels: (node) => world.labels?.[node] ?? {},
-    nowMs: world.nowMs ?? 100_000,
-    startedAtMs: world.startedAtMs ?? 0,
+    ...(world.paused ? { paused: { rule: "stale-view", reason: "no renewal seen for 2500 ms" } } : {}),
   };
 }
 
@@ -135,25 +137,59 @@ describe("assignAnnouncers", () => {
     }
   });
 
-  test("a live announcer no longer eligible is released, and a new one comes only after the grace", () => {
-    const announcers = [announcer("old"), announcer("n2")];
-    const nowMs = 100_000;
+  test("a live announcer no longer eligible is released; the next once it acknowledged, or its Lease lapsed", () => {
     const notReady = ["old"];
     const announced = [service("a", ["192.0.2.10"], { announcer: "old" })];
-    const released = run({ services: announced, announcers, nowMs, notReady });
+    const released = run({ services: announced, announcers: [announcer("old"), announcer("n2")], notReady });
     assert.equal(released.decisions.get("ns/a")?.rule, "released");
-    assert.equal(released.wakeAtMs, nowMs + GRACE_MS);
-    const services = [service("a", ["192.0.2.10"], { releasedAtMs: nowMs })];
-    const after = (ms: number) => decision({ services, announcers, nowMs: ms, notReady }, "a");
-    assert.equal(after(nowMs + GRACE_MS - 1)?.rule, "release-grace");
-    assert.equal(announcerOf(after(nowMs + GRACE_MS) ?? assert.fail()), "n2");
+    assert.equal(released.wakeAtMs, EXPIRY_MS, "decided again when old's Lease may expire");
+    const services = [service("a", ["192.0.2.10"], { releasedFrom: "old", releaseVersion: "1200" })];
+    const after = (old: Partial<Announcer>) =>
+      decision({ services, announcers: [announcer("old", old), announcer("n2")], notReady }, "a");
+    // However long it takes: no timer moves it while old's Lease lives and says less.
+    for (const applied of [undefined, "1199", "999", "not-a-version", ""]) {
+      const waiting = after({ applied });
+      assert.equal(waiting?.rule, "release-ack", `applied ${applied}`);
+      assert.match(waiting?.reason ?? "", /released from old, which has applied .* of 1200/);
+    }
+    for (const old of [{ applied: "1200" }, { applied: "1300" }, { live: false }])
+      assert.equal(announcerOf(after(old) ?? assert.fail()), "n2", JSON.stringify(old));
+    // Gone (its agent deleted the Lease after withdrawing): nothing to wait for.
+    const gone = decision({ services, announcers: [announcer("n2")] }, "a");
+    assert.equal(announcerOf(gone ?? assert.fail()), "n2");
+    // Back as the group's announcer: nobody else answers, no wait.
+    const back = decision({ services, announcers: [announcer("old")] }, "a");
+    assert.equal(announcerOf(back ?? assert.fail()), "old");
   });
 
-  test("without an announcer at start: waits until the controller has run the grace", () => {
-    const services = [service("a", ["192.0.2.10"], { unannouncedAtStart: true })];
-    const world = { services, announcers: [announcer("n1")], startedAtMs: 50_000 };
-    assert.equal(decision({ ...world, nowMs: 50_000 + GRACE_MS - 1 }, "a")?.rule, "start-grace");
-    assert.equal(decision({ ...world, nowMs: 50_000 + GRACE_MS }, "a")?.rule, "assigned");
+  test("a release waiting for its acknowledgement holds the whole group, its kept announcer included", () => {
+    const services = [
+      service("a", ["192.0.2.10"], { announcer: "n2" }),
+      service("b", ["192.0.2.10", "192.0.2.11"], { releasedFrom: "old", releaseVersion: "7" }),
+    ];
+    const { decisions } = run({ services, announcers: [announcer("old"), announcer("n2")], notReady: ["old"] });
+    assert.equal(decisions.get("ns/a")?.rule, "sticky");
+    assert.equal(decisions.get("ns/b")?.rule, "release-ack");
+  });
+
+  test("the Lease guard paused: an expired announcer keeps its group; a released one is waited for", () => {
+    const services = [
+      service("a", ["192.0.2.10"], { announcer: "old" }),
+      service("b", ["192.0.2.10", "192.0.2.11"]),
+      service("c", ["192.0.2.20"], { releasedFrom: "gone", releaseVersion: "9" }),
+    ];
+    const announcers = [announcer("old", { live: false }), announcer("gone", { live: false }), announcer("n2")];
+    const { decisions, wakeAtMs } = run({ services, announcers, paused: true });
+    for (const key of ["ns/a", "ns/b"]) {
+      assert.equal(decisions.get(key)?.rule, "held");
+      assert.equal(announcerOf(decisions.get(key) ?? assert.fail()), "old");
+    }
+    assert.match(decisions.get("ns/a")?.reason ?? "", /the Lease of old is not live, but no renewal seen for 2500 ms/);
+    assert.equal(decisions.get("ns/c")?.rule, "release-ack");
+    assert.equal(wakeAtMs, undefined, "a renewal or the guard lifting decides again, not a timer");
+    const unpaused = run({ services, announcers });
+    assert.equal(announcerOf(unpaused.decisions.get("ns/a") ?? assert.fail()), "n2");
+    assert.equal(announcerOf(unpaused.decisions.get("ns/c") ?? assert.fail()), "n2");
   });
 
   test("Services sharing an address, transitively, have one announcer eligible for all of them", () => {
@@ -183,18 +219,23 @@ const worldArb = fc.record({
       ips: fc.uniqueArray(fc.constantFrom(...IPS), { minLength: 1, maxLength: 2 }),
       local: fc.boolean(),
       announcer: fc.option(fc.constantFrom(...NODES), { nil: undefined }),
-      releasedAgoMs: fc.option(fc.integer({ min: 0, max: 2 * GRACE_MS }), { nil: undefined }),
-      unannouncedAtStart: fc.boolean(),
+      releasedFrom: fc.option(fc.constantFrom(...NODES), { nil: undefined }),
+      releaseVersion: fc.constantFrom("5", "10", "15"),
     }),
     { selector: ({ name }) => name },
   ),
   announcers: fc.uniqueArray(
-    fc.record({ node: fc.constantFrom(...NODES), live: fc.boolean(), both: fc.boolean() }),
+    fc.record({
+      node: fc.constantFrom(...NODES),
+      live: fc.boolean(),
+      both: fc.boolean(),
+      applied: fc.option(fc.constantFrom("1", "10", "20"), { nil: undefined }),
+    }),
     { selector: ({ node }) => node },
   ),
   notReady: fc.subarray(NODES),
   ready: fc.subarray(NODES),
-  sinceStartMs: fc.integer({ min: 0, max: 2 * GRACE_MS }),
+  paused: fc.boolean(),
 });
 
 type WorldArb = typeof worldArb extends fc.Arbitrary<infer T> ? T : never;
@@ -204,21 +245,15 @@ const NOW = 1_000_000;
 function worldOf(arb: WorldArb): World {
   const segments = [SEGMENT, OTHER_SEGMENT].flatMap((each) => (each ? [each] : []));
   return {
-    services: arb.services.map(({ name, ips, local, announcer: current, releasedAgoMs, unannouncedAtStart }) =>
-      service(name, ips, {
-        local,
-        announcer: current,
-        releasedAtMs: releasedAgoMs === undefined ? undefined : NOW - releasedAgoMs,
-        unannouncedAtStart,
-      }),
+    services: arb.services.map(({ name, ips, local, announcer: current, releasedFrom, releaseVersion }) =>
+      service(name, ips, { local, announcer: current, releasedFrom, releaseVersion }),
     ),
-    announcers: arb.announcers.map(({ node, live, both }) =>
-      announcer(node, { live, segments: both ? segments : segments.slice(0, 1) }),
+    announcers: arb.announcers.map(({ node, live, both, applied }) =>
+      announcer(node, { live, applied, expiresAtMs: NOW + 1000, segments: both ? segments : segments.slice(0, 1) }),
     ),
     notReady: arb.notReady,
+    paused: arb.paused,
     ready: Object.fromEntries(arb.services.map(({ name }) => [`ns/${name}`, arb.ready])),
-    nowMs: NOW,
-    startedAtMs: NOW - arb.sinceStartMs,
   };
 }
 
@@ -232,7 +267,8 @@ describe("assignAnnouncers properties", () => {
         for (const each of world.services) {
           const node = announcerOf(decisions.get(each.key) ?? assert.fail(`no decision for ${each.key}`));
           if (node === undefined) continue;
-          assert.ok(world.announcers.some((a) => a.name === node && a.live), `${node} is not live`);
+          const held = world.paused && world.services.some(({ announcer: named }) => named === node);
+          assert.ok(world.announcers.some((a) => a.name === node && (a.live || held)), `${node} is not live`);
           for (const ip of each.ips) {
             assert.ok([undefined, node].includes(byIp.get(ip)), `${ip} on ${byIp.get(ip)} and ${node}`);
             byIp.set(ip, node);
@@ -285,16 +321,35 @@ describe("assignAnnouncers properties", () => {
     );
   });
 
-  test("a release is followed by an assignment only after the grace", () => {
+  test("an address goes to no node while another may still answer for it (released unacknowledged; paused)", () => {
     fc.assert(
       fc.property(worldArb, (arb) => {
         const world = worldOf(arb);
         const { decisions, wakeAtMs } = run(world);
+        // A node may still answer while its Lease is live, or while the guard pauses (its expiry says nothing).
+        const alive = (node: string | undefined) =>
+          world.announcers.some(({ name, live }) => name === node && (live || world.paused));
+        const mayAnswer = new Map<string, Set<string>>();
         for (const each of world.services) {
-          const got = decisions.get(each.key);
-          if (each.releasedAtMs !== undefined && each.releasedAtMs + GRACE_MS > NOW && each.announcer === undefined)
-            assert.equal(announcerOf(got ?? assert.fail()), undefined, `${each.key} assigned within the grace`);
-          if (got?.action === "wait") assert.ok(wakeAtMs !== undefined && wakeAtMs <= got.untilMs && got.untilMs > NOW);
+          const holders = [each.announcer];
+          const from = world.announcers.find(({ name }) => name === each.releasedFrom);
+          if (each.announcer === undefined && !hasApplied(from?.applied, each.releaseVersion))
+            holders.push(from?.name);
+          for (const node of holders)
+            if (node !== undefined && alive(node))
+              for (const ip of each.ips) mayAnswer.set(ip, (mayAnswer.get(ip) ?? new Set()).add(node));
+        }
+        for (const each of world.services) {
+          const got = decisions.get(each.key) ?? assert.fail();
+          const node = announcerOf(got);
+          // A node new to an address: nobody else may be answering for it.
+          for (const ip of each.ips) {
+            const holders = mayAnswer.get(ip) ?? new Set();
+            if (node !== undefined && !holders.has(node))
+              assert.deepEqual([...holders], [], `${ip} given to ${node} while ${[...holders]} may answer`);
+          }
+          if (got.action === "wait") assert.ok(wakeAtMs === undefined || wakeAtMs <= got.untilMs);
+          if (got.action === "wait") assert.ok(got.untilMs > NOW);
         }
       }),
     );

@@ -8,23 +8,22 @@
 // Services' node-selector annotations, and for a Service with externalTrafficPolicy Local it holds a ready
 // endpoint. Order of the rules, per group:
 // 1. sticky: a current announcer that is eligible stays (a node joining moves nothing).
-// 2. released: a current announcer whose Lease is live but that is no longer eligible (or not the group's one) is
-//    removed now; its Service gets a new one only GRACE_MS later, when its agent has surely seen the release and
-//    withdrawn. A current announcer whose Lease is not live is replaced at once: its agent has already stopped
-//    (announceDeadline() < leaseExpiry(), announcement.ts).
-// 3. A Service without an announcer that already had addresses when this controller started leading waits until
-//    it has led GRACE_MS: the leader before it may have released it just before.
-// 4. A new announcer, when needed: rendezvous hashing keyed by the group's smallest address, among the eligible.
+// 2. held: while the Lease guard pauses (leases.ts: this controller's view is not fresh), a current announcer whose
+//    Lease is not live stays, and so does the rest of its group: its agent may well be announcing.
+// 3. released: a current announcer whose Lease is live but that is no longer eligible (or not the group's one) is
+//    removed now, and the removal names it (RELEASED_FROM_ANNOTATION). A current announcer whose Lease is not live
+//    is replaced at once: its agent has withdrawn, or yields to the new announcer's first claim (announcement.ts).
+// 4. release-ack: a Service released from a node gets a new announcer only once that node acknowledged the
+//    removal (hasApplied(), its Lease's applied resourceVersion) or its Lease is no longer live: never on a timer,
+//    since the node's Service watch may be dead or lagging for minutes. The group waits with it.
+// 5. A new announcer, when needed: rendezvous hashing keyed by the group's smallest address, among the eligible.
 import type { Service } from "kubernetes-types/core/v1.js";
 import { type LabelSelector, matchesLabels } from "../kube/labelselector.ts";
 import { type Cidr, cidrContains } from "../net/ip.ts";
 import { annotationSelector, NODE_SELECTOR_ANNOTATION } from "../service/decide.ts";
 import { hashString, topByScore } from "../service/rendezvous.ts";
-import { ANNOUNCER_ANNOTATION, ANNOUNCER_LABEL, LEASE_DURATION_SECONDS } from "./announcement.ts";
+import { ANNOUNCER_ANNOTATION, ANNOUNCER_LABEL, hasApplied, RELEASED_FROM_ANNOTATION } from "./announcement.ts";
 import { ipNumber } from "./ranges.ts";
-
-/** How long a released Service, and one found without an announcer at start, waits for a new one. */
-export const GRACE_MS = LEASE_DURATION_SECONDS * 1000;
 
 export interface AnnouncedService {
   /** namespace/name */
@@ -37,10 +36,10 @@ export interface AnnouncedService {
   announcer: string | undefined;
   /** Its node-selector annotation (service/decide.ts), or why it does not parse. */
   nodeSelector?: LabelSelector | string;
-  /** When this controller last released it (monotonic ms). */
-  releasedAtMs?: number;
-  /** It had addresses and no announcer when this controller started leading. */
-  unannouncedAtStart?: boolean;
+  /** The node its addresses were last taken from while its Lease was live (RELEASED_FROM_ANNOTATION). */
+  releasedFrom?: string;
+  /** The resourceVersion that node must have applied: the removal's own, or a later one of the Service. */
+  releaseVersion?: string;
 }
 
 /** An announcer Lease as this controller sees it. */
@@ -50,6 +49,10 @@ export interface Announcer {
   hash: number;
   /** Renewed within its duration, by this controller's observation. */
   live: boolean;
+  /** When it stops being live unless renewed (monotonic ms). */
+  expiresAtMs: number;
+  /** Its agent's applied resourceVersion (APPLIED_ANNOTATION), if it says one. */
+  applied?: string;
   /** The on-link prefixes where it can announce. */
   segments: readonly Cidr[];
 }
@@ -65,24 +68,23 @@ export interface AnnouncersInput {
   nodeLabels(node: string): Record<string, string>;
   /** Nodes with a ready endpoint of a Service. */
   readyNodes(service: string): ReadonlySet<string>;
-  nowMs: number;
-  /** When this controller started leading (monotonic ms). */
-  startedAtMs: number;
+  /** While set, this controller's view of the Leases is not fresh: an expired Lease moves nothing (leases.ts). */
+  paused?: { rule: string; reason: string };
 }
 
 export type AnnouncerRule =
   | "sticky"
+  | "held"
   | "assigned"
   | "failover"
   | "released"
-  | "release-grace"
-  | "start-grace"
+  | "release-ack"
   | "no-announcer";
 
 export type AnnouncerDecision =
-  | { action: "announce"; node: string; rule: "sticky" | "assigned" | "failover"; reason: string }
-  /** No announcer for now; `untilMs` is when to decide again (a grace ends). */
-  | { action: "wait"; rule: "released" | "release-grace" | "start-grace"; reason: string; untilMs: number }
+  | { action: "announce"; node: string; rule: "sticky" | "held" | "assigned" | "failover"; reason: string }
+  /** No announcer for now; `untilMs` is when to decide again (the old announcer's Lease may expire). */
+  | { action: "wait"; rule: "released" | "release-ack"; reason: string; untilMs: number }
   | { action: "refuse"; rule: "no-announcer"; reason: string };
 
 export interface AnnouncersResult {
@@ -105,18 +107,21 @@ export function assignAnnouncers(input: AnnouncersInput): AnnouncersResult {
   input.picks?.planned();
   let wakeAtMs: number | undefined;
   for (const decision of decisions.values())
-    if (decision.action === "wait") wakeAtMs = Math.min(wakeAtMs ?? Infinity, decision.untilMs);
+    if (decision.action === "wait" && decision.untilMs !== Infinity)
+      wakeAtMs = Math.min(wakeAtMs ?? Infinity, decision.untilMs);
   return { decisions, wakeAtMs };
 }
 
 /** What the announcement reads of a Service beside its allocation, and the announcer label its write sets. */
 export function announcedFacts(
   service: Service,
-): Pick<AnnouncedService, "local" | "announcer" | "nodeSelector"> & { label?: string } {
+): Pick<AnnouncedService, "local" | "announcer" | "nodeSelector" | "releasedFrom"> & { label?: string } {
+  const annotations = service.metadata?.annotations;
   return {
     local: service.spec?.externalTrafficPolicy === "Local",
-    nodeSelector: annotationSelector(service.metadata?.annotations?.[NODE_SELECTOR_ANNOTATION]),
-    announcer: service.metadata?.annotations?.[ANNOUNCER_ANNOTATION],
+    nodeSelector: annotationSelector(annotations?.[NODE_SELECTOR_ANNOTATION]),
+    announcer: annotations?.[ANNOUNCER_ANNOTATION],
+    releasedFrom: annotations?.[RELEASED_FROM_ANNOTATION],
     label: service.metadata?.labels?.[ANNOUNCER_LABEL],
   };
 }
@@ -292,55 +297,75 @@ function decideGroup(
   input: AnnouncersInput,
 ): Map<string, AnnouncerDecision> {
   const decisions = new Map<string, AnnouncerDecision>();
-  const { nowMs } = input;
   const candidates = typeof eligible === "string" ? [] : eligible;
   const isEligible = (node: string | undefined) => node !== undefined && namesOf(candidates).has(node);
   // Rule 1: an eligible current announcer stays; of several (from before the Services shared), the top one.
   const named = new Set(group.services.flatMap(({ announcer }) => announcer ?? []));
   const current = [...named].filter(isEligible).map((name) => byNode.get(name) as Announcer);
   const kept = topByScore(current, hashString(group.key), 1)[0];
-  const graceEnd = (service: AnnouncedService) => (service.releasedAtMs ?? -Infinity) + GRACE_MS;
-  let blockedUntil = -Infinity;
-  let blockedBy: { rule: "release-grace" | "start-grace"; reason: string } | undefined;
-  const block = (untilMs: number, rule: "release-grace" | "start-grace", reason: string) => {
-    if (untilMs <= blockedUntil) return;
-    blockedUntil = untilMs;
-    blockedBy = { rule, reason };
-  };
+  /** Rules 2 to 4: nodes that may still answer for an address of the group, and until when to wait for them. */
+  const pending = new Map<string, { untilMs: number; reason: string }>();
+  let held: Announcer | undefined;
   for (const service of group.services) {
     const { announcer } = service;
     if (announcer !== undefined && announcer === kept?.name) {
       decisions.set(service.key, { action: "announce", node: announcer, rule: "sticky", reason: `${announcer} stays` });
       continue;
     }
-    // Rule 2: a live announcer that is not the group's one is released now.
-    if (announcer !== undefined && byNode.get(announcer)?.live) {
+    // Rule 2: with the guard paused, a current announcer whose Lease expired stays: it may well be announcing. One
+    // per group (the first Service's), and none beside an eligible one, as ever.
+    const current = announcer === undefined ? undefined : byNode.get(announcer);
+    if (!kept && current && !current.live && input.paused && (held === undefined || held === current)) {
+      const reason = `the Lease of ${current.name} is not live, but ${input.paused.reason}: it stays`;
+      decisions.set(service.key, { action: "announce", node: current.name, rule: "held", reason });
+      pending.set(current.name, { untilMs: Infinity, reason: `${service.key} is held by ${current.name}` });
+      held ??= current;
+      continue;
+    }
+    // Another expired one, paused: may answer too; what else of the group is new to the held one waits for it.
+    if (current && !current.live && input.paused)
+      pending.set(current.name, { untilMs: Infinity, reason: `${service.key} may still be announced by ${announcer}` });
+    // Rule 3: a live announcer that is not the group's one is released now.
+    if (announcer !== undefined && current?.live) {
       const why = isEligible(announcer) ? `the group sharing ${group.key} is announced by ${kept?.name}` : "ineligible";
-      const untilMs = nowMs + GRACE_MS;
-      const reason = `released ${announcer} (${why}); a new announcer after ${GRACE_MS / 1000} s`;
-      decisions.set(service.key, { action: "wait", rule: "released", reason, untilMs });
-      block(untilMs, "release-grace", `${service.key} was just released`);
+      const reason = `released ${announcer} (${why}); a new announcer once it acknowledges or its Lease expires`;
+      decisions.set(service.key, { action: "wait", rule: "released", reason, untilMs: current.expiresAtMs });
+      const wait = `${service.key} was just released from ${announcer}`;
+      pending.set(announcer, { untilMs: current.expiresAtMs, reason: wait });
       continue;
     }
-    if (graceEnd(service) > nowMs) {
-      const reason = `released ${GRACE_MS / 1000} s ago at most: its previous announcer may still be withdrawing`;
-      decisions.set(service.key, { action: "wait", rule: "release-grace", reason, untilMs: graceEnd(service) });
-      block(graceEnd(service), "release-grace", `${service.key} was released less than ${GRACE_MS / 1000} s ago`);
-      continue;
-    }
-    // Rule 3: from before this controller; a controller before it may have just released it.
-    const startEnd = input.startedAtMs + GRACE_MS;
-    if (announcer === undefined && service.unannouncedAtStart && startEnd > nowMs) {
-      const reason = `had addresses but no announcer at start: waiting ${GRACE_MS / 1000} s after the start`;
-      decisions.set(service.key, { action: "wait", rule: "start-grace", reason, untilMs: startEnd });
-      block(startEnd, "start-grace", `${service.key} had no announcer at start`);
-    }
+    // Rule 4: the node it was released from has not applied the removal, and may still answer; with the guard
+    // paused, an expired Lease does not say it stopped.
+    const from =
+      announcer === undefined && service.releasedFrom !== undefined ? byNode.get(service.releasedFrom) : undefined;
+    if (from && (from.live || input.paused) && !hasApplied(from.applied, service.releaseVersion))
+      pending.set(from.name, {
+        // Paused, its expiry is past: a renewal or the guard lifting decides again, not a timer.
+        untilMs: from.live ? from.expiresAtMs : Infinity,
+        reason:
+          `released from ${from.name}, which has applied ${from.applied ?? "nothing"} of ${service.releaseVersion}: ` +
+          "waiting until it acknowledges or its Lease expires",
+      });
   }
-  // Rule 4: the rest get the kept announcer (it announces their addresses already), else a new one.
+  // Rule 5: the rest get the kept announcer (it announces their addresses already), else a new one; none while
+  // another node may still answer for an address of the group (the released node itself may have it back).
   const rest = group.services.filter(({ key }) => !decisions.has(key));
   if (!rest.length) return decisions;
-  const chosen = kept ?? (blockedBy ? undefined : pick(candidates, group.key, byNode, input.picks));
-  for (const service of rest) decisions.set(service.key, assign(service, chosen, eligible, blockedUntil, blockedBy));
+  const chosen = kept ?? held ?? pick(candidates, group.key, byNode, input.picks);
+  const waitFor = [...pending].filter(([node]) => node !== chosen?.name).map(([, wait]) => wait);
+  if (waitFor.length) {
+    const untilMs = Math.max(...waitFor.map((wait) => wait.untilMs));
+    const reason = waitFor.map((wait) => wait.reason).join("; ");
+    for (const service of rest) decisions.set(service.key, { action: "wait", rule: "release-ack", reason, untilMs });
+    return decisions;
+  }
+  for (const service of rest)
+    decisions.set(
+      service.key,
+      chosen && chosen === held
+        ? { action: "announce", node: held.name, rule: "held", reason: `${held.name} holds the group's addresses` }
+        : assign(service, chosen, eligible),
+    );
   return decisions;
 }
 
@@ -348,14 +373,11 @@ function assign(
   service: AnnouncedService,
   chosen: Announcer | undefined,
   eligible: Announcer[] | string,
-  blockedUntil: number,
-  blockedBy: { rule: "release-grace" | "start-grace"; reason: string } | undefined,
 ): AnnouncerDecision {
   if (chosen) {
     const rule = service.announcer === undefined ? "assigned" : "failover";
     const why = rule === "failover" ? `the Lease of ${service.announcer} is not live` : "it had none";
     return { action: "announce", node: chosen.name, rule, reason: `${chosen.name} announces (${why})` };
   }
-  if (blockedBy) return { action: "wait", rule: blockedBy.rule, reason: blockedBy.reason, untilMs: blockedUntil };
   return { action: "refuse", rule: "no-announcer", reason: typeof eligible === "string" ? eligible : "none eligible" };
 }

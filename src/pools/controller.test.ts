@@ -121,7 +121,9 @@ function world(options: { failFirstStatus?: boolean; now?: () => number } = {}) 
     };
   };
   const addNode = (name: string) => {
-    const node: Node = { metadata: { name }, status: { conditions: [{ type: "Ready", status: "True" }] } };
+    // An address on the segment its Lease names: what proves that segment (leases.ts).
+    const addresses = [{ type: "InternalIP", address: `198.51.100.${10 + nodes.list().length}` }];
+    const node: Node = { metadata: { name }, status: { addresses, conditions: [{ type: "Ready", status: "True" }] } };
     nodes.put(node);
     controller.nodeHandlers.onAdd?.(node);
   };

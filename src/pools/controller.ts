@@ -15,8 +15,10 @@
 // Once a Service's status shows its addresses, assignAnnouncers() (announcers.ts) picks the node that announces
 // them from the announcer Leases (leases.ts), the Nodes and, for Local, the EndpointSlices; the announcer
 // annotation and label are written by a merge patch pinned to the version read, after the status, and removed
-// before anything else when the Service loses its addresses or its announcer. Liveness changes with time alone:
-// the queue runs the assignment again (addAfter) when the first live Lease would expire or a grace ends.
+// before anything else when the Service loses its addresses or its announcer; a removal from a node whose Lease is
+// live names that node (RELEASED_FROM_ANNOTATION), and the next announcer waits for its acknowledgement. Liveness
+// changes with time alone: the queue runs the assignment again (addAfter) when the first live Lease would expire;
+// an acknowledgement runs it when the Lease that carries it is seen.
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { LoadBalancerIngress, Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
@@ -45,10 +47,13 @@ import {
   ANNOUNCER_LABEL,
   announcerLabelValue,
   GATEWAYS_ANNOTATION,
+  leaseNode,
+  RELEASED_FROM_ANNOTATION,
   SEGMENTS_ANNOTATION,
 } from "./announcement.ts";
 import {
   type AnnouncedService,
+  type Announcer,
   type AnnouncerDecision,
   type AnnouncersResult,
   announcedFacts,
@@ -58,7 +63,7 @@ import {
 } from "./announcers.ts";
 import type { PoolsConfig } from "./flags.ts";
 import { ExclusionSet, exclusions } from "./exclusions.ts";
-import { AnnouncerLeases } from "./leases.ts";
+import { AnnouncerLeases, GUARD_RULES, type GuardRule, type LeaseGuard, provenSegments } from "./leases.ts";
 import type { PoolsMetrics } from "./metrics.ts";
 import { type LoadBalancerIPPool, POOL_FINALIZER, type PoolFacts, type PoolStatus, poolFacts } from "./pool.ts";
 import { poolStatus, sameStatus } from "./status.ts";
@@ -133,18 +138,20 @@ export class PoolController {
   /** The last warning told per Service: told again only when it changes. */
   private readonly warned = new Map<string, string>();
   private readonly leases = new AnnouncerLeases();
+  private guardRule: GuardRule | undefined;
+  /** Per node, the Lease segments last refused (as text), to tell a refusal once. */
+  private readonly refusedSegments = new Map<string, string>();
   private readonly loadBalancerNodes = new Map<string, LoadBalancerNode>();
   private readonly endpoints = new ReadyEndpoints();
   private announcement: AnnouncersResult | undefined;
   private readonly picks = new Picks();
   private announceStale = true;
-  /** When this process removed a live announcer from each Service (monotonic ms). */
-  private readonly releasedAt = new Map<string, number>();
-  /** Services that had addresses and no announcer when this replica started leading. */
-  private readonly unannouncedAtStart = new Set<string>();
+  /** The version of each Service at which this process removed a live announcer (the removal's own). */
+  private readonly releaseVersions = new Map<string, string>();
+  /** Nodes whose acknowledgement a Service waits for: a change of what their Lease says they applied replans. */
+  private awaitingAck = new Set<string>();
   /** The last announcement warning told per Service. */
   private readonly warnedAnnouncer = new Map<string, string>();
-  private startedAtMs = 0;
   private started = false;
   private stopped = false;
 
@@ -169,7 +176,7 @@ export class PoolController {
     onDelete: (service) => {
       const key = objectKey(service);
       const maps = [this.inputs, this.announceInputs, this.holds, this.acted, this.warned, this.warnedAnnouncer];
-      for (const map of [...maps, this.releasedAt]) map.delete(key);
+      for (const map of [...maps, this.releaseVersions]) map.delete(key);
       this.changed(ALLOCATION);
     },
   };
@@ -226,16 +233,13 @@ export class PoolController {
     this.resync();
   }
 
-  /** Syncs everything cached again, and starts the start grace: at start, and when this replica starts leading. */
+  /**
+   * Syncs everything cached again: at start, and when this replica starts leading. A release by the replica that
+   * led before is on the Service itself (RELEASED_FROM_ANNOTATION): waited for from its cached version.
+   */
   resync(): void {
     this.stale = true;
     this.announceStale = true;
-    // The replica that led before may have released a Service just now: a grace from here (announcers.ts).
-    this.startedAtMs = this.options.now();
-    this.unannouncedAtStart.clear();
-    for (const service of this.options.services.list())
-      if (l2ServiceFacts(service).ingress.length && announcedFacts(service).announcer === undefined)
-        this.unannouncedAtStart.add(objectKey(service));
     for (const service of this.options.services.list()) this.enqueue(SERVICE + objectKey(service));
     for (const pool of this.options.pools.list()) this.enqueue(POOL + objectKey(pool));
   }
@@ -298,8 +302,12 @@ export class PoolController {
   }
 
   private leaseChanged(lease: Lease): void {
-    if (this.leases.seen(lease, this.options.now())) this.announcementChanged();
     const name = lease.metadata?.name ?? "";
+    const node = leaseNode(name);
+    const applied = node === undefined ? undefined : this.leases.applied(node);
+    const changed = this.leases.seen(lease, this.options.now());
+    const acknowledged = node !== undefined && this.awaitingAck.has(node) && this.leases.applied(node) !== applied;
+    if (changed || acknowledged) this.announcementChanged();
     const { [SEGMENTS_ANNOTATION]: segments, [GATEWAYS_ANNOTATION]: gateways } = lease.metadata?.annotations ?? {};
     const network = JSON.stringify([segments, gateways]);
     if (this.leaseNetwork.get(name) === network) return;
@@ -384,20 +392,28 @@ export class PoolController {
     if (this.announcement && !this.announceStale) return this.announcement;
     this.announceStale = false;
     const nowMs = this.options.now();
-    const { announcers, nextExpiryMs } = this.leases.announcers(nowMs);
+    const guard = this.leases.guard(nowMs);
+    const observed = this.leases.announcers(nowMs);
+    const announcers = this.proven(observed.announcers);
+    const { nextExpiryMs } = observed;
     this.options.metrics.liveAnnouncers.set(announcers.filter(({ live }) => live).length);
+    this.reportGuard(guard);
     const services: AnnouncedService[] = [];
+    const awaiting = new Set<string>();
     for (const service of this.options.services.list()) {
       const facts = l2ServiceFacts(service);
       const allocation = result.services.get(facts.key);
       if (allocation?.action !== "allocate" || facts.deleting || facts.ingress.join() !== allocation.ips.join())
         continue;
-      const { local, announcer, nodeSelector } = announcedFacts(service);
-      const releasedAtMs = this.releasedAt.get(facts.key);
-      const unannouncedAtStart = this.unannouncedAtStart.has(facts.key);
+      const { local, announcer, nodeSelector, releasedFrom } = announcedFacts(service);
+      // The removal's own version when this process wrote it; else the cached one, which is no earlier.
+      const releaseVersion = this.releaseVersions.get(facts.key) ?? service.metadata?.resourceVersion;
       const { key, ips } = { key: facts.key, ips: allocation.ips };
-      services.push({ key, ips, local, announcer, nodeSelector, releasedAtMs, unannouncedAtStart });
+      services.push({ key, ips, local, announcer, nodeSelector, releasedFrom, releaseVersion });
+      // Only a release waits for an acknowledgement: other applied versions moving (each bookmark) plan nothing.
+      if (announcer === undefined && releasedFrom !== undefined) awaiting.add(releasedFrom);
     }
+    this.awaitingAck = awaiting;
     const next = assignAnnouncers({
       services,
       announcers,
@@ -407,9 +423,8 @@ export class PoolController {
       },
       nodeLabels: (node) => this.loadBalancerNodes.get(node)?.labels ?? {},
       readyNodes: (service) => this.endpoints.readyNodes(service),
-      nowMs,
-      startedAtMs: this.startedAtMs,
       picks: this.picks,
+      ...(guard.paused ? { paused: guard } : {}),
     });
     const before = this.announcement?.decisions;
     this.announcement = next;
@@ -421,6 +436,45 @@ export class PoolController {
     for (const key of before?.keys() ?? []) if (!next.decisions.has(key)) this.enqueue(SERVICE + key);
     this.wakeAt(Math.min(next.wakeAtMs ?? Infinity, nextExpiryMs ?? Infinity));
     return next;
+  }
+
+  /** The announcers with only the segments their Nodes' addresses prove (leases.ts); a refusal is told once. */
+  private proven(announcers: Announcer[]): Announcer[] {
+    const byNode = new Map(
+      this.options.nodes
+        .list()
+        .map(({ metadata, status }) => [metadata?.name ?? "", (status?.addresses ?? []).map(({ address }) => address)]),
+    );
+    const told = new Map(this.refusedSegments);
+    this.refusedSegments.clear();
+    let refusedCount = 0;
+    const result = announcers.map((announcer) => {
+      const { proven, refused } = provenSegments(announcer.segments, byNode.get(announcer.name) ?? []);
+      refusedCount += refused.length;
+      const text = refused.map(({ address, prefixLength }) => `${address}/${prefixLength}`).join(",");
+      if (text !== "" && text !== told.get(announcer.name))
+        this.options.log.warn("announcer Lease segments refused: the node's Node has no address in them", {
+          node: announcer.name,
+          segments: text,
+          rule: "segment-unproven",
+        });
+      if (text !== "") this.refusedSegments.set(announcer.name, text);
+      return refused.length ? { ...announcer, segments: proven } : announcer;
+    });
+    this.options.metrics.refusedSegments.set(refusedCount);
+    return result;
+  }
+
+  /** Logs a change of the Lease guard's rule once, and sets its gauge. */
+  private reportGuard(guard: LeaseGuard): void {
+    if (guard.rule !== this.guardRule) {
+      const fields = { rule: guard.rule, reason: guard.reason };
+      if (guard.paused) this.options.log.warn("announcer Lease guard: expiries are not acted on", fields);
+      else if (this.guardRule !== undefined)
+        this.options.log.info("announcer Lease guard lifted: every Lease counts from now", { rule: guard.rule });
+    }
+    this.guardRule = guard.rule;
+    for (const rule of GUARD_RULES) this.options.metrics.leaseGuard.with({ rule }).set(rule === guard.rule ? 1 : 0);
   }
 
   /** Assigns the announcers again at `atMs` (monotonic ms), when a Lease may expire or a grace ends. */
@@ -450,6 +504,10 @@ export class PoolController {
     const announcer = announced && announcerOf(announced);
     const before = announcedFacts(service);
     const differs = before.announcer !== announcer || before.label !== labelOf(announcer);
+    // A removal from a node whose Lease is live names it: its agent announces until it sees the removal, and the
+    // next announcer waits for it to say so (announcers.ts). Any other announcer write clears it.
+    const liveBefore = before.announcer !== undefined && this.leases.isLive(before.announcer, this.options.now());
+    const releasedFrom = announcer === undefined && liveBefore ? (before.announcer as string) : null;
     // An announcer goes before anything else changes, and comes after the status shows the addresses.
     const writes: Write[] = [
       ...(differs && announcer === undefined ? (["announcer"] as const) : []),
@@ -484,17 +542,17 @@ export class PoolController {
         // Each write starts from the version the one before made. The watch may deliver that version before this
         // write is answered: it lacks what this write adds, and a sync from it would write the same again.
         acted.add(version);
-        version = await this.send(service, version, decision, write, announcer, log);
+        version = await this.send(service, version, decision, write, { announcer, releasedFrom }, log);
         if (version === undefined) return void this.acted.delete(key);
         // The watch shows the announcer written with the status of that moment: an announcer goes first or last.
         if (write === "announcer") {
           const shown = { ingress: index === 0 ? facts.ingress : done.ingress, deleting: facts.deleting };
-          this.announceInputs.set(key, announcementInputs(shown, { ...before, announcer, label: labelOf(announcer) }));
+          const written = { ...before, announcer, label: labelOf(announcer), releasedFrom: releasedFrom ?? undefined };
+          this.announceInputs.set(key, announcementInputs(shown, written));
+          // The version the released node must have applied: this removal's own.
+          if (releasedFrom === null) this.releaseVersions.delete(key);
+          else this.releaseVersions.set(key, version);
         }
-        // A live announcer removed: its agent announces until it sees that; the next one waits (announcers.ts).
-        const removed = write === "announcer" && announcer === undefined ? before.announcer : undefined;
-        if (removed !== undefined && this.leases.isLive(removed, this.options.now()))
-          this.releasedAt.set(key, this.options.now());
       }
     } catch (err) {
       this.acted.delete(key);
@@ -530,7 +588,7 @@ export class PoolController {
     resourceVersion: string | undefined,
     decision: Decision,
     write: Write,
-    announcer: string | undefined,
+    { announcer, releasedFrom }: { announcer: string | undefined; releasedFrom: string | null },
     log: Logger,
   ): Promise<string | undefined> {
     const { metadata = {} } = service;
@@ -547,7 +605,7 @@ export class PoolController {
         written = await resource.patch(name, "merge", patch, { subresource: "status" });
       } else if (write === "announcer") {
         // Pinned to the version read: the announcer was decided from it.
-        const annotations = { [ANNOUNCER_ANNOTATION]: announcer ?? null };
+        const annotations = { [ANNOUNCER_ANNOTATION]: announcer ?? null, [RELEASED_FROM_ANNOTATION]: releasedFrom };
         const labels = { [ANNOUNCER_LABEL]: labelOf(announcer) ?? null };
         written = await resource.patch(name, "merge", { metadata: { resourceVersion, annotations, labels } });
       } else {

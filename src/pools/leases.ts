@@ -1,20 +1,32 @@
 // The announcer Leases as this controller observes them: a Lease is live until leaseExpiry() after this process
 // last saw its renewTime change, on this process's monotonic clock (as client-go's leader election times a
-// leader's Lease), so neither the agents' clocks nor the API server's matter. A Lease first seen counts live for
-// its duration from then: an agent that had stopped is found out one duration after a restart.
+// leader's Lease), so neither the agents' clocks nor the API server's matter. The duration is this controller's own
+// (LEASE_DURATION_SECONDS, the contract's), never the Lease's spec.leaseDurationSeconds: a node's stolen credentials
+// could set that to a day. A Lease first seen counts live for a duration from then: an agent that had stopped is
+// found out one duration after a restart. What a Lease says of segments is trusted only where the node's Node
+// object has an address inside them (provenSegments()).
+//
+// The guard (decideLeaseGuard): an expiry this controller counts is acted on only while its own view is fresh. When
+// it has seen no renewal at all for STALE_VIEW_MS (its Lease watch broken, the API server away), or more than
+// MASS_EXPIRY_FRACTION of the Leases live or lately expired (within MASS_EXPIRY_WINDOW_MS: a Lease left by a node
+// long gone counts for nothing) expired lately, it moves nothing away from an expired Lease; when a stale view ends,
+// each of those gets a full duration from then before anything moves (node-lifecycle's partition guard, for Leases).
 //
 // A renewal of a Lease that is live changes no announcer: seen() says so, and the controller plans nothing for it
-// (every agent renews each second: with 5,000 nodes, a plan per renewal would keep a core busy). An expiry is
-// found by the plan the controller makes at announcers().nextExpiryMs.
+// (every agent renews each second: with 5,000 nodes, a plan per renewal would keep a core busy), unless a Service
+// waits for that node to acknowledge a release and its applied resourceVersion moved (the controller asks
+// applied()). An expiry is found by the plan the controller makes at announcers().nextExpiryMs.
 import type { Lease } from "kubernetes-types/coordination/v1.js";
-import { type Cidr, parseCidr } from "../net/ip.ts";
+import { type Cidr, cidrContains, parseCidr } from "../net/ip.ts";
 import { hashString } from "../service/rendezvous.ts";
 import {
   announcerLeaseName,
+  APPLIED_ANNOTATION,
   GATEWAYS_ANNOTATION,
   LEASE_DURATION_SECONDS,
   leaseExpiry,
   leaseNode,
+  RENEW_INTERVAL_MS,
   SEGMENTS_ANNOTATION,
 } from "./announcement.ts";
 import type { Announcer } from "./announcers.ts";
@@ -24,21 +36,74 @@ interface Observed {
   hash: number;
   renewTime: string | undefined;
   seenAtMs: number;
-  durationSeconds: number;
   /** The annotation as written: a change of it is a change of announcer. */
   segmentsText: string | undefined;
   segments: Cidr[];
   /** GATEWAYS_ANNOTATION as written. */
   gatewaysText: string | undefined;
+  /** APPLIED_ANNOTATION as written. */
+  applied: string | undefined;
 }
+
+/** No renewal seen at all for this long: this controller's view of the Leases is not fresh. */
+export const STALE_VIEW_MS = 2 * RENEW_INTERVAL_MS;
+/** More than this fraction of the Leases expired at once: more likely this controller's view than the nodes. */
+export const MASS_EXPIRY_FRACTION = 0.55;
+
+export const GUARD_RULES = ["fresh", "stale-view", "mass-expiry"] as const;
+export type GuardRule = (typeof GUARD_RULES)[number];
+export interface LeaseGuard {
+  /** True while no expiry is acted on. */
+  paused: boolean;
+  rule: GuardRule;
+  reason: string;
+}
+
+/** "At once": Leases that expired within this long count against those still live. */
+export const MASS_EXPIRY_WINDOW_MS = 2 * LEASE_DURATION_SECONDS * 1000;
+
+export interface LeaseView {
+  nowMs: number;
+  /** Announcer Leases observed (deleted ones are gone, not expired). */
+  observed: number;
+  /** Of them, live or expired within MASS_EXPIRY_WINDOW_MS. */
+  leases: number;
+  /** Of those, not live. */
+  expired: number;
+  /** When this controller last saw any Lease renewed (monotonic ms). */
+  lastRenewalSeenMs: number;
+}
+
+export function decideLeaseGuard({ nowMs, observed, leases, expired, lastRenewalSeenMs }: LeaseView): LeaseGuard {
+  const silentMs = nowMs - lastRenewalSeenMs;
+  if (observed > 0 && silentMs > STALE_VIEW_MS)
+    return {
+      paused: true,
+      rule: "stale-view",
+      reason: `no announcer Lease renewal seen for ${Math.round(silentMs)} ms: this controller's view may be stale`,
+    };
+  if (leases >= 2 && expired / leases > MASS_EXPIRY_FRACTION)
+    return {
+      paused: true,
+      rule: "mass-expiry",
+      reason: `${expired} of ${leases} announcer Leases expired at once (over ${percent(MASS_EXPIRY_FRACTION)})`,
+    };
+  return { paused: false, rule: "fresh", reason: "this controller sees the announcer Leases renewed" };
+}
+
+const percent = (fraction: number) => `${Math.round(fraction * 100)}%`;
 
 export class AnnouncerLeases {
   /** By Lease name. */
   private readonly observed = new Map<string, Observed>();
+  private lastRenewalSeenMs = -Infinity;
+  /** The guard's view was stale at the last ask, since the renewal seen at lastSilenceMs. */
+  private stale = false;
+  private lastSilenceMs = -Infinity;
 
   /**
-   * Takes in a Lease seen at `nowMs`. True when the announcers change: a Lease new or not live until now, other
-   * segments or another duration; false for a live Lease renewed, or a Lease that is no node's announcer Lease.
+   * Takes in a Lease seen at `nowMs`. True when the announcers change: a Lease new or not live until now, or other
+   * segments; false for a live Lease renewed, or a Lease that is no node's announcer Lease.
    */
   seen(lease: Lease, nowMs: number): boolean {
     const name = lease.metadata?.name ?? "";
@@ -47,24 +112,30 @@ export class AnnouncerLeases {
     const before = this.observed.get(name);
     const renewTime = lease.spec?.renewTime;
     const renewed = !before || before.renewTime !== renewTime;
-    const durationSeconds = lease.spec?.leaseDurationSeconds ?? LEASE_DURATION_SECONDS;
+    // The first renewal after a silence ends a stale view: the guard is decided again.
+    const silence = renewed && nowMs - this.lastRenewalSeenMs > STALE_VIEW_MS;
+    if (renewed) this.lastRenewalSeenMs = nowMs;
     const segmentsText = lease.metadata?.annotations?.[SEGMENTS_ANNOTATION];
     const same =
       before !== undefined &&
-      nowMs < leaseExpiry(before.seenAtMs, before.durationSeconds) &&
-      before.durationSeconds === durationSeconds &&
+      nowMs < leaseExpiry(before.seenAtMs, LEASE_DURATION_SECONDS) &&
       before.segmentsText === segmentsText;
     this.observed.set(name, {
       node,
       hash: before?.hash ?? hashString(node),
       renewTime,
       seenAtMs: renewed ? nowMs : before.seenAtMs,
-      durationSeconds,
       segmentsText,
       segments: same ? before.segments : segments(segmentsText),
       gatewaysText: lease.metadata?.annotations?.[GATEWAYS_ANNOTATION],
+      applied: lease.metadata?.annotations?.[APPLIED_ANNOTATION],
     });
-    return !same;
+    return !same || silence;
+  }
+
+  /** What a node's Lease says it has applied (APPLIED_ANNOTATION), as last seen. */
+  applied(node: string): string | undefined {
+    return this.observed.get(announcerLeaseName(node) ?? "")?.applied;
   }
 
   /** Each announcer's segments and default gateways as written (live or not): what the network uses. */
@@ -85,18 +156,45 @@ export class AnnouncerLeases {
 
   isLive(node: string, nowMs: number): boolean {
     const observed = this.observed.get(announcerLeaseName(node) ?? "");
-    return observed !== undefined && nowMs < leaseExpiry(observed.seenAtMs, observed.durationSeconds);
+    return observed !== undefined && nowMs < leaseExpiry(observed.seenAtMs, LEASE_DURATION_SECONDS);
+  }
+
+  /**
+   * The guard at `nowMs`. When a stale view ends, every Lease live or lately expired when it began counts from
+   * `nowMs` as if renewed then: one that expired while the view was not fresh may have been renewed all along.
+   */
+  guard(nowMs: number): LeaseGuard {
+    const expiry = (each: Observed) => leaseExpiry(each.seenAtMs, LEASE_DURATION_SECONDS);
+    const lately = [...this.observed.values()].filter((each) => expiry(each) > nowMs - MASS_EXPIRY_WINDOW_MS);
+    const guard = decideLeaseGuard({
+      nowMs,
+      observed: this.observed.size,
+      leases: lately.length,
+      expired: lately.filter((each) => nowMs >= expiry(each)).length,
+      lastRenewalSeenMs: this.lastRenewalSeenMs,
+    });
+    // A stale view lifted: what was live or lately expired when the silence began counts from now, since it may have
+    // been renewed all along (not Leases long dead before). A mass expiry lifts as Leases renew, or as the expired
+    // ones leave the window: those are dead, and move.
+    if (this.stale && guard.rule !== "stale-view") {
+      const since = this.lastSilenceMs + STALE_VIEW_MS;
+      for (const each of this.observed.values())
+        if (expiry(each) > since - MASS_EXPIRY_WINDOW_MS) each.seenAtMs = nowMs;
+    }
+    if (guard.rule === "stale-view" && !this.stale) this.lastSilenceMs = this.lastRenewalSeenMs;
+    this.stale = guard.rule === "stale-view";
+    return guard;
   }
 
   /** Every announcer at `nowMs`, and when the first live one expires. */
   announcers(nowMs: number): { announcers: Announcer[]; nextExpiryMs: number | undefined } {
     const announcers: Announcer[] = [];
     let nextExpiryMs: number | undefined;
-    for (const { node, hash, seenAtMs, durationSeconds, segments } of this.observed.values()) {
-      const expiry = leaseExpiry(seenAtMs, durationSeconds);
-      const live = nowMs < expiry;
-      if (live) nextExpiryMs = Math.min(nextExpiryMs ?? Infinity, expiry);
-      announcers.push({ name: node, hash, live, segments });
+    for (const { node, hash, seenAtMs, segments, applied } of this.observed.values()) {
+      const expiresAtMs = leaseExpiry(seenAtMs, LEASE_DURATION_SECONDS);
+      const live = nowMs < expiresAtMs;
+      if (live) nextExpiryMs = Math.min(nextExpiryMs ?? Infinity, expiresAtMs);
+      announcers.push({ name: node, hash, live, expiresAtMs, segments, ...(applied === undefined ? {} : { applied }) });
     }
     return { announcers, nextExpiryMs };
   }
@@ -108,4 +206,19 @@ function segments(text: string | undefined): Cidr[] {
     const cidr = parseCidr(item.trim());
     return cidr ? [cidr] : [];
   });
+}
+
+/**
+ * The segments of a Lease that its node's Node object proves: those holding one of the Node's addresses. A node's
+ * credentials write its Lease; a segment it has no address in would let it answer for another segment's addresses.
+ */
+export function provenSegments(
+  segments: readonly Cidr[],
+  nodeAddresses: readonly string[],
+): { proven: Cidr[]; refused: Cidr[] } {
+  const proven: Cidr[] = [];
+  const refused: Cidr[] = [];
+  for (const segment of segments)
+    (nodeAddresses.some((address) => cidrContains(segment, address)) ? proven : refused).push(segment);
+  return { proven, refused };
 }

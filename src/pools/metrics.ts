@@ -24,8 +24,19 @@ export function createPoolsMetrics(registry: Registry, prefix: string) {
       name: `${prefix}announcer_decisions_total`,
       help:
         "Changes of the decision of which node announces a Service's addresses, by action (announce, wait, " +
-        "refuse) and rule (sticky, assigned, failover; released, release-grace, start-grace; no-announcer).",
+        "refuse) and rule (sticky, held, assigned, failover; released, release-ack; no-announcer).",
       labels: ["action", "rule"],
+    }),
+    leaseGuard: registry.gauge({
+      name: `${prefix}lease_guard`,
+      help:
+        "1 for the rule of the announcer Lease guard, 0 for the others: fresh (expiries are acted on), stale-view " +
+        "(no renewal seen lately), mass-expiry (too many Leases expired at once); paused, an expiry moves nothing.",
+      labels: ["rule"],
+    }),
+    refusedSegments: registry.gauge({
+      name: `${prefix}announcer_segments_refused`,
+      help: "Segments announcer Leases name in which their node's Node object has no address: not announced there.",
     }),
     liveAnnouncers: registry.gauge({
       name: `${prefix}live_announcers`,

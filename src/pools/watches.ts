@@ -12,7 +12,13 @@ import {
   SHARING_ANNOTATION,
 } from "./allocate.ts";
 import { NODE_SELECTOR_ANNOTATION } from "../service/decide.ts";
-import { ANNOUNCER_ANNOTATION, GATEWAYS_ANNOTATION, SEGMENTS_ANNOTATION } from "./announcement.ts";
+import {
+  ANNOUNCER_ANNOTATION,
+  APPLIED_ANNOTATION,
+  GATEWAYS_ANNOTATION,
+  RELEASED_FROM_ANNOTATION,
+  SEGMENTS_ANNOTATION,
+} from "./announcement.ts";
 
 /** Labels whole: a pool's serviceSelector may name any. Finalizers whole: the record patch writes the list back. */
 export const SERVICE_FIELDS: readonly FieldPath[] = [
@@ -27,6 +33,7 @@ export const SERVICE_FIELDS: readonly FieldPath[] = [
     SHARING_ANNOTATION,
     ALLOCATED_FROM_ANNOTATION,
     ANNOUNCER_ANNOTATION,
+    RELEASED_FROM_ANNOTATION,
     NODE_SELECTOR_ANNOTATION,
   ].map(
     (key): FieldPath => ["metadata", "annotations", key],
@@ -41,11 +48,12 @@ export const SERVICE_FIELDS: readonly FieldPath[] = [
   ["status", "loadBalancer"],
 ];
 
+/** Not spec.leaseDurationSeconds: the controller times Leases with its own duration (leases.ts). */
 export const LEASE_FIELDS: readonly FieldPath[] = [
   ["metadata", "annotations", SEGMENTS_ANNOTATION],
   ["metadata", "annotations", GATEWAYS_ANNOTATION],
+  ["metadata", "annotations", APPLIED_ANNOTATION],
   ["spec", "renewTime"],
-  ["spec", "leaseDurationSeconds"],
 ];
 
 /** Finalizers whole: the finalizer patch writes the list back. */

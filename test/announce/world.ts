@@ -7,6 +7,8 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
+import { performance } from "node:perf_hooks";
+import { createInterface } from "node:readline";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { isApiError } from "../../src/kube/errors.ts";
@@ -25,6 +27,7 @@ import { createNetwork, type Host, RAW_ONLY } from "../netns/netns.ts";
 import { startTcpProxy, type TcpProxy } from "./tcp-proxy.ts";
 
 const AGENT = path.resolve(import.meta.dirname, "../../src/bin/local-ccm.ts");
+const CAPTURE = path.resolve(import.meta.dirname, "../netns/announce-fixture.ts");
 export const NAMESPACE = "kube-system";
 export const SUBNET = { v4: "198.18.77", v6: "fd00:198:77:" };
 const MAX_NODES = 4;
@@ -38,11 +41,32 @@ export interface AgentNode {
   /** Its address on its root link: its /metrics (plain HTTP) is at http://<reachableAt>:10265/metrics. */
   reachableAt: string;
   proxy: TcpProxy;
+  /**
+   * Its port on the bridge taken out (cut) and put back: no frame reaches its peers or them, its link stays up; or
+   * set down and up (carrier): its link loses its carrier, as when a cable is pulled.
+   */
+  segment: { cut(): Promise<void>; restore(): Promise<void>; carrier(up: boolean): Promise<void> };
   logs(): string;
   readLease(): Promise<Lease | undefined>;
   signal(signal: NodeJS.Signals): void;
   exited: Promise<number | null>;
 }
+
+/** A frame a capture saw on the client's link, as test/netns/announce-fixture.ts prints it. */
+export interface Frame {
+  /** When the test read it (performance.now()). */
+  at: number;
+  ready?: boolean;
+  from?: string;
+  outgoing?: boolean;
+  arp?: { operation: string; senderIp: string; targetIp: string };
+  advertisement?: { target: string };
+}
+
+/** Whether a frame claims `address` for its sender: an ARP reply or gratuitous ARP, or a Neighbor Advertisement. */
+export const claims = (frame: Frame, address: string): boolean =>
+  !frame.outgoing &&
+  ((frame.arp !== undefined && frame.arp.senderIp === address) || frame.advertisement?.target === address);
 
 export interface AnnounceWorld {
   plane: ControlPlane;
@@ -56,6 +80,10 @@ export interface AnnounceWorld {
   resolve(address: string): Promise<string | undefined>;
   /** Assigns Service `name` to `node` as the pool controller does: annotation, label, ingress `addresses`. */
   assign(name: string, node: string, addresses: string[]): Promise<void>;
+  /** Records every ARP and NDP frame on the client's link (our own packet socket), until stopped. */
+  capture(): Promise<{ frames: Frame[]; stop(): Promise<void> }>;
+  /** Takes Service `name` from its node as the pool controller does (annotation and label removed): the version. */
+  release(name: string): Promise<string>;
   stop(): Promise<void>;
 }
 
@@ -75,10 +103,10 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
       const addressesB = [`${SUBNET.v4}.${suffix}/24`, `${SUBNET.v6}:${suffix}/64`];
       const link = await net.link(bridge, host, { addressesB });
       await bridge.ip("link", "set", link.nameA, "master", "br0");
-      return link.nameB;
+      return link;
     };
     const client = await quietHost(net);
-    const clientLink = await join(client, 9);
+    const clientLink = (await join(client, 9)).nameB;
     const plane = await startControlPlane({ extraIPs: Array.from({ length: MAX_NODES }, (_, slot) => rootIP(slot)) });
     stops.push(() => plane.stop());
     // RBAC is not what these tests prove (least privilege and the node-scope policy have their own).
@@ -94,7 +122,8 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
 
     const addNode = async (name: string, slot: number, flags: string[] = []): Promise<AgentNode> => {
       const host = await quietHost(net);
-      const link = await join(host, slot + 1);
+      const port = await join(host, slot + 1);
+      const link = port.nameB;
       const mac = JSON.parse(await host.ip("-j", "link", "show", link))[0].address as string;
       const [root, reachableAt] = [rootIP(slot), `198.19.${subnet}.${4 * slot + 2}`];
       // Its link to the API has a MAC too: --lb-l2-interfaces leaves it out.
@@ -132,6 +161,11 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
         mac,
         reachableAt,
         proxy,
+        segment: {
+          cut: async () => void (await bridge.ip("link", "set", port.nameA, "nomaster")),
+          restore: async () => void (await bridge.ip("link", "set", port.nameA, "master", "br0")),
+          carrier: async (up) => void (await bridge.ip("link", "set", port.nameA, up ? "up" : "down")),
+        },
         logs: () => logs.join(""),
         readLease: () =>
           leases.get(leaseName).catch((err: unknown) => {
@@ -168,6 +202,28 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
           return entry && !entry.state.includes("INCOMPLETE") && entry;
         });
         return settled.state.includes("FAILED") ? undefined : settled.lladdr;
+      },
+      async capture() {
+        const frames: Frame[] = [];
+        const argv = [`--net=/run/netns/${client.name}`, process.execPath, CAPTURE, "capture", clientLink];
+        const child = spawn("nsenter", argv);
+        const forget = onExit(() => child.kill("SIGKILL"));
+        const exited = new Promise((resolve) => child.once("exit", resolve));
+        createInterface({ input: child.stdout }).on("line", (line) =>
+          frames.push({ ...(JSON.parse(line) as Frame), at: performance.now() }),
+        );
+        const stop = async () => {
+          child.stdin.end();
+          await exited;
+          forget();
+        };
+        stops.push(stop);
+        await waitFor("the capture ready", () => frames.some((frame) => frame.ready));
+        return { frames, stop };
+      },
+      async release(name) {
+        const metadata = { annotations: { [ANNOUNCER_ANNOTATION]: null }, labels: { [ANNOUNCER_LABEL]: null } };
+        return (await services.patch(name, "merge", { metadata })).metadata?.resourceVersion ?? "";
       },
       async assign(name, node, addresses) {
         const metadata = {

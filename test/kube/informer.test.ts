@@ -98,6 +98,29 @@ describe("Informer against the real apiserver", () => {
     }
   });
 
+  test("relist(): the cache and its resourceVersion are as of a read after the call, without a reconnect's wait", async () => {
+    const informer = new Informer(configMaps, { labelSelector: "relist=yes" });
+    const seen: string[] = [];
+    informer.addHandlers({ onAdd: (cm) => seen.push(`add ${cm.metadata?.name}`) });
+    informer.start();
+    try {
+      await informer.waitForSync();
+      const listed = informer.lastResourceVersion();
+      assert.match(listed ?? "", /^[0-9]+$/);
+      // A change the watch does not select moves no resourceVersion of it (bookmarks come about once a minute).
+      const other = await configMaps.create({ metadata: { name: "unselected" } });
+      const written = BigInt(other.metadata?.resourceVersion ?? "0");
+      assert.equal(informer.lastResourceVersion(), listed);
+      informer.relist();
+      await waitFor("the relist's resourceVersion", () => BigInt(informer.lastResourceVersion() ?? "0") >= written);
+      // And it watches on: a selected object still comes.
+      await configMaps.create({ metadata: { name: "selected", labels: { relist: "yes" } } });
+      await waitFor("the selected ConfigMap", () => seen.includes("add selected"));
+    } finally {
+      await informer.stop();
+    }
+  });
+
   test("an informer on 2,000 nodes syncs them page by page and follows changes", async () => {
     await createMany(2000, 25, (i) =>
       nodes.create({ metadata: { name: `bulk-${i}`, labels: { bulk: "yes" } } }),

@@ -461,6 +461,7 @@ async function ipView(host: Host, targets: string[]): Promise<IpView> {
     ifindex: number;
     ifname: string;
     address?: string;
+    flags?: string[];
     addr_info?: IpAddressInfo[];
   }[];
   const addresses = links
@@ -501,9 +502,11 @@ async function ipView(host: Host, targets: string[]): Promise<IpView> {
     return { error: ERRNO_BY_MESSAGE[message] ?? `ip: ${message}` };
   });
   const hostLinks = links
-    .map(({ ifindex, ifname, address }): HostLink => ({
+    .map(({ ifindex, ifname, address, flags = [] }): HostLink => ({
       index: ifindex,
       name: ifname,
+      // iproute2 prints IFF_RUNNING's absence on a link set up as NO-CARRIER.
+      up: flags.includes("UP") && !flags.includes("NO-CARRIER"),
       ...(address?.length === 17 && { mac: address }), // six bytes, as aa:bb:cc:dd:ee:ff
     }))
     .sort((a, b) => a.index - b.index);

@@ -1,18 +1,25 @@
 // Which node announces a pool address, against a real kube-apiserver: the test keeps announcer Leases as the
 // agents do, and the controller records one live announcer on the segment on each Service; sticky when another
-// Lease appears, moved when the Lease stops being renewed, released and reassigned only after the grace when the
-// node turns NotReady, Local only on a node with a ready endpoint, told when there is none, kept over a restart,
-// and never written by a replica that does not lead. Each test has a segment, pool and nodes of its own.
+// Lease appears, moved when the Lease stops being renewed, released when the node turns NotReady and reassigned only
+// once its Lease acknowledges the removal (or expires), whichever replica leads; Local only on a node with a ready
+// endpoint, told when there is none, kept over a restart, and never written by a replica that does not lead. Each
+// test has a segment, pool and nodes of its own.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
+import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { Informer } from "../../src/kube/informer.ts";
 import { SERVICE_RESOURCE, Resource } from "../../src/kube/resource.ts";
-import { L2_CLASS } from "../../src/pools/allocate.ts";
-import { ANNOUNCER_ANNOTATION, ANNOUNCER_LABEL, announcerLabelValue } from "../../src/pools/announcement.ts";
+import { L2_CLASS, POOL_ANNOTATION } from "../../src/pools/allocate.ts";
+import {
+  ANNOUNCER_ANNOTATION,
+  ANNOUNCER_LABEL,
+  announcerLabelValue,
+  RELEASED_FROM_ANNOTATION,
+} from "../../src/pools/announcement.ts";
 import { hashString, topByScore } from "../../src/service/rendezvous.ts";
 import { waitFor, waitForEqual } from "../../localcluster/wait.ts";
-import { type PoolWorld, startPoolWorld } from "./world.ts";
+import { type AnnouncerLease, type PoolWorld, startPoolWorld } from "./world.ts";
 
 const WAIT_MS = 60_000;
 
@@ -45,8 +52,8 @@ async function group(nodes: string[]) {
     address: (i: number) => `10.77.${n}.${10 + i}`,
     node: (name: string) => `${id}-${name}`,
     nodes: names,
-    announce: async (node: string, segments = [segment]) => {
-      const announcer = await world.announce(node, segments);
+    announce: async (node: string, segments = [segment], spec: Partial<Lease["spec"]> = {}) => {
+      const announcer = await world.announce(node, segments, [], spec);
       announcers.push(announcer);
       return announcer;
     },
@@ -69,6 +76,8 @@ async function group(nodes: string[]) {
     warnings: async (name: string) =>
       (await world.events(namespace, name)).filter(({ type }) => type === "Warning").map(({ message }) => message),
     version: async (name: string) => (await services.get(name)).metadata?.resourceVersion,
+    releasedFrom: async (name: string) =>
+      (await services.get(name)).metadata?.annotations?.[RELEASED_FROM_ANNOTATION],
   };
 }
 
@@ -143,6 +152,38 @@ describe("announcer assignment, against kube-apiserver", () => {
     }
   });
 
+  test("a forged Lease: a day's duration expires after the controller's own; an unproven segment is refused", async () => {
+    const g = await group(["liar", "honest"]);
+    const [liar, honest] = [g.node("liar"), g.node("honest")];
+    // A segment where no Node has an address: only the liar's Lease claims it.
+    const far = `10.88.${groups}`;
+    await world.createPool(`${liar}-far`, { addresses: [`${far}.10`], namespaces: [g.namespace] });
+    try {
+      const forged = await g.announce(liar, [g.segment, `${far}.0/24`], { leaseDurationSeconds: 86_400 });
+      await world.withController(async (running) => {
+        await world.services(g.namespace).create({
+          metadata: { name: "far", annotations: { [POOL_ANNOTATION]: `${liar}-far` } },
+          spec: { type: "LoadBalancer", loadBalancerClass: L2_CLASS, ports: [{ port: 80, protocol: "TCP" }] },
+        });
+        await until("far allocated", () => g.ingress("far"), [`${far}.10`]);
+        const refused = (message: string) => /^refused \(no-announcer\): no live announcer has a segment/.test(message);
+        await waitFor("far refused an announcer", async () => (await g.warnings("far")).some(refused), WAIT_MS);
+        assert.equal(await g.announcer("far"), undefined, "the liar's unproven segment is not trusted");
+        assert.match(running.registry.expose(), /announcer_segments_refused [1-9]/);
+        // On its proven segment it announces; unrenewed, it expires after 3 s, whatever its Lease says.
+        await g.create("web");
+        await until("web announced by the liar, the only Lease", () => g.announcer("web"), liar);
+        await g.announce(honest);
+        forged.stop();
+        const stoppedAt = Date.now();
+        await until("web moved once the liar stopped renewing", () => g.announcer("web"), honest);
+        assert.ok(Date.now() - stoppedAt < 30_000, "moved in seconds, not after the day its Lease asked for");
+      });
+    } finally {
+      g.stopAnnouncing();
+    }
+  });
+
   test("externalTrafficPolicy Local: only a node with a ready endpoint announces", async () => {
     const g = await group(["a", "b", "c"]);
     try {
@@ -159,25 +200,61 @@ describe("announcer assignment, against kube-apiserver", () => {
     }
   });
 
-  test("a node turning NotReady while its Lease lives: released, and only then another node", async () => {
+  test("a node turning NotReady while its Lease lives: released; another node once it acknowledged", async () => {
     const g = await group(["a", "b"]);
     try {
-      for (const node of g.nodes) await g.announce(node);
-      await world.withController(async (running) => {
+      const leases = new Map<string, AnnouncerLease>();
+      for (const node of g.nodes) leases.set(node, await g.announce(node));
+      let first = "";
+      await world.withController(async () => {
+        await g.create("web");
+        first = await waitFor("web announced", () => g.announcer("web"), WAIT_MS);
+        await world.setReady(first, "False");
+        await until("web released from the NotReady node", () => g.announcer("web"), undefined);
+        assert.equal(await g.releasedFrom("web"), first, "the removal names the node it was taken from");
+      });
+      // Another replica leads now (the one that released is gone): it waits all the same, for as long as the
+      // released node's Lease lives and says less than the removal (5 s: longer than any timer would have waited).
+      const other = g.nodes.find((node) => node !== first) as string;
+      const recorder = recordAnnouncers(g.namespace, "web");
+      try {
+        await recorder.synced();
+        await world.withController(async (running) => {
+          await waitFor("the Leases seen live", () => /live_announcers [2-9]/.test(running.registry.expose()), WAIT_MS);
+          const waiting = /announcer_decisions_total\{action="wait",rule="release-ack"\} [1-9]/;
+          await waitFor("waiting for the acknowledgement", () => waiting.test(running.registry.expose()), WAIT_MS);
+          const deadline = Date.now() + 5000;
+          while (Date.now() < deadline) {
+            assert.equal(await g.announcer("web"), undefined, "no new announcer before the acknowledgement");
+            await new Promise((resolve) => setTimeout(resolve, 250));
+          }
+          // The released node's agent applied the removal (its watch reached the Service's version).
+          leases.get(first)?.acknowledge(await g.version("web"));
+          await until("web moved to the Ready node", () => g.announcer("web"), other);
+          assert.equal(await g.releasedFrom("web"), undefined, "cleared with the new announcer");
+          assert.deepEqual(recorder.seen, [undefined, other], "nobody in between, then the other");
+        });
+      } finally {
+        await recorder.stop();
+      }
+    } finally {
+      g.stopAnnouncing();
+    }
+  });
+
+  test("released from a node whose Lease then lapses: moved without an acknowledgement", async () => {
+    const g = await group(["a", "b"]);
+    try {
+      const leases = new Map<string, AnnouncerLease>();
+      for (const node of g.nodes) leases.set(node, await g.announce(node));
+      await world.withController(async () => {
         await g.create("web");
         const first = await waitFor("web announced", () => g.announcer("web"), WAIT_MS);
+        await world.setReady(first, "False");
+        await until("web released", () => g.releasedFrom("web"), first);
+        leases.get(first)?.stop(); // its agent stopped: it stopped announcing at its deadline
         const other = g.nodes.find((node) => node !== first);
-        const recorder = recordAnnouncers(g.namespace, "web");
-        try {
-          await recorder.synced();
-          await world.setReady(first, "False");
-          await until("web moved to the Ready node", () => g.announcer("web"), other);
-          // The watch sees every version: the old announcer was removed before the new one was written.
-          await until("first, none, then the other", async () => recorder.seen, [first, undefined, other]);
-          assert.match(running.registry.expose(), /announcer_decisions_total\{action="wait",rule="released"\} [1-9]/);
-        } finally {
-          await recorder.stop();
-        }
+        await until("web moved once the released node's Lease expired", () => g.announcer("web"), other);
       });
     } finally {
       g.stopAnnouncing();

@@ -19,6 +19,7 @@ import {
   ANNOUNCER_LEASE_LABEL,
   announcerLeaseName,
   GATEWAYS_ANNOTATION,
+  APPLIED_ANNOTATION,
   LEASE_DURATION_SECONDS,
   RENEW_INTERVAL_MS,
   SEGMENTS_ANNOTATION,
@@ -54,8 +55,13 @@ export interface PoolWorld {
   /** A Ready Node. */
   addNode(name: string, addresses: NodeAddress[]): Promise<void>;
   setReady(name: string, ready: "True" | "False"): Promise<void>;
-  /** A node's announcer Lease, renewed every RENEW_INTERVAL_MS as its agent would, until stopped. */
-  announce(node: string, segments: string[], gateways?: string[]): Promise<{ stop(): void }>;
+  /** A node's announcer Lease, renewed every RENEW_INTERVAL_MS as its agent would, until stopped (`spec` added). */
+  announce(
+    node: string,
+    segments: string[],
+    gateways?: string[],
+    spec?: Partial<Lease["spec"]>,
+  ): Promise<AnnouncerLease>;
   /** An EndpointSlice of a Service with a ready endpoint on each of `nodes`. */
   endpoints(namespace: string, service: string, nodes: string[]): Promise<void>;
   /** The reasons and messages of the Events about a Service. */
@@ -67,26 +73,49 @@ export interface PoolWorld {
   stop(): Promise<void>;
 }
 
+/** A node's announcer Lease as its agent keeps it. */
+export interface AnnouncerLease {
+  /** What the next renewals say the node has applied (APPLIED_ANNOTATION), as an agent whose watch reached it. */
+  acknowledge(version: string | undefined): void;
+  stop(): void;
+}
+
 /** A node's announcer Lease in `leases`' namespace, created and renewed every RENEW_INTERVAL_MS as its agent would. */
 export async function keepAnnouncerLease(
   leases: Resource<Lease>,
   node: string,
   segments: string[],
   gateways: string[] = [],
-): Promise<{ stop(): void }> {
+  spec: Partial<Lease["spec"]> = {},
+): Promise<AnnouncerLease> {
   const name = announcerLeaseName(node) ?? "";
-  const renew = () => leases.patch(name, "merge", { spec: { renewTime: microTime(new Date()) } });
+  let applied: string | undefined;
+  const renew = () =>
+    leases.patch(name, "merge", {
+      metadata: { annotations: { [APPLIED_ANNOTATION]: applied ?? null } },
+      spec: { renewTime: microTime(new Date()) },
+    });
   await leases.create({
     metadata: {
       name,
       labels: { [ANNOUNCER_LEASE_LABEL]: "true" },
       annotations: { [SEGMENTS_ANNOTATION]: segments.join(","), [GATEWAYS_ANNOTATION]: gateways.join(",") },
     },
-    spec: { holderIdentity: node, leaseDurationSeconds: LEASE_DURATION_SECONDS, renewTime: microTime(new Date()) },
+    spec: {
+      holderIdentity: node,
+      leaseDurationSeconds: LEASE_DURATION_SECONDS,
+      renewTime: microTime(new Date()),
+      ...spec,
+    },
   });
   // A renewal that fails (the world stopping) is the agent losing the API: the Lease just ages.
   const timer = setInterval(() => renew().catch(() => {}), RENEW_INTERVAL_MS);
-  return { stop: () => clearInterval(timer) };
+  return {
+    acknowledge: (version) => {
+      applied = version;
+    },
+    stop: () => clearInterval(timer),
+  };
 }
 
 /** `controllerManager`: run kube-controller-manager too (it aggregates the built-in `edit` ClusterRole). */
@@ -113,10 +142,11 @@ export async function startPoolWorld(options: { controllerManager?: boolean } = 
     },
     addNode: (name, addresses) => createNode(resource<Node>(NODE_RESOURCE), name, { addresses }),
     setReady: (name, ready) => setNodeReady(resource<Node>(NODE_RESOURCE), name, ready),
-    async announce(node, segments, gateways) {
-      const announcer = await keepAnnouncerLease(leases, node, segments, gateways);
+    async announce(node, segments, gateways, spec) {
+      const announcer = await keepAnnouncerLease(leases, node, segments, gateways, spec);
       renewers.add(announcer);
       return {
+        acknowledge: announcer.acknowledge,
         stop: () => {
           announcer.stop();
           renewers.delete(announcer);

@@ -8,7 +8,7 @@
 // the first address of that family.
 import { performance } from "node:perf_hooks";
 import type { Logger } from "../../cli/log.ts";
-import { arpProbe, gratuitousArp } from "../../net/arp.ts";
+import { type ArpPacket, arpProbe, gratuitousArp } from "../../net/arp.ts";
 import { ipFromBytes, ipProblem, ipToBytes } from "../../net/ip.ts";
 import { BROADCAST_MAC } from "../../net/mac.ts";
 import { ALL_NODES, unsolicitedAdvertisement } from "../../net/ndp.ts";
@@ -42,6 +42,19 @@ export interface AnnouncerOptions {
   onConflict?: (conflict: Conflict) => void;
   /** An address announced after its probes found nobody (announce() returned long before). */
   onAnnounced?: (address: string) => void;
+  /**
+   * Asked before each answer and takeover announcement: false while this node may no longer hold what it
+   * announces (its Lease lapsed and nothing fresh says it may go on). What it received while its process was
+   * stopped is then left unanswered, even before the withdrawal that follows.
+   */
+  mayAnswer?: () => boolean;
+  /**
+   * True while this node's view may be stale (conflicts.ts's "held"): another host's probe for an announced address
+   * is then reported as a claim (onConflict runs before the answer would go out), not answered.
+   */
+  held?: () => boolean;
+  /** Every ARP packet another host sent on the link (its peers: holding.ts). */
+  onArp?: (packet: ArpPacket) => void;
 }
 
 export interface Conflict {
@@ -65,6 +78,8 @@ export interface Announcer {
   announced(): string[];
   /** Every address announce() was given and withdraw() not: probing, refused or announced. */
   addresses(): string[];
+  /** Asks `peer` whether it is there (an ARP probe from 0.0.0.0, RFC 5227: its caches learn nothing of us). */
+  probe(peer: { address: string; mac: string }): void;
   /** Idempotent; nothing is sent or answered after it returns. */
   close(): void;
 }
@@ -84,7 +99,7 @@ function canonical(text: string): [string, 4 | 6] {
 }
 
 export function startAnnouncer(options: AnnouncerOptions): Announcer {
-  const { link, observe } = options;
+  const { link, observe, mayAnswer = () => true, onArp } = options;
   const log = options.log.with({ link: link.name });
   const announced = new Set<string>();
   const takeovers = new Map<string, NodeJS.Timeout[]>();
@@ -113,7 +128,13 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
   /** Another host's claim of an address in play here: refused while probing, reported while announced. */
   const claimed = (family: 4 | 6, claim: Claim | undefined) => {
     if (!claim) return;
-    const phase = probing.has(claim.address) ? "probing" : announced.has(claim.address) ? "announced" : undefined;
+    const phase = probing.has(claim.address)
+      ? "probing"
+      : announced.has(claim.address)
+        ? options.held?.()
+          ? "held"
+          : "announced"
+        : undefined;
     if (!phase) return;
     const decision = judgeClaim(claim, phase, link.mac);
     if (decision.action === "ignore") {
@@ -133,9 +154,11 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
     const socket: ArpSocket = openArpSocket(
       link,
       (packet) => {
-        const answer = decided(4, answerArp(packet, link, announced));
-        if (answer) trySend(`an ARP reply to ${answer.to}`, () => socket.send(answer.packet, answer.to));
+        onArp?.(packet);
+        // The claim first: an announcer holding on a stale view yields on it (withdraws) before it would answer.
         claimed(4, arpClaim(packet));
+        const answer = decided(4, answerArp(packet, link, announced));
+        if (answer && mayAnswer()) trySend(`an ARP reply to ${answer.to}`, () => socket.send(answer.packet, answer.to));
       },
       onReceiveError,
     );
@@ -146,10 +169,10 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
       link,
       {
         solicitation(solicitation, source, sourceMac) {
-          const answer = decided(6, answerSolicitation(solicitation, source, link, announced));
-          if (answer)
-            trySend(`a neighbor advertisement to ${answer.to}`, () => socket.send(answer.advert, answer.to));
           claimed(6, solicitationClaim(solicitation, source, sourceMac));
+          const answer = decided(6, answerSolicitation(solicitation, source, link, announced));
+          if (answer && mayAnswer())
+            trySend(`a neighbor advertisement to ${answer.to}`, () => socket.send(answer.advert, answer.to));
         },
         advertisement: (advert, _source, sourceMac) => claimed(6, advertisementClaim(advert, sourceMac)),
       },
@@ -176,15 +199,19 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
   const announceNow = (address: string, family: 4 | 6) => {
     probing.delete(address);
     refused.delete(address);
+    // The first claim goes out before the first answer can: a node that held the address and lost the API yields
+    // on it, and must hear it before anyone hears this node answer.
+    tellLink(address, family);
     announced.add(address);
     log.info("announcer: announcing", { address, mac: link.mac });
-    const timers = TAKEOVER_SCHEDULE_MS.map((delay) => setTimeout(() => tellLink(address, family), delay));
-    takeovers.set(address, timers);
+    const later = TAKEOVER_SCHEDULE_MS.slice(1);
+    takeovers.set(address, later.map((delay) => setTimeout(() => tellLink(address, family), delay)));
     options.onAnnounced?.(address);
   };
 
   /** Gratuitous ARP or an unsolicited NA for `address` (its family's socket is open: announce() opened it). */
   const tellLink = (address: string, family: 4 | 6) => {
+    if (!mayAnswer()) return;
     const [arpSocket, ndpSocket] = [arp, ndp];
     if (family === 4 && arpSocket)
       trySend(`gratuitous ARP for ${address}`, () =>
@@ -234,6 +261,12 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
 
     announced: () => [...announced],
     addresses: () => [...new Set([...announced, ...probing.keys(), ...refused.keys()])],
+
+    probe(peer) {
+      if (closed) return;
+      const socket = (arp ??= openArp());
+      trySend(`an ARP probe of ${peer.address}`, () => socket.send(arpProbe(peer.address, link.mac), peer.mac));
+    },
 
     close() {
       closed = true;

@@ -1,9 +1,12 @@
 // Layer-2 announcing on this node, wired: its announcer Lease (lease.ts), one watch of the Services assigned to it
 // (by the announcer label), netlink's links and addresses, and one announcer per link in use (announcer.ts). What
-// to announce where is decided in assignments.ts from those; this file only applies the difference. Every
-// trigger (a Service event, a netlink change, a renewal, the Lease's deadline) runs the same reconcile, which
-// also keeps a timer at the Lease's deadline: when renewals stop succeeding, everything is withdrawn then. Other
-// hosts' claims the announcers meet go to conflictreports.ts.
+// to announce where is decided in assignments.ts from those, and whether to hold it now in holding.ts; this file
+// only applies the difference. Every trigger (a Service event, a netlink change, a renewal, a peer's answer or
+// foreign claim, the Lease's deadline) runs the same reconcile, which also keeps a timer at the next deadline. Past
+// the Lease's deadline (the API out of reach) a link keeps its addresses while a peer there answers the probes
+// sent every PEER_PROBE_INTERVAL_MS, and yields an address another MAC claims; a link cut off too is withdrawn.
+// Other hosts' claims the announcers meet (conflicts.ts) go to conflictreports.ts, which hands those of announced
+// addresses to onForeignClaim here: the one way a node whose view may be stale learns it is to yield.
 import { performance } from "node:perf_hooks";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Service } from "kubernetes-types/core/v1.js";
@@ -23,8 +26,22 @@ import {
 import type { AnnounceFlags } from "../flags.ts";
 import type { AnnouncerMetrics } from "../metrics.ts";
 import { type AnnouncedLink, type Announcer, type Conflict, startAnnouncer } from "./announcer.ts";
-import { type Assignment, decideAssignments, type LinkAnnouncements, SKIP_RULES } from "./assignments.ts";
+import type { ArpPacket } from "../../net/arp.ts";
+import { BROADCAST_MAC } from "../../net/mac.ts";
+import { hasApplied } from "../../pools/announcement.ts";
+import { type Assignment, decideAssignments, type LinkAnnouncements, type Skip, SKIP_RULES } from "./assignments.ts";
 import { conflictReporter } from "./conflictreports.ts";
+import {
+  decideHolding,
+  HELD_PROBES_PER_ROUND,
+  HOLDING_RULES,
+  hear,
+  type HoldingRule,
+  LinkPeers,
+  PEER_PROBE_INTERVAL_MS,
+  restrictAnnouncements,
+  shouldProbe,
+} from "./holding.ts";
 import { AnnouncerLease, deleteLeftoverLease } from "./lease.ts";
 import { nodeSegments, type Segment, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
 import { decideSelection, SELECTION_RULES, type Selection, type SelectionRule } from "./selection.ts";
@@ -38,11 +55,6 @@ export interface AnnouncingOptions {
   metrics: AnnouncerMetrics;
   /** Records an Event about this node's Node. */
   nodeEvent(type: EventType, reason: string, message: string): void;
-  /**
-   * Another MAC claims an address announced here on `link` (reported, not fought over): the signal on which an
-   * announcer that has lost the API can yield the address to the node that took it over.
-   */
-  onForeignClaim?(address: string, mac: string, link: string): void;
 }
 
 export interface Announcing {
@@ -149,7 +161,17 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
   const name = access.identity.name;
   const lease = new AnnouncerLease({
     ...access,
-    onRenewed: () => reconcile(),
+    // Handlers run (and reconcile applies) before the informer moves its resourceVersion: read at each write.
+    applied: () => services.lastResourceVersion(),
+    onRenewed: (_, version) => {
+      // The renewal that ends a lapse: until the Service cache has caught up with it, nothing new (holding.ts).
+      if (lapsed && version !== undefined) {
+        rejoin = { since: version, kept: new Set(announcers.announcedAll()) };
+        services.relist(); // its watch may have missed the lapse's changes for minutes: a list is as of now
+      }
+      lapsed = false;
+      reconcile();
+    },
     onResult: (result) => metrics.renewals.with({ result }).inc(),
   });
   // Only this node's Services. The watch is renewed every 1-2 min, not 30-60 as the Node's: a connection that died
@@ -161,49 +183,137 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     watchTimeoutSeconds: { min: 60, max: 120 },
     onError: (err) => log.error("watching the Services to announce failed", { err }),
   });
-  const onConflict = conflictReporter({ ...options, log, services: () => services.list() });
+  /** Per link name: its peers, kept across announcers. */
+  const peers = new Map<string, LinkPeers>();
+  const peersOf = (link: string) => peers.get(link) ?? peers.set(link, new LinkPeers()).get(link) as LinkPeers;
+  /** Whether `link` may hold its addresses at this very moment (asked before each answer). */
+  const holds = (link: string) =>
+    decideHolding({
+      nowMs: performance.now(),
+      validUntilMs: lease.validUntil(),
+      peerAnsweredAtMs: peersOf(link).answeredAtMs,
+    }).announce;
+  const onConflict = conflictReporter({ ...options, log, services: () => services.list(), onForeignClaim });
   // An address is announced once its probes found nobody, after the pass that asked for it: counted then.
-  const announcers: LinkAnnouncers = new LinkAnnouncers(log, onConflict, () =>
-    metrics.announced.set(announcers.count()),
-  );
+  const announcers: LinkAnnouncers = new LinkAnnouncers(log, {
+    holds,
+    held: () => viewMayBeStale(),
+    onArp: (link, packet, announced) => {
+      const before = peersOf(link.name).answeredAtMs;
+      peersOf(link.name).note(hear(packet, link.mac, announced), performance.now());
+      if (peersOf(link.name).answeredAtMs !== before && performance.now() >= lease.validUntil()) reconcile();
+    },
+    onConflict,
+    onAnnounced: () => metrics.announced.set(announcers.count()),
+  });
   let segments: Segment[] = [];
   let hostAddresses: string[] = [];
   let deadlineTimer: NodeJS.Timeout | undefined;
-  let lastRule: Assignment["rule"] | undefined;
+  let lastReason: string | undefined;
+  const lastHolding = new Map<string, HoldingRule>();
   let lastSkipped = "";
   let lastUnusable = "";
   let stopped = false;
+  /** Past the deadline of a Lease renewed before (a first renewal ends no lapse: the cache was just listed). */
+  let lapsed = false;
+  /** After a lapse, until the Service cache shows the renewal that ended it. */
+  let rejoin: { since: string | undefined; kept: ReadonlySet<string> } | undefined;
+  /**
+   * After that relist: the resourceVersion it listed at, until the watch shows a later one (an event, a bookmark).
+   * Until then a change the controller made just after the list may not reach this node: a claim is still obeyed.
+   */
+  let unconfirmed: string | undefined;
+  /** Addresses another MAC claimed while this node could not trust its view: not announced until it can again. */
+  const yielded = new Set<string>();
+
+  /** Past the Lease's deadline, or the Service cache not caught up (or not confirmed by its watch) since a lapse. */
+  function viewMayBeStale(): boolean {
+    return performance.now() >= lease.validUntil() || rejoin !== undefined || unconfirmed !== undefined;
+  }
+
+  /**
+   * Another MAC claims an address announced here (conflicts.ts's "report": a taker, or while the view may be stale a
+   * prober too). With the API in reach that is only reported (conflictreports.ts), never a reason to give way;
+   * without it, it is the one way this node learns that the controller gave the address to another node: it yields
+   * at once, before it would answer the frame that claimed it.
+   */
+  function onForeignClaim(address: string, mac: string, link: string): void {
+    if (stopped || yielded.has(address) || !viewMayBeStale()) return;
+    yielded.add(address);
+    log.warn("L2: another MAC claims an address while this node's view may be stale: yielded", { address, mac, link });
+    reconcile();
+  }
 
   function reconcile(): void {
     if (stopped) return;
-    const validUntil = lease.validUntil();
-    const leaseValid = performance.now() < validUntil;
+    const nowMs = performance.now();
+    const validUntilMs = lease.validUntil();
+    if (validUntilMs !== -Infinity && nowMs >= validUntilMs) lapsed = true;
+    if (rejoin && hasApplied(services.lastResourceVersion(), rejoin.since)) {
+      rejoin = undefined;
+      unconfirmed = services.lastResourceVersion();
+      log.info("L2: the Service cache has caught up after the Lease lapsed");
+    }
+    if (unconfirmed !== undefined && services.lastResourceVersion() !== unconfirmed) {
+      unconfirmed = undefined;
+      yielded.clear();
+      log.info("L2: the Service watch delivers again: claims are reported, no longer obeyed");
+    }
+    const assignment = decideAssignments({ node, services: services.list(), segments, hostAddresses });
+    const skipped = [...assignment.skipped];
+    const byLink = new Map<string, LinkAnnouncements>();
+    let wakeAtMs = Infinity;
+    const links = new Map<HoldingRule, number>();
+    for (const [name, assigned] of assignment.byLink) {
+      const holding = decideHolding({ nowMs, validUntilMs, peerAnsweredAtMs: peersOf(name).answeredAtMs });
+      wakeAtMs = Math.min(wakeAtMs, holding.untilMs);
+      if (holding.rule !== lastHolding.get(name)) {
+        const fields = { link: name, rule: holding.rule };
+        if (holding.rule === "lease-valid") log.info(`L2: ${holding.reason}`, fields);
+        else log.warn(`L2: ${holding.reason}`, fields);
+      }
+      lastHolding.set(name, holding.rule);
+      links.set(holding.rule, (links.get(holding.rule) ?? 0) + 1);
+      if (!holding.announce) continue;
+      // Held past the deadline: only what a claim of another node can be heard for (ARP; NDP's are not received).
+      const past = holding.rule === "peers-reachable";
+      for (const address of assigned.addresses) if (past && address.includes(":")) skipped.push(leftOut(address, "unheard"));
+      const wanted = past ? { ...assigned, addresses: assigned.addresses.filter((a) => !a.includes(":")) } : assigned;
+      const { kept, left } = restrictAnnouncements(wanted, yielded, rejoin?.kept);
+      for (const { address, rule } of left) skipped.push(leftOut(address, rule));
+      byLink.set(name, { link: wanted.link, addresses: kept });
+    }
     clearTimeout(deadlineTimer);
-    // Re-armed on every pass: a timer that fires a little early finds the Lease still valid and waits again.
-    if (leaseValid) deadlineTimer = setTimeout(reconcile, validUntil - performance.now());
-    const assignment = decideAssignments({ node, services: services.list(), segments, hostAddresses, leaseValid });
-    report(assignment, validUntil);
-    metrics.announced.set(announcers.apply(assignment.byLink));
+    // Re-armed on every pass: a timer that fires a little early finds the holding unchanged and waits again.
+    if (wakeAtMs !== Infinity) deadlineTimer = setTimeout(reconcile, Math.max(0, wakeAtMs - nowMs));
+    report(assignment, skipped);
+    for (const rule of HOLDING_RULES) metrics.holding.with({ rule }).set(links.get(rule) ?? 0);
+    metrics.announced.set(announcers.apply(byLink));
   }
 
-  /** Logs what changed (the rule, the skipped addresses) once, and sets the gauges. */
-  function report(assignment: Assignment, validUntil: number): void {
-    if (assignment.rule !== lastRule) {
-      // How long after the deadline the withdrawal came (a late timer: a busy event loop), for the record.
-      const lateMs = Math.round(performance.now() - validUntil);
-      if (assignment.rule === "lease-not-valid" && lastRule !== undefined)
-        log.warn(`L2: ${assignment.reason}`, { afterDeadlineMs: lateMs });
-      else log.info(`L2: ${assignment.reason}`);
-      lastRule = assignment.rule;
-    }
-    const skipped = JSON.stringify(assignment.skipped);
-    if (skipped !== lastSkipped)
-      for (const { service, address, rule, reason } of assignment.skipped)
+  /** Logs what changed (the assignment, the skipped addresses) once, and sets the gauges. */
+  function report(assignment: Assignment, skipped: Skip[]): void {
+    if (assignment.reason !== lastReason) log.info(`L2: ${assignment.reason}`);
+    lastReason = assignment.reason;
+    const text = JSON.stringify(skipped);
+    if (text !== lastSkipped)
+      for (const { service, address, rule, reason } of skipped)
         log.info(`L2: not announcing: ${reason}`, { service, address, rule });
-    lastSkipped = skipped;
+    lastSkipped = text;
     for (const rule of SKIP_RULES)
-      metrics.skipped.with({ rule }).set(assignment.skipped.filter((skip) => skip.rule === rule).length);
+      metrics.skipped.with({ rule }).set(skipped.filter((skip) => skip.rule === rule).length);
   }
+
+  /** Near and past the Lease's deadline, every link in use asks its peers whether they are there. */
+  // Past the deadline, they also ask who else has a few of the addresses they hold, in turn: a node the controller
+  // gave one to while its link was cut off from this one's answers that probe, which is a claim (holding.ts).
+  let heldTurn = 0;
+  const probes = setInterval(() => {
+    const nowMs = performance.now();
+    if (!shouldProbe(nowMs, lease.validUntil())) return;
+    const held = nowMs >= lease.validUntil() ? (heldTurn += HELD_PROBES_PER_ROUND) : undefined;
+    announcers.probe((link) => peersOf(link).targets(), (link) => peersOf(link).probed(nowMs), held);
+  }, PEER_PROBE_INTERVAL_MS);
 
   async function refreshLinks(): Promise<void> {
     try {
@@ -237,6 +347,7 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     async stop() {
       stopped = true;
       clearTimeout(deadlineTimer);
+      clearInterval(probes);
       changes.close();
       announcers.closeAll();
       metrics.announced.set(0);
@@ -247,19 +358,55 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
   };
 }
 
+/** What the link announcers ask of the loop. */
+interface LinkHooks {
+  /** Whether the link may answer at this very moment. */
+  holds(link: string): boolean;
+  /** Whether this node's view may be stale (AnnouncerOptions.held). */
+  held(): boolean;
+  /** Another host's claim met on `link` (conflictreports.ts). */
+  onConflict(link: string, conflict: Conflict): void;
+  /** An address announced after its probes found nobody. */
+  onAnnounced(): void;
+  /** Every ARP packet another host sent there, with what the link announces. */
+  onArp(link: AnnouncedLink, packet: ArpPacket, announced: ReadonlySet<string>): void;
+}
+
 /** One announcer per link in use, brought in line with what to announce on each. */
 class LinkAnnouncers {
   private readonly log: Logger;
-  private readonly onConflict: (link: string, conflict: Conflict) => void;
-  private readonly onAnnounced: () => void;
+  private readonly hooks: LinkHooks;
   private readonly byLink = new Map<string, { link: AnnouncedLink; announcer: Announcer }>();
   /** "<address> <link>" whose announce() threw: retried on every pass (each second), said once. */
   private readonly failing = new Set<string>();
 
-  constructor(log: Logger, onConflict: (link: string, conflict: Conflict) => void, onAnnounced: () => void) {
+  constructor(log: Logger, hooks: LinkHooks) {
     this.log = log;
-    this.onConflict = onConflict;
-    this.onAnnounced = onAnnounced;
+    this.hooks = hooks;
+  }
+
+  /** Every address announced, on any link. */
+  announcedAll(): string[] {
+    return [...this.byLink.values()].flatMap(({ announcer }) => announcer.announced());
+  }
+
+  /**
+   * Asks each link's peers (`targets`) whether they are there; `asked` is told of each link asked. With `turn`,
+   * also asks who has HELD_PROBES_PER_ROUND of each link's IPv4 addresses, from that turn on.
+   */
+  probe(
+    targets: (link: string) => { address: string; mac: string }[],
+    asked: (link: string) => void,
+    turn?: number,
+  ): void {
+    for (const [name, { announcer }] of this.byLink) {
+      const peers = targets(name);
+      for (const peer of peers) announcer.probe(peer);
+      if (peers.length) asked(name);
+      const held = turn === undefined ? [] : announcer.announced().filter((address) => !address.includes(":"));
+      for (let i = 0; i < Math.min(HELD_PROBES_PER_ROUND, held.length); i++)
+        announcer.probe({ address: held[((turn ?? 0) + i) % held.length] as string, mac: BROADCAST_MAC });
+    }
   }
 
   /** Announces and withdraws as `wanted` says; a link no longer in use (or replaced) loses its announcer. */
@@ -272,12 +419,7 @@ class LinkAnnouncers {
       this.log.info("L2: announcer closed", { link: name });
     }
     for (const [name, { link, addresses }] of wanted) {
-      const onConflict = (conflict: Conflict) => this.onConflict(name, conflict);
-      const { log, onAnnounced } = this;
-      const entry = this.byLink.get(name) ?? {
-        link,
-        announcer: startAnnouncer({ link, log, onConflict, onAnnounced }),
-      };
+      const entry = this.byLink.get(name) ?? { link, announcer: this.start(link) };
       this.byLink.set(name, entry);
       for (const address of entry.announcer.addresses())
         if (!addresses.includes(address)) entry.announcer.withdraw(address);
@@ -289,6 +431,19 @@ class LinkAnnouncers {
   /** Addresses announced now, on every link. */
   count(): number {
     return [...this.byLink.values()].reduce((sum, { announcer }) => sum + announcer.announced().length, 0);
+  }
+
+  private start(link: AnnouncedLink): Announcer {
+    const announcer: Announcer = startAnnouncer({
+      link,
+      log: this.log,
+      mayAnswer: () => this.hooks.holds(link.name),
+      held: () => this.hooks.held(),
+      onArp: (packet) => this.hooks.onArp(link, packet, new Set(announcer.announced())),
+      onConflict: (conflict) => this.hooks.onConflict(link.name, conflict),
+      onAnnounced: () => this.hooks.onAnnounced(),
+    });
+    return announcer;
   }
 
   closeAll(): void {
@@ -306,4 +461,13 @@ class LinkAnnouncers {
       this.failing.add(key);
     }
   }
+}
+
+function leftOut(address: string, rule: "yielded" | "catching-up" | "unheard"): Skip {
+  const reasons = {
+    yielded: `another MAC claimed ${address} while this node's view may be stale`,
+    "catching-up": `${address} was not announced when the API came back, and the Service cache has not caught up yet`,
+    unheard: `${address} is IPv6: past the Lease's deadline only IPv4 is held (its holders are asked over ARP)`,
+  };
+  return { address, rule, reason: reasons[rule] };
 }

@@ -10,10 +10,10 @@ import { decideAssignments } from "./assignments.ts";
 import { nodeSegments, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
 
 const links: HostLink[] = [
-  { index: 1, name: "lo" },
-  { index: 2, name: "eth0", mac: "02:00:00:00:00:02" },
-  { index: 3, name: "eth1", mac: "02:00:00:00:00:03" },
-  { index: 4, name: "wg0" },
+  { index: 1, name: "lo", up: true },
+  { index: 2, name: "eth0", mac: "02:00:00:00:00:02", up: true },
+  { index: 3, name: "eth1", mac: "02:00:00:00:00:03", up: true },
+  { index: 4, name: "wg0", up: true },
 ];
 
 /** An address as netlink lists it: "198.18.0.2/24@2", scope global unless given, no flags unless given. */
@@ -57,6 +57,20 @@ test("segments: global, settled addresses on links with a MAC (within --lb-l2-in
   assert.deepEqual(unusableInterfaces(links, ["eth1", "wg0", "eth9"]), ["wg0", "eth9"]);
 });
 
+test("segments: a link that is down (no carrier, or set down) has none: what was announced there moves", () => {
+  const down = links.map((link) => (link.name === "eth1" ? { ...link, up: false } : link));
+  assert.equal(segmentsAnnotation(nodeSegments(host, down, [])), "198.18.0.0/24,fd00:198:18::/64");
+  assert.equal(segmentsAnnotation(nodeSegments(host, down, ["eth1"])), "");
+  assert.deepEqual(unusableInterfaces(down, ["eth1"]), [], "down, not unusable: it may come back");
+  const services = [service("web", ["198.18.7.20"])];
+  const decision = decideAssignments({ node: NODE, services, segments: nodeSegments(host, down, []), hostAddresses: [] });
+  assert.deepEqual(
+    decision.skipped.map((skip) => skip.rule),
+    ["no-segment"],
+    "assigned to this node, its link down: not announced anywhere",
+  );
+});
+
 const NODE = "node-a";
 function service(name: string, ips: string[], changes: { announcer?: string; type?: string; deleting?: boolean } = {}) {
   return {
@@ -83,8 +97,7 @@ test("assignments: an address goes to the link whose (longest) prefix holds it; 
   ];
   const segments = nodeSegments(host, links, []);
   const hostAddresses = host.map((address) => address.address);
-  const decision = decideAssignments({ node: NODE, services, segments, hostAddresses, leaseValid: true });
-  assert.equal(decision.rule, "announce");
+  const decision = decideAssignments({ node: NODE, services, segments, hostAddresses });
   assert.deepEqual(
     Object.fromEntries([...decision.byLink].map(([name, entry]) => [name, entry.addresses])),
     { eth0: ["198.18.0.50", "fd00:198:18::50"], eth1: ["198.18.7.5"] },
@@ -105,21 +118,11 @@ test("assignments: an address goes to the link whose (longest) prefix holds it; 
   assert.equal(decision.skipped.at(-1)?.reason, "no link of this node has a prefix holding 203.0.113.1");
 });
 
-test("assignments: nothing at all while the Lease is not surely valid", () => {
-  const segments = nodeSegments(host, links, []);
-  const services = [service("web", ["198.18.0.50"])];
-  const decision = decideAssignments({ node: NODE, services, segments, hostAddresses: [], leaseValid: false });
-  assert.equal(decision.rule, "lease-not-valid");
-  assert.equal(decision.byLink.size, 0);
-  const valid = decideAssignments({ node: NODE, services, segments, hostAddresses: [], leaseValid: true });
-  assert.equal(valid.byLink.size, 1);
-});
-
 test("assignments: only an exact annotation counts (the label may be a hash shared with another node)", () => {
   const segments = nodeSegments(host, links, []);
   for (const announcer of ["node-a ", "Node-a", "node-a.example", ""]) {
     const services = [service("web", ["198.18.0.50"], { announcer })];
-    const decision = decideAssignments({ node: NODE, services, segments, hostAddresses: [], leaseValid: true });
+    const decision = decideAssignments({ node: NODE, services, segments, hostAddresses: [] });
     assert.equal(decision.byLink.size, 0, JSON.stringify(announcer));
     assert.equal(decision.skipped[0]?.rule, "other-announcer");
   }
@@ -136,7 +139,7 @@ test("assignments (property): each address once, on a link with the longest pref
       const segments = nodeSegments(listing, links, []);
       const services = ips.map((pairs, i) => service(`s${i}`, pairs.map(([a, b]) => `198.18.${a}.${b}`)));
       const hostAddresses = listing.map((address) => address.address);
-      const decision = decideAssignments({ node: NODE, services, segments, hostAddresses, leaseValid: true });
+      const decision = decideAssignments({ node: NODE, services, segments, hostAddresses });
       const announced = [...decision.byLink.values()].flatMap(({ link, addresses }) =>
         addresses.map((address) => [link, address] as const),
       );

@@ -1,6 +1,6 @@
 // Which addresses this node announces, on which link, as a pure function of plain data: the Services its watch
-// selects (by the announcer label, which may be a hash), the node's segments and addresses, and whether its
-// announcer Lease is valid now. Each address left out carries a rule id (metrics) and a reason (logs).
+// selects (by the announcer label, which may be a hash), and the node's segments and addresses. Each address left
+// out carries a rule id (metrics) and a reason (logs). Whether the node may hold them now is holding.ts's question.
 import type { Service } from "kubernetes-types/core/v1.js";
 import { canonicalIp, cidrContains, ipProblem } from "../../net/ip.ts";
 import { ANNOUNCER_ANNOTATION } from "../../pools/announcement.ts";
@@ -13,7 +13,6 @@ export interface AssignmentInput {
   segments: readonly Segment[];
   /** Every address of the node: never claimed by the announcer (the kernel answers for them). */
   hostAddresses: readonly string[];
-  leaseValid: boolean;
 }
 
 /** Why an assigned Service or address is not announced (in order of the checks). */
@@ -24,11 +23,15 @@ export const SKIP_RULES = [
   "not-an-ip", // an ingress entry that is no IP address Kubernetes accepts
   "host-address", // an address of this node itself
   "no-segment", // no link of this node has a prefix holding the address
+  "yielded", // another MAC claimed it while this node could not reach the API (holding.ts)
+  "catching-up", // not announced when the API came back, and the Service cache has not caught up yet (holding.ts)
+  "unheard", // IPv6, past the Lease's deadline: another node's claim would go unheard (holding.ts)
 ] as const;
 export type SkipRule = (typeof SKIP_RULES)[number];
 
 export interface Skip {
-  service: string;
+  /** Absent where the address is left out whichever Service has it. */
+  service?: string;
   address?: string;
   rule: SkipRule;
   reason: string;
@@ -40,7 +43,6 @@ export interface LinkAnnouncements {
 }
 
 export interface Assignment {
-  rule: "announce" | "lease-not-valid";
   reason: string;
   /** By link name: what to announce there. */
   byLink: Map<string, LinkAnnouncements>;
@@ -48,13 +50,6 @@ export interface Assignment {
 }
 
 export function decideAssignments(input: AssignmentInput): Assignment {
-  if (!input.leaseValid)
-    return {
-      rule: "lease-not-valid",
-      reason: "the announcer Lease is not surely valid: announcing nothing",
-      byLink: new Map(),
-      skipped: [],
-    };
   const byLink = new Map<string, LinkAnnouncements>();
   const skipped: Skip[] = [];
   const own = new Set(input.hostAddresses.map((address) => canonicalIp(address)));
@@ -89,7 +84,7 @@ export function decideAssignments(input: AssignmentInput): Assignment {
     }
   }
   const count = [...byLink.values()].reduce((sum, entry) => sum + entry.addresses.length, 0);
-  return { rule: "announce", reason: `announcing ${count} address(es)`, byLink, skipped };
+  return { reason: `${count} address(es) assigned here`, byLink, skipped };
 }
 
 function serviceRefusal(service: Service, node: string): { rule: SkipRule; reason: string } | undefined {

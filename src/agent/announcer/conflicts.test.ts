@@ -66,7 +66,7 @@ test("what ARP packets and NDP messages claim, and from which MAC", () => {
   for (const [name, actual, expected] of cases) assert.deepEqual(actual, expected, name);
 });
 
-test("probing: any other MAC's claim refuses the address; announced: takers are reported, probers are answered", () => {
+test("probing: another MAC's claim refuses; announced: takers reported, probers answered; held: both reported", () => {
   const cases: [Phase, Claim["rule"], string, string][] = [
     ["probing", "arp-sender", THEIRS, "refuse"],
     ["probing", "arp-probe", THEIRS, "refuse"],
@@ -78,6 +78,11 @@ test("probing: any other MAC's claim refuses the address; announced: takers are 
     ["announced", "arp-probe", THEIRS, "ignore"],
     ["announced", "duplicate-detection", THEIRS, "ignore"],
     ["announced", "advertisement", OURS, "ignore"],
+    ["held", "arp-sender", THEIRS, "report"],
+    ["held", "advertisement", THEIRS, "report"],
+    ["held", "arp-probe", THEIRS, "report"],
+    ["held", "duplicate-detection", THEIRS, "report"],
+    ["held", "arp-probe", OURS, "ignore"],
   ];
   for (const [phase, rule, mac, action] of cases) {
     const decision = judgeClaim({ address: ADDRESS, mac, rule }, phase, OURS);
@@ -92,14 +97,14 @@ test("probing: any other MAC's claim refuses the address; announced: takers are 
 test("property: our own MAC is never a conflict; another's always is while probing, never ignored as a taker", () => {
   // Few MACs, so that the claimant's is often the link's.
   const mac = fc.constantFrom(OURS, THEIRS, "02:00:00:00:00:0c");
-  const phase = fc.constantFrom<Phase>("probing", "announced");
+  const phase = fc.constantFrom<Phase>("probing", "announced", "held");
   fc.assert(
     fc.property(mac, mac, fc.constantFrom(...CLAIM_RULES), phase, (link, claimant, rule, phase) => {
       const decision = judgeClaim({ address: ADDRESS, mac: claimant, rule }, phase, link);
       if (claimant === link) return decision.action === "ignore" && decision.rule === "own-mac";
       if (phase === "probing") return decision.action === "refuse";
       const taker = rule === "arp-sender" || rule === "advertisement";
-      return decision.action === (taker ? "report" : "ignore");
+      return decision.action === (taker || phase === "held" ? "report" : "ignore");
     }),
   );
 });

@@ -2,8 +2,9 @@
 // data: what a received ARP packet or NDP message claims (which address, from which MAC), and what the announcer
 // does about it. While probing (before an address is first announced on a link): refuse it, never announce it, and
 // try again later. While announcing: report it, and never answer with a claim of our own (two announcers sending
-// gratuitous ARP at each other make every client's entry flap). Each outcome carries a rule id (metrics) and a
-// reason (logs, Events).
+// gratuitous ARP at each other make every client's entry flap). While holding on a stale view, another host's probe
+// is reported too: the announcer that lost the API yields on a report (announcing.ts), before it would answer. Each
+// outcome carries a rule id (metrics) and a reason (logs, Events).
 import { type ArpPacket, UNSPECIFIED_IPV4 } from "../../net/arp.ts";
 import { type NeighborSolicitation, type ReceivedAdvertisement, UNSPECIFIED_IPV6 } from "../../net/ndp.ts";
 
@@ -42,8 +43,12 @@ export function solicitationClaim(solicitation: NeighborSolicitation, source: st
   return { address: solicitation.target, mac: frameMac, rule: "duplicate-detection" } satisfies Claim;
 }
 
-/** Where the announcer stands with an address on a link. */
-export type Phase = "probing" | "announced";
+/**
+ * Where the announcer stands with an address on a link. "held": announced while this node's view may be stale (its
+ * Lease past its deadline, or its Service cache not caught up since): the controller may have given the address to
+ * another node, whose probes before it announces are then that node's claim, not a prober to defend against.
+ */
+export type Phase = "probing" | "announced" | "held";
 
 export type ClaimDecision =
   | { action: "ignore"; rule: "own-mac" | "defended"; reason: string }
@@ -65,8 +70,15 @@ export function judgeClaim(claim: Claim, phase: Phase, linkMac: string): ClaimDe
   if (claim.mac === linkMac) return { action: "ignore", rule: "own-mac", reason: `${who}: this link's own MAC` };
   if (phase === "probing")
     return { action: "refuse", rule: claim.rule, reason: `${claim.address} is in use: ${who}; not announced` };
-  if (claim.rule === "arp-probe" || claim.rule === "duplicate-detection")
+  const probe = claim.rule === "arp-probe" || claim.rule === "duplicate-detection";
+  if (probe && phase === "announced")
     return { action: "ignore", rule: "defended", reason: `${who}: answered as announced, it backs off` };
+  if (probe)
+    return {
+      action: "report",
+      rule: claim.rule,
+      reason: `${claim.address} is held here on a view that may be stale, and ${who}: likely its new announcer`,
+    };
   return {
     action: "report",
     rule: claim.rule,

@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
   ANNOUNCER_LEASE_LABEL,
+  APPLIED_ANNOTATION,
   GATEWAYS_ANNOTATION,
   LEASE_DURATION_SECONDS,
   SEGMENTS_ANNOTATION,
@@ -47,4 +48,16 @@ test("a renewal keeps the resourceVersion read, others' labels, its acquireTime;
   const back = announcerLease(identity, network("198.18.0.0/24"), second, taken);
   assert.equal(back.spec?.holderIdentity, "node-a");
   assert.equal(back.spec?.acquireTime, "2026-11-24T16:00:01.456000Z");
+});
+
+test("the applied resourceVersion: written when known, left out (not kept from before) while unknown", () => {
+  const read = announcerLease(identity, { ...network("198.18.0.0/24"), applied: "41" }, first);
+  assert.equal(read.metadata?.annotations?.[APPLIED_ANNOTATION], "41");
+  const renewed = announcerLease(identity, { ...network("198.18.0.0/24"), applied: "57" }, second, read);
+  assert.equal(renewed.metadata?.annotations?.[APPLIED_ANNOTATION], "57");
+  // A run that has not listed its Services yet acknowledges nothing, whatever an earlier run wrote.
+  const restarted = announcerLease(identity, network("198.18.0.0/24"), second, read);
+  assert.equal(restarted.metadata?.annotations?.[APPLIED_ANNOTATION], undefined);
+  assert.equal(restarted.metadata?.annotations?.[SEGMENTS_ANNOTATION], "198.18.0.0/24");
+  assert.equal(restarted.metadata?.annotations?.[GATEWAYS_ANNOTATION], "198.18.0.1");
 });

@@ -2,7 +2,8 @@
 // RENEW_INTERVAL_MS by an update pinned to the resourceVersion last read, deleted on a graceful stop so that the
 // pool controller moves the node's addresses at once. After each renewal that succeeded the node may announce
 // until announceDeadline() of the moment that renewal was SENT: the controller times the Lease from when it saw
-// it, which is later. Only the monotonic clock measures that; the Lease's times are for people.
+// it, which is later. Only the monotonic clock measures that; the Lease's times are for people. Each write also says
+// how far this node has applied its Services (APPLIED_ANNOTATION), read when the write is made.
 import { performance } from "node:perf_hooks";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Logger } from "../../cli/log.ts";
@@ -12,6 +13,7 @@ import type { Resource } from "../../kube/resource.ts";
 import {
   ANNOUNCER_LEASE_LABEL,
   announceDeadline,
+  APPLIED_ANNOTATION,
   GATEWAYS_ANNOTATION,
   LEASE_DURATION_SECONDS,
   RENEW_INTERVAL_MS,
@@ -26,15 +28,21 @@ export interface LeaseIdentity {
   namespace: string;
 }
 
-/** What the Lease tells of the node's network: its segments and its default routes' next hops (annotations). */
-export interface LeaseNetwork {
+/** What this node says in its Lease beside its holding of it. */
+export interface LeaseFacts {
+  /** SEGMENTS_ANNOTATION. */
   segments: string;
+  /** GATEWAYS_ANNOTATION: the next hops of the node's default routes. */
   gateways: string;
+  /** APPLIED_ANNOTATION; left out while the Service watch has not listed yet. */
+  applied?: string;
 }
 
 /** The Lease as this node keeps it, from `current` (the one read) if any: acquireTime stays while it holds it. */
-export function announcerLease(identity: LeaseIdentity, network: LeaseNetwork, now: Date, current?: Lease): Lease {
+export function announcerLease(identity: LeaseIdentity, facts: LeaseFacts, now: Date, current?: Lease): Lease {
   const time = microTime(now);
+  const { [APPLIED_ANNOTATION]: _, ...annotations } = current?.metadata?.annotations ?? {};
+  const applied: Record<string, string> = facts.applied === undefined ? {} : { [APPLIED_ANNOTATION]: facts.applied };
   const held = current?.spec?.holderIdentity === identity.node && current.spec.acquireTime;
   return {
     apiVersion: "coordination.k8s.io/v1",
@@ -45,9 +53,10 @@ export function announcerLease(identity: LeaseIdentity, network: LeaseNetwork, n
       namespace: identity.namespace,
       labels: { ...current?.metadata?.labels, [ANNOUNCER_LEASE_LABEL]: "true" },
       annotations: {
-        ...current?.metadata?.annotations,
-        [SEGMENTS_ANNOTATION]: network.segments,
-        [GATEWAYS_ANNOTATION]: network.gateways,
+        ...annotations,
+        [SEGMENTS_ANNOTATION]: facts.segments,
+        [GATEWAYS_ANNOTATION]: facts.gateways,
+        ...applied,
       },
     },
     spec: {
@@ -64,8 +73,10 @@ export interface AnnouncerLeaseOptions {
   leases: Resource<Lease>;
   identity: LeaseIdentity;
   log: Logger;
-  /** After each renewal that succeeded: until when (performance.now() ms) the node may announce. */
-  onRenewed(deadlineMs: number): void;
+  /** The resourceVersion up to which this node has applied its Services (APPLIED_ANNOTATION), at each write. */
+  applied(): string | undefined;
+  /** After each renewal that succeeded: until when (performance.now() ms) the Lease is valid, and its version. */
+  onRenewed(deadlineMs: number, version: string | undefined): void;
   /** Each renewal's result, for metrics. */
   onResult(result: "ok" | "error"): void;
 }
@@ -108,7 +119,7 @@ export class AnnouncerLease {
   private readonly options: AnnouncerLeaseOptions;
   private readonly abort = new AbortController();
   private current: Lease | undefined;
-  private readonly network: LeaseNetwork = { segments: "", gateways: "" };
+  private readonly network: Omit<LeaseFacts, "applied"> = { segments: "", gateways: "" };
   private deadline = -Infinity;
   private failing = false;
   private loop: Promise<void> | undefined;
@@ -162,12 +173,15 @@ export class AnnouncerLease {
       onResult("ok");
       if (this.failing) log.info("announcer Lease renewed again", { lease: this.options.identity.name });
       this.failing = false;
-      onRenewed(this.deadline);
+      onRenewed(this.deadline, this.current?.metadata?.resourceVersion);
     } catch (err) {
       if (this.abort.signal.aborted) return;
       onResult("error");
       // Said once per run of failures: the API may be away for long, and this runs every second.
-      if (!this.failing) log.warn("renewing the announcer Lease failed; announcing stops at its deadline", { err });
+      if (!this.failing)
+        log.warn("renewing the announcer Lease failed; past its deadline, announcing goes on only where peers answer", {
+          err,
+        });
       this.failing = true;
     }
   }
@@ -176,7 +190,8 @@ export class AnnouncerLease {
   private async write(signal: AbortSignal): Promise<number> {
     const { leases, identity } = this.options;
     for (let attempt = 1; ; attempt++) {
-      const lease = announcerLease(identity, this.network, new Date(), this.current);
+      const facts = { ...this.network, applied: this.options.applied() };
+      const lease = announcerLease(identity, facts, new Date(), this.current);
       const sentAt = performance.now();
       try {
         this.current = this.current ? await leases.update(lease, { signal }) : await leases.create(lease, { signal });

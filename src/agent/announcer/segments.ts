@@ -1,6 +1,7 @@
 // Where this node can announce: the on-link prefixes of its links, as pure functions of netlink's listings. The
 // Lease tells them to the pool controller (SEGMENTS_ANNOTATION); an assigned address is announced on the link
-// whose prefix holds it.
+// whose prefix holds it. A link that is down has no segment: a link down is a withdrawal (nothing answers there,
+// and the Lease, still renewed over another link, no longer offers it, so the controller moves its addresses).
 import { type Cidr, parseCidr, prefixOf } from "../../net/ip.ts";
 import type { HostAddress, HostLink } from "../../net/netlink.ts";
 import type { AnnouncedLink } from "./announcer.ts";
@@ -14,13 +15,13 @@ export interface Segment {
 
 /**
  * Each usable address's prefix on its link: scope global (no link-local or host addresses), neither tentative nor
- * failed duplicate detection (not the node's yet), on a link with a MAC (what ARP and NDP answer with), within
- * `interfaces` when given. One per prefix and link, by prefix.
+ * failed duplicate detection (not the node's yet), on a link with a MAC (what ARP and NDP answer with) that is up,
+ * within `interfaces` when given. One per prefix and link, by prefix.
  */
 export function nodeSegments(addresses: HostAddress[], links: HostLink[], interfaces: readonly string[]): Segment[] {
   const usable = new Map<number, AnnouncedLink>();
-  for (const { index, name, mac } of links)
-    if (mac && (interfaces.length === 0 || interfaces.includes(name))) usable.set(index, { index, name, mac });
+  for (const { index, name, mac, up } of links)
+    if (mac && up && (interfaces.length === 0 || interfaces.includes(name))) usable.set(index, { index, name, mac });
   const segments = new Map<string, Segment>();
   for (const address of addresses) {
     const link = usable.get(address.interfaceIndex);
