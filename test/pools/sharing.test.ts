@@ -14,7 +14,7 @@ import { ANNOUNCER_ANNOTATION } from "../../src/pools/announcement.ts";
 import { NODE_SELECTOR_ANNOTATION } from "../../src/service/decide.ts";
 import { editorClient, namespaceEditor } from "../../localcluster/editor.ts";
 import { waitFor, waitForEqual } from "../../localcluster/wait.ts";
-import { type PoolWorld, type RunningController, startPoolWorld } from "./world.ts";
+import { type AnnouncerLease, type PoolWorld, type RunningController, startPoolWorld } from "./world.ts";
 
 const WAIT_MS = 60_000;
 const KEY = "front";
@@ -28,6 +28,7 @@ let mine: Resource<Service>;
 let theirs: Resource<Service>;
 let tenantNamespace: string;
 let heartbeat: NodeJS.Timeout | undefined;
+const agents: AnnouncerLease[] = [];
 
 before(async () => {
   world = await startPoolWorld({ controllerManager: true }); // for the namespace editor's `edit` ClusterRole
@@ -40,7 +41,7 @@ before(async () => {
   await world.createPool("shared", { addresses: ["10.79.0.10-10.79.0.20"], namespaces: [namespace, tenantNamespace] });
   for (const [i, node] of NODES.entries()) {
     await world.addNode(node, [{ type: "InternalIP", address: `10.79.0.${i + 1}` }]);
-    await world.announce(node, [SEGMENT]);
+    agents.push(await world.announce(node, [SEGMENT]));
   }
   // kube-controller-manager runs (for `edit`): its node lifecycle controller marks a Node without a kubelet's
   // heartbeat Unknown after 50 s, so the test heartbeats as kubelet would.
@@ -88,17 +89,15 @@ describe("a tenant joining another namespace's sharing key", () => {
     );
   });
 
-  // Since the election's merge, the tenant's Service with no eligible announcer gets no NoAnnouncer Warning within
-  // the wait (cause not found yet): a regression these two cases expose, left open in issue 25 and marked todo
-  // until it is mended, so that they keep running and reporting.
-  const NO_WARNING = "no NoAnnouncer Warning for a Service that no node may announce (regression, issue 25)";
-  const cases: [string, Service, string?][] = [
-    ["an overlapping port", shared("same-port", 80)],
-    ["other ports, externalTrafficPolicy Local, no endpoint", shared("local", 81, { externalTrafficPolicy: "Local" }), NO_WARNING],
-    ["other ports, a node selector no node matches", shared("nowhere", 82, {}, { [NODE_SELECTOR_ANNOTATION]: "x=y" }), NO_WARNING],
+  // What the tenant's Service gets: an announcer, or (it joins the tenant's own address, and no node may announce
+  // for all of that address's Services) a NoAnnouncer Warning.
+  const cases: [string, Service, "announcer" | "NoAnnouncer"][] = [
+    ["an overlapping port", shared("same-port", 80), "announcer"],
+    ["other ports, externalTrafficPolicy Local, no endpoint", shared("local", 81, { externalTrafficPolicy: "Local" }), "NoAnnouncer"],
+    ["other ports, a node selector no node matches", shared("nowhere", 82, {}, { [NODE_SELECTOR_ANNOTATION]: "x=y" }), "NoAnnouncer"],
   ];
-  for (const [what, service, todo] of cases) {
-    test(`${what}: the tenant's Service gets an address of its own; web keeps its address and announcer`, { todo }, async () => {
+  for (const [what, service, outcome] of cases) {
+    test(`${what}: the tenant's Service gets an address of its own; web keeps its address and announcer`, async () => {
       const name = service.metadata?.name as string;
       await theirs.create(service);
       const got = await waitFor(
@@ -110,10 +109,15 @@ describe("a tenant joining another namespace's sharing key", () => {
         WAIT_MS,
       );
       assert.notDeepEqual(got, held.ingress, `${name} got web's address`);
-      // The tenant's Service had its allocation and announcer decision in the same plan as web's next one.
+      // The tenant's Service had its allocation and announcer decision in the same plan as web's next one. It may
+      // join the tenant's own earlier Service and release that one's announcer: the next waits until the released
+      // node acknowledges, so the agents here acknowledge what their Service watch would have reached by now.
       await waitFor(`${name} decided`, async () => {
+        const { metadata } = await theirs.listPage({ limit: 1 });
+        for (const agent of agents) agent.acknowledge(metadata?.resourceVersion);
         const { announcer } = await state(theirs, name);
-        return announcer !== undefined || (await warnings(tenantNamespace, name)).length > 0;
+        const told = await warnings(tenantNamespace, name);
+        return outcome === "announcer" ? announcer !== undefined : told.some((w) => w.startsWith(`${outcome}: `));
       });
       assert.deepEqual(await state(mine, "web"), held);
       assert.deepEqual(await warnings(mine.ref.namespace as string, "web"), []);
