@@ -1,7 +1,15 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
-import { type Allocation, allocate, isOurs, type L2ServiceFacts, L2_CLASS, poolHolds } from "./allocate.ts";
+import {
+  type Allocation,
+  allocate,
+  isOurs,
+  type L2ServiceFacts,
+  L2_CLASS,
+  l2ServiceFacts,
+  poolHolds,
+} from "./allocate.ts";
 import { ExclusionSet, exclusions, type NetworkFacts } from "./exclusions.ts";
 import { type LoadBalancerIPPool, type PoolFacts, poolFacts } from "./pool.ts";
 import { ipNumber, ipText, isBuggyIp } from "./ranges.ts";
@@ -122,6 +130,39 @@ describe("allocate", () => {
       "ns/family ✗ bad-request: annotation local-ccm.io/load-balancer-ips: 2001:db8::1 is IPv6, not of " +
         "spec.ipFamilies (IPv4)",
       "ns/node ✗ node-address: 198.51.100.3 is an address of node n1",
+    ]);
+  });
+
+  test("MetalLB's annotations (metallb.io, then metallb.universe.tf) are read where ours are unset; ours win", () => {
+    const facts = (annotations: Record<string, string>) =>
+      l2ServiceFacts({ metadata: { name: "s", namespace: "ns", annotations }, spec: { type: "LoadBalancer" } });
+    const settings = ({ requestedIps, pool, sharingKey, readFrom }: L2ServiceFacts) =>
+      ({ requestedIps, pool, sharingKey, readFrom });
+    assert.deepEqual(
+      settings(
+        facts({
+          "metallb.io/loadBalancerIPs": "198.51.100.1",
+          "metallb.universe.tf/loadBalancerIPs": "198.51.100.2",
+          "metallb.universe.tf/address-pool": "old",
+          "local-ccm.io/allow-shared-ip": "ours",
+          "metallb.io/allow-shared-ip": "theirs",
+        }),
+      ),
+      {
+        requestedIps: "198.51.100.1",
+        pool: "old",
+        sharingKey: "ours",
+        readFrom: { requestedIps: "metallb.io/loadBalancerIPs", pool: "metallb.universe.tf/address-pool" },
+      },
+    );
+    assert.deepEqual(settings(facts({})), { requestedIps: undefined, pool: undefined, sharingKey: undefined, readFrom: undefined });
+    // Refusals name the annotation the value came from, so the user edits the right one.
+    const dual = pool("dual", ["198.51.100.0/30"]);
+    const garbled = { ...service("garbled"), ...settings(facts({ "metallb.io/loadBalancerIPs": "198.51.100.300" })) };
+    const unknown = { ...service("unknown"), ...settings(facts({ "metallb.universe.tf/address-pool": "gone" })) };
+    assert.deepEqual(summary(run([garbled, unknown], [dual]).services), [
+      'ns/garbled ✗ bad-request: annotation metallb.io/loadBalancerIPs: "198.51.100.300" is not an IP address',
+      "ns/unknown ✗ no-pool: annotation metallb.universe.tf/address-pool: pool gone does not exist",
     ]);
   });
 

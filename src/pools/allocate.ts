@@ -37,6 +37,15 @@ export const REQUESTED_IPS_ANNOTATION = "local-ccm.io/load-balancer-ips";
 export const POOL_ANNOTATION = "local-ccm.io/address-pool";
 /** Services of one namespace with the same key share an address when no protocol/port of theirs overlaps. */
 export const SHARING_ANNOTATION = "local-ccm.io/allow-shared-ip";
+/**
+ * Where a Service may say each of those three: ours first, then MetalLB's, then MetalLB's older spelling, so that a
+ * Service MetalLB served keeps its address when we take it over. The first one set wins.
+ */
+export const SETTING_ANNOTATIONS = {
+  requestedIps: [REQUESTED_IPS_ANNOTATION, "metallb.io/loadBalancerIPs", "metallb.universe.tf/loadBalancerIPs"],
+  pool: [POOL_ANNOTATION, "metallb.io/address-pool", "metallb.universe.tf/address-pool"],
+  sharingKey: [SHARING_ANNOTATION, "metallb.io/allow-shared-ip", "metallb.universe.tf/allow-shared-ip"],
+} as const;
 /** Ours: the pool of each status.loadBalancer.ingress address, comma-separated in the same order. */
 export const ALLOCATED_FROM_ANNOTATION = "local-ccm.io/allocated-from";
 
@@ -57,6 +66,8 @@ export interface L2ServiceFacts {
   loadBalancerIP: string | undefined;
   pool: string | undefined;
   sharingKey: string | undefined;
+  /** The annotations the three above were read from, where not ours (SETTING_ANNOTATIONS), for messages. */
+  readFrom?: Partial<Record<keyof typeof SETTING_ANNOTATIONS, string>>;
   finalizer: boolean;
   allocatedFrom: string | undefined;
   /** The IPs of status.loadBalancer.ingress, as written. */
@@ -66,6 +77,14 @@ export interface L2ServiceFacts {
 export function l2ServiceFacts(service: Service): L2ServiceFacts {
   const { metadata = {}, spec = {}, status } = service;
   const annotations = metadata.annotations ?? {};
+  const readFrom: L2ServiceFacts["readFrom"] = {};
+  const setting = (name: keyof typeof SETTING_ANNOTATIONS) => {
+    const [ours, ...others] = SETTING_ANNOTATIONS[name];
+    if (annotations[ours] !== undefined) return annotations[ours];
+    const other = others.find((key) => annotations[key] !== undefined);
+    if (other !== undefined) readFrom[name] = other;
+    return other === undefined ? undefined : annotations[other];
+  };
   const families = (spec.ipFamilies ?? []).filter(
     (family): family is IpFamily => family === "IPv4" || family === "IPv6",
   );
@@ -80,10 +99,11 @@ export function l2ServiceFacts(service: Service): L2ServiceFacts {
     labels: withoutAnnouncerLabel(metadata.labels ?? {}),
     ipFamilies: families.length ? families : ["IPv4"],
     ports: (spec.ports ?? []).map(({ protocol, port }) => ({ protocol: protocol ?? "TCP", port })),
-    requestedIps: annotations[REQUESTED_IPS_ANNOTATION],
+    requestedIps: setting("requestedIps"),
     loadBalancerIP: spec.loadBalancerIP || undefined,
-    pool: annotations[POOL_ANNOTATION],
-    sharingKey: annotations[SHARING_ANNOTATION] || undefined,
+    pool: setting("pool"),
+    sharingKey: setting("sharingKey") || undefined,
+    ...(Object.keys(readFrom).length ? { readFrom } : {}),
     finalizer: (metadata.finalizers ?? []).includes(LB_FINALIZER),
     allocatedFrom: annotations[ALLOCATED_FROM_ANNOTATION],
     ingress: (status?.loadBalancer?.ingress ?? []).flatMap(({ ip }) => (ip ? [ip] : [])),
@@ -516,7 +536,8 @@ export function poolHolds(pool: PoolFacts, family: IpFamily, value: bigint): boo
  * spec.loadBalancerIP; a one-line reason when they are malformed or not of its families.
  */
 export function requestedIps(facts: L2ServiceFacts): Map<IpFamily, string> | string {
-  const source = facts.requestedIps !== undefined ? `annotation ${REQUESTED_IPS_ANNOTATION}` : "spec.loadBalancerIP";
+  const annotation = facts.readFrom?.requestedIps ?? REQUESTED_IPS_ANNOTATION;
+  const source = facts.requestedIps !== undefined ? `annotation ${annotation}` : "spec.loadBalancerIP";
   const text = facts.requestedIps ?? facts.loadBalancerIP;
   const wanted = new Map<IpFamily, string>();
   if (text === undefined) return wanted;
@@ -533,7 +554,7 @@ export function requestedIps(facts: L2ServiceFacts): Map<IpFamily, string> | str
 
 function namedPoolProblem(facts: L2ServiceFacts, pools: PoolFacts[]): string {
   const pool = pools.find(({ name }) => name === facts.pool);
-  const named = `annotation ${POOL_ANNOTATION}: pool ${facts.pool}`;
+  const named = `annotation ${facts.readFrom?.pool ?? POOL_ANNOTATION}: pool ${facts.pool}`;
   if (!pool) return `${named} does not exist`;
   if (pool.problem !== undefined) return `${named} serves nothing: ${pool.problem}`;
   if (pool.deleting) return `${named} is being deleted`;

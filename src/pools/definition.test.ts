@@ -13,6 +13,7 @@ import {
   ALLOCATED_FROM_ANNOTATION,
   L2_CLASS,
   l2ServiceFacts,
+  SETTING_ANNOTATIONS,
   POOL_ANNOTATION,
   REQUESTED_IPS_ANNOTATION,
   SHARING_ANNOTATION,
@@ -70,6 +71,15 @@ test("a Service keeps what l2ServiceFacts and announcedFacts read; other annotat
   assert.deepEqual(announcedFacts(trimmed), announcedFacts(service));
   assert.equal(trimmed.metadata?.annotations?.["kubectl.kubernetes.io/last-applied-configuration"], undefined);
   assert.equal(trimmed.spec?.selector, undefined);
+  // MetalLB's spellings of the three settings are kept too, each alone (ours unset) read as the setting.
+  for (const spellings of Object.values(SETTING_ANNOTATIONS))
+    for (const spelling of spellings.slice(1)) {
+      const annotations = { ...service.metadata?.annotations, [spellings[0]]: undefined, [spelling]: "x" };
+      const theirs = { ...service, metadata: { ...service.metadata, annotations } } as Service;
+      const facts = l2ServiceFacts(trim(watches.services, theirs));
+      assert.deepEqual(facts, l2ServiceFacts(theirs));
+      assert.equal(Object.values(facts.readFrom ?? {}).join(), spelling);
+    }
 });
 
 test("a pool keeps its spec, status, finalizers; a Node its addresses, pod CIDRs and what the node rules read", () => {

@@ -5,12 +5,7 @@
 import { EACH, type FieldPath } from "../kube/fields.ts";
 import type { KubeObject, ResourceRef } from "../kube/resource.ts";
 import { ENDPOINT_SLICE_FIELDS, NODE_FIELDS } from "../service/watches.ts";
-import {
-  ALLOCATED_FROM_ANNOTATION,
-  POOL_ANNOTATION,
-  REQUESTED_IPS_ANNOTATION,
-  SHARING_ANNOTATION,
-} from "./allocate.ts";
+import { ALLOCATED_FROM_ANNOTATION, SETTING_ANNOTATIONS } from "./allocate.ts";
 import { NODE_SELECTOR_ANNOTATION } from "../service/decide.ts";
 import {
   ANNOUNCER_ANNOTATION,
@@ -28,9 +23,7 @@ export const SERVICE_FIELDS: readonly FieldPath[] = [
   ["metadata", "finalizers"],
   ["metadata", "labels"],
   ...[
-    REQUESTED_IPS_ANNOTATION,
-    POOL_ANNOTATION,
-    SHARING_ANNOTATION,
+    ...Object.values(SETTING_ANNOTATIONS).flat(),
     ALLOCATED_FROM_ANNOTATION,
     ANNOUNCER_ANNOTATION,
     RELEASED_FROM_ANNOTATION,
