@@ -37,6 +37,8 @@ interface World {
   services: AnnouncedService[];
   announcers: Announcer[];
   notReady?: string[];
+  /** Nodes whose Ready condition is Unknown (kubelet's heartbeat missing). */
+  unknown?: string[];
   ready?: Record<string, string[]>;
   labels?: Record<string, Record<string, string>>;
   paused?: boolean;
@@ -44,10 +46,16 @@ interface World {
 
 function input(world: World): AnnouncersInput {
   const notReady = new Set(world.notReady ?? []);
+  const unknown = new Set(world.unknown ?? []);
   return {
     services: world.services,
     announcers: world.announcers,
-    ineligible: (node) => (notReady.has(node) ? { rule: "not-ready", reason: "is not Ready (False)" } : undefined),
+    ineligible: (node) =>
+      notReady.has(node)
+        ? { rule: "not-ready", reason: "is not Ready (False)" }
+        : unknown.has(node)
+          ? { rule: "ready-unknown", reason: "is not Ready (Unknown)" }
+          : undefined,
     readyNodes: (key) => new Set(world.ready?.[key] ?? []),
     nodeLabels: (node) => world.labels?.[node] ?? {},
     ...(world.paused ? { paused: { rule: "stale-view", reason: "no renewal seen for 2500 ms" } } : {}),
@@ -77,6 +85,18 @@ describe("assignAnnouncers", () => {
     const services = [service("a", ["192.0.2.10"], { local: true })];
     const world = { services, announcers, notReady: ["not-ready"], ready: { "ns/a": ["good", "not-ready"] } };
     assert.deepEqual(announcerOf(decision(world, "a") ?? assert.fail()), "good");
+  });
+
+  test("Ready Unknown with a live Lease: the announcer stays and may be chosen (after an API outage every Node is)", () => {
+    const services = [service("held", ["192.0.2.10"], { announcer: "n1" }), service("new", ["192.0.2.11"])];
+    const announcers = [announcer("n1"), announcer("n2")];
+    const everyUnknown = { services, announcers, unknown: ["n1", "n2"] };
+    assert.deepEqual(decision(everyUnknown, "held"), { action: "announce", node: "n1", rule: "sticky", reason: "n1 stays" });
+    assert.equal(decision(everyUnknown, "new")?.action, "announce");
+    // Kubelet saying NotReady (False) still moves it; an expired Lease with Unknown is no announcer.
+    assert.equal(decision({ services, announcers, notReady: ["n1"] }, "held")?.rule, "released");
+    const expired = [announcer("n1", { live: false }), announcer("n2", { live: false })];
+    assert.equal(decision({ services, announcers: expired, unknown: ["n1", "n2"] }, "new")?.rule, "no-announcer");
   });
 
   test("none eligible: no-announcer, and the reason names the first rule that left none", () => {

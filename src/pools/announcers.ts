@@ -194,10 +194,20 @@ function liveBySegments(announcers: readonly Announcer[], input: AnnouncersInput
     const share = shares.get(key) ?? { segments: announcer.segments, live: [], fit: [] };
     shares.set(key, share);
     share.live.push(announcer);
-    if (!input.ineligible(announcer.name)) share.fit.push(announcer);
+    if (mayAnnounce(input.ineligible(announcer.name))) share.fit.push(announcer);
   }
   return [...shares.values()];
 }
+
+/**
+ * Whether a node whose announcer Lease is live may announce. Ready Unknown says only that kubelet's heartbeat went
+ * missing: kube-controller-manager marks every Node so for a while after its own view was stale (an API outage),
+ * and that would take every address from its announcer at once. The agent renewing its Lease is a fresher heartbeat
+ * of the same node; kube-proxy there forwards whether kubelet reports or not. Ready False (kubelet's own word) and
+ * every other rule stand.
+ */
+const mayAnnounce = (ineligible: ReturnType<AnnouncersInput["ineligible"]>) =>
+  ineligible === undefined || ineligible.rule === "ready-unknown";
 
 /** The eligible announcers of a group, or why there are none. */
 function eligibility(group: Group, shares: readonly SegmentShare[], input: AnnouncersInput): Announcer[] | string {

@@ -121,7 +121,7 @@ describe("loadBalancerNode: which nodes carry LoadBalancer traffic, by rule", ()
     ["Ready", {}, undefined],
     ["cordoned stays (KEP-3836)", { unschedulable: true }, undefined],
     ["NotReady", { ready: "False" }, "not-ready"],
-    ["Ready Unknown", { ready: "Unknown" }, "not-ready"],
+    ["Ready Unknown", { ready: "Unknown" }, "ready-unknown"],
     ["no Ready condition", { ready: "none" }, "not-ready"],
     ["being deleted", { deleting: true }, "deleting"],
     ["uninitialized", { taints: [UNINITIALIZED_TAINT] }, "uninitialized"],

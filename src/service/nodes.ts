@@ -19,7 +19,14 @@ export type AddressType = "ExternalIP" | "InternalIP";
 /** A Node's first address of each type, per family (canonical text). */
 export type NodeIps = Record<IpFamily, Partial<Record<AddressType, string>>>;
 
-export type NodeRule = "deleting" | "uninitialized" | "autoscaler" | "not-ready" | "excluded" | "node-selector";
+export type NodeRule =
+  | "deleting"
+  | "uninitialized"
+  | "autoscaler"
+  | "not-ready"
+  | "ready-unknown"
+  | "excluded"
+  | "node-selector";
 
 export interface LoadBalancerNode {
   name: string;
@@ -62,6 +69,8 @@ function ineligibility(
   if ((node.spec?.taints ?? []).some((taint) => taint.key === AUTOSCALER_TAINT))
     return { rule: "autoscaler", reason: `has the ${AUTOSCALER_TAINT} taint` };
   const ready = node.status?.conditions?.find((condition) => condition.type === "Ready")?.status;
+  // Unknown: kubelet's heartbeat went missing, not kubelet saying the node is not ready (announcers.ts reads it so).
+  if (ready === "Unknown") return { rule: "ready-unknown", reason: "is not Ready (Unknown: its kubelet stopped reporting)" };
   if (ready !== "True") return { rule: "not-ready", reason: `is not Ready (${ready ?? "no Ready condition"})` };
   if (isExcluded(labels))
     return { rule: "excluded", reason: `has the label ${EXCLUDE_LABEL}=${labels[EXCLUDE_LABEL]}` };
