@@ -184,7 +184,10 @@ export class PoolController {
   readonly poolHandlers: InformerHandlers<LoadBalancerIPPool> = {
     onAdd: (pool) => this.changed(POOL + objectKey(pool)),
     onUpdate: (_, pool) => this.changed(POOL + objectKey(pool)),
-    onDelete: () => this.changed(ALLOCATION),
+    onDelete: (pool) => {
+      this.forgetPool(objectKey(pool));
+      this.changed(ALLOCATION);
+    },
   };
 
   readonly serviceCidrHandlers: InformerHandlers<ServiceCIDR> = {
@@ -632,7 +635,7 @@ export class PoolController {
   private async syncPool(name: string, result: AllocateResult): Promise<void> {
     const pool = this.options.pools.get(name);
     const facts = this.pools.find((each) => each.name === name);
-    if (!pool || !facts) return;
+    if (!pool || !facts) return this.forgetPool(name);
     const used = result.used.get(name) ?? new Set<string>();
     const log = this.options.log.with({ pool: name });
     if (facts.deleting && facts.finalizer && used.size === 0) {
@@ -644,9 +647,22 @@ export class PoolController {
     const retained = result.retained.get(name) ?? [];
     const { pools, exclusions } = this;
     const status = poolStatus({ pool: facts, pools, used, retained, exclusions, current, now: new Date() });
+    const { poolSize, poolUsed, poolFree } = this.options.metrics;
+    for (const [gauge, value] of [
+      [poolSize, status.size],
+      [poolUsed, status.used],
+      [poolFree, status.free],
+    ] as const)
+      gauge.with({ pool: name }).set(Number(value));
     if (sameStatus(pool.status, status)) return;
     if (!this.options.dryRun) return this.writePoolStatus(name, status);
     this.options.metrics.writes.with({ write: "pool-status", result: "dry-run" }).inc();
+  }
+
+  /** A pool gone: its gauges are no longer exposed. */
+  private forgetPool(name: string): void {
+    const { poolSize, poolUsed, poolFree } = this.options.metrics;
+    for (const gauge of [poolSize, poolUsed, poolFree]) gauge.remove({ pool: name });
   }
 
   /** Adds or removes POOL_FINALIZER, pinned to the version read; false when not written (changed, gone, dry run). */
