@@ -571,6 +571,13 @@ export class PoolController {
       // The announcer's own rule (sticky, failover, released, …), not the allocation's.
       const announcerLog = announced ? log.with({ rule: announced.rule }) : log;
       announcerLog.info("wrote announcer", { ...fields, reason: announced?.reason ?? reason });
+      // Once per change, as MetalLB's nodeAssigned: the annotation read back is what was told before, so a resync,
+      // a restart or a new leader that finds the same node writes nothing and tells nothing.
+      if (announced && announcer !== undefined && announcer !== before.announcer) {
+        const was = before.announcer ?? before.releasedFrom;
+        const message = `announced from node ${announcer}${was === undefined ? "" : `, was ${was}`} (${announced.rule}): ${announced.reason}`;
+        this.options.events.record(serviceReference(service), "Normal", "AnnouncerAssigned", message);
+      }
     }
     if (decision.action === "release") log.info("released Service", { reason: decision.reason });
   }
