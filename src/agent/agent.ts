@@ -166,6 +166,7 @@ export class Agent {
         const result = await this.apply(node, detection, lookup, hostAddresses);
         metrics.reconciles.with({ result: result.refused ? "refused" : "ok" }).inc();
         if (!result.refused) metrics.lastSuccess.set(Date.now() / 1000);
+        if (!result.refused) metrics.uninitialized.set(result.taintKept === undefined ? 0 : 1);
         return result;
       } catch (err) {
         if (!isApiError(err, "Conflict") || attempt >= MAX_CONFLICT_RETRIES) throw err;

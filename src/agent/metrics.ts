@@ -56,6 +56,12 @@ export function createAgentMetrics(registry: Registry) {
       help: "Labels and taints the node init rules (--node-label-rules, --node-taint-rules) added to the Node, by kind: label, taint.",
       labels: ["kind"],
     }),
+    uninitialized: registry.gauge({
+      name: "local_ccm_node_uninitialized",
+      help:
+        "1 while the agent keeps its Node's node.cloudprovider.kubernetes.io/uninitialized taint (no InternalIP or " +
+        "no metadata yet; its TaintKept or MetadataUnavailable Event says why), else 0.",
+    }),
     lastSuccess: registry.gauge({
       name: "local_ccm_last_success_timestamp_seconds",
       help: "When the last reconcile succeeded (Unix time).",

@@ -72,6 +72,18 @@ describe("exposition format 0.0.4", () => {
     assert.match(registry.expose(), /\npaused\{reason="unhealthy"\} 1\n$/);
   });
 
+  test("a removed gauge series is no longer exposed; the others stay, and it comes back when set", () => {
+    const registry = new Registry();
+    const free = registry.gauge({ name: "free", help: "Free.", labels: ["pool"] });
+    free.with({ pool: "a" }).set(3);
+    free.with({ pool: "b" }).set(4);
+    free.remove({ pool: "a" });
+    free.remove({ pool: "never-set" });
+    assert.equal(registry.expose(), '# HELP free Free.\n# TYPE free gauge\nfree{pool="b"} 4\n');
+    free.with({ pool: "a" }).set(1);
+    assert.match(registry.expose(), /\nfree\{pool="a"\} 1\n$/);
+  });
+
   test("histogram: cumulative buckets, +Inf, sum and count", () => {
     const registry = new Registry();
     const latency = registry.histogram({

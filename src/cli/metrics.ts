@@ -26,6 +26,8 @@ export interface Counter<L extends string = never> extends CounterSeries {
 }
 export interface Gauge<L extends string = never> extends GaugeSeries {
   with(labels: Labels<L>): GaugeSeries;
+  /** Drops a labelled series, so that what is gone (a pool) stops being exposed. */
+  remove(labels: Labels<L>): void;
 }
 export interface Histogram<L extends string = never> extends HistogramSeries {
   with(labels: Labels<L>): HistogramSeries;
@@ -110,6 +112,7 @@ export class Registry {
       inc: (by) => metric.own().inc(by),
       get: () => metric.own().get(),
       with: metric.with,
+      remove: metric.remove,
     };
   }
 
@@ -180,7 +183,7 @@ export class Registry {
     options: MetricOptions<L> | CollectedOptions,
     type: MetricType,
     create: () => S,
-  ): { with(labels: Labels<L>): S; own(): S } {
+  ): { with(labels: Labels<L>): S; own(): S; remove(labels: Labels<L>): void } {
     const { name } = options;
     const labelNames: readonly string[] = ("labels" in options && options.labels) || [];
     if (!METRIC_NAME.test(name)) throw new Error(`invalid metric name "${name}"`);
@@ -190,12 +193,14 @@ export class Registry {
     const family: Family = { name, help: options.help, type, labelNames, series: new Map() };
     this.#families.set(name, family);
 
-    const seriesFor = (labels: Labels<L>): S => {
-      const values = labelNames.map((label) => {
+    const valuesOf = (labels: Labels<L>) =>
+      labelNames.map((label) => {
         const value = (labels as Record<string, string | number | undefined>)[label];
         if (value === undefined) throw new Error(`metric ${name}: label "${label}" is missing`);
         return String(value);
       });
+    const seriesFor = (labels: Labels<L>): S => {
+      const values = valuesOf(labels);
       const key = values.join("\u0000");
       let entry = family.series.get(key);
       if (!entry) {
@@ -209,6 +214,7 @@ export class Registry {
     const unlabelled = labelNames.length === 0 ? seriesFor({} as Labels<L>) : undefined;
     return {
       with: seriesFor,
+      remove: (labels) => void family.series.delete(valuesOf(labels).join("\u0000")),
       own: () => {
         if (!unlabelled) throw new Error(`metric ${name} needs labels: ${labelNames.join(", ")}`);
         return unlabelled;

@@ -184,7 +184,10 @@ export class PoolController {
   readonly poolHandlers: InformerHandlers<LoadBalancerIPPool> = {
     onAdd: (pool) => this.changed(POOL + objectKey(pool)),
     onUpdate: (_, pool) => this.changed(POOL + objectKey(pool)),
-    onDelete: () => this.changed(ALLOCATION),
+    onDelete: (pool) => {
+      this.forgetPool(objectKey(pool));
+      this.changed(ALLOCATION);
+    },
   };
 
   readonly serviceCidrHandlers: InformerHandlers<ServiceCIDR> = {
@@ -568,6 +571,13 @@ export class PoolController {
       // The announcer's own rule (sticky, failover, released, …), not the allocation's.
       const announcerLog = announced ? log.with({ rule: announced.rule }) : log;
       announcerLog.info("wrote announcer", { ...fields, reason: announced?.reason ?? reason });
+      // Once per change, as MetalLB's nodeAssigned: the annotation read back is what was told before, so a resync,
+      // a restart or a new leader that finds the same node writes nothing and tells nothing.
+      if (announced && announcer !== undefined && announcer !== before.announcer) {
+        const was = before.announcer ?? before.releasedFrom;
+        const message = `announced from node ${announcer}${was === undefined ? "" : `, was ${was}`} (${announced.rule}): ${announced.reason}`;
+        this.options.events.record(serviceReference(service), "Normal", "AnnouncerAssigned", message);
+      }
     }
     if (decision.action === "release") log.info("released Service", { reason: decision.reason });
   }
@@ -632,7 +642,7 @@ export class PoolController {
   private async syncPool(name: string, result: AllocateResult): Promise<void> {
     const pool = this.options.pools.get(name);
     const facts = this.pools.find((each) => each.name === name);
-    if (!pool || !facts) return;
+    if (!pool || !facts) return this.forgetPool(name);
     const used = result.used.get(name) ?? new Set<string>();
     const log = this.options.log.with({ pool: name });
     if (facts.deleting && facts.finalizer && used.size === 0) {
@@ -644,9 +654,22 @@ export class PoolController {
     const retained = result.retained.get(name) ?? [];
     const { pools, exclusions } = this;
     const status = poolStatus({ pool: facts, pools, used, retained, exclusions, current, now: new Date() });
+    const { poolSize, poolUsed, poolFree } = this.options.metrics;
+    for (const [gauge, value] of [
+      [poolSize, status.size],
+      [poolUsed, status.used],
+      [poolFree, status.free],
+    ] as const)
+      gauge.with({ pool: name }).set(Number(value));
     if (sameStatus(pool.status, status)) return;
     if (!this.options.dryRun) return this.writePoolStatus(name, status);
     this.options.metrics.writes.with({ write: "pool-status", result: "dry-run" }).inc();
+  }
+
+  /** A pool gone: its gauges are no longer exposed. */
+  private forgetPool(name: string): void {
+    const { poolSize, poolUsed, poolFree } = this.options.metrics;
+    for (const gauge of [poolSize, poolUsed, poolFree]) gauge.remove({ pool: name });
   }
 
   /** Adds or removes POOL_FINALIZER, pinned to the version read; false when not written (changed, gone, dry run). */

@@ -49,6 +49,25 @@ export function createPoolsMetrics(registry: Registry, prefix: string) {
         "and label, release, pool-status, pool-finalizer) and result (ok, conflict, gone, error, dry-run).",
       labels: ["write", "result"],
     }),
+    // From the pools' status (status.ts), per pool; written by the replica that leads, which a replica that stopped
+    // leading keeps exposing as last seen: read them with `and on(pod) node_lifecycle_controller_leader == 1`.
+    poolSize: registry.gauge({
+      name: `${prefix}pool_addresses`,
+      help: "Addresses of a pool (its status.size), by pool; a pool gone is no longer exposed. The leader's figures.",
+      labels: ["pool"],
+    }),
+    poolUsed: registry.gauge({
+      name: `${prefix}pool_addresses_in_use`,
+      help: "Addresses of a pool that Services hold (its status.used), by pool. The leader's figures.",
+      labels: ["pool"],
+    }),
+    poolFree: registry.gauge({
+      name: `${prefix}pool_addresses_free`,
+      help:
+        "Addresses a pool can still hand out (its status.free: not held, not excluded; 0 while it is invalid or " +
+        "being deleted), by pool. The leader's figures.",
+      labels: ["pool"],
+    }),
     allocateSeconds: registry.histogram({
       name: `${prefix}allocate_seconds`,
       help: "Time to allocate the addresses of every Service of ours, once per burst of changes.",

@@ -343,6 +343,7 @@ describe("node metadata from instance metadata services and rules", () => {
       assert.equal(reported.length, 1, reported.join("\n"));
       const findings = await metricOf(node, 'local_ccm_metadata_findings_total{reason="MetadataUnavailable"}');
       assert.equal(findings, 1);
+      assert.equal(await metricOf(node, "local_ccm_node_uninitialized"), 1, "the gauge the PrometheusRule alerts on");
       // Not ready while the taint stays for want of metadata: a rollout or `helm install --wait` does not succeed.
       const health = `${node.reachableAt}:${HEALTH_PORT}`;
       const notReady = await readyz(health);
@@ -353,6 +354,8 @@ describe("node metadata from instance metadata services and rules", () => {
       await assertInitialisedInOneWrite(name, tainted, "aws");
       await waitFor("/readyz ok once initialised", async () => (await readyz(health)).status === 200, 20_000, 200);
       assert.equal(await metricOf(node, 'local_ccm_metadata_lookups_total{provider="aws",result="found"}'), 1);
+      const exposed = await scrapeMetrics(health);
+      assert.equal(exposed.get("local_ccm_node_uninitialized"), 0, "initialised: the gauge back to 0 (and exposed)");
     });
   });
 

@@ -100,10 +100,15 @@ export async function eventsAbout(
   component: string,
   namespace: string,
   name: string,
-): Promise<{ type: string; reason: string; message: string }[]> {
+): Promise<{ type: string; reason: string; message: string; count: number }[]> {
   const events = new Resource<Event>(admin, { group: "", version: "v1", plural: "events", namespace });
   const { items } = await events.list({ fieldSelector: `involvedObject.name=${name},source=${component}` });
-  return items.map(({ type, reason, message }) => ({ type: type ?? "", reason: reason ?? "", message: message ?? "" }));
+  return items.map(({ type, reason, message, count }) => ({
+    type: type ?? "",
+    reason: reason ?? "",
+    message: message ?? "",
+    count: count ?? 1,
+  }));
 }
 
 /** An informer of a controller's watch, trimmed to the fields it keeps, through `client`. */

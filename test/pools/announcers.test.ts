@@ -78,6 +78,12 @@ async function group(nodes: string[]) {
     version: async (name: string) => (await services.get(name)).metadata?.resourceVersion,
     releasedFrom: async (name: string) =>
       (await services.get(name)).metadata?.annotations?.[RELEASED_FROM_ANNOTATION],
+    /** The AnnouncerAssigned Events about a Service, as "message ×count", sorted. */
+    assigned: async (name: string) =>
+      (await world.events(namespace, name))
+        .filter(({ reason }) => reason === "AnnouncerAssigned")
+        .map(({ message, count }) => `${message} ×${count}`)
+        .sort(),
   };
 }
 
@@ -146,6 +152,10 @@ describe("announcer assignment, against kube-apiserver", () => {
         const other = g.nodes.find((node) => node !== first);
         await until("web moved to the node still renewing", () => g.announcer("web"), other);
         assert.match(running.registry.expose(), /announcer_decisions_total\{action="announce",rule="failover"\} [1-9]/);
+        await until("an Event per assignment, naming the node (and the one before)", () => g.assigned("web"), [
+          `announced from node ${first} (assigned): ${first} announces (it had none) ×1`,
+          `announced from node ${other}, was ${first} (failover): ${other} announces (the Lease of ${first} is not live) ×1`,
+        ].sort());
       });
     } finally {
       g.stopAnnouncing();
@@ -233,6 +243,8 @@ describe("announcer assignment, against kube-apiserver", () => {
           await until("web moved to the Ready node", () => g.announcer("web"), other);
           assert.equal(await g.releasedFrom("web"), undefined, "cleared with the new announcer");
           assert.deepEqual(recorder.seen, [undefined, other], "nobody in between, then the other");
+          const moved = `announced from node ${other}, was ${first} (assigned): ${other} announces (it had none) ×1`;
+          await waitFor("the move told, naming the node it was released from", async () => (await g.assigned("web")).includes(moved), WAIT_MS);
         });
       } finally {
         await recorder.stop();
@@ -281,14 +293,16 @@ describe("announcer assignment, against kube-apiserver", () => {
     }
   });
 
-  test("a restarted controller keeps the announcers: the Service is not written again", async () => {
+  test("a restarted controller keeps the announcers: the Service is not written again, nor told again", async () => {
     const g = await group(["a", "b"]);
+    const assigned = (node: string | undefined) => [`announced from node ${node} (assigned): ${node} announces (it had none) ×1`];
     try {
       for (const node of g.nodes) await g.announce(node);
       let announcer: string | undefined;
       await world.withController(async () => {
         await g.create("web");
         announcer = await waitFor("web announced", () => g.announcer("web"), WAIT_MS);
+        await until("the assignment told", () => g.assigned("web"), assigned(announcer));
       });
       const version = await g.version("web");
       await world.withController(async (running) => {
@@ -296,7 +310,12 @@ describe("announcer assignment, against kube-apiserver", () => {
         await running.controller.idle();
         assert.equal(await g.announcer("web"), announcer);
         assert.equal(await g.version("web"), version, "the Service was written again");
+        // A new Event would be a second object (a new process's recorder), a repeat its count.
+        running.controller.resync();
+        await running.controller.idle();
       });
+      // Stopped, the controller has written every Event it recorded.
+      assert.deepEqual(await g.assigned("web"), assigned(announcer), "told again after a restart or a resync");
     } finally {
       g.stopAnnouncing();
     }

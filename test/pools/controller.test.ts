@@ -21,7 +21,7 @@ import { type LoadBalancerIPPool, POOL_FINALIZER } from "../../src/pools/pool.ts
 import { LB_FINALIZER } from "../../src/service/decide.ts";
 import { waitForEqual } from "../../localcluster/wait.ts";
 import { editorClient, namespaceEditor } from "../../localcluster/editor.ts";
-import { type PoolWorld, startPoolWorld } from "./world.ts";
+import { type PoolWorld, type RunningController, startPoolWorld } from "./world.ts";
 
 const WAIT_MS = 60_000;
 
@@ -90,11 +90,19 @@ const port = (number: number, protocol = "TCP"): ServicePort[] => [{ port: numbe
 const until = <T>(what: string, read: () => Promise<T>, expected: T) =>
   waitForEqual(what, read, expected, WAIT_MS);
 
+/** A pool's gauges as the controller exposes them (size, in use, free), "" for each it does not expose. */
+function poolGauges(running: RunningController, pool: string): string[] {
+  const text = running.registry.expose();
+  return ["pool_addresses", "pool_addresses_in_use", "pool_addresses_free"].map(
+    (name) => text.match(new RegExp(`^test_service_l2_pools_${name}\\{pool="${pool}"\\} (\\S+)$`, "m"))?.[1] ?? "",
+  );
+}
+
 
 describe("address pool controller, against kube-apiserver", () => {
   test("lowest free address, recorded (finalizer, pool) with ipMode VIP; requested; shared by key", async () => {
     const g = await group({ main: { addresses: ["198.51.100.0/29"] } });
-    await world.withController(async () => {
+    await world.withController(async (running) => {
       await g.create("a");
       await until("a allocated", () => g.ingress("a"), ["198.51.100.0 VIP"]);
       assert.deepEqual(await g.record("a"), { finalizers: [LB_FINALIZER], from: g.pool("main") });
@@ -107,6 +115,7 @@ describe("address pool controller, against kube-apiserver", () => {
       await until("d shares", () => g.ingress("d-web"), ["198.51.100.1 VIP"]);
       await until("e shares with d", () => g.ingress("e-dns"), ["198.51.100.1 VIP"]);
       await until("pool status", () => g.status("main"), { size: "8", used: "4", free: "4", conflicts: [] });
+      await until("its gauges say the same", async () => poolGauges(running, g.pool("main")), ["8", "4", "4"]);
     });
   });
 
@@ -348,12 +357,14 @@ describe("address pool controller, against kube-apiserver", () => {
     }
   });
 
-  test("a pool nobody draws from carries the finalizer and goes as soon as it is deleted", async () => {
+  test("a pool nobody draws from carries the finalizer and goes as soon as it is deleted, and its gauges", async () => {
     const g = await group({ idle: { addresses: ["198.51.112.0/30"] } });
-    await world.withController(async () => {
+    await world.withController(async (running) => {
       await until("finalizer", async () => (await g.held("idle"))?.finalizers, [POOL_FINALIZER]);
+      await until("its gauges", async () => poolGauges(running, g.pool("idle")), ["4", "0", "4"]);
       await world.pools.delete(g.pool("idle"));
       await until("gone", () => g.held("idle"), undefined);
+      await until("its gauges gone", async () => poolGauges(running, g.pool("idle")), ["", "", ""]);
     });
   });
 });

@@ -106,7 +106,33 @@ describe("LoadBalancerIPPool CRD", () => {
     assert.deepEqual((await pools.get(name)).status, status, "nothing pruned");
     const table = await plane.kubectl(["get", "loadbalancerippools", name]);
     const [header, row] = table.trim().split("\n").map((line) => line.trim().split(/\s{2,}/));
-    assert.deepEqual(header, ["NAME", "ADDRESSES", "AUTO", "SIZE", "USED", "FREE", "READY", "AGE"]);
-    assert.deepEqual(row?.slice(0, 7), [name, '["192.0.2.0/30"]', "true", "4", "1", "3", "False"]);
+    assert.deepEqual(header, ["NAME", "ADDRESSES", "AUTO", "SIZE", "USED", "FREE", "READY", "REASON", "AGE"]);
+    assert.deepEqual(row?.slice(0, 8), [name, '["192.0.2.0/30"]', "true", "4", "1", "3", "False", "Deleting"]);
+  });
+
+  test("kubectl wait --for=condition=Ready waits for the Ready condition of the pool's generation", async () => {
+    const name = `pool-${++created}`;
+    await pools.create({ ...POOL_TYPE, metadata: { name }, spec: { addresses: ["192.0.2.8/30"] } });
+    const ready = (status: "True" | "False", reason: string, observedGeneration: number) => ({
+      status: {
+        conditions: [
+          { type: "Ready", status, reason, message: reason, lastTransitionTime: "2026-11-27T12:00:00Z", observedGeneration },
+        ],
+      },
+    });
+    const wait = (timeout: string) =>
+      plane.kubectl(["wait", "--for=condition=Ready", `lbpool/${name}`, `--timeout=${timeout}`]).then(
+        (out) => `ready: ${out.trim()}`,
+        (err: Error) => `not ready: ${err.message}`,
+      );
+    await pools.patch(name, "merge", ready("False", "Invalid", 1), { subresource: "status" });
+    assert.match(await wait("2s"), /^not ready: .*timed out waiting for the condition/s);
+    // True, but said of an earlier generation than the pool's: stale, not met.
+    await pools.patch(name, "merge", ready("True", "Serving", 0), { subresource: "status" });
+    assert.match(await wait("2s"), /^not ready: .*timed out waiting for the condition/s);
+    await pools.patch(name, "merge", ready("False", "Invalid", 1), { subresource: "status" });
+    const waiting = wait("60s");
+    await pools.patch(name, "merge", ready("True", "Serving", 1), { subresource: "status" });
+    assert.equal(await waiting, `ready: loadbalancerippool.local-ccm.io/${name} condition met`);
   });
 });

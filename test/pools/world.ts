@@ -64,8 +64,8 @@ export interface PoolWorld {
   ): Promise<AnnouncerLease>;
   /** An EndpointSlice of a Service with a ready endpoint on each of `nodes`. */
   endpoints(namespace: string, service: string, nodes: string[]): Promise<void>;
-  /** The reasons and messages of the Events about a Service. */
-  events(namespace: string, name: string): Promise<{ type: string; reason: string; message: string }[]>;
+  /** The reasons, messages and counts of the Events about a Service. */
+  events(namespace: string, name: string): Promise<{ type: string; reason: string; message: string; count: number }[]>;
   /** It leads unless `leader` is false. */
   startController(options?: { claimClassless?: boolean; leader?: boolean }): Promise<RunningController>;
   /** Runs `body` with a leading controller started for it, and stops the controller after. */
