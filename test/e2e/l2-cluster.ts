@@ -108,8 +108,8 @@ export function probeFindings(lines: readonly ProbeLine[]): { dualAnswers: strin
   return { dualAnswers, returns };
 }
 
-/** The prober in the client host's namespace; stop() ends it and gives every line it printed. */
-export function startProber(cluster: Cluster, ip: string): { stop(): Promise<ProbeLine[]> } {
+/** The prober in the client host's namespace: lines() it printed so far; stop() ends it and gives every line. */
+export function startProber(cluster: Cluster, ip: string): { lines(): ProbeLine[]; stop(): Promise<ProbeLine[]> } {
   const prober: ChildProcess = spawn(
     "ip",
     ["netns", "exec", clusterLayout(cluster.slot).clientNetns, process.execPath,
@@ -121,11 +121,14 @@ export function startProber(cluster: Cluster, ip: string): { stop(): Promise<Pro
     output += chunk.toString();
   });
   const exited = new Promise((resolve) => prober.once("exit", resolve));
+  // Whole lines only: the last may be cut mid-write.
+  const lines = () => output.split("\n").slice(0, -1).filter(Boolean).map((line) => JSON.parse(line) as ProbeLine);
   return {
+    lines,
     async stop() {
       prober.kill("SIGTERM");
       await exited;
-      return output.split("\n").filter(Boolean).map((line) => JSON.parse(line) as ProbeLine);
+      return lines();
     },
   };
 }
@@ -155,7 +158,7 @@ export function startRequests(cluster: Cluster, ip: string): { stop(): Promise<C
           (err: unknown) => (err as Error).message.split("\n")[0],
         );
       requests.push({ startedMs, endedMs: Date.now(), ...(error !== undefined && { error }) });
-      await sleep(1000 - (Date.now() - startedMs));
+      await sleep(Math.max(0, 1000 - (Date.now() - startedMs)));
     }
   })();
   return {
