@@ -86,7 +86,10 @@ function faultSuite(mode: ProxyMode): void {
       cluster = await startL2Cluster(mode);
       await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(l2Service("web")));
     });
+    /** Probers and request loops, stopped here too when a case failed before stopping its own. */
+    const running: { stop(): Promise<unknown> }[] = [];
     after(async () => {
+      for (const watcher of running.splice(0)) await watcher.stop();
       await cluster?.stop();
     });
 
@@ -110,6 +113,7 @@ function faultSuite(mode: ProxyMode): void {
      */
     const watched = async (ip: string, mac: string) => {
       const [prober, requests] = [startProber(cluster, ip), startRequests(cluster, ip)];
+      running.push(prober, requests);
       await waitFor(`the prober hearing ${mac}`, () => answeringMacs(prober.lines()).includes(mac), WAIT_MS, 100);
       return {
         async stop(t: TestContext) {
