@@ -10,118 +10,34 @@
 //   client (arp-prober.ts) asks for the address five times a second: no request is ever answered by two nodes, and
 //   a node that stopped answering never answers again.
 import assert from "node:assert/strict";
-import { type ChildProcess, spawn } from "node:child_process";
 import { after, before, describe, test } from "node:test";
-import type { Service } from "kubernetes-types/core/v1.js";
-import { NETEXEC_PORT, netexecBackends } from "../../localcluster/agnhost.ts";
-import { type Cluster, clusterLayout, startCluster } from "../../localcluster/cluster.ts";
+import { type Cluster, clusterLayout } from "../../localcluster/cluster.ts";
 import { PROXY_MODES, type ProxyMode } from "../../localcluster/kube-proxy.ts";
 import * as layer2 from "../../localcluster/layer2.ts";
-import {
-  helmInstallArgs,
-  initialised,
-  listNodes,
-  publicPool,
-  publicPoolRange,
-} from "../../localcluster/project.ts";
+import { publicPoolRange } from "../../localcluster/project.ts";
 import { waitFor } from "../../localcluster/wait.ts";
-import { L2_CLASS } from "../../src/pools/allocate.ts";
-import { ANNOUNCER_ANNOTATION } from "../../src/pools/announcement.ts";
 import type { ProbeLine } from "./arp-prober.ts";
-
-const WORKERS = ["node-1", "node-2", "node-3"];
-/** Generous: the machine runs other tests too. */
-const WAIT_MS = 120_000;
-const PROBE_INTERVAL_MS = 200;
-
-function l2Service(name: string, local = false) {
-  return {
-    apiVersion: "v1",
-    kind: "Service",
-    metadata: { name, namespace: "default" },
-    spec: {
-      type: "LoadBalancer",
-      loadBalancerClass: L2_CLASS,
-      externalTrafficPolicy: local ? "Local" : "Cluster",
-      selector: { app: "netexec" },
-      ports: [{ port: 80, targetPort: NETEXEC_PORT }],
-    },
-  };
-}
-
-/** What a prober saw: requests answered by more than one MAC, and MACs that answered again after another did. */
-function probeFindings(lines: readonly ProbeLine[]): { dualAnswers: string[]; returns: string[] } {
-  const byRequest = new Map<number, Set<string>>();
-  const sequence: string[] = [];
-  for (const line of lines) {
-    if (line.kind === "request") continue;
-    if (line.kind === "reply") byRequest.set(line.request, (byRequest.get(line.request) ?? new Set()).add(line.mac));
-    if (sequence.at(-1) !== line.mac) sequence.push(line.mac);
-  }
-  const dualAnswers = [...byRequest]
-    .filter(([, macs]) => macs.size > 1)
-    .map(([request, macs]) => `request ${request}: ${[...macs].join(", ")}`);
-  const returns = sequence.filter((mac, i) => sequence.indexOf(mac) < i);
-  return { dualAnswers, returns };
-}
-
-/** The prober in the client host's namespace; stop() ends it and gives every line it printed. */
-function startProber(cluster: Cluster, ip: string): { stop(): Promise<ProbeLine[]> } {
-  const prober: ChildProcess = spawn(
-    "ip",
-    ["netns", "exec", clusterLayout(cluster.slot).clientNetns, process.execPath,
-      new URL("arp-prober.ts", import.meta.url).pathname, "eth0", ip, String(PROBE_INTERVAL_MS)],
-    { stdio: ["ignore", "pipe", "inherit"] },
-  );
-  let output = "";
-  prober.stdout?.on("data", (chunk: Buffer) => {
-    output += chunk.toString();
-  });
-  const exited = new Promise((resolve) => prober.once("exit", resolve));
-  return {
-    async stop() {
-      prober.kill("SIGTERM");
-      await exited;
-      return output.split("\n").filter(Boolean).map((line) => JSON.parse(line) as ProbeLine);
-    },
-  };
-}
+import {
+  l2Service,
+  probeFindings,
+  startL2Cluster,
+  startProber,
+  WAIT_MS,
+  waitForAnnouncer as waitForAnnouncerOn,
+  WORKERS,
+} from "./l2-cluster.ts";
 
 function l2Suite(mode: ProxyMode): void {
   describe(`layer-2 pool addresses, kube-proxy in ${mode} mode`, () => {
     let cluster: Cluster;
     before(async () => {
-      cluster = await startCluster({ nodes: 4, proxyMode: mode });
-      await cluster.helm(helmInstallArgs({ "loadBalancer.l2.enabled": "true" }));
-      await waitFor(
-        "every Node initialised by its agent",
-        async () => (await listNodes(cluster)).filter(initialised).length === cluster.nodes.length,
-        WAIT_MS,
-        500,
-      );
-      await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(publicPool(cluster.slot)));
-      await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(netexecBackends(2)));
-      await cluster.kubectl(["rollout", "status", "deployment/netexec", "--timeout=180s"]);
+      cluster = await startL2Cluster(mode);
     });
     after(async () => {
       await cluster?.stop();
     });
 
-    const getService = async (name: string) =>
-      JSON.parse(await cluster.kubectl(["get", "service", name, "-o", "json"])) as Service;
-    const announcerOf = (service: Service) => service.metadata?.annotations?.[ANNOUNCER_ANNOTATION];
-    /** Until the Service has a pool address and an announcer (other than `not`): both. */
-    const waitForAnnouncer = (name: string, not?: string) =>
-      waitFor(
-        `${name}'s pool address and an announcer${not ? ` other than ${not}` : ""}`,
-        async () => {
-          const service = await getService(name);
-          const [ip, announcer] = [service.status?.loadBalancer?.ingress?.[0]?.ip, announcerOf(service)];
-          return ip !== undefined && announcer !== undefined && announcer !== not && { ip, announcer };
-        },
-        WAIT_MS,
-        100,
-      );
+    const waitForAnnouncer = (name: string, not?: string) => waitForAnnouncerOn(cluster, name, not);
     const getFromClient = (ip: string, path: string) => layer2.getFromClient(cluster, ip, path);
     const clientMac = (ip: string) => layer2.clientMac(cluster, ip);
     const nodeMac = (name: string) => layer2.nodeMac(cluster, name);
