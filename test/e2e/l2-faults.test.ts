@@ -4,7 +4,8 @@
 // second, each time after flushing its neighbour entry (a fresh ARP resolution, as a new client makes), while a
 // prober on its link (arp-prober.ts) asks for the address five times a second and records every answer.
 // - kube-apiserver stopped (SIGSTOP) for 60 s: no request fails, only the announcer answers; and after the API is
-//   back nothing moves (a todo case: it does move, AFTER_OUTAGE_TODO);
+//   back nothing moves (kube-controller-manager marks every Node Ready=Unknown for a while: a node renewing its
+//   announcer Lease keeps announcing, src/pools/announcers.ts);
 // - the announcer's watches black-holed (a DROP of their connections in the node's namespace; its Lease renewals go
 //   on over another) and its Service then excluded from that node: the address moves only once the agent learnt
 //   the release and stopped answering, and the client is answered again within the failover budget;
@@ -49,7 +50,6 @@ const WATCH_IDLE_MS = 2500;
  * for a few seconds, and the pool controller takes the address from its announcer as ineligible (rule released,
  * not-ready): it goes unannounced (NoAnnouncer) or to another node. test/announce/election.test.ts has no kcm.
  */
-const AFTER_OUTAGE_TODO = "once the API is back, kcm marks the Nodes Ready=Unknown and the announcer is released";
 
 /** The MACs that answered the prober, in the order they first did. */
 const answeringMacs = (lines: readonly ProbeLine[]) => [
@@ -174,7 +174,7 @@ function faultSuite(mode: ProxyMode): void {
       assert.deepEqual(heard, [mac], "only the announcer answered during the outage");
     });
 
-    test("kube-apiserver back after 60 s: nothing moves", { todo: AFTER_OUTAGE_TODO }, async (t) => {
+    test("kube-apiserver back after 60 s: nothing moves", async (t) => {
       const { announcer, mac, resumedAt, lines, made } = outage;
       for (const line of await controllerAccount()) t.diagnostic(line);
       const after = made.filter((request) => request.startedMs >= resumedAt);
