@@ -31,7 +31,7 @@ before(async () => {
   plane = await startControlPlane();
   const { helm } = await ensureBinaries();
   // The hook's ServiceAccount and RBAC as helm renders them (kubectl ignores the hook annotations), not its Job.
-  const hook = parseAllDocuments(await helmTemplate(helm, ["--show-only=templates/release-hook.yaml"]))
+  const hook = parseAllDocuments(await helmTemplate(helm, ["--show-only=templates/release-hook.yaml"], { hooks: true }))
     .map((doc) => doc.toJS() as { kind: string })
     .filter((obj) => obj.kind !== "Job");
   await plane.kubectl(["apply", "-f", `${CHART_DIR}/crds/loadbalancerippools.yaml`]);

@@ -21,7 +21,7 @@ interface KubeObject {
 const NAME = "node-lifecycle-controller-release";
 let helm: string;
 const render = async (args: string[] = []): Promise<KubeObject[]> =>
-  parseAllDocuments(await helmTemplate(helm, args))
+  parseAllDocuments(await helmTemplate(helm, args, { hooks: true }))
     .map((doc) => doc.toJS() as KubeObject | null)
     .filter((obj): obj is KubeObject => obj !== null);
 const hooks = (objects: KubeObject[]) => objects.filter((obj) => obj.metadata.annotations?.["helm.sh/hook"]);
