@@ -8,8 +8,7 @@ import type { Service, ServiceAccount } from "kubernetes-types/core/v1.js";
 import { type Cluster, startCluster } from "../../localcluster/cluster.ts";
 import {
   helmInstallArgs,
-  initialised,
-  listNodes,
+  allInitialised,
   NAMESPACE,
   publicPool,
   RELEASE,
@@ -60,12 +59,7 @@ const served = (name: string) =>
 before(async () => {
   cluster = await startCluster({ nodes: 2 });
   await cluster.helm(helmInstallArgs({ "loadBalancer.l2.enabled": "true" }));
-  await waitFor(
-    "every Node initialised by its agent",
-    async () => (await listNodes(cluster)).filter(initialised).length === cluster.nodes.length,
-    WAIT_MS,
-    500,
-  );
+  await allInitialised(cluster, WAIT_MS);
   await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(publicPool(cluster.slot)));
 });
 after(async () => {
