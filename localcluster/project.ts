@@ -5,6 +5,7 @@ import type { Node, Pod } from "kubernetes-types/core/v1.js";
 import { isUninitialized } from "../src/kube/nodes.ts";
 import { type Cluster, clusterLayout } from "./cluster.ts";
 import { installMetricsServer } from "./metrics-server.ts";
+import { waitFor } from "./wait.ts";
 
 export const CHART_DIR = path.resolve(import.meta.dirname, "../charts/local-ccm");
 export const RELEASE = "local-ccm";
@@ -75,3 +76,12 @@ export const podReady = (pod: Pod) =>
   pod.metadata?.deletionTimestamp === undefined && conditionTrue(pod.status?.conditions, "Ready");
 export const nodeReady = (node: Node) => conditionTrue(node.status?.conditions, "Ready");
 export const initialised = (node: Node) => !isUninitialized(node);
+
+/** Until every Node of the cluster is initialised by its agent (the chart installed). */
+export const allInitialised = (cluster: Cluster, timeoutMs = 120_000) =>
+  waitFor(
+    "every Node initialised by its agent",
+    async () => (await listNodes(cluster)).filter(initialised).length === cluster.nodes.length,
+    timeoutMs,
+    500,
+  );

@@ -101,9 +101,13 @@ function durationRange(spec: FlagSpec): Record<string, number> {
  */
 export const KUBE_VERSION_FLAG = `--kube-version=${KUBERNETES_VERSION}`;
 
-/** `helm template` of the chart as installed into kube-system under the name local-ccm. */
-export function helmTemplate(helm: string, args: string[] = []): Promise<string> {
-  return run(helm, ["template", "local-ccm", CHART_DIR, `--namespace=${NAMESPACE}`, KUBE_VERSION_FLAG, ...args]);
+/**
+ * `helm template` of the chart as installed into kube-system under the name local-ccm: what an install creates,
+ * without the hooks (`helm uninstall`'s), unless `hooks`.
+ */
+export function helmTemplate(helm: string, args: string[] = [], { hooks = false } = {}): Promise<string> {
+  const flags = [`--namespace=${NAMESPACE}`, KUBE_VERSION_FLAG, ...(hooks ? [] : ["--no-hooks"])];
+  return run(helm, ["template", "local-ccm", CHART_DIR, ...flags, ...args]);
 }
 
 /**
@@ -130,15 +134,21 @@ export function splitByTemplate(rendered: string): Map<string, string> {
 /** The values deploy/ differs in from the chart's defaults. */
 export const DEPLOY_VALUES = ["--set=metrics.generateCertificate=false"];
 
+/**
+ * The chart's Helm hooks: run by `helm uninstall` only, never part of deploy/ (applied with kubectl, a post-delete
+ * Job would run at once).
+ */
+export const HOOK_TEMPLATES = ["release-hook.yaml"];
+
 /** deploy/ file name → content, from the chart as it is on disk. */
 export async function renderDeployFiles(helm: string): Promise<Map<string, string>> {
   return splitByTemplate(await helmTemplate(helm, ["--include-crds", ...DEPLOY_VALUES]));
 }
 
-/** The template and CRD files (without helpers), which name the deploy/ files. */
+/** The template and CRD files (without helpers and hooks), which name the deploy/ files. */
 export async function templateNames(): Promise<string[]> {
   const entries = await Promise.all(["templates", "crds"].map((folder) => readdir(path.join(CHART_DIR, folder))));
-  return entries.flat().filter((name) => name.endsWith(".yaml")).sort();
+  return entries.flat().filter((name) => name.endsWith(".yaml") && !HOOK_TEMPLATES.includes(name)).sort();
 }
 
 async function main(): Promise<void> {
