@@ -30,6 +30,8 @@ const AGENT = path.resolve(import.meta.dirname, "../../src/bin/local-ccm.ts");
 const CAPTURE = path.resolve(import.meta.dirname, "../netns/announce-fixture.ts");
 export const NAMESPACE = "kube-system";
 export const SUBNET = { v4: "198.18.77", v6: "fd00:198:77:" };
+/** The failover budget (a node cut off to another node answering): 5 s on an idle machine; bounds take 3x on CI. */
+export const BUDGET_MS = 5000;
 const MAX_NODES = 4;
 
 export interface AgentNode {
