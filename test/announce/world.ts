@@ -62,6 +62,7 @@ export interface Frame {
   from?: string;
   outgoing?: boolean;
   arp?: { operation: string; senderIp: string; targetIp: string };
+  solicitation?: { target: string };
   advertisement?: { target: string };
 }
 
@@ -109,7 +110,11 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
     };
     const client = await quietHost(net);
     const clientLink = (await join(client, 9)).nameB;
-    const plane = await startControlPlane({ extraIPs: Array.from({ length: MAX_NODES }, (_, slot) => rootIP(slot)) });
+    // Dual-stack Services: the pool hands out an address of each family on the bridge.
+    const plane = await startControlPlane({
+      extraIPs: Array.from({ length: MAX_NODES }, (_, slot) => rootIP(slot)),
+      serviceCIDR: "10.96.0.0/24,fd00:10:96::/112",
+    });
     stops.push(() => plane.stop());
     // RBAC is not what these tests prove (least privilege and the node-scope policy have their own).
     await plane.kubectl(["create", "serviceaccount", "l2-agent", "-n", NAMESPACE]);
