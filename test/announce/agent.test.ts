@@ -3,8 +3,9 @@
 // announcer Lease is created with label, segments and holder, renewed, recreated when deleted; a Service assigned
 // to the node (annotation and label, an ingress IP in the link's subnet) makes the client resolve that IP to the
 // node's MAC, over ARP and NDP; moved to another node, it stops answering; with the API cut it answers on for both
-// addresses while the client, its peer, answers its probes (ARP, and solicitations to its IPv6 address), stops once
-// its port on the bridge is taken out too, and answers again when the API returns; on SIGTERM it withdraws and deletes its Lease. A second node with
+// addresses while the client, its peer, answers its probes (ARP, and solicitations to its IPv6 address; with the
+// bridge dropping ARP, the solicitations alone), stops once its port on the bridge is taken out too, and answers
+// again when the API returns; on SIGTERM it withdraws and deletes its Lease. A second node with
 // --lb-l2-node-selector deletes a Lease left from before and answers nothing until its Node is labelled; then it
 // keeps its Lease and answers, until the label goes.
 import assert from "node:assert/strict";
@@ -134,6 +135,18 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
       const answer = (frame: Frame) => frame.outgoing && frame.advertisement?.target === asked;
       assert.ok(capture.frames.some(answer), "the client answered the node's solicitation");
       await capture.stop();
+      // The segment IPv6-only (the bridge drops ARP): NDP alone proves the link, and the IPv6 address is answered
+      // throughout a window of three times what one answer proves.
+      await world.blockArp(true);
+      try {
+        const [v4, v6] = ADDRESSES as [string, string];
+        assert.equal(await world.resolve(v4), undefined, "the bridge drops ARP");
+        for (const until = performance.now() + 3 * PEER_FRESH_MS; performance.now() < until; )
+          assert.equal(await world.resolve(v6), node.mac, "IPv6 answered with the segment's ARP dropped");
+        assert.ok(await metric(node, holding), "held on an IPv6 peer's answers");
+      } finally {
+        await world.blockArp(false);
+      }
       const cutAt = performance.now();
       await node.segment.cut();
       const cutOff = /^local_ccm_l2_links\{rule="cut-off"\} 1$/m;

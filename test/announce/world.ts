@@ -83,6 +83,11 @@ export interface AnnounceWorld {
   resolve(address: string): Promise<string | undefined>;
   /** Assigns Service `name` to `node` as the pool controller does: annotation, label, ingress `addresses`. */
   assign(name: string, node: string, addresses: string[]): Promise<void>;
+  /**
+   * Drops (true) or passes again (false) every ARP frame the bridge forwards: the segment is then IPv6-only, and a
+   * node proves its link by NDP alone. The bridge's namespace goes with the world.
+   */
+  blockArp(blocked: boolean): Promise<void>;
   /** Records every ARP and NDP frame on the client's link (our own packet socket), until stopped. */
   capture(): Promise<{ frames: Frame[]; stop(): Promise<void> }>;
   /** Takes Service `name` from its node as the pool controller does (annotation and label removed): the version. */
@@ -201,6 +206,11 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
       client,
       clientLink,
       addNode,
+      async blockArp(blocked) {
+        if (!blocked) return void (await bridge.exec("nft", ["delete", "table", "bridge", "no-arp"]));
+        const chain = "add chain bridge no-arp forward { type filter hook forward priority 0; }";
+        await bridge.exec("nft", [`add table bridge no-arp; ${chain}; add rule bridge no-arp forward ether type arp drop`]);
+      },
       async resolve(address) {
         await client.ip("neigh", "flush", "to", address, "dev", clientLink);
         await sendFromClient(address);
