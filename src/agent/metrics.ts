@@ -82,7 +82,7 @@ export function createAnnouncerMetrics(registry: Registry) {
       name: "local_ccm_l2_skipped_addresses",
       help:
         "Addresses (or Services) assigned to this node that it does not announce, by rule: other-announcer, " +
-        "not-load-balancer, deleting, not-an-ip, host-address, no-segment, yielded, catching-up, unheard.",
+        "not-load-balancer, deleting, not-an-ip, host-address, no-segment, yielded, catching-up.",
       labels: ["rule"],
     }),
     holding: registry.gauge({

@@ -100,13 +100,27 @@ export function parseNeighborAdvertisement(data: Buffer): ReceivedAdvertisement 
 
 /** The ICMPv6 message of a Neighbor Advertisement with a target link-layer address option, checksum left 0. */
 export function buildNeighborAdvertisement(advert: NeighborAdvertisement): Buffer {
+  const flags = (advert.solicited ? FLAG.SOLICITED : 0) | (advert.override ? FLAG.OVERRIDE : 0);
+  return neighborMessage(ICMPV6_NEIGHBOR_ADVERTISEMENT, flags, advert.target, OPTION_TARGET_LINK_ADDRESS, advert.mac);
+}
+
+/**
+ * The ICMPv6 message of a Neighbor Solicitation for `target` with a source link-layer address option (`mac`, so
+ * that the target can answer without asking back), checksum left 0: sent from a unicast address of the link.
+ */
+export function buildNeighborSolicitation(target: string, mac: string): Buffer {
+  return neighborMessage(ICMPV6_NEIGHBOR_SOLICITATION, 0, target, OPTION_SOURCE_LINK_ADDRESS, mac);
+}
+
+/** A solicitation or advertisement with one link-layer address option. */
+function neighborMessage(type: number, flags: number, target: string, option: number, mac: string): Buffer {
   const data = Buffer.alloc(HEADER + 8);
-  data[0] = ICMPV6_NEIGHBOR_ADVERTISEMENT;
-  data[4] = (advert.solicited ? FLAG.SOLICITED : 0) | (advert.override ? FLAG.OVERRIDE : 0);
-  ipv6Bytes(advert.target).copy(data, 8);
-  data[HEADER] = OPTION_TARGET_LINK_ADDRESS;
+  data[0] = type;
+  data[4] = flags;
+  ipv6Bytes(target).copy(data, 8);
+  data[HEADER] = option;
   data[HEADER + 1] = 1; // in units of 8 bytes
-  macToBytes(advert.mac).copy(data, HEADER + 2);
+  macToBytes(mac).copy(data, HEADER + 2);
   return data;
 }
 

@@ -6,19 +6,22 @@
 //   sender's sockaddr_ll (its MAC, and whether the frame was our own).
 // - NDP receives on AF_PACKET, SOCK_DGRAM, ETH_P_IPV6 with a BPF filter passing only ICMPv6 Neighbor
 //   Solicitations and Advertisements of hop limit 255 (RFC 4861 7.1.1, 7.1.2): advertisements are other hosts'
-//   claims (an answer to our duplicate address detection, or a takeover), which the announcer watches for. Not
+//   claims (an answer to our duplicate address detection, or a takeover), which the announcer watches for, or a
+//   peer's answer to the solicitation it sent to learn whether the link still works (agent/announcer/holding.ts). Not
 //   on a raw ICMPv6 socket (as MetalLB does): the kernel delivers to one only what it routes to itself, and the
 //   unicast solicitations a client sends to re-check an entry (neighbour unreachability detection) are for an
 //   address the node does not hold: unanswered, the client's entry fails every few minutes. It sends on a raw
 //   ICMPv6 socket bound to the link (the kernel adds the IPv6 header and checksum), hop limit 255, which also joins
 //   the solicited-node group of each address (multicast solicitations reach the link's filter, and MLD-snooping
 //   switches forward them to this port).
-//   Duplicate address detection goes out whole on the packet socket (the raw socket cannot send from ::).
+//   Duplicate address detection goes out whole on the packet socket (the raw socket cannot send from ::); a
+//   solicitation to a peer on the raw one (from an address of the link, which the peer answers).
 import { type ArpPacket, buildArp, ETH_P_ARP, parseArp } from "./arp.ts";
 import { ipFromBytes, ipToBytes } from "./ip.ts";
 import { macFromBytes, macToBytes } from "./mac.ts";
 import {
   buildNeighborAdvertisement,
+  buildNeighborSolicitation,
   duplicateAddressProbe,
   ICMPV6_NEIGHBOR_ADVERTISEMENT,
   ICMPV6_NEIGHBOR_SOLICITATION,
@@ -51,7 +54,8 @@ const IPV6_ADD_MEMBERSHIP = 20;
 const IPV6_DROP_MEMBERSHIP = 21;
 const ICMP6_FILTER = 1;
 const NDP_HOP_LIMIT = 255;
-/** sll_pkttype of a frame this host sent (packet sockets see those too). */
+/** sll_pkttype of a frame to this host's MAC, and of one this host sent (packet sockets see those too). */
+const PACKET_HOST = 0;
 const PACKET_OUTGOING = 4;
 const ETH_P_IPV6 = 0x86dd;
 const IPV6_HEADER = 40;
@@ -119,18 +123,19 @@ export interface ArpSocket {
 
 /**
  * A packet socket for nothing yet: bound to `link` and `protocol` by `bind`, after `configure`. Frames come with
- * their source MAC (sll_addr of the sender's sockaddr_ll).
+ * their source MAC (sll_addr of the sender's sockaddr_ll) and whether they were sent to this host's MAC.
  */
 function openPacketSocket(
   link: LinkRef,
   protocol: number,
-  onFrame: (data: Buffer, sourceMac: string) => void,
+  onFrame: (data: Buffer, sourceMac: string, toHost: boolean) => void,
   onError: ReceiveError,
   configure: (socket: Socket) => void = () => {},
 ): Socket {
   const socket = openSocket({ family: Family.PACKET, type: SocketType.DGRAM, protocol: 0 }, (err, data, source) => {
     if (err) onError(err);
-    else if (source[10] !== PACKET_OUTGOING) onFrame(data, macFromBytes(source.subarray(12, 18)));
+    else if (source[10] !== PACKET_OUTGOING)
+      onFrame(data, macFromBytes(source.subarray(12, 18)), source[10] === PACKET_HOST);
   });
   return configured(socket, () => {
     configure(socket);
@@ -163,13 +168,18 @@ export interface NdpSocket {
   send(advert: NeighborAdvertisement, to: string): void;
   /** Sends duplicate address detection for `address` (ndp.ts duplicateAddressProbe). */
   probe(address: string): void;
+  /** Asks `peer` (a unicast address on the link) for its MAC, from an address of the link, telling it `mac`. */
+  ask(peer: string, mac: string): void;
   close(): void;
 }
 
-/** What the NDP socket hands over: each message with its IPv6 source address and its frame's source MAC. */
+/**
+ * What the NDP socket hands over: each message with its IPv6 source address, its frame's source MAC, and whether
+ * the frame went to this host's MAC (an advertisement answering this host, rather than all nodes).
+ */
 export interface NdpReceiver {
   solicitation(solicitation: NeighborSolicitation, source: string, sourceMac: string): void;
-  advertisement(advert: ReceivedAdvertisement, source: string, sourceMac: string): void;
+  advertisement(advert: ReceivedAdvertisement, source: string, sourceMac: string, toHost: boolean): void;
 }
 
 /** Receives Neighbor Solicitations and Advertisements on the link; throws EPERM without CAP_NET_RAW. */
@@ -189,12 +199,12 @@ export function openNdpSocket(link: LinkRef, receive: NdpReceiver, onError: Rece
     receiver = openPacketSocket(
       link,
       ETH_P_IPV6,
-      (packet, sourceMac) => {
+      (packet, sourceMac, toHost) => {
         const [message, source] = [packet.subarray(IPV6_HEADER), ipFromBytes(packet.subarray(8, 24))];
         const solicitation = parseNeighborSolicitation(message);
         if (solicitation) return receive.solicitation(solicitation, source, sourceMac);
         const advert = parseNeighborAdvertisement(message);
-        if (advert) receive.advertisement(advert, source, sourceMac);
+        if (advert) receive.advertisement(advert, source, sourceMac, toHost);
       },
       onError,
       (opened) => opened.attachFilter(NEIGHBOR_MESSAGES_ONLY),
@@ -224,6 +234,7 @@ export function openNdpSocket(link: LinkRef, receive: NdpReceiver, onError: Rece
       const { packet, mac } = duplicateAddressProbe(address);
       receiver.send(packet, sockaddrLl(link, ETH_P_IPV6, mac));
     },
+    ask: (peer, mac) => socket.send(buildNeighborSolicitation(peer, mac), sockaddrIn6(peer, link)),
     close() {
       receiver.close();
       socket.close();

@@ -2,9 +2,10 @@
 // with CAP_NET_RAW only, reaching the API through a proxy the test can cut, and a client on the node's bridge. Its
 // announcer Lease is created with label, segments and holder, renewed, recreated when deleted; a Service assigned
 // to the node (annotation and label, an ingress IP in the link's subnet) makes the client resolve that IP to the
-// node's MAC, over ARP and NDP; moved to another node, it stops answering; with the API cut it answers on while the
-// client, its peer, answers its probes, stops once its port on the bridge is taken out too, and answers again when
-// the API returns; on SIGTERM it withdraws and deletes its Lease. A second node with
+// node's MAC, over ARP and NDP; moved to another node, it stops answering; with the API cut it answers on for both
+// addresses while the client, its peer, answers its probes (ARP, and solicitations to its IPv6 address; with the
+// bridge dropping ARP, the solicitations alone), stops once its port on the bridge is taken out too, and answers
+// again when the API returns; on SIGTERM it withdraws and deletes its Lease. A second node with
 // --lb-l2-node-selector deletes a Lease left from before and answers nothing until its Node is labelled; then it
 // keeps its Lease and answers, until the label goes.
 import assert from "node:assert/strict";
@@ -23,7 +24,7 @@ import {
   SEGMENTS_ANNOTATION,
 } from "../../src/pools/announcement.ts";
 import { waitFor } from "../../localcluster/wait.ts";
-import { type AgentNode, type AnnounceWorld, NAMESPACE, startAnnounceWorld, SUBNET } from "./world.ts";
+import { type AgentNode, type AnnounceWorld, type Frame, NAMESPACE, startAnnounceWorld, SUBNET } from "./world.ts";
 
 const NODE = "node-a";
 const LEASE = announcerLeaseName(NODE) as string;
@@ -116,6 +117,7 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
 
   test("with the API cut, the node answers on while its peers answer it; cut off from them too, it stops", async (t) => {
     await answered("the node answering before the cut");
+    const capture = await world.capture();
     node.proxy.cut();
     try {
       const holding = /^local_ccm_l2_links\{rule="peers-reachable"\} 1$/m;
@@ -123,10 +125,28 @@ describe("the agent announcing LoadBalancer addresses, with its Lease, against a
       // The deadline passes before the renewal under way times out (3 s): its failure is logged after.
       await waitFor("the failed renewal logged", () => /renewing the announcer Lease failed/.test(node.logs()), WAIT_MS);
       // The client (a peer: it asked the node before) answers its probes: every question is still answered, over
-      // ARP; the IPv6 address is withdrawn (another node's claim of it would go unheard: NDP's are not received).
-      const [v4, v6] = ADDRESSES as [string, string];
-      for (let round = 0; round < 5; round++) assert.equal(await world.resolve(v4), node.mac, `round ${round}`);
-      assert.equal(await world.resolve(v6), undefined);
+      // ARP and NDP alike.
+      for (let round = 0; round < 5; round++)
+        for (const address of ADDRESSES) assert.equal(await world.resolve(address), node.mac, `${address} ${round}`);
+      // Its IPv6 peer is asked too: a solicitation from the node for an address of the client, which answers it.
+      const peer = (frame: Frame) => frame.solicitation && !ADDRESSES.includes(frame.solicitation.target);
+      const asked = capture.frames.find((frame) => frame.from === node.mac && peer(frame))?.solicitation?.target;
+      assert.ok(asked, "the node solicited an IPv6 address of the client");
+      const answer = (frame: Frame) => frame.outgoing && frame.advertisement?.target === asked;
+      assert.ok(capture.frames.some(answer), "the client answered the node's solicitation");
+      await capture.stop();
+      // The segment IPv6-only (the bridge drops ARP): NDP alone proves the link, and the IPv6 address is answered
+      // throughout a window of three times what one answer proves.
+      await world.blockArp(true);
+      try {
+        const [v4, v6] = ADDRESSES as [string, string];
+        assert.equal(await world.resolve(v4), undefined, "the bridge drops ARP");
+        for (const until = performance.now() + 3 * PEER_FRESH_MS; performance.now() < until; )
+          assert.equal(await world.resolve(v6), node.mac, "IPv6 answered with the segment's ARP dropped");
+        assert.ok(await metric(node, holding), "held on an IPv6 peer's answers");
+      } finally {
+        await world.blockArp(false);
+      }
       const cutAt = performance.now();
       await node.segment.cut();
       const cutOff = /^local_ccm_l2_links\{rule="cut-off"\} 1$/m;

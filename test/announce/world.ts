@@ -30,6 +30,8 @@ const AGENT = path.resolve(import.meta.dirname, "../../src/bin/local-ccm.ts");
 const CAPTURE = path.resolve(import.meta.dirname, "../netns/announce-fixture.ts");
 export const NAMESPACE = "kube-system";
 export const SUBNET = { v4: "198.18.77", v6: "fd00:198:77:" };
+/** The failover budget (a node cut off to another node answering): 5 s on an idle machine; bounds take 3x on CI. */
+export const BUDGET_MS = 5000;
 const MAX_NODES = 4;
 
 export interface AgentNode {
@@ -60,6 +62,7 @@ export interface Frame {
   from?: string;
   outgoing?: boolean;
   arp?: { operation: string; senderIp: string; targetIp: string };
+  solicitation?: { target: string };
   advertisement?: { target: string };
 }
 
@@ -80,6 +83,11 @@ export interface AnnounceWorld {
   resolve(address: string): Promise<string | undefined>;
   /** Assigns Service `name` to `node` as the pool controller does: annotation, label, ingress `addresses`. */
   assign(name: string, node: string, addresses: string[]): Promise<void>;
+  /**
+   * Drops (true) or passes again (false) every ARP frame the bridge forwards: the segment is then IPv6-only, and a
+   * node proves its link by NDP alone. The bridge's namespace goes with the world.
+   */
+  blockArp(blocked: boolean): Promise<void>;
   /** Records every ARP and NDP frame on the client's link (our own packet socket), until stopped. */
   capture(): Promise<{ frames: Frame[]; stop(): Promise<void> }>;
   /** Takes Service `name` from its node as the pool controller does (annotation and label removed): the version. */
@@ -107,7 +115,11 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
     };
     const client = await quietHost(net);
     const clientLink = (await join(client, 9)).nameB;
-    const plane = await startControlPlane({ extraIPs: Array.from({ length: MAX_NODES }, (_, slot) => rootIP(slot)) });
+    // Dual-stack Services: the pool hands out an address of each family on the bridge.
+    const plane = await startControlPlane({
+      extraIPs: Array.from({ length: MAX_NODES }, (_, slot) => rootIP(slot)),
+      serviceCIDR: "10.96.0.0/24,fd00:10:96::/112",
+    });
     stops.push(() => plane.stop());
     // RBAC is not what these tests prove (least privilege and the node-scope policy have their own).
     await plane.kubectl(["create", "serviceaccount", "l2-agent", "-n", NAMESPACE]);
@@ -194,6 +206,11 @@ export async function startAnnounceWorld(subnet: number): Promise<AnnounceWorld>
       client,
       clientLink,
       addNode,
+      async blockArp(blocked) {
+        if (!blocked) return void (await bridge.exec("nft", ["delete", "table", "bridge", "no-arp"]));
+        const chain = "add chain bridge no-arp forward { type filter hook forward priority 0; }";
+        await bridge.exec("nft", [`add table bridge no-arp; ${chain}; add rule bridge no-arp forward ether type arp drop`]);
+      },
       async resolve(address) {
         await client.ip("neigh", "flush", "to", address, "dev", clientLink);
         await sendFromClient(address);

@@ -87,7 +87,8 @@ if (mode === "announcer") {
     const icmp = data.subarray(40);
     const addresses = { source: ipFromBytes(data.subarray(8, 24)), destination: ipFromBytes(data.subarray(24, 40)) };
     if (icmp[0] === 135) print({ ...seen, ...addresses, solicitation: parseNeighborSolicitation(icmp) });
-    if (icmp[0] === 136 && icmp.length >= 32)
+    // An answer to a unicast solicitation may carry no target link-layer option (Linux sends none): 24 bytes.
+    if (icmp[0] === 136 && icmp.length >= 24)
       print({
         ...seen,
         ...addresses,
@@ -95,7 +96,7 @@ if (mode === "announcer") {
           target: ipFromBytes(icmp.subarray(8, 24)),
           solicited: ((icmp[4] ?? 0) & 0x40) !== 0,
           override: ((icmp[4] ?? 0) & 0x20) !== 0,
-          mac: icmp[24] === 2 ? macFromBytes(icmp.subarray(26, 32)) : undefined,
+          mac: icmp.length >= 32 && icmp[24] === 2 ? macFromBytes(icmp.subarray(26, 32)) : undefined,
         },
       });
   });

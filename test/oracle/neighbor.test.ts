@@ -11,6 +11,7 @@ import { ipFromBytes } from "../../src/net/ip.ts";
 import { macFromBytes } from "../../src/net/mac.ts";
 import {
   buildNeighborAdvertisement,
+  buildNeighborSolicitation,
   duplicateAddressProbe,
   parseNeighborAdvertisement,
   parseNeighborSolicitation,
@@ -217,6 +218,18 @@ test("Neighbor Advertisements we send read in mdlayher/ndp as what we meant", as
       const expected = { type: "advertisement", target: a.target, targetMac: a.mac };
       const flags = { ...(a.solicited && { solicited: true }), ...(a.override && { override: true }) };
       assert.deepEqual(go, { ...expected, ...flags }, hex);
+    }),
+    { seed, numRuns: numRuns / 3 },
+  );
+});
+
+test("Neighbor Solicitations we send to a peer read in mdlayher/ndp as what we meant", async () => {
+  const target = ipv6Bytes.filter((b) => b[0] !== 0xff && (b[10] !== 255 || b[0] !== 0)).map(ipFromBytes);
+  await fc.assert(
+    fc.asyncProperty(target, mac, async (address, sourceMac) => {
+      const hex = buildNeighborSolicitation(address, sourceMac).toString("hex");
+      const go = await oracle.ask<GoNdp>("neighbor", { op: "ndp", hex });
+      assert.deepEqual(go, { type: "solicitation", target: address, sourceMac }, hex);
     }),
     { seed, numRuns: numRuns / 3 },
   );

@@ -8,7 +8,7 @@
 // the first address of that family.
 import { performance } from "node:perf_hooks";
 import type { Logger } from "../../cli/log.ts";
-import { type ArpPacket, arpProbe, gratuitousArp } from "../../net/arp.ts";
+import { arpProbe, gratuitousArp } from "../../net/arp.ts";
 import { ipFromBytes, ipProblem, ipToBytes } from "../../net/ip.ts";
 import { BROADCAST_MAC } from "../../net/mac.ts";
 import { ALL_NODES, unsolicitedAdvertisement } from "../../net/ndp.ts";
@@ -26,6 +26,7 @@ import {
   solicitationClaim,
 } from "./conflicts.ts";
 import { answerArp, answerSolicitation, type Decision, TAKEOVER_SCHEDULE_MS } from "./decide.ts";
+import { advertisementMessage, arpMessage, type NeighborMessage, solicitationMessage } from "./holding.ts";
 
 export interface AnnouncedLink {
   index: number;
@@ -53,8 +54,8 @@ export interface AnnouncerOptions {
    * is then reported as a claim (onConflict runs before the answer would go out), not answered.
    */
   held?: () => boolean;
-  /** Every ARP packet another host sent on the link (its peers: holding.ts). */
-  onArp?: (packet: ArpPacket) => void;
+  /** Every ARP packet and NDP message another host sent on the link, as holding.ts reads them (its peers). */
+  onNeighbor?: (message: NeighborMessage) => void;
 }
 
 export interface Conflict {
@@ -78,8 +79,13 @@ export interface Announcer {
   announced(): string[];
   /** Every address announce() was given and withdraw() not: probing, refused or announced. */
   addresses(): string[];
-  /** Asks `peer` whether it is there (an ARP probe from 0.0.0.0, RFC 5227: its caches learn nothing of us). */
+  /**
+   * Asks `peer` whether it is there: an IPv4 one with an ARP probe from 0.0.0.0 (RFC 5227: its caches learn
+   * nothing of us), an IPv6 one with a Neighbor Solicitation (from an address of the link, which it answers).
+   */
   probe(peer: { address: string; mac: string }): void;
+  /** Asks the link who else has `address`, announced here: the probe sent before announcing it (ARP, DAD). */
+  recheck(address: string): void;
   /** Idempotent; nothing is sent or answered after it returns. */
   close(): void;
 }
@@ -99,7 +105,7 @@ function canonical(text: string): [string, 4 | 6] {
 }
 
 export function startAnnouncer(options: AnnouncerOptions): Announcer {
-  const { link, observe, mayAnswer = () => true, onArp } = options;
+  const { link, observe, mayAnswer = () => true, onNeighbor } = options;
   const log = options.log.with({ link: link.name });
   const announced = new Set<string>();
   const takeovers = new Map<string, NodeJS.Timeout[]>();
@@ -154,7 +160,7 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
     const socket: ArpSocket = openArpSocket(
       link,
       (packet) => {
-        onArp?.(packet);
+        onNeighbor?.(arpMessage(packet, link.mac));
         // The claim first: an announcer holding on a stale view yields on it (withdraws) before it would answer.
         claimed(4, arpClaim(packet));
         const answer = decided(4, answerArp(packet, link, announced));
@@ -169,12 +175,16 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
       link,
       {
         solicitation(solicitation, source, sourceMac) {
+          onNeighbor?.(solicitationMessage(solicitation, source, sourceMac));
           claimed(6, solicitationClaim(solicitation, source, sourceMac));
           const answer = decided(6, answerSolicitation(solicitation, source, link, announced));
           if (answer && mayAnswer())
             trySend(`a neighbor advertisement to ${answer.to}`, () => socket.send(answer.advert, answer.to));
         },
-        advertisement: (advert, _source, sourceMac) => claimed(6, advertisementClaim(advert, sourceMac)),
+        advertisement(advert, _source, sourceMac, toHost) {
+          onNeighbor?.(advertisementMessage(advert, sourceMac, toHost));
+          claimed(6, advertisementClaim(advert, sourceMac));
+        },
       },
       onReceiveError,
     );
@@ -264,8 +274,19 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
 
     probe(peer) {
       if (closed) return;
-      const socket = (arp ??= openArp());
-      trySend(`an ARP probe of ${peer.address}`, () => socket.send(arpProbe(peer.address, link.mac), peer.mac));
+      if (!peer.address.includes(":")) {
+        const socket = (arp ??= openArp());
+        trySend(`an ARP probe of ${peer.address}`, () => socket.send(arpProbe(peer.address, link.mac), peer.mac));
+        return;
+      }
+      const socket = (ndp ??= openNdp());
+      trySend(`a neighbor solicitation to ${peer.address}`, () => socket.ask(peer.address, link.mac));
+    },
+
+    recheck(text) {
+      if (closed || ipProblem(text)) return;
+      const [address, family] = canonical(text);
+      if (announced.has(address)) probe(address, family);
     },
 
     close() {

@@ -3,8 +3,9 @@
 // to announce where is decided in assignments.ts from those, and whether to hold it now in holding.ts; this file
 // only applies the difference. Every trigger (a Service event, a netlink change, a renewal, a peer's answer or
 // foreign claim, the Lease's deadline) runs the same reconcile, which also keeps a timer at the next deadline. Past
-// the Lease's deadline (the API out of reach) a link keeps its addresses while a peer there answers the probes
-// sent every PEER_PROBE_INTERVAL_MS, and yields an address another MAC claims; a link cut off too is withdrawn.
+// the Lease's deadline (the API out of reach) a link keeps its addresses, IPv4 and IPv6 alike, while a peer there
+// answers the probes (ARP, NDP) sent every PEER_PROBE_INTERVAL_MS, and yields an address another MAC claims; a link
+// cut off too is withdrawn.
 // Other hosts' claims the announcers meet (conflicts.ts) go to conflictreports.ts, which hands those of announced
 // addresses to onForeignClaim here: the one way a node whose view may be stale learns it is to yield.
 import { performance } from "node:perf_hooks";
@@ -26,8 +27,6 @@ import {
 import type { AnnounceFlags } from "../flags.ts";
 import type { AnnouncerMetrics } from "../metrics.ts";
 import { type AnnouncedLink, type Announcer, type Conflict, startAnnouncer } from "./announcer.ts";
-import type { ArpPacket } from "../../net/arp.ts";
-import { BROADCAST_MAC } from "../../net/mac.ts";
 import { hasApplied } from "../../pools/announcement.ts";
 import { type Assignment, decideAssignments, type LinkAnnouncements, type Skip, SKIP_RULES } from "./assignments.ts";
 import { conflictReporter } from "./conflictreports.ts";
@@ -38,6 +37,7 @@ import {
   hear,
   type HoldingRule,
   LinkPeers,
+  type NeighborMessage,
   PEER_PROBE_INTERVAL_MS,
   restrictAnnouncements,
   shouldProbe,
@@ -198,9 +198,9 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
   const announcers: LinkAnnouncers = new LinkAnnouncers(log, {
     holds,
     held: () => viewMayBeStale(),
-    onArp: (link, packet, announced) => {
+    onNeighbor: (link, message, announced) => {
       const before = peersOf(link.name).answeredAtMs;
-      peersOf(link.name).note(hear(packet, link.mac, announced), performance.now());
+      peersOf(link.name).note(hear(message, link.mac, announced), performance.now());
       if (peersOf(link.name).answeredAtMs !== before && performance.now() >= lease.validUntil()) reconcile();
     },
     onConflict,
@@ -275,13 +275,9 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
       lastHolding.set(name, holding.rule);
       links.set(holding.rule, (links.get(holding.rule) ?? 0) + 1);
       if (!holding.announce) continue;
-      // Held past the deadline: only what a claim of another node can be heard for (ARP; NDP's are not received).
-      const past = holding.rule === "peers-reachable";
-      for (const address of assigned.addresses) if (past && address.includes(":")) skipped.push(leftOut(address, "unheard"));
-      const wanted = past ? { ...assigned, addresses: assigned.addresses.filter((a) => !a.includes(":")) } : assigned;
-      const { kept, left } = restrictAnnouncements(wanted, yielded, rejoin?.kept);
+      const { kept, left } = restrictAnnouncements(assigned, yielded, rejoin?.kept);
       for (const { address, rule } of left) skipped.push(leftOut(address, rule));
-      byLink.set(name, { link: wanted.link, addresses: kept });
+      byLink.set(name, { link: assigned.link, addresses: kept });
     }
     clearTimeout(deadlineTimer);
     // Re-armed on every pass: a timer that fires a little early finds the holding unchanged and waits again.
@@ -368,8 +364,8 @@ interface LinkHooks {
   onConflict(link: string, conflict: Conflict): void;
   /** An address announced after its probes found nobody. */
   onAnnounced(): void;
-  /** Every ARP packet another host sent there, with what the link announces. */
-  onArp(link: AnnouncedLink, packet: ArpPacket, announced: ReadonlySet<string>): void;
+  /** Every ARP packet and NDP message another host sent there (holding.ts), with what the link announces. */
+  onNeighbor(link: AnnouncedLink, message: NeighborMessage, announced: ReadonlySet<string>): void;
 }
 
 /** One announcer per link in use, brought in line with what to announce on each. */
@@ -392,7 +388,7 @@ class LinkAnnouncers {
 
   /**
    * Asks each link's peers (`targets`) whether they are there; `asked` is told of each link asked. With `turn`,
-   * also asks who has HELD_PROBES_PER_ROUND of each link's IPv4 addresses, from that turn on.
+   * also asks who has HELD_PROBES_PER_ROUND of each link's addresses, from that turn on.
    */
   probe(
     targets: (link: string) => { address: string; mac: string }[],
@@ -403,9 +399,9 @@ class LinkAnnouncers {
       const peers = targets(name);
       for (const peer of peers) announcer.probe(peer);
       if (peers.length) asked(name);
-      const held = turn === undefined ? [] : announcer.announced().filter((address) => !address.includes(":"));
+      const held = turn === undefined ? [] : announcer.announced();
       for (let i = 0; i < Math.min(HELD_PROBES_PER_ROUND, held.length); i++)
-        announcer.probe({ address: held[((turn ?? 0) + i) % held.length] as string, mac: BROADCAST_MAC });
+        announcer.recheck(held[((turn ?? 0) + i) % held.length] as string);
     }
   }
 
@@ -439,7 +435,7 @@ class LinkAnnouncers {
       log: this.log,
       mayAnswer: () => this.hooks.holds(link.name),
       held: () => this.hooks.held(),
-      onArp: (packet) => this.hooks.onArp(link, packet, new Set(announcer.announced())),
+      onNeighbor: (message) => this.hooks.onNeighbor(link, message, new Set(announcer.announced())),
       onConflict: (conflict) => this.hooks.onConflict(link.name, conflict),
       onAnnounced: () => this.hooks.onAnnounced(),
     });
@@ -463,11 +459,10 @@ class LinkAnnouncers {
   }
 }
 
-function leftOut(address: string, rule: "yielded" | "catching-up" | "unheard"): Skip {
+function leftOut(address: string, rule: "yielded" | "catching-up"): Skip {
   const reasons = {
     yielded: `another MAC claimed ${address} while this node's view may be stale`,
     "catching-up": `${address} was not announced when the API came back, and the Service cache has not caught up yet`,
-    unheard: `${address} is IPv6: past the Lease's deadline only IPv4 is held (its holders are asked over ARP)`,
   };
   return { address, rule, reason: reasons[rule] };
 }

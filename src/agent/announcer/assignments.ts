@@ -25,7 +25,6 @@ export const SKIP_RULES = [
   "no-segment", // no link of this node has a prefix holding the address
   "yielded", // another MAC claimed it while this node could not reach the API (holding.ts)
   "catching-up", // not announced when the API came back, and the Service cache has not caught up yet (holding.ts)
-  "unheard", // IPv6, past the Lease's deadline: another node's claim would go unheard (holding.ts)
 ] as const;
 export type SkipRule = (typeof SKIP_RULES)[number];
 

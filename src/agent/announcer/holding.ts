@@ -1,10 +1,13 @@
 // Whether this node goes on announcing on each link, as pure functions of plain data: its Lease, what its peers on
 // the link answered, the foreign claims it saw (classified in conflicts.ts), and whether its Service cache has caught
-// up after an outage. Each outcome carries a rule id (metrics) and a reason (logs). The argument, in src/pools/announcement.ts's header:
-// the API being unreachable is no reason to stop answering; being cut off from the link, or seeing another node
-// claim an address, is.
+// up after an outage. Each outcome carries a rule id (metrics) and a reason (logs). The argument, in
+// src/pools/announcement.ts's header: the API being unreachable is no reason to stop answering; being cut off from
+// the link, or seeing another node claim an address, is. One rule for both families: a peer's answer over ARP or
+// NDP proves the link, and an address of either family is held, and yielded, alike (IPv6's claims are unsolicited
+// or solicited Advertisements and duplicate address detection, heard as ARP's are).
 import { type ArpPacket, UNSPECIFIED_IPV4 } from "../../net/arp.ts";
 import { ZERO_MAC } from "../../net/mac.ts";
+import { type NeighborSolicitation, type ReceivedAdvertisement, UNSPECIFIED_IPV6 } from "../../net/ndp.ts";
 import type { LinkAnnouncements } from "./assignments.ts";
 
 /** How often the peers of a link are asked while the Lease is near or past its deadline. */
@@ -15,7 +18,7 @@ export const PEER_FRESH_MS = 1500;
 export const PROBE_BEFORE_DEADLINE_MS = 1000;
 /** Peers asked at once on a link: the most recently heard. */
 export const PROBED_PEERS = 3;
-/** Held addresses a link asks about each round past the deadline (who else has it?), in turn. */
+/** Held addresses a link asks about each round past the deadline (who else has it? ARP probe, DAD), in turn. */
 export const HELD_PROBES_PER_ROUND = 8;
 /** Peers remembered per link. */
 const HEARD_PEERS = 16;
@@ -88,20 +91,58 @@ export function restrictAnnouncements(
 }
 
 /**
- * What an ARP packet received on a link says of its peers. Another MAC's claim of an address announced here is no
+ * What holding reads of a packet another host sent on the link, whatever its family: ARP (arpMessage) and NDP
+ * (solicitationMessage, advertisementMessage) alike, so that one rule decides for both.
+ */
+export interface NeighborMessage {
+  /** "asks": an ARP request or a Neighbor Solicitation; "answers": an ARP reply or a solicited Advertisement. */
+  kind: "asks" | "answers" | "other";
+  /** The sender's address as it states it: ARP's sender, a solicitation's source, an advertisement's target. */
+  senderIp: string;
+  senderMac: string;
+  /** Sent to this host: ARP's target MAC, or the frame's destination MAC (an advertisement). */
+  toHost: boolean;
+}
+
+export function arpMessage(packet: ArpPacket, ownMac: string): NeighborMessage {
+  const kind = packet.operation === "request" ? "asks" : "answers";
+  return { kind, senderIp: packet.senderIp, senderMac: packet.senderMac, toHost: packet.targetMac === ownMac };
+}
+
+/** A solicitation from `source` (:: for duplicate address detection: no peer to ask back). */
+export function solicitationMessage(
+  solicitation: NeighborSolicitation,
+  source: string,
+  frameMac: string,
+): NeighborMessage {
+  return { kind: "asks", senderIp: source, senderMac: solicitation.sourceMac ?? frameMac, toHost: false };
+}
+
+/** An advertisement answers only when solicited; an unsolicited one is a claim or nothing (conflicts.ts). */
+export function advertisementMessage(
+  advert: ReceivedAdvertisement,
+  frameMac: string,
+  toHost: boolean,
+): NeighborMessage {
+  const kind = advert.solicited ? "answers" : "other";
+  return { kind, senderIp: advert.target, senderMac: advert.mac ?? frameMac, toHost };
+}
+
+/**
+ * What a packet received on a link says of its peers. Another MAC's claim of an address announced here is no
  * peer's word: conflicts.ts classifies it (every claim, ARP and NDP, in one place), and announcing.ts yields on it.
  */
 export type Heard =
-  | { kind: "answer" } // a peer answered this node (its probe, or its kernel's question)
+  | { kind: "answer" } // a peer answered this node (its probe or solicitation, or its kernel's question)
   | { kind: "peer"; address: string; mac: string } // a peer asked something: it can be asked in turn
   | { kind: "nothing" };
 
-export function hear(packet: ArpPacket, ownMac: string, announced: ReadonlySet<string>): Heard {
-  if (packet.senderMac === ownMac || announced.has(packet.senderIp)) return { kind: "nothing" };
-  if (packet.operation === "reply" && packet.targetMac === ownMac) return { kind: "answer" };
-  const unspecified = packet.senderIp === UNSPECIFIED_IPV4 || packet.senderMac === ZERO_MAC;
-  if (packet.operation === "request" && !unspecified)
-    return { kind: "peer", address: packet.senderIp, mac: packet.senderMac };
+export function hear(message: NeighborMessage, ownMac: string, announced: ReadonlySet<string>): Heard {
+  const { kind, senderIp, senderMac } = message;
+  if (senderMac === ownMac || announced.has(senderIp)) return { kind: "nothing" };
+  if (kind === "answers" && message.toHost) return { kind: "answer" };
+  const unspecified = senderIp === UNSPECIFIED_IPV4 || senderIp === UNSPECIFIED_IPV6 || senderMac === ZERO_MAC;
+  if (kind === "asks" && !unspecified) return { kind: "peer", address: senderIp, mac: senderMac };
   return { kind: "nothing" };
 }
 
