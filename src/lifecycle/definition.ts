@@ -56,6 +56,7 @@ export const nodeLifecycle = defineController({
   enabledByDefault: true,
   summary: "Deletes the Nodes of machines that are gone: NotReady past a timeout and reached by no probe.",
   flags: lifecycleFlagTable,
+  dryRun: '"would delete"',
   parse: lifecycleFlags,
   metricsSubsystem: "",
   createMetrics: createNodeLifecycleMetrics,

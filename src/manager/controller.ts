@@ -41,6 +41,7 @@ export interface ControllerContext<M, W extends Watches> {
   metrics: M;
   /** True while this replica may act (always, without leader election). */
   isLeader(): boolean;
+  /** --dry-run, for a controller whose definition has `dryRun`; always false for one without. */
   dryRun: boolean;
 }
 
@@ -78,6 +79,12 @@ export interface ControllerDefinition<
   classlessFlag?: F[number]["name"];
   /** Its config from its flags' parsed values (their validate checks have passed). */
   parse(values: FlagValues<F>): C;
+  /**
+   * What it says instead of writing under --dry-run (for --help), if --dry-run holds its writes back. Without it,
+   * it writes as usual in dry run: --dry-run is a trial of node deletion and CSR decisions, never a reason to leave
+   * LoadBalancer Services pending.
+   */
+  dryRun?: string;
   /** Its metrics names' part after node_lifecycle_controller_ ("" keeps the first controller's names). */
   metricsSubsystem: string;
   /** Registers its metrics, each named `prefix` + name. */

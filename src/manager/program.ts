@@ -54,7 +54,7 @@ function createController(definition: AnyController, config: unknown, shared: Sh
       log: shared.log.with({ controller: name }),
       metrics: shared.metrics.controllers.get(name),
       isLeader: shared.isLeader,
-      dryRun: shared.dryRun,
+      dryRun: shared.dryRun && definition.dryRun !== undefined,
     },
     config,
   );
