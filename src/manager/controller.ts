@@ -66,7 +66,7 @@ export interface ControllerDefinition<
   name: string;
   /** Whether --controllers=* runs it. */
   enabledByDefault: boolean;
-  /** The Helm value that runs it, for one off by default (the chart grants its RBAC only then). */
+  /** The Helm value that runs it (the chart grants its RBAC only then, and turns it off in --controllers if need be). */
   helmEnabled?: string;
   /** One line for docs/reference.md's table of controllers. */
   summary: string;
