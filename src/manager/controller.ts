@@ -9,6 +9,12 @@ import type { KubeClient } from "../kube/client.ts";
 import type { EventRecorder } from "../kube/events.ts";
 import type { AnyWatch, Cache, Watch } from "../kube/sharedinformers.ts";
 
+/**
+ * The source.component and reportingComponent of a controller's Events, as kube-controller-manager's controllers
+ * each have their own ("node-controller", "service-controller"): node-lifecycle's stays the program's name.
+ */
+export const eventSource = (definition: { name: string }): string => `${definition.name}-controller`;
+
 /** A ClusterRole or Role rule, as the chart writes it. */
 export interface PolicyRule {
   apiGroups: string[];
@@ -34,6 +40,7 @@ export interface ControllerContext<M, W extends Watches> {
   client: KubeClient;
   /** One cache per declared watch, shared with other controllers' watches of the same resource. */
   caches: Caches<W>;
+  /** Its own recorder, its Events' source being eventSource(definition). */
   events: Pick<EventRecorder, "record">;
   /** With controller=<name>. */
   log: Logger;

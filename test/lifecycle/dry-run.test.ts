@@ -1,7 +1,7 @@
 // --dry-run is node deletion's trial, not the LoadBalancers': the program as the chart runs it with
 // nodeLifecycleController.controller.dryRun=true and loadBalancer.l2.enabled=true (its args and its RBAC), against a
 // real control plane. A dead node is only "would delete"d, while a node-address Service and a pool Service get their
-// addresses, and a Service each controller refuses gets its Warning Event.
+// addresses, and a Service each controller refuses gets its Warning Event (from that controller's own Event source).
 import assert from "node:assert/strict";
 import { writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -102,16 +102,23 @@ describe("--dry-run holds back node deletion only", () => {
     // The pool is used up now: a second Service of its class is refused, with a Warning.
     await services.create(loadBalancer("pool-exhausted", L2_CLASS, 80));
     const events = new Resource<Event>(world.plane.admin, { ...core, plural: "events", namespace: NAMESPACE });
+    // Each controller's Events carry its own source.
     const warnings = async (name: string) =>
       (await events.list({ fieldSelector: `involvedObject.name=${name}` })).items
         .filter(({ type }) => type === "Warning")
-        .map(({ reason }) => reason);
+        .map(({ reason, source, reportingComponent }) => `${reason} from ${source?.component} (${reportingComponent})`);
     await waitFor("the node-address controller's Warning", async () =>
-      (await warnings("node-address-kubelet")).includes("SyncLoadBalancerFailed"),
+      (await warnings("node-address-kubelet")).includes("SyncLoadBalancerFailed from service-controller (service-controller)"),
     );
     await waitFor("the pool controller's Warning", async () =>
-      (await warnings("pool-exhausted")).includes("AllocationFailed"),
+      (await warnings("pool-exhausted")).includes(
+        "AllocationFailed from service-l2-pools-controller (service-l2-pools-controller)",
+      ),
     );
+    await waitFor("the node-lifecycle controller's Event, under the program's historical name", async () => {
+      const { items } = await world.events.list({ fieldSelector: "involvedObject.name=dead-node" });
+      return items.some(({ reason, source }) => reason === "WouldDeleteNode" && source?.component === "node-lifecycle-controller");
+    });
     assert.equal(await ingress("node-address-kubelet"), undefined);
     assert.equal(await ingress("pool-exhausted"), undefined);
 
