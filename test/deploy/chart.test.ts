@@ -658,6 +658,25 @@ describe("Helm chart", () => {
     });
   }
 
+  test("docs/security.md states the pods' users and capabilities as the chart renders them", async () => {
+    const [defaults, l2] = await Promise.all([render(), render(setJson({ "loadBalancer.l2.enabled": true }))]);
+    const caps = (objects: KubeObject[], name: Program) =>
+      (container(objects, name).securityContext?.capabilities?.add ?? []).map((cap) => `\`${cap}\``);
+    const user = (objects: KubeObject[], name: Program) =>
+      container(objects, name).securityContext?.runAsUser ?? podSpec(objects, name).securityContext?.runAsUser;
+    assert.deepEqual(caps(defaults, "local-ccm"), []);
+    assert.equal(caps(l2, "local-ccm").length, 1);
+    assert.equal(caps(defaults, "node-lifecycle-controller").length, 1);
+    const claims = [
+      `The agent runs as non-root\n  (${user(defaults, "local-ccm")}) with no capabilities`,
+      `with \`loadBalancer.l2.enabled\` it runs as uid ${user(l2, "local-ccm")} with ${caps(l2, "local-ccm")} as its only\n  capability`,
+      `The controller runs as non-root (${user(defaults, "node-lifecycle-controller")}) and adds only ` +
+        `${caps(defaults, "node-lifecycle-controller")}, for ICMP.`,
+    ];
+    const security = await readFile(path.join(CHART_DIR, "../../docs/security.md"), "utf8");
+    for (const claim of claims) assert.ok(security.includes(claim), `docs/security.md says: ${claim}`);
+  });
+
   test("loadBalancer.l2.enabled: the agent announces, with NET_RAW its only capability (uid 0: no ambient caps)", async () => {
     const objects = await render(setJson({ "loadBalancer.l2.enabled": true }));
     const agent = container(objects, "local-ccm");
