@@ -50,6 +50,7 @@ export const kubeletServingCsr = defineController({
   helmEnabled: "csrApproval.enabled",
   summary: "Approves kubelet serving certificates whose names and addresses are the Node's own, and denies others.",
   flags: csrFlagTable,
+  dryRun: '"would approve", "would deny"',
   parse: csrConfig,
   metricsSubsystem: "csr_",
   createMetrics: createCsrApproverMetrics,

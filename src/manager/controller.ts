@@ -9,6 +9,12 @@ import type { KubeClient } from "../kube/client.ts";
 import type { EventRecorder } from "../kube/events.ts";
 import type { AnyWatch, Cache, Watch } from "../kube/sharedinformers.ts";
 
+/**
+ * The source.component and reportingComponent of a controller's Events, as kube-controller-manager's controllers
+ * each have their own ("node-controller", "service-controller"): node-lifecycle's stays the program's name.
+ */
+export const eventSource = (definition: { name: string }): string => `${definition.name}-controller`;
+
 /** A ClusterRole or Role rule, as the chart writes it. */
 export interface PolicyRule {
   apiGroups: string[];
@@ -34,6 +40,7 @@ export interface ControllerContext<M, W extends Watches> {
   client: KubeClient;
   /** One cache per declared watch, shared with other controllers' watches of the same resource. */
   caches: Caches<W>;
+  /** Its own recorder, its Events' source being eventSource(definition). */
   events: Pick<EventRecorder, "record">;
   /** With controller=<name>. */
   log: Logger;
@@ -41,6 +48,7 @@ export interface ControllerContext<M, W extends Watches> {
   metrics: M;
   /** True while this replica may act (always, without leader election). */
   isLeader(): boolean;
+  /** --dry-run, for a controller whose definition has `dryRun`; always false for one without. */
   dryRun: boolean;
 }
 
@@ -65,7 +73,7 @@ export interface ControllerDefinition<
   name: string;
   /** Whether --controllers=* runs it. */
   enabledByDefault: boolean;
-  /** The Helm value that runs it, for one off by default (the chart grants its RBAC only then). */
+  /** The Helm value that runs it (the chart grants its RBAC only then, and turns it off in --controllers if need be). */
   helmEnabled?: string;
   /** One line for docs/reference.md's table of controllers. */
   summary: string;
@@ -78,6 +86,12 @@ export interface ControllerDefinition<
   classlessFlag?: F[number]["name"];
   /** Its config from its flags' parsed values (their validate checks have passed). */
   parse(values: FlagValues<F>): C;
+  /**
+   * What it says instead of writing under --dry-run (for --help), if --dry-run holds its writes back. Without it,
+   * it writes as usual in dry run: --dry-run is a trial of node deletion and CSR decisions, never a reason to leave
+   * LoadBalancer Services pending.
+   */
+  dryRun?: string;
   /** Its metrics names' part after node_lifecycle_controller_ ("" keeps the first controller's names). */
   metricsSubsystem: string;
   /** Registers its metrics, each named `prefix` + name. */

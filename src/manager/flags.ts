@@ -52,7 +52,10 @@ const programFlagTable = [
     name: "dry-run",
     type: "bool",
     default: "false",
-    help: 'Log and event what would be done ("would delete", "would approve", "would deny") and write nothing.',
+    help:
+      "A trial: log and event what would be done and write nothing, for " +
+      CONTROLLERS.filter(({ dryRun }) => dryRun).map(({ name, dryRun }) => `${name} (${dryRun})`).join(" and ") +
+      `; ${CONTROLLERS.filter(({ dryRun }) => !dryRun).map(({ name }) => name).join(" and ")} write as usual.`,
     helm: `${HELM}dryRun`,
   }),
   flag({

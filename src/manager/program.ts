@@ -13,7 +13,7 @@ import { isApiError } from "../kube/errors.ts";
 import { EventRecorder } from "../kube/events.ts";
 import { LeaderElector } from "../kube/leaderelection.ts";
 import { SharedInformers } from "../kube/sharedinformers.ts";
-import type { AnyController, Caches, RunningController } from "./controller.ts";
+import { type AnyController, type Caches, eventSource, type RunningController } from "./controller.ts";
 import { type ManagerFlags, PROGRAM, parseManagerFlags } from "./flags.ts";
 import { createMetrics } from "./metrics.ts";
 
@@ -32,7 +32,8 @@ function logLeaseError(log: Logger, err: unknown): void {
 interface SharedParts {
   client: KubeClient;
   informers: SharedInformers;
-  events: EventRecorder;
+  /** A recorder whose Events have `component` as their source. */
+  events(component: string): EventRecorder;
   log: Logger;
   metrics: ReturnType<typeof createMetrics>;
   isLeader(): boolean;
@@ -50,11 +51,11 @@ function createController(definition: AnyController, config: unknown, shared: Sh
     {
       client: shared.client,
       caches,
-      events: shared.events,
+      events: shared.events(eventSource(definition)),
       log: shared.log.with({ controller: name }),
       metrics: shared.metrics.controllers.get(name),
       isLeader: shared.isLeader,
-      dryRun: shared.dryRun,
+      dryRun: shared.dryRun && definition.dryRun !== undefined,
     },
     config,
   );
@@ -91,12 +92,14 @@ export async function runManager(ctx: MainContext): Promise<void> {
   ctx.onShutdown(() => endpoints.close());
   if (flags.metrics?.withHealth) log.info("serving /healthz, /readyz and /metrics", { address: endpoints.health });
   else log.info("serving /healthz and /readyz, and /metrics", { address: endpoints.health, metrics: endpoints.metrics });
-  const events = new EventRecorder(client, {
-    component: PROGRAM,
-    host: identity,
-    onError: (err) => log.error("recording an event failed", { err }),
-  });
-  ctx.onShutdown(() => events.flushAtShutdown());
+  const recorders: EventRecorder[] = [];
+  const events = (component: string) => {
+    const onError = (err: unknown) => log.error("recording an event failed", { component, err });
+    const recorder = new EventRecorder(client, { component, host: identity, onError });
+    recorders.push(recorder);
+    return recorder;
+  };
+  ctx.onShutdown(async () => void (await Promise.all(recorders.map((recorder) => recorder.flushAtShutdown()))));
 
   const shared: SharedParts = {
     client,

@@ -58,7 +58,6 @@ function world(options: { failFirstStatus?: boolean; now?: () => number } = {}) 
   let gate: Promise<void> | undefined;
   const controller = new PoolController({
     config: { claimClassless: false, leaseNamespace: "kube-system" },
-    dryRun: false,
     services,
     nodes,
     pools,

@@ -71,7 +71,6 @@ import type { ServiceCIDR } from "./watches.ts";
 
 export interface PoolControllerOptions {
   config: PoolsConfig;
-  dryRun: boolean;
   services: Cache<Service>;
   nodes: Cache<Node>;
   pools: Cache<LoadBalancerIPPool>;
@@ -526,10 +525,6 @@ export class PoolController {
     const rule = decision.action === "ignore" ? "not-ours" : decision.rule;
     const reason = decision.action === "ignore" ? "the Service is not ours" : decision.reason;
     const log = this.options.log.with({ service: key, rule });
-    if (this.options.dryRun) {
-      for (const write of writes) this.options.metrics.writes.with({ write, result: "dry-run" }).inc();
-      return log.info("would write (dry run)", { writes: writes.join(","), announcer, reason });
-    }
     // Held from the decision on, before the first write is answered.
     const { ingress, allocatedFrom, finalizer } = facts;
     const done = writes.reduce((state, write) => after(state, write, decision), { ingress, allocatedFrom, finalizer });
@@ -662,8 +657,7 @@ export class PoolController {
     ] as const)
       gauge.with({ pool: name }).set(Number(value));
     if (sameStatus(pool.status, status)) return;
-    if (!this.options.dryRun) return this.writePoolStatus(name, status);
-    this.options.metrics.writes.with({ write: "pool-status", result: "dry-run" }).inc();
+    return this.writePoolStatus(name, status);
   }
 
   /** A pool gone: its gauges are no longer exposed. */
@@ -672,13 +666,9 @@ export class PoolController {
     for (const gauge of [poolSize, poolUsed, poolFree]) gauge.remove({ pool: name });
   }
 
-  /** Adds or removes POOL_FINALIZER, pinned to the version read; false when not written (changed, gone, dry run). */
+  /** Adds or removes POOL_FINALIZER, pinned to the version read; false when not written (changed, gone). */
   private async writePoolFinalizer(pool: LoadBalancerIPPool, add: boolean): Promise<boolean> {
     const write = "pool-finalizer";
-    if (this.options.dryRun) {
-      this.options.metrics.writes.with({ write, result: "dry-run" }).inc();
-      return false;
-    }
     const { name = "", resourceVersion, finalizers = [] } = pool.metadata ?? {};
     const others = finalizers.filter((finalizer) => finalizer !== POOL_FINALIZER);
     try {
@@ -744,8 +734,7 @@ export class PoolController {
     if (told.get(key) === warning.message) return false;
     told.set(key, warning.message);
     this.options.log.warn("Service not served as asked", { service: key, rule, ...warning });
-    if (!this.options.dryRun)
-      this.options.events.record(serviceReference(service), "Warning", warning.reason, warning.message);
+    this.options.events.record(serviceReference(service), "Warning", warning.reason, warning.message);
     return true;
   }
 }

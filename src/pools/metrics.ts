@@ -46,7 +46,7 @@ export function createPoolsMetrics(registry: Registry, prefix: string) {
       name: `${prefix}writes_total`,
       help:
         "Writes, by write (record: finalizer and allocated-from annotation, status, announcer: its annotation " +
-        "and label, release, pool-status, pool-finalizer) and result (ok, conflict, gone, error, dry-run).",
+        "and label, release, pool-status, pool-finalizer) and result (ok, conflict, gone, error).",
       labels: ["write", "result"],
     }),
     // From the pools' status (status.ts), per pool; written by the replica that leads, which a replica that stopped

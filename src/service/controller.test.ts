@@ -55,7 +55,7 @@ function serviceObject(name: string, local = false, ipFamilies = ["IPv4"]): Serv
 }
 
 function world(
-  options: { dryRun?: boolean; leader?: () => boolean; lagging?: boolean; config?: Partial<ServiceConfig> } = {},
+  options: { leader?: () => boolean; lagging?: boolean; config?: Partial<ServiceConfig> } = {},
 ) {
   const services = new FakeCache<Service>();
   const nodes = new FakeCache<Node>();
@@ -68,7 +68,6 @@ function world(
   const registry = new Registry();
   const controller = new ServiceController({
     config: { ...CONFIG, ...options.config },
-    dryRun: options.dryRun ?? false,
     services,
     nodes,
     endpointSlices,
@@ -172,20 +171,6 @@ test("a new Service is written once (finalizer, status) when the finalizer's ver
   }
   const writes = w.patches.map(({ body }) => (Array.isArray(body) ? "finalizer" : "status"));
   assert.deepEqual(writes, ["finalizer", "status"]);
-});
-
-test("dry run writes nothing and logs each would-be write once", async () => {
-  const w = world({ dryRun: true });
-  w.addNode(nodeObject("n1", "True"));
-  w.addService(serviceObject("s80"));
-  w.controller.start();
-  await w.controller.idle();
-  w.controller.resync();
-  await w.controller.idle();
-  assert.deepEqual(w.patches, []);
-  const wouldWrite = w.logs.filter(({ msg }) => msg === "would write (dry run)");
-  assert.equal(wouldWrite.length, 1);
-  assert.equal(wouldWrite[0]?.writes, "finalizer-add,status");
 });
 
 test("a write that lost leadership before it was sent is done after the resync of a new term", async () => {

@@ -47,7 +47,6 @@ export interface Cache<T> {
 
 export interface ServiceControllerOptions {
   config: ServiceConfig;
-  dryRun: boolean;
   services: Cache<Service>;
   nodes: Cache<Node>;
   endpointSlices: Cache<EndpointSlice>;
@@ -90,8 +89,6 @@ export class ServiceController {
   private readonly acted = new Map<string, string | undefined>();
   /** The last warning told per Service (refusal, no nodes, family left out): told again only when it changes. */
   private readonly warned = new Map<string, string>();
-  /** Dry run: what was last logged as to be written, per Service. */
-  private readonly wouldWritten = new Map<string, string>();
   /** When a change first queued each Service, for the latency metric. */
   private readonly queuedAt = new Map<string, number>();
   private started = false;
@@ -188,7 +185,6 @@ export class ServiceController {
     this.held.delete(facts.uid);
     this.acted.delete(facts.key);
     this.warned.delete(facts.key);
-    this.wouldWritten.delete(facts.key);
     this.queuedAt.delete(facts.key);
     this.alone.delete(facts.key);
     if (!before) return;
@@ -306,7 +302,6 @@ export class ServiceController {
     const writes = this.writesFor(facts, decision);
     this.warn(service, facts, decision);
     if (!writes.length) return this.settled(key);
-    if (options.dryRun) return this.wouldWrite(facts, decision, writes);
     this.acted.set(key, resourceVersion);
     try {
       await this.write(service, facts, decision, writes);
@@ -384,19 +379,6 @@ export class ServiceController {
     this.settled(facts.key);
   }
 
-  /** Dry run: logs what would be written, once for as long as it stays the same. */
-  private wouldWrite(facts: ServiceFacts, decision: ServiceDecision, writes: Write[]): void {
-    const ingress = ipList(decision.action === "ensure" ? decision.ingress : []);
-    const text = `${writes.join(",")} ${ingress}`;
-    this.settled(facts.key);
-    if (this.wouldWritten.get(facts.key) === text) return;
-    this.wouldWritten.set(facts.key, text);
-    for (const write of writes) this.options.metrics.writes.with({ write, result: "dry-run" }).inc();
-    const { rule, reason } = decision;
-    const fields = { service: facts.key, rule, writes: writes.join(","), ingress, reason };
-    this.options.log.info("would write (dry run)", fields);
-  }
-
   /** One write; undefined when the Service changed or went meanwhile (its next version is synced afresh). */
   private async send(
     service: Service,
@@ -441,9 +423,9 @@ export class ServiceController {
     }
     if (before === warning.message || !this.options.isLeader()) return;
     this.warned.set(facts.key, warning.message);
-    const { log, events, dryRun } = this.options;
+    const { log, events } = this.options;
     log.warn("Service not fully served", { service: facts.key, rule: decision.rule, reason: warning.message });
-    if (!dryRun) events.record(serviceReference(service), "Warning", warning.reason, warning.message);
+    events.record(serviceReference(service), "Warning", warning.reason, warning.message);
   }
 }
 

@@ -49,9 +49,9 @@ export const ENDPOINT_SLICE_RULE: PolicyRule = {
 
 /** What a LoadBalancer controller takes from the program's shared parts, beside its config and caches. */
 export function loadBalancerParts<M>(context: ControllerContext<M, Watches>) {
-  const { client, dryRun, isLeader, events, log, metrics } = context;
+  const { client, isLeader, events, log, metrics } = context;
   const serviceResource = (namespace: string) => new Resource<Service>(client, { ...SERVICE_RESOURCE, namespace });
-  return { dryRun, isLeader, events, log, metrics, serviceResource };
+  return { isLeader, events, log, metrics, serviceResource };
 }
 
 export const serviceLoadBalancer = defineController({

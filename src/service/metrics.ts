@@ -15,7 +15,7 @@ export function createServiceMetrics(registry: Registry, prefix: string) {
       name: `${prefix}writes_total`,
       help:
         "Writes to Services, by write (finalizer-add, status, finalizer-remove) and result (ok, conflict, gone, " +
-        "error, dry-run).",
+        "error).",
       labels: ["write", "result"],
     }),
     ingressSeconds: registry.histogram({

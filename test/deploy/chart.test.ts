@@ -291,7 +291,24 @@ const REFUSALS: { values: Record<string, unknown>; line: string; program?: Progr
     values: { "nodeLifecycleController.enabled": false, "csrApproval.enabled": true },
     line:
       "csrApproval.enabled needs nodeLifecycleController.enabled: the approver runs in the " +
-      "node-lifecycle-controller Deployment",
+      "node-lifecycle-controller Deployment (nodeLifecycleController.nodeDeletion.enabled=false turns off node " +
+      "deletion alone)",
+  },
+  {
+    // Agents that announce (as root, with NET_RAW) and no controller that allocates.
+    values: { "nodeLifecycleController.enabled": false, "loadBalancer.l2.enabled": true },
+    line:
+      "loadBalancer.l2.enabled needs nodeLifecycleController.enabled: the pool controller runs in the " +
+      "node-lifecycle-controller Deployment (nodeLifecycleController.nodeDeletion.enabled=false turns off node " +
+      "deletion alone)",
+  },
+  {
+    values: { "nodeLifecycleController.nodeDeletion.enabled": false, "loadBalancer.nodeAddress.enabled": false },
+    line:
+      "nodeLifecycleController.nodeDeletion.enabled, csrApproval.enabled, loadBalancer.nodeAddress.enabled and " +
+      "loadBalancer.l2.enabled are all off: set nodeLifecycleController.enabled=false",
+    program: "node-lifecycle-controller",
+    args: ["--controllers=*,-node-lifecycle,-service"],
   },
 ];
 
@@ -641,6 +658,25 @@ describe("Helm chart", () => {
     });
   }
 
+  test("docs/security.md states the pods' users and capabilities as the chart renders them", async () => {
+    const [defaults, l2] = await Promise.all([render(), render(setJson({ "loadBalancer.l2.enabled": true }))]);
+    const caps = (objects: KubeObject[], name: Program) =>
+      (container(objects, name).securityContext?.capabilities?.add ?? []).map((cap) => `\`${cap}\``);
+    const user = (objects: KubeObject[], name: Program) =>
+      container(objects, name).securityContext?.runAsUser ?? podSpec(objects, name).securityContext?.runAsUser;
+    assert.deepEqual(caps(defaults, "local-ccm"), []);
+    assert.equal(caps(l2, "local-ccm").length, 1);
+    assert.equal(caps(defaults, "node-lifecycle-controller").length, 1);
+    const claims = [
+      `The agent runs as non-root\n  (${user(defaults, "local-ccm")}) with no capabilities`,
+      `with \`loadBalancer.l2.enabled\` it runs as uid ${user(l2, "local-ccm")} with ${caps(l2, "local-ccm")} as its only\n  capability`,
+      `The controller runs as non-root (${user(defaults, "node-lifecycle-controller")}) and adds only ` +
+        `${caps(defaults, "node-lifecycle-controller")}, for ICMP.`,
+    ];
+    const security = await readFile(path.join(CHART_DIR, "../../docs/security.md"), "utf8");
+    for (const claim of claims) assert.ok(security.includes(claim), `docs/security.md says: ${claim}`);
+  });
+
   test("loadBalancer.l2.enabled: the agent announces, with NET_RAW its only capability (uid 0: no ambient caps)", async () => {
     const objects = await render(setJson({ "loadBalancer.l2.enabled": true }));
     const agent = container(objects, "local-ccm");
@@ -667,6 +703,24 @@ describe("Helm chart", () => {
       { key: "topology.kubernetes.io/zone", operator: "in", values: ["a", "b"] },
       { key: "node.kubernetes.io/exclude-l2", operator: "!", values: [] },
     ]);
+  });
+
+  test("nodeDeletion.enabled=false turns off node deletion alone: the program runs what else is on, without DELETE", async () => {
+    const values = { "nodeLifecycleController.nodeDeletion.enabled": false, "loadBalancer.l2.enabled": true };
+    const objects = await render(setJson(values));
+    const program = "node-lifecycle-controller";
+    const args = container(objects, program).args ?? [];
+    assert.ok(args.includes("--controllers=*,-node-lifecycle,service-l2-pools"), args.join(" "));
+    const flags = parseManagerFlags(expand(program, args), POD_ENV[program], () => undefined);
+    assert.deepEqual(
+      flags.controllers.map(({ name }) => name),
+      ["service", "service-l2-pools"],
+    );
+    const rules = find(objects, "ClusterRole", program).rules as { resources: string[]; verbs: string[] }[];
+    assert.ok(rules.length > 0);
+    assert.equal(rules.some(({ resources, verbs }) => resources.includes("nodes") && verbs.includes("delete")), false);
+    const defaults = find(await render(), "ClusterRole", program).rules as { resources: string[]; verbs: string[] }[];
+    assert.equal(defaults.some(({ resources, verbs }) => resources.includes("nodes") && verbs.includes("delete")), true);
   });
 
   test("csrApproval.enabled runs the approver beside node-lifecycle, with its grants; off, nothing about CSRs", async () => {

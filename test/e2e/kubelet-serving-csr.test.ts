@@ -193,7 +193,7 @@ describe("kubelet serving certificates on real kubelets", () => {
       90_000,
       250,
     );
-    assert.equal(waiting.source?.component, "node-lifecycle-controller");
+    assert.equal(waiting.source?.component, "kubelet-serving-csr-controller");
     const ip = boot.ip.replaceAll(".", "\\.");
     assert.match(waiting.message ?? "", new RegExp(`^waiting for node "${BOOT}" to be initialized: rule 5 .*${ip}`));
     assert.deepEqual((await csrs.get(firstCsr)).status?.conditions ?? [], [], "pending while it waits");

@@ -45,7 +45,6 @@ export interface ControllerOptions {
   config?: Partial<ServiceConfig>;
   /** Default true. */
   leader?: boolean;
-  dryRun?: boolean;
 }
 
 export interface ServiceWorld {

@@ -41,6 +41,18 @@ externalIPCIDR). Input: dict "root" $ "program" "<name>". Output: YAML list item
 {{- end }}
 {{- end }}
 
+{{/* The controllers node-lifecycle-controller runs (controllers.yaml): those without a Helm switch, and those whose
+switch is on; as JSON (fromJsonArray). */}}
+{{- define "local-ccm.hostedControllers" -}}
+{{- $running := list }}
+{{- range (.Files.Get "controllers.yaml" | fromYaml).controllers }}
+{{- if or (not .helmEnabled) (eq (include "local-ccm.value" (dict "values" $.Values "path" .helmEnabled)) "true") }}
+{{- $running = append $running . }}
+{{- end }}
+{{- end }}
+{{- toJson $running }}
+{{- end }}
+
 {{/*
 The value at a dotted path as the flag would be written. Values files give whole numbers as float64:
 print them as integers, never 1e+06. A YAML list (values file, --set 'a={x,y}') is the flag's comma
@@ -179,8 +191,14 @@ the schema has checked each value's form.
 {{- if and $lb.nodeAddress.enabled $lb.l2.enabled $lb.claimClassless $lb.l2.pools.claimClassless }}
 {{- fail "loadBalancer.claimClassless and loadBalancer.l2.pools.claimClassless both claim Services without a loadBalancerClass: set one" }}
 {{- end }}
+{{- /* src/manager/flags.ts: "no controller enabled". */}}
+{{- if not (include "local-ccm.hostedControllers" . | fromJsonArray) }}
+{{- fail "nodeLifecycleController.nodeDeletion.enabled, csrApproval.enabled, loadBalancer.nodeAddress.enabled and loadBalancer.l2.enabled are all off: set nodeLifecycleController.enabled=false" }}
+{{- end }}
 {{- else if .Values.csrApproval.enabled }}
-{{- fail "csrApproval.enabled needs nodeLifecycleController.enabled: the approver runs in the node-lifecycle-controller Deployment" }}
+{{- fail "csrApproval.enabled needs nodeLifecycleController.enabled: the approver runs in the node-lifecycle-controller Deployment (nodeLifecycleController.nodeDeletion.enabled=false turns off node deletion alone)" }}
+{{- else if .Values.loadBalancer.l2.enabled }}
+{{- fail "loadBalancer.l2.enabled needs nodeLifecycleController.enabled: the pool controller runs in the node-lifecycle-controller Deployment (nodeLifecycleController.nodeDeletion.enabled=false turns off node deletion alone)" }}
 {{- end }}
 {{- end }}
 
