@@ -3,15 +3,17 @@
 // TLS from a CA of its own that helm, skopeo and the nodes' containerd are told to trust; nothing "insecure"). The
 // chart is then installed from its oci:// reference with --version on a local cluster whose nodes do not have the
 // project image (projectImage: false): each node's containerd must pull it from the registry, which its content
-// store and the registry's log both show, and the agents come up and initialise every node.
+// store and the registry's log both show, and the agents come up and initialise the nodes. One node is not told to
+// trust the registry's CA: its pull is refused and its Node stays uninitialised. A tag that is not the chart's version
+// is refused before anything is pushed.
 import assert from "node:assert/strict";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import type { ContainerStatus } from "kubernetes-types/core/v1.js";
+import type { ContainerStatus, Event, Pod } from "kubernetes-types/core/v1.js";
 import { ensureBinaries } from "../../localcluster/build.ts";
-import { type Cluster, clusterLayout, startCluster } from "../../localcluster/cluster.ts";
+import { type Cluster, type ClusterNode, clusterLayout, startCluster } from "../../localcluster/cluster.ts";
 import { run } from "../../localcluster/exec.ts";
-import { buildImage } from "../../localcluster/image.ts";
+import { buildImage, type BuiltImage } from "../../localcluster/image.ts";
 import { AGENT_APP, initialised, listNodes, listPods, NAMESPACE, podReady, RELEASE } from "../../localcluster/project.ts";
 import { type Registry, startRegistry } from "../../localcluster/registry.ts";
 import { waitFor } from "../../localcluster/wait.ts";
@@ -27,19 +29,28 @@ describe("the release, published to an OCI registry and installed from it", () =
   let helm: string;
   /** helm and skopeo as the release script and a user run them, trusting the registry's CA. */
   let env: NodeJS.ProcessEnv;
+  /** `npm run image`'s archive, what the release script publishes here. */
+  let built: BuiltImage;
   const { version } = chartRelease();
+  /** The nodes told to trust the registry's CA; the last one is not, and must not pull. */
+  const trusted = () => cluster.nodes.slice(0, -1);
+  const untrusted = () => cluster.nodes.at(-1) as ClusterNode;
+  /** containerd's label on a blob it pulled from the registry (the host without its port: a label key has no colon). */
+  const sourceLabel = () => `containerd.io/distribution.source.${registry.host.replace(/:\d+$/, "")}=local-ccm/local-ccm`;
 
   before(async () => {
-    ({ helm } = await ensureBinaries());
-    cluster = await startCluster({ nodes: 2, projectImage: false });
+    const { helm: helmBinary, registry: registryBinary } = await ensureBinaries();
+    helm = helmBinary;
+    built = await buildImage();
+    cluster = await startCluster({ nodes: 3, projectImage: false });
     // On the cluster's bridge gateway: the host pushes there and the nodes' containerd, in their namespaces, pull
     // from there (registry.ts says why not 127.0.0.1); its folder goes with the cluster's.
     registry = await startRegistry({
       dir: path.join(cluster.dir, "registry"),
-      binary: (await ensureBinaries()).registry,
+      binary: registryBinary,
       address: clusterLayout(cluster.slot).gateway,
     });
-    for (const node of cluster.nodes) await node.trustRegistry(registry.host, registry.caCert);
+    for (const node of trusted()) await node.trustRegistry(registry.host, registry.caCert);
     env = { ...process.env, SSL_CERT_FILE: registry.caCert, PATH: `${path.dirname(helm)}:${process.env.PATH}` };
   });
   after(async () => {
@@ -47,14 +58,26 @@ describe("the release, published to an OCI registry and installed from it", () =
     await cluster?.stop();
   });
 
-  test("published by the release script, installed from oci://, pulled by every node, agents initialise the nodes", async (t) => {
-    const repository = `${registry.host}/local-ccm/local-ccm`;
-    const built = await buildImage();
-    const output = await run(
-      process.execPath,
-      ["scripts/release.ts", `--tag=v${version}`, `--image-archive=${built.tarball}`, `--repository=${repository}`],
-      { cwd: ROOT, env },
+  /** `node scripts/release.ts args…` as the workflow runs it: its stdout, or a rejection with its exit and stderr. */
+  const release = (args: string[]) => run(process.execPath, ["scripts/release.ts", ...args], { cwd: ROOT, env });
+
+  test("a tag that is not the chart's version: one line, exit 1, nothing pushed", async () => {
+    const refusal = await release([
+      `--tag=v${version}-rc.1`,
+      `--image-archive=${built.tarball}`,
+      `--repository=${registry.host}/local-ccm/local-ccm`,
+    ]).then(
+      () => "",
+      (err: Error) => err.message,
     );
+    const line = `release: tag v${version}-rc.1: Chart.yaml has version ${version}, appVersion ${version}; the tag must be v<both>`;
+    assert.ok(refusal.endsWith(`failed (exit 1): ${line}`), refusal);
+    assert.deepEqual(registry.requests().filter((request) => request.method !== "GET"), []);
+  });
+
+  test("published, installed from oci://, pulled and initialised on trusting nodes; an untrusting one pulls nothing", async (t) => {
+    const repository = `${registry.host}/local-ccm/local-ccm`;
+    const output = await release([`--tag=v${version}`, `--image-archive=${built.tarball}`, `--repository=${repository}`]);
     const image = `${repository}:${version}`;
     const chart = `oci://${registry.host}/local-ccm/charts/local-ccm`;
     const lines = output.trim().split("\n");
@@ -64,11 +87,11 @@ describe("the release, published to an OCI registry and installed from it", () =
     assert.ok(lines.some((line) => line.startsWith(`chart ${chart} --version ${version} (sha256:`)), output);
 
     // Trust is real: without the registry's CA, helm refuses the registry's certificate.
-    const untrusted = await run(helm, ["show", "chart", chart, `--version=${version}`]).then(
+    const helmRefusal = await run(helm, ["show", "chart", chart, `--version=${version}`]).then(
       () => "",
       (err: Error) => err.message,
     );
-    assert.match(untrusted, /certificate signed by unknown authority/);
+    assert.match(helmRefusal, /certificate signed by unknown authority/);
 
     const since = registry.requests().length;
     await run(
@@ -84,14 +107,15 @@ describe("the release, published to an OCI registry and installed from it", () =
       ],
       { env },
     );
+    const onTrusted = (pod: Pod) => trusted().some((node) => node.name === pod.spec?.nodeName);
     await waitFor(
-      "every node initialised by a Ready agent pod",
+      "every trusting node initialised by a Ready agent pod",
       async () => {
         const agents = (await listPods(cluster, AGENT_APP)).filter(podReady);
-        const nodes = await listNodes(cluster);
+        const nodes = (await listNodes(cluster)).filter((node) => trusted().some((n) => n.name === node.metadata?.name));
         return (
-          cluster.nodes.every((node) => agents.some((pod) => pod.spec?.nodeName === node.name)) &&
-          nodes.length === cluster.nodes.length &&
+          trusted().every((node) => agents.some((pod) => pod.spec?.nodeName === node.name)) &&
+          nodes.length === trusted().length &&
           nodes.every(initialised)
         );
       },
@@ -100,7 +124,7 @@ describe("the release, published to an OCI registry and installed from it", () =
     );
 
     // Every agent pod runs the image pulled from the registry, by the digest the release pushed.
-    for (const pod of await listPods(cluster, AGENT_APP)) {
+    for (const pod of (await listPods(cluster, AGENT_APP)).filter(onTrusted)) {
       const status = pod.status?.containerStatuses?.[0] as ContainerStatus;
       assert.equal(status.image, image);
       assert.equal(status.imageID, `${repository}@${pushedDigest}`);
@@ -108,11 +132,9 @@ describe("the release, published to an OCI registry and installed from it", () =
     // The pull happened, node by node: containerd's content store records where each blob came from, and the
     // registry's log has each node's containerd fetching the manifest from the node's own address.
     const fetched = registry.requests().slice(since);
-    for (const node of cluster.nodes) {
+    for (const node of trusted()) {
       const content = await node.ctr(["content", "ls"]);
-      // The label names the registry's host without its port (a label key has no colon).
-      const source = `containerd.io/distribution.source.${registry.host.replace(/:\d+$/, "")}=local-ccm/local-ccm`;
-      const pulled = content.split("\n").filter((line) => line.includes(source));
+      const pulled = content.split("\n").filter((line) => line.includes(sourceLabel()));
       // The manifest, the config and the one layer.
       assert.ok(pulled.length >= 3, `${node.name}: blobs from the registry in containerd's content store:\n${content}`);
       assert.ok((await node.ctr(["images", "ls", "-q"])).split("\n").includes(image), `${node.name}: has ${image}`);
@@ -125,5 +147,26 @@ describe("the release, published to an OCI registry and installed from it", () =
       assert.ok(manifests.length > 0, `${node.name}: its containerd fetched the manifest from the registry`);
       t.diagnostic(`${node.name}: ${manifests.length} manifest and ${pulled.length} blob records from ${registry.host}`);
     }
+
+    // The node never told to trust the CA refuses the registry's certificate (no insecure fallback): its agent
+    // pod reports the failed pull, no blob of the registry is in its content store, and its Node stays uninitialised.
+    const node = untrusted();
+    const failure = await waitFor(
+      `${node.name}: its agent pod's pull refused`,
+      async () => {
+        const pod = (await listPods(cluster, AGENT_APP)).find((p) => p.spec?.nodeName === node.name);
+        const events = await cluster.admin.request<{ items: Event[] }>({
+          method: "GET",
+          path: `/api/v1/namespaces/${NAMESPACE}/events?fieldSelector=involvedObject.name%3D${pod?.metadata?.name}`,
+        });
+        return pod && events.items.find((event) => event.reason === "Failed" && /Failed to pull/.test(event.message ?? ""));
+      },
+      120_000,
+      500,
+    );
+    assert.match(failure.message ?? "", /certificate signed by unknown authority/);
+    assert.ok(!(await node.ctr(["content", "ls"])).includes(sourceLabel()), `${node.name}: pulled nothing`);
+    const stillTainted = (await listNodes(cluster)).find((n) => n.metadata?.name === node.name);
+    assert.equal(stillTainted && initialised(stillTainted), false, `${node.name}: uninitialised`);
   });
 });
