@@ -52,7 +52,7 @@ export function releaseReferences(tag: string, repository = chartRelease().repos
   if (tag !== `v${version}` || appVersion !== version)
     throw new Error(`tag ${tag}: Chart.yaml has version ${version}, appVersion ${appVersion}; the tag must be v<both>`);
   if (!/^[^/]+\/.+\/[^/]+$/.test(repository))
-    throw new Error(`repository ${repository}: want <registry>/<owner>/<name>, the chart goes to <registry>/<owner>/charts`);
+    throw new Error(`repository ${repository}: want <registry>/<owner>/<name>`);
   const charts = `oci://${repository.replace(/\/[^/]+$/, "")}/charts`;
   return { version, image: `${repository}:${version}`, charts, chart: `${charts}/${name}` };
 }
