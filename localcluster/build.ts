@@ -1,5 +1,5 @@
 // Builds the pinned upstream binaries (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-// kube-proxy, kubectl, agnhost, etcd, helm, metrics-server, coredns, actionlint) from their Go modules into a
+// kube-proxy, kubectl, agnhost, etcd, helm, metrics-server, coredns, actionlint, registry) from their Go modules into a
 // git-ignored cache keyed by version; a binary that is already there is not rebuilt. Upstream's e2e suite
 // (e2e.test) is built the same way but apart (ensureE2ETest): only the peer suite needs it, not every cluster;
 // so are components only a benchmark's anchor needs (ensureComponent, e.g. metallb.ts).
@@ -15,6 +15,7 @@ import { run } from "./exec.ts";
 import {
   ACTIONLINT_VERSION,
   COREDNS_VERSION,
+  DISTRIBUTION_VERSION,
   ETCD_VERSION,
   HELM_VERSION,
   KUBERNETES_VERSION,
@@ -37,6 +38,8 @@ export interface Binaries {
   metricsServer: string;
   coredns: string;
   actionlint: string;
+  /** An OCI registry (distribution), for the release path's test (registry.ts). */
+  registry: string;
 }
 
 export interface Component {
@@ -139,6 +142,14 @@ const COMPONENTS: Component[] = [
     module: "github.com/rhysd/actionlint",
     commands: { actionlint: "github.com/rhysd/actionlint/cmd/actionlint" },
     ldflags: [`-X github.com/rhysd/actionlint.version=${ACTIONLINT_VERSION}`],
+  },
+  {
+    // Only the registry command: its storage drivers bring the cloud SDKs (about a minute of the cold build).
+    name: "distribution",
+    version: DISTRIBUTION_VERSION,
+    module: "github.com/distribution/distribution/v3",
+    commands: { registry: "github.com/distribution/distribution/v3/cmd/registry" },
+    ldflags: [`-X github.com/distribution/distribution/v3/version.version=${DISTRIBUTION_VERSION}`],
   },
 ];
 
@@ -245,7 +256,8 @@ export async function ensureBinaries(): Promise<Binaries> {
     for (const component of COMPONENTS) await buildComponent(component, progress);
     progress.say(`built ${total} binaries`);
   }
-  const [kubernetes, etcd, helm, metricsServer, coredns, actionlint] = COMPONENTS as [
+  const [kubernetes, etcd, helm, metricsServer, coredns, actionlint, distribution] = COMPONENTS as [
+    Component,
     Component,
     Component,
     Component,
@@ -266,6 +278,7 @@ export async function ensureBinaries(): Promise<Binaries> {
     metricsServer: binaryPath(metricsServer, "metrics-server"),
     coredns: binaryPath(coredns, "coredns"),
     actionlint: binaryPath(actionlint, "actionlint"),
+    registry: binaryPath(distribution, "registry"),
   };
 }
 

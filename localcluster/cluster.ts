@@ -19,7 +19,8 @@
 // registry.k8s.io/e2e-test-images/agnhost (agnhost.ts) and, unless `projectImage: false`,
 // the project image under the reference the chart and deploy/ use (image.ts), so
 // `helm install charts/local-ccm` and `kubectl apply -f deploy/` run unchanged (imagePullPolicy
-// IfNotPresent or Never: there is no registry).
+// IfNotPresent or Never: no registry is needed). A node pulls only from a registry it was told to trust
+// (trustRegistry: registry.ts's, in the release path's test).
 // With `dns: true`, CoreDNS answers cluster.local at the service network's .10 (coredns.ts), as kubeadm sets it up.
 //
 // Network (cluster slot k, 0–3, so four clusters can run side by side; see clusterLayout()):
@@ -135,6 +136,9 @@ export interface ClusterNode {
   exec(command: string, args: string[], options?: RunOptions): Promise<string>;
   /** `ctr --address <its containerd> --namespace k8s.io args…`. */
   ctr(args: string[]): Promise<string>;
+  /** Lets its containerd pull from the registry at `host` (host:port) over TLS whose certificates `caCert` (a PEM
+   * file) signs, as an operator sets up a private registry: certs.d/<host>/hosts.toml. */
+  trustRegistry(host: string, caCert: string): Promise<void>;
   pids(): { kubelet?: number; containerd?: number; kubeProxy?: number };
 }
 
@@ -493,6 +497,20 @@ function createCgroups(node: NodeLayout): void {
   }
 }
 
+const registryConfigDir = (nodeDir: string) => path.join(nodeDir, "certs.d");
+
+/** containerd's hosts.toml for a registry served over TLS from a private CA: pull from it, trusting that CA. */
+function registryHostsToml(host: string, caPath: string): string {
+  return [
+    `server = ${JSON.stringify(`https://${host}`)}`,
+    "",
+    `[host.${JSON.stringify(`https://${host}`)}]`,
+    '  capabilities = ["pull", "resolve"]',
+    `  ca = ${JSON.stringify(caPath)}`,
+    "",
+  ].join("\n");
+}
+
 function containerdConfig(nodeDir: string): string {
   const cri = 'plugins."io.containerd.grpc.v1.cri"';
   return [
@@ -512,6 +530,9 @@ function containerdConfig(nodeDir: string): string {
     `[${cri}.cni]`,
     `  bin_dir = ${JSON.stringify(CNI_BIN_DIR)}`,
     `  conf_dir = ${JSON.stringify(path.join(nodeDir, "cni"))}`,
+    // Per-registry settings, read at each pull (ClusterNode.trustRegistry), instead of /etc/containerd/certs.d.
+    `[${cri}.registry]`,
+    `  config_path = ${JSON.stringify(registryConfigDir(nodeDir))}`,
   ].join("\n");
 }
 
@@ -749,6 +770,12 @@ function clusterNode(record: ClusterRecord, running: RunningNode): ClusterNode {
     kubeletKubeconfig: path.join(record.dir, "nodes", layout.name, "kubelet.kubeconfig"),
     exec: (command, args, options) => run("nsenter", [`--net=${netns}`, "--", command, ...args], options),
     ctr: (args) => run("ctr", ["--address", socket, "--namespace", "k8s.io", ...args]),
+    async trustRegistry(host, caCert) {
+      const dir = path.join(registryConfigDir(path.join(record.dir, "nodes", layout.name)), host);
+      mkdirSync(dir, { recursive: true });
+      await copyFile(caCert, path.join(dir, "ca.crt"));
+      await writeFile(path.join(dir, "hosts.toml"), registryHostsToml(host, path.join(dir, "ca.crt")));
+    },
     pids: () => ({
       kubelet: running.kubelet?.child.pid,
       containerd: running.containerd?.child.pid,

@@ -84,10 +84,27 @@ export function issueClientCertificate(ca: CertificateAuthority, name: string, s
 const authority = (dir: string, name: string, subject: string) =>
   certificate(dir, name, subject, ["basicConstraints=critical,CA:TRUE", "keyUsage=critical,keyCertSign,cRLSign"]);
 
+/** A fresh CA in `dir` as ca.crt/ca.key (a test registry's: registry.ts). */
+export async function createAuthority(dir: string, subject: string): Promise<CertificateAuthority> {
+  await writeFile(path.join(dir, "openssl.cnf"), MINIMAL_CONFIG);
+  const ca = await authority(dir, "ca", subject);
+  return { dir, caCert: ca.cert, caKey: ca.key };
+}
+
+/** A serving certificate from the CA for `names` (subjectAltName entries: "IP:198.19.128.1", "DNS:localhost"). */
+export function issueServingCertificate(
+  ca: CertificateAuthority,
+  name: string,
+  subject: string,
+  names: string[],
+): Promise<KeyPair> {
+  const extensions = [...leaf("serverAuth"), `subjectAltName=${names.join(",")}`];
+  return certificate(ca.dir, name, subject, extensions, { cert: ca.caCert, key: ca.caKey });
+}
+
 /** Writes a fresh PKI into `dir`. `sans` are added to the serving certificate (e.g. veth addresses). */
 export async function createPki(dir: string, sans: string[]): Promise<Pki> {
-  await writeFile(path.join(dir, "openssl.cnf"), MINIMAL_CONFIG);
-  const ca = await authority(dir, "ca", "/CN=local-ccm-test-ca");
+  const cluster = await createAuthority(dir, "/CN=local-ccm-test-ca");
   const names = [
     "DNS:localhost",
     "DNS:kubernetes",
@@ -97,13 +114,7 @@ export async function createPki(dir: string, sans: string[]): Promise<Pki> {
     "IP:::1",
   ];
   for (const ip of sans) names.push(`IP:${ip}`);
-  const serving = await certificate(
-    dir,
-    "apiserver",
-    "/CN=kube-apiserver",
-    [...leaf("serverAuth"), `subjectAltName=${names.join(",")}`],
-    ca,
-  );
+  const serving = await issueServingCertificate(cluster, "apiserver", "/CN=kube-apiserver", names);
   const serviceAccountKey = path.join(dir, "sa.key");
   const serviceAccountPub = path.join(dir, "sa.pub");
   await run("openssl", [
@@ -116,7 +127,6 @@ export async function createPki(dir: string, sans: string[]): Promise<Pki> {
     serviceAccountKey,
   ]);
   await run("openssl", ["pkey", "-in", serviceAccountKey, "-pubout", "-out", serviceAccountPub]);
-  const cluster = { dir, caCert: ca.cert, caKey: ca.key };
   const admin = await issueClientCertificate(cluster, "admin", "/O=system:masters/CN=admin");
   const frontProxyCa = await authority(dir, "front-proxy-ca", "/CN=front-proxy-ca");
   const frontProxyClient = await issueClientCertificate(

@@ -35,6 +35,9 @@ const PACKAGES: RuntimePackage[] = [
   // Not the cluster's: test/ci/workflows.test.ts has actionlint check the workflows' run: scripts with it, and
   // npm test must work on a fresh machine.
   { name: "shellcheck", files: ["/usr/bin/shellcheck"] },
+  // Not the cluster's either: the release script pushes the image archive with it, here as on GitHub's runners
+  // (test/deploy/release.test.ts); its dependencies bring the trust policy it reads, /etc/containers/policy.json.
+  { name: "skopeo", files: ["/usr/bin/skopeo", "/etc/containers/policy.json"] },
 ];
 
 /** The packages of which a file is missing. */

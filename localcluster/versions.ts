@@ -11,6 +11,9 @@ export const HELM_VERSION = "v3.22.0";
 export const METRICS_SERVER_VERSION = "v0.9.0";
 /** actionlint, newest on the module proxy: lints .github/workflows/ (test/ci/workflows.test.ts). */
 export const ACTIONLINT_VERSION = "v1.7.12";
+/** The OCI registry (distribution's `registry` command), newest on the module proxy: the release path's test pushes
+ * the chart and the image to it and the local cluster pulls from it (localcluster/registry.ts). */
+export const DISTRIBUTION_VERSION = "v3.1.2";
 /** The agnhost image's tag: test/images/agnhost/VERSION of the pinned Kubernetes module (agnhost.ts checks it). */
 export const AGNHOST_VERSION = "2.63.0";
 /** CoreDNS as kubeadm of the pinned Kubernetes installs it (cmd/kubeadm/app/constants CoreDNSVersion): cluster DNS

@@ -16,6 +16,7 @@ import { configOf, parseManagerFlags } from "../../src/manager/flags.ts";
 import { ensureBinaries } from "../../localcluster/build.ts";
 import { run } from "../../localcluster/exec.ts";
 import { readDocs } from "../../scripts/docs-tables.ts";
+import { releaseReferences } from "../../scripts/release.ts";
 import { KUBE_VERSION_FLAG } from "../../scripts/render-manifests.ts";
 import { CHART_CERTIFICATE_ARGS } from "./shipped.ts";
 
@@ -57,14 +58,11 @@ function helmInstalls(markdown: string): string[][] {
     .map(shellWords);
 }
 
-/** Where .github/workflows/release.yml pushes the chart: oci://<image.repository's registry and owner>/charts. */
+/** Where the release (scripts/release.ts, which .github/workflows/release.yml runs) pushes the chart. */
 function publishedChart(): string {
   const workflow = readFileSync(path.join(ROOT, ".github/workflows/release.yml"), "utf8");
-  assert.match(workflow, /echo "charts=oci:\/\/\$\{repository%\/\*\}\/charts"/, "the workflow's chart reference moved");
-  const values = parse(readFileSync(path.join(ROOT, "charts/local-ccm/values.yaml"), "utf8")) as {
-    image: { repository: string };
-  };
-  return `oci://${values.image.repository.replace(/\/[^/]+$/, "")}/charts/local-ccm`;
+  assert.match(workflow, /node scripts\/release\.ts --tag "\$GITHUB_REF_NAME" /, "the workflow publishes with the script");
+  return releaseReferences(`v${chartVersion}`).chart;
 }
 const chart = readFileSync(path.join(ROOT, "charts/local-ccm/Chart.yaml"), "utf8");
 const chartVersion = (parse(chart) as { version: string }).version;
