@@ -165,7 +165,8 @@ export function parseConflicts(
     const shown = JSON.stringify(entry.slice(0, 80));
     if (rest.length || !MAC.test(mac) || ipProblem(address) !== undefined)
       return { rule: "malformed-entry", reason: `${shown} is not address=mac` };
-    if (canonicalIp(address) !== address) return { rule: "not-canonical", reason: `${shown}: write ${canonicalIp(address)}` };
+    if (canonicalIp(address) !== address)
+      return { rule: "not-canonical", reason: `${shown}: write ${canonicalIp(address)}` };
     const last = conflicts.at(-1)?.address;
     if (last !== undefined && !(last < address))
       return { rule: "repeated", reason: `${shown}: entries are sorted, one per address` };

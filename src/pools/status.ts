@@ -1,7 +1,8 @@
 // A pool's status, as a pure function of every pool, what allocate() left in use and kept, and what the network
 // uses: its size, used and free counts, its conflicts (entries it cannot serve, another pool's overlap, addresses
-// the network uses inside it, addresses of it another host answers for: inuse.ts), the addresses Services keep that it would no longer give (retained), and a Ready
-// condition (metav1.Condition) that says, while the pool is being deleted, that it waits for those to be released.
+// the network uses inside it, addresses of it another host answers for: inuse.ts), the addresses Services keep that
+// it would no longer give (retained), and a Ready condition (metav1.Condition) that says, while the pool is being
+// deleted, that it waits for those to be released.
 import { poolHolds } from "./allocate.ts";
 import type { ExclusionSet } from "./exclusions.ts";
 import { type InUse, inUseLine } from "./inuse.ts";
