@@ -7,8 +7,6 @@
 // withdraw it from the node that meets the host, for one that meets it again, and fight over it on the way).
 import type { AddressConflict } from "./announcement.ts";
 
-export const IN_USE_EVENT_REASON = "AddressInUseOnNetwork";
-
 /** An address of a Service that another host answers for on its announcer's segment. */
 export interface InUse {
   /** namespace/name of the Service holding it. */
@@ -62,7 +60,7 @@ export function inUseWarning(inUse: readonly InUse[]): { reason: string; message
   const message =
     `(reported-by-announcer) ${each.join("; ")}: the address stays assigned there and moves nowhere (a node on ` +
     "that segment would meet the same host); take the address off that host, or the Service off the address";
-  return { reason: IN_USE_EVENT_REASON, message };
+  return { reason: "AddressInUseOnNetwork", message };
 }
 
 /** A pool's status line for an address of it that another host answers for. */

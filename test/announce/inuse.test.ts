@@ -1,5 +1,5 @@
 // A pool address another host holds, told where its owners look: a real kube-apiserver, the address pool controller
-// (in this process, with its own RBAC, as election.test.ts runs it), two agents on one bridge (world.ts), and the
+// (in this process, with its own RBAC: election-world.ts), two agents on one bridge (world.ts), and the
 // client host holding the pool's address on the bridge (an address added to its link: its kernel answers ARP). The
 // announcer's probes are answered, so it never announces the address and lists it on its Lease; the controller
 // writes a Warning about the Service (AddressInUseOnNetwork, naming the node, the address and the host's MAC) and a
@@ -7,18 +7,15 @@
 // probe finds nobody: it announces, the Lease no longer lists it, and the pool's line goes.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import type { Event, Node } from "kubernetes-types/core/v1.js";
-import { NODE_RESOURCE, Resource } from "../../src/kube/resource.ts";
+import type { Event } from "kubernetes-types/core/v1.js";
+import { Resource } from "../../src/kube/resource.ts";
 import { L2_CLASS } from "../../src/pools/allocate.ts";
 import { ANNOUNCER_ANNOTATION, CONFLICTS_ANNOTATION } from "../../src/pools/announcement.ts";
-import { servicePools } from "../../src/pools/definition.ts";
-import { IN_USE_EVENT_REASON } from "../../src/pools/inuse.ts";
-import { POOL_RESOURCE, POOL_TYPE, type LoadBalancerIPPool } from "../../src/pools/pool.ts";
+import type { LoadBalancerIPPool } from "../../src/pools/pool.ts";
 import { waitFor } from "../../localcluster/wait.ts";
-import { controllerKubeconfig, createNode, startController } from "../kube/controller-harness.ts";
-import { installPoolCrd } from "../pools/crd.ts";
 import type { RunningController } from "../pools/world.ts";
-import { type AgentNode, type AnnounceWorld, NAMESPACE, startAnnounceWorld, SUBNET } from "./world.ts";
+import { startElection } from "./election-world.ts";
+import { type AgentNode, type AnnounceWorld, startAnnounceWorld, SUBNET } from "./world.ts";
 
 /** Refused addresses are probed again after 1 s, doubling to 30 s: the host's leaving is seen within that. */
 const WAIT_MS = 90_000;
@@ -34,24 +31,10 @@ describe("a pool address another host holds: a Warning on the Service and a pool
 
   before(async () => {
     world = await startAnnounceWorld(80);
-    const { plane } = world;
-    const nodeObjects = new Resource<Node>(plane.admin, NODE_RESOURCE);
-    for (const [slot, name] of ["node-a", "node-b"].entries())
-      await createNode(nodeObjects, name, { addresses: [{ type: "InternalIP", address: `${SUBNET.v4}.${slot + 1}` }] });
-    const flags = [`--internal-ip-cidr=${SUBNET.v4}.0/24`];
-    nodes = [await world.addNode("node-a", 0, flags), await world.addNode("node-b", 1, flags)];
+    ({ nodes, pools, running } = await startElection(world, [ADDRESS]));
     clientMac = JSON.parse(await world.client.ip("-j", "link", "show", world.clientLink))[0].address;
-    await installPoolCrd(plane);
-    pools = new Resource<LoadBalancerIPPool>(plane.admin, POOL_RESOURCE);
-    await pools.create({ ...POOL_TYPE, metadata: { name: "bridge" }, spec: { addresses: [ADDRESS] } });
-    events = new Resource<Event>(plane.admin, { group: "", version: "v1", plural: "events", namespace: "default" });
-    const kubeconfig = await controllerKubeconfig(plane, "local-ccm-pools-controller", servicePools.rbac.cluster, {
-      [NAMESPACE]: servicePools.rbac.releaseNamespace ?? [],
-    });
-    running = await startController(servicePools, {
-      kubeconfig,
-      config: { claimClassless: false, leaseNamespace: NAMESPACE },
-    });
+    const eventsIn = { group: "", version: "v1", plural: "events", namespace: "default" };
+    events = new Resource<Event>(world.plane.admin, eventsIn);
   });
 
   after(async () => {
@@ -86,7 +69,7 @@ describe("a pool address another host holds: a Warning on the Service and a pool
       const [event, ...more] = await waitFor(
         "the Warning on web",
         async () => {
-          const selector = `involvedObject.name=web,reason=${IN_USE_EVENT_REASON}`;
+          const selector = `involvedObject.name=web,reason=AddressInUseOnNetwork`;
           const { items } = await events.list({ fieldSelector: selector });
           return items.length > 0 && items;
         },

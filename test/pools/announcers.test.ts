@@ -12,7 +12,6 @@ import type { Event, Service } from "kubernetes-types/core/v1.js";
 import { Informer } from "../../src/kube/informer.ts";
 import { SERVICE_RESOURCE, Resource } from "../../src/kube/resource.ts";
 import { L2_CLASS, POOL_ANNOTATION } from "../../src/pools/allocate.ts";
-import { IN_USE_EVENT_REASON } from "../../src/pools/inuse.ts";
 import {
   ANNOUNCER_ANNOTATION,
   ANNOUNCER_LABEL,
@@ -334,7 +333,7 @@ describe("announcer assignment, against kube-apiserver", () => {
     const eventsIn = { group: "", version: "v1", plural: "events", namespace: g.namespace };
     const events = new Resource<Event>(world.plane.admin, eventsIn);
     const inUseEvents = async () =>
-      (await events.list({ fieldSelector: `involvedObject.name=web,reason=${IN_USE_EVENT_REASON}` })).items;
+      (await events.list({ fieldSelector: `involvedObject.name=web,reason=AddressInUseOnNetwork` })).items;
     const lines = async () => (await g.pool())?.conflicts ?? [];
     const ready = async () => (await g.pool())?.conditions?.find(({ type }) => type === "Ready")?.reason;
     try {
