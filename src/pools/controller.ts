@@ -66,10 +66,10 @@ import {
 } from "./announcers.ts";
 import type { PoolsConfig } from "./flags.ts";
 import { ExclusionSet, exclusions } from "./exclusions.ts";
+import { addressesInUse, type InUse, inUseWarning } from "./inuse.ts";
 import { AnnouncerLeases, GUARD_RULES, type GuardRule, type LeaseGuard, provenSegments } from "./leases.ts";
 import type { PoolsMetrics } from "./metrics.ts";
 import { type LoadBalancerIPPool, POOL_FINALIZER, type PoolFacts, type PoolStatus, poolFacts } from "./pool.ts";
-import { addressesInUse, type InUse, inUseWarning } from "./inuse.ts";
 import { poolStatus, sameStatus } from "./status.ts";
 import type { ServiceCIDR } from "./watches.ts";
 
@@ -186,8 +186,7 @@ export class PoolController {
     onDelete: (service) => {
       const key = objectKey(service);
       const maps = [this.inputs, this.announceInputs, this.holds, this.acted, this.warned, this.warnedAnnouncer];
-      this.warnedInUse.delete(key);
-      for (const map of [...maps, this.releaseVersions]) map.delete(key);
+      for (const map of [...maps, this.warnedInUse, this.releaseVersions]) map.delete(key);
       this.changed(ALLOCATION);
     },
   };
