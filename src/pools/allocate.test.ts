@@ -396,7 +396,10 @@ describe("allocate", () => {
     const nodes = excluded({ "198.51.100.1": "n1" });
     const now = new Date("2026-11-27T12:00:00.123Z");
     const status = (facts: PoolFacts, used: string[]) =>
-      poolStatus({ pool: facts, pools: [a, b], used: new Set(used), retained: [], exclusions: nodes, current: undefined, now });
+      poolStatus({
+        ...{ pool: facts, pools: [a, b], used: new Set(used), retained: [], exclusions: nodes },
+        ...{ inUse: [], current: undefined, now },
+      });
     assert.deepEqual(status(a, ["198.51.100.0"]), {
       size: "8",
       used: "1",
@@ -432,7 +435,8 @@ describe("allocate", () => {
       lastTransitionTime: "2026-11-01T00:00:00Z",
     };
     const retained = ["198.51.100.5 (Service ns/old): it is in Service CIDR 198.51.100.4/30 (ServiceCIDR kubernetes)"];
-    const input = { pool: a, pools: [a], used: new Set(["198.51.100.0", "198.51.100.5"]), retained, exclusions: network, current, now };
+    const used = new Set(["198.51.100.0", "198.51.100.5"]);
+    const input = { pool: a, pools: [a], used, retained, exclusions: network, inUse: [], current, now };
     const serving = poolStatus(input);
     assert.deepEqual([serving.size, serving.used, serving.free], ["8", "2", "3"]); // 8 - 4 excluded - 1 used
     assert.deepEqual(serving.conflicts, [

@@ -15,6 +15,9 @@ import {
   announceDeadline,
   APPLIED_ANNOTATION,
   announcerLabelValue,
+  conflictsAnnotation,
+  MAX_LEASE_CONFLICTS,
+  parseConflicts,
   announcerLeaseName,
   LEASE_DURATION_SECONDS,
   leaseExpiry,
@@ -278,3 +281,69 @@ for (const address of ADDRESSES)
       { numRuns: 200 },
     );
   });
+
+test("the conflicts annotation: canonical, sorted, one entry per address, bounded; read back as written", () => {
+  const written = conflictsAnnotation([
+    { address: "fd00:0:0::9", mac: "AA:BB:CC:00:00:02" },
+    { address: "198.18.0.9", mac: "aa:bb:cc:00:00:03" },
+    { address: "198.18.0.9", mac: "aa:bb:cc:00:00:01" },
+    { address: "not an ip", mac: "aa:bb:cc:00:00:01" },
+    { address: "198.18.0.10", mac: "nonsense" },
+  ]);
+  assert.equal(written, "198.18.0.9=aa:bb:cc:00:00:01,fd00::9=aa:bb:cc:00:00:02");
+  assert.deepEqual(parseConflicts(written), {
+    conflicts: [
+      { address: "198.18.0.9", mac: "aa:bb:cc:00:00:01" },
+      { address: "fd00::9", mac: "aa:bb:cc:00:00:02" },
+    ],
+  });
+  assert.equal(conflictsAnnotation([]), "");
+  assert.deepEqual(parseConflicts(undefined), { conflicts: [] });
+  assert.deepEqual(parseConflicts(""), { conflicts: [] });
+  const many = Array.from({ length: 50 }, (_, i) => ({ address: `198.18.1.${i}`, mac: "02:00:00:00:00:01" }));
+  assert.equal(conflictsAnnotation(many).split(",").length, MAX_LEASE_CONFLICTS);
+});
+
+test("the conflicts annotation: a value the agent would not write is refused whole, naming its rule", () => {
+  const rows: [string, string][] = [
+    ["198.18.0.9", "malformed-entry"],
+    ["198.18.0.9=aa:bb:cc:00:00:01=x", "malformed-entry"],
+    ["198.18.0.9=AA:BB:CC:00:00:01", "malformed-entry"],
+    ["198.18.0.09=aa:bb:cc:00:00:01", "malformed-entry"],
+    ["fe80::1%eth0=aa:bb:cc:00:00:01", "malformed-entry"],
+    ["::ffff:198.18.0.9=aa:bb:cc:00:00:01", "malformed-entry"],
+    ["fd00:0::9=aa:bb:cc:00:00:01", "not-canonical"],
+    ["198.18.0.9=aa:bb:cc:00:00:01,198.18.0.9=aa:bb:cc:00:00:02", "repeated"],
+    ["198.18.0.9=aa:bb:cc:00:00:01,198.18.0.10=aa:bb:cc:00:00:01", "repeated"],
+    ["198.18.0.9=aa:bb:cc:00:00:01,", "malformed-entry"],
+    [Array.from({ length: 21 }, (_, i) => `198.18.0.${i + 10}=aa:bb:cc:00:00:01`).join(","), "too-many"],
+    ["x".repeat(5000), "too-long"],
+  ];
+  for (const [text, rule] of rows) {
+    const parsed = parseConflicts(text);
+    assert.ok("rule" in parsed, text);
+    assert.equal(parsed.rule, rule, text);
+  }
+});
+
+test("the conflicts annotation, property: reading never throws, and gives what was written, bounded", () => {
+  const mac = fc
+    .array(fc.integer({ min: 0, max: 255 }), { minLength: 6, maxLength: 6 })
+    .map((bytes) => bytes.map((byte) => byte.toString(16).padStart(2, "0")).join(":"));
+  const address = fc.oneof(fc.ipV4(), fc.ipV6(), fc.string());
+  fc.assert(
+    fc.property(fc.array(fc.record({ address, mac: fc.oneof(mac, fc.string()) }), { maxLength: 60 }), (list) => {
+      const text = conflictsAnnotation(list);
+      const parsed = parseConflicts(text);
+      assert.ok("conflicts" in parsed, text);
+      assert.ok(parsed.conflicts.length <= MAX_LEASE_CONFLICTS);
+      assert.equal(conflictsAnnotation(parsed.conflicts), text);
+    }),
+  );
+  fc.assert(
+    fc.property(fc.string({ maxLength: 3000 }), (text) => {
+      const parsed = parseConflicts(text);
+      if ("conflicts" in parsed) assert.ok(parsed.conflicts.length <= MAX_LEASE_CONFLICTS);
+    }),
+  );
+});

@@ -31,7 +31,14 @@
 // gratuitous ARP, a claim, and yields before it answers: the new one's probes then find nobody, and one address
 // has one announcer. When its renewals succeed again it relists its Services and announces nothing it was not
 // announcing until that list is in.
+//
+// Another host on the segment. The agent lists on its Lease the addresses it was told to announce that another host
+// answers for (CONFLICTS_ANNOTATION: refused by its probes, or claimed by another MAC while announced), and clears
+// each when that ends. The controller takes a Lease's list only for the Services that node announces (a node says
+// what it meets on its own links, nothing about another's), reports it on the Service and its pool, and moves
+// nothing: on that segment another host holds the address, and a node on the same segment would meet it too.
 import { createHash } from "node:crypto";
+import { canonicalIp, ipProblem } from "../net/ip.ts";
 
 /** The announcer Lease of a node is this prefix plus the node's name (never the name alone: other Leases share the namespace). */
 export const ANNOUNCER_LEASE_PREFIX = "local-ccm-l2-";
@@ -43,6 +50,8 @@ export const SEGMENTS_ANNOTATION = "local-ccm.io/l2-segments";
 export const GATEWAYS_ANNOTATION = "local-ccm.io/l2-gateways";
 /** On the Lease: the resourceVersion up to which the agent's Service watch has applied what it announces. */
 export const APPLIED_ANNOTATION = "local-ccm.io/l2-applied";
+/** On the Lease: the assigned addresses another host answers for on this node's links ("address=mac", sorted). */
+export const CONFLICTS_ANNOTATION = "local-ccm.io/l2-conflicts";
 /** On the Service: the node its addresses were last taken from while its Lease was live (until a new announcer). */
 export const RELEASED_FROM_ANNOTATION = "local-ccm.io/released-from";
 /** On the Service: the name of the node that announces its addresses. */
@@ -101,4 +110,67 @@ export function hasApplied(applied: string | undefined, version: string | undefi
   const decimal = /^[0-9]{1,30}$/;
   if (applied === undefined || version === undefined || !decimal.test(applied) || !decimal.test(version)) return false;
   return BigInt(applied) >= BigInt(version);
+}
+
+/** An address another host answers for, and that host's MAC, as a node's Lease says (CONFLICTS_ANNOTATION). */
+export interface AddressConflict {
+  address: string;
+  mac: string;
+}
+
+/** Entries on one Lease, at most: the Lease stays small whatever the segment holds (about 1.2 KB). */
+export const MAX_LEASE_CONFLICTS = 20;
+const MAX_CONFLICTS_TEXT = MAX_LEASE_CONFLICTS * ("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".length + 19);
+const MAC = /^[0-9a-f]{2}(?::[0-9a-f]{2}){5}$/;
+
+/**
+ * CONFLICTS_ANNOTATION's value: one entry per address (its lowest MAC when several claim it), canonical, sorted,
+ * the first MAX_LEASE_CONFLICTS; "" for none (the annotation then goes).
+ */
+export function conflictsAnnotation(conflicts: readonly AddressConflict[]): string {
+  const byAddress = new Map<string, string>();
+  for (const { address, mac } of conflicts) {
+    const ip = canonicalIp(address);
+    const lower = mac.toLowerCase();
+    if (ip === undefined || !MAC.test(lower)) continue;
+    const before = byAddress.get(ip);
+    if (before === undefined || lower < before) byAddress.set(ip, lower);
+  }
+  return [...byAddress]
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+    .slice(0, MAX_LEASE_CONFLICTS)
+    .map(([address, mac]) => `${address}=${mac}`)
+    .join(",");
+}
+
+export const CONFLICTS_RULES = ["too-long", "too-many", "malformed-entry", "not-canonical", "repeated"] as const;
+export type ConflictsRule = (typeof CONFLICTS_RULES)[number];
+
+/**
+ * CONFLICTS_ANNOTATION read back, only as conflictsAnnotation() writes it: anything else is refused whole, with the
+ * rule it breaks (a node's credentials write the Lease; a value the agent would never write is not believed in part).
+ */
+export function parseConflicts(
+  text: string | undefined,
+): { conflicts: AddressConflict[] } | { rule: ConflictsRule; reason: string } {
+  if (text === undefined || text === "") return { conflicts: [] };
+  if (text.length > MAX_CONFLICTS_TEXT)
+    return { rule: "too-long", reason: `${text.length} characters, over ${MAX_CONFLICTS_TEXT}` };
+  const entries = text.split(",");
+  if (entries.length > MAX_LEASE_CONFLICTS)
+    return { rule: "too-many", reason: `${entries.length} entries, over ${MAX_LEASE_CONFLICTS}` };
+  const conflicts: AddressConflict[] = [];
+  for (const entry of entries) {
+    const [address = "", mac = "", ...rest] = entry.split("=");
+    const shown = JSON.stringify(entry.slice(0, 80));
+    if (rest.length || !MAC.test(mac) || ipProblem(address) !== undefined)
+      return { rule: "malformed-entry", reason: `${shown} is not address=mac` };
+    if (canonicalIp(address) !== address)
+      return { rule: "not-canonical", reason: `${shown}: write ${canonicalIp(address)}` };
+    const last = conflicts.at(-1)?.address;
+    if (last !== undefined && !(last < address))
+      return { rule: "repeated", reason: `${shown}: entries are sorted, one per address` };
+    conflicts.push({ address, mac });
+  }
+  return { conflicts };
 }

@@ -19,6 +19,9 @@
 // live names that node (RELEASED_FROM_ANNOTATION), and the next announcer waits for its acknowledgement. Liveness
 // changes with time alone: the queue runs the assignment again (addAfter) when the first live Lease would expire;
 // an acknowledgement runs it when the Lease that carries it is seen.
+//
+// An address another host answers for, as its announcer's Lease reports it (inuse.ts), gets a Warning on its
+// Service (AddressInUseOnNetwork, told once per change) and a line in its pool's status; it is not moved.
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { LoadBalancerIngress, Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
@@ -63,6 +66,7 @@ import {
 } from "./announcers.ts";
 import type { PoolsConfig } from "./flags.ts";
 import { ExclusionSet, exclusions } from "./exclusions.ts";
+import { addressesInUse, type InUse, inUseWarning } from "./inuse.ts";
 import { AnnouncerLeases, GUARD_RULES, type GuardRule, type LeaseGuard, provenSegments } from "./leases.ts";
 import type { PoolsMetrics } from "./metrics.ts";
 import { type LoadBalancerIPPool, POOL_FINALIZER, type PoolFacts, type PoolStatus, poolFacts } from "./pool.ts";
@@ -151,6 +155,12 @@ export class PoolController {
   private awaitingAck = new Set<string>();
   /** The last announcement warning told per Service. */
   private readonly warnedAnnouncer = new Map<string, string>();
+  /** Per Service, its addresses another host answers for (inuse.ts), as of the last announcement plan. */
+  private inUse = new Map<string, InUse[]>();
+  /** The reports last ignored (as text), to tell them once. */
+  private ignoredInUse = "";
+  /** The last in-use warning told per Service. */
+  private readonly warnedInUse = new Map<string, string>();
   private started = false;
   private stopped = false;
 
@@ -175,7 +185,7 @@ export class PoolController {
     onDelete: (service) => {
       const key = objectKey(service);
       const maps = [this.inputs, this.announceInputs, this.holds, this.acted, this.warned, this.warnedAnnouncer];
-      for (const map of [...maps, this.releaseVersions]) map.delete(key);
+      for (const map of [...maps, this.warnedInUse, this.releaseVersions]) map.delete(key);
       this.changed(ALLOCATION);
     },
   };
@@ -307,9 +317,18 @@ export class PoolController {
     const name = lease.metadata?.name ?? "";
     const node = leaseNode(name);
     const applied = node === undefined ? undefined : this.leases.applied(node);
+    const conflictsBefore = node === undefined ? undefined : this.leases.conflicts(node)?.conflictsText;
     const changed = this.leases.seen(lease, this.options.now());
     const acknowledged = node !== undefined && this.awaitingAck.has(node) && this.leases.applied(node) !== applied;
-    if (changed || acknowledged) this.announcementChanged();
+    const conflicts = node === undefined ? undefined : this.leases.conflicts(node);
+    const reported = conflicts !== undefined && conflicts.conflictsText !== conflictsBefore;
+    if (reported && conflicts.conflictsRefused)
+      this.options.log.warn("announcer Lease conflicts refused: not as the agent writes them", {
+        node,
+        rule: conflicts.conflictsRefused.rule,
+        reason: conflicts.conflictsRefused.reason,
+      });
+    if (changed || acknowledged || reported) this.announcementChanged();
     const { [SEGMENTS_ANNOTATION]: segments, [GATEWAYS_ANNOTATION]: gateways } = lease.metadata?.annotations ?? {};
     const network = JSON.stringify([segments, gateways]);
     if (this.leaseNetwork.get(name) === network) return;
@@ -416,6 +435,7 @@ export class PoolController {
       if (announcer === undefined && releasedFrom !== undefined) awaiting.add(releasedFrom);
     }
     this.awaitingAck = awaiting;
+    this.planInUse(services);
     const next = assignAnnouncers({
       services,
       announcers,
@@ -438,6 +458,25 @@ export class PoolController {
     for (const key of before?.keys() ?? []) if (!next.decisions.has(key)) this.enqueue(SERVICE + key);
     this.wakeAt(Math.min(next.wakeAtMs ?? Infinity, nextExpiryMs ?? Infinity));
     return next;
+  }
+
+  /** Who holds the addresses the Leases report in use by another host; a change queues the Services and pools. */
+  private planInUse(services: readonly AnnouncedService[]): void {
+    const { byService, ignored } = addressesInUse({ services, reports: this.leases.reportedConflicts() });
+    const text = JSON.stringify(ignored);
+    if (text !== this.ignoredInUse)
+      for (const { node, address, mac, rule, reason } of ignored)
+        this.options.log.warn("announcer Lease conflict not taken", { node, address, mac, rule, reason });
+    this.ignoredInUse = text;
+    const before = this.inUse;
+    this.inUse = byService;
+    let changed = false;
+    for (const key of new Set([...before.keys(), ...byService.keys()]))
+      if (JSON.stringify(before.get(key)) !== JSON.stringify(byService.get(key))) {
+        changed = true;
+        this.enqueue(SERVICE + key);
+      }
+    if (changed) for (const pool of this.pools) this.enqueue(POOL + pool.name);
   }
 
   /** The announcers with only the segments their Nodes' addresses prove (leases.ts); a refusal is told once. */
@@ -521,6 +560,7 @@ export class PoolController {
       this.warn(service, decision);
     }
     this.warnAnnouncer(service, announced);
+    this.tell(service, "reported-by-announcer", inUseWarning(this.inUse.get(key) ?? []), this.warnedInUse);
     if (!writes.length) return void this.holds.delete(key); // the cached copy shows the decision
     const rule = decision.action === "ignore" ? "not-ours" : decision.rule;
     const reason = decision.action === "ignore" ? "the Service is not ours" : decision.reason;
@@ -648,7 +688,8 @@ export class PoolController {
     const current = pool.status?.conditions?.find(({ type }) => type === "Ready");
     const retained = result.retained.get(name) ?? [];
     const { pools, exclusions } = this;
-    const status = poolStatus({ pool: facts, pools, used, retained, exclusions, current, now: new Date() });
+    const inUse = [...this.inUse.values()].flat().filter(({ address }) => used.has(address));
+    const status = poolStatus({ pool: facts, pools, used, retained, exclusions, inUse, current, now: new Date() });
     const { poolSize, poolUsed, poolFree } = this.options.metrics;
     for (const [gauge, value] of [
       [poolSize, status.size],

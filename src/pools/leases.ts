@@ -15,17 +15,22 @@
 // A renewal of a Lease that is live changes no announcer: seen() says so, and the controller plans nothing for it
 // (every agent renews each second: with 5,000 nodes, a plan per renewal would keep a core busy), unless a Service
 // waits for that node to acknowledge a release and its applied resourceVersion moved (the controller asks
-// applied()). An expiry is found by the plan the controller makes at announcers().nextExpiryMs.
+// applied()). An expiry is found by the plan the controller makes at announcers().nextExpiryMs. What a Lease says
+// another host answers for (CONFLICTS_ANNOTATION) is kept as parseConflicts() reads it: refused whole when malformed.
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import { type Cidr, cidrContains, parseCidr } from "../net/ip.ts";
 import { hashString } from "../service/rendezvous.ts";
 import {
   announcerLeaseName,
+  type AddressConflict,
   APPLIED_ANNOTATION,
+  CONFLICTS_ANNOTATION,
+  type ConflictsRule,
   GATEWAYS_ANNOTATION,
   LEASE_DURATION_SECONDS,
   leaseExpiry,
   leaseNode,
+  parseConflicts,
   RENEW_INTERVAL_MS,
   SEGMENTS_ANNOTATION,
 } from "./announcement.ts";
@@ -43,6 +48,10 @@ interface Observed {
   gatewaysText: string | undefined;
   /** APPLIED_ANNOTATION as written. */
   applied: string | undefined;
+  /** CONFLICTS_ANNOTATION as written, and as read (none when refused). */
+  conflictsText: string | undefined;
+  conflicts: AddressConflict[];
+  conflictsRefused: { rule: ConflictsRule; reason: string } | undefined;
 }
 
 /** No renewal seen at all for this long: this controller's view of the Leases is not fresh. */
@@ -116,6 +125,8 @@ export class AnnouncerLeases {
     const silence = renewed && nowMs - this.lastRenewalSeenMs > STALE_VIEW_MS;
     if (renewed) this.lastRenewalSeenMs = nowMs;
     const segmentsText = lease.metadata?.annotations?.[SEGMENTS_ANNOTATION];
+    const conflictsText = lease.metadata?.annotations?.[CONFLICTS_ANNOTATION];
+    const parsed = before !== undefined && before.conflictsText === conflictsText ? before : conflictsOf(conflictsText);
     const same =
       before !== undefined &&
       nowMs < leaseExpiry(before.seenAtMs, LEASE_DURATION_SECONDS) &&
@@ -129,6 +140,9 @@ export class AnnouncerLeases {
       segments: same ? before.segments : segments(segmentsText),
       gatewaysText: lease.metadata?.annotations?.[GATEWAYS_ANNOTATION],
       applied: lease.metadata?.annotations?.[APPLIED_ANNOTATION],
+      conflictsText,
+      conflicts: parsed.conflicts,
+      conflictsRefused: parsed.conflictsRefused,
     });
     return !same || silence;
   }
@@ -136,6 +150,16 @@ export class AnnouncerLeases {
   /** What a node's Lease says it has applied (APPLIED_ANNOTATION), as last seen. */
   applied(node: string): string | undefined {
     return this.observed.get(announcerLeaseName(node) ?? "")?.applied;
+  }
+
+  /** CONFLICTS_ANNOTATION of a node's Lease as last seen: the text, and what was read of it or why it was refused. */
+  conflicts(node: string): Pick<Observed, "conflictsText" | "conflicts" | "conflictsRefused"> | undefined {
+    return this.observed.get(announcerLeaseName(node) ?? "");
+  }
+
+  /** What every Lease says another host answers for (refused values say nothing), live or not. */
+  reportedConflicts(): { node: string; conflicts: AddressConflict[] }[] {
+    return [...this.observed.values()].flatMap(({ node, conflicts }) => (conflicts.length ? [{ node, conflicts }] : []));
   }
 
   /** Each announcer's segments and default gateways as written (live or not): what the network uses. */
@@ -198,6 +222,13 @@ export class AnnouncerLeases {
     }
     return { announcers, nextExpiryMs };
   }
+}
+
+function conflictsOf(text: string | undefined): Pick<Observed, "conflicts" | "conflictsRefused"> {
+  const parsed = parseConflicts(text);
+  return "conflicts" in parsed
+    ? { conflicts: parsed.conflicts, conflictsRefused: undefined }
+    : { conflicts: [], conflictsRefused: parsed };
 }
 
 /** The segments annotation: CIDRs, comma-separated; what does not parse is left out. */

@@ -1,9 +1,11 @@
 // A pool's status, as a pure function of every pool, what allocate() left in use and kept, and what the network
 // uses: its size, used and free counts, its conflicts (entries it cannot serve, another pool's overlap, addresses
-// the network uses inside it), the addresses Services keep that it would no longer give (retained), and a Ready
-// condition (metav1.Condition) that says, while the pool is being deleted, that it waits for those to be released.
+// the network uses inside it, addresses of it another host answers for: inuse.ts), the addresses Services keep that
+// it would no longer give (retained), and a Ready condition (metav1.Condition) that says, while the pool is being
+// deleted, that it waits for those to be released.
 import { poolHolds } from "./allocate.ts";
 import type { ExclusionSet } from "./exclusions.ts";
+import { type InUse, inUseLine } from "./inuse.ts";
 import type { Condition, PoolFacts, PoolStatus } from "./pool.ts";
 import { type AddressRange, formatRange, intersection, ipNumber, mergeRanges, rangeSize } from "./ranges.ts";
 
@@ -18,15 +20,19 @@ export interface PoolStatusInput {
   /** allocate()'s retained lines of this pool. */
   retained: readonly string[];
   exclusions: ExclusionSet;
+  /** Its addresses Services hold that another host answers for, as their announcers report (inuse.ts). */
+  inUse: readonly InUse[];
   /** The Ready condition written now, whose lastTransitionTime stays while its status does. */
   current: Condition | undefined;
   now: Date;
 }
 
-export function poolStatus({ pool, pools, used, retained, exclusions, current, now }: PoolStatusInput): PoolStatus {
+export function poolStatus(input: PoolStatusInput): PoolStatus {
+  const { pool, pools, used, retained, exclusions, inUse, current, now } = input;
   const conflicts = [
     ...(pool.problem === undefined ? [] : [`serves nothing: ${pool.problem}`]),
     ...pool.unservable.map((problem) => `cannot serve the entry ${problem}`),
+    ...inUse.map(inUseLine),
   ];
   for (const other of pools) {
     if (other.name === pool.name) continue;
@@ -59,7 +65,7 @@ export function poolStatus({ pool, pools, used, retained, exclusions, current, n
     free: String(free < 0n ? 0n : free),
     conflicts: capped(conflicts),
     retained: capped(retained),
-    conditions: [ready(pool, used, current, now)],
+    conditions: [ready(pool, used, inUse, current, now)],
   };
 }
 
@@ -68,7 +74,22 @@ function capped(lines: readonly string[]): string[] {
   return [...lines.slice(0, MAX_CONFLICTS - 1), `and ${lines.length - MAX_CONFLICTS + 1} more`];
 }
 
-function ready(pool: PoolFacts, used: ReadonlySet<string>, current: Condition | undefined, now: Date): Condition {
+/**
+ * Ready stays True while another host answers for some of its addresses (reason AddressesInUse when nothing else is
+ * wrong): the pool serves its other addresses and hands out new ones, and the Service concerned has its own Warning.
+ * False would read as a pool that serves nothing, and would let one node's report turn a whole pool not Ready.
+ */
+function ready(
+  pool: PoolFacts,
+  used: ReadonlySet<string>,
+  inUse: readonly InUse[],
+  current: Condition | undefined,
+  now: Date,
+): Condition {
+  const taken = inUse.length
+    ? `; another host answers for ${inUse.length} of its address(es): ` +
+      `${inUse.slice(0, 5).map(({ address }) => address).join(", ")}${inUse.length > 5 ? ", …" : ""}`
+    : "";
   const [status, reason, message]: [Condition["status"], string, string] = pool.deleting
     ? [
         "False",
@@ -79,8 +100,10 @@ function ready(pool: PoolFacts, used: ReadonlySet<string>, current: Condition | 
     : pool.problem !== undefined
       ? ["False", "Invalid", `serves nothing: ${pool.problem}`]
       : pool.unservable.length
-        ? ["True", "EntriesUnservable", `serves its other entries; cannot serve ${pool.unservable.join("; ")}`]
-        : ["True", "Serving", "serves its addresses"];
+        ? ["True", "EntriesUnservable", `serves its other entries; cannot serve ${pool.unservable.join("; ")}${taken}`]
+        : inUse.length
+          ? ["True", "AddressesInUse", `serves its addresses${taken}`]
+          : ["True", "Serving", "serves its addresses"];
   const lastTransitionTime =
     current?.status === status ? current.lastTransitionTime : now.toISOString().replace(/\.\d+Z$/, "Z");
   return { type: "Ready", status, reason, message, lastTransitionTime, observedGeneration: pool.generation };

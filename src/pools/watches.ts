@@ -10,6 +10,7 @@ import { NODE_SELECTOR_ANNOTATION } from "../service/decide.ts";
 import {
   ANNOUNCER_ANNOTATION,
   APPLIED_ANNOTATION,
+  CONFLICTS_ANNOTATION,
   GATEWAYS_ANNOTATION,
   RELEASED_FROM_ANNOTATION,
   SEGMENTS_ANNOTATION,
@@ -46,6 +47,7 @@ export const LEASE_FIELDS: readonly FieldPath[] = [
   ["metadata", "annotations", SEGMENTS_ANNOTATION],
   ["metadata", "annotations", GATEWAYS_ANNOTATION],
   ["metadata", "annotations", APPLIED_ANNOTATION],
+  ["metadata", "annotations", CONFLICTS_ANNOTATION],
   ["spec", "renewTime"],
 ];
 

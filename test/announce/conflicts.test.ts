@@ -4,6 +4,8 @@
 // AddressConflict about its Node naming the address, the Service and the host's MAC; the conflicts metric), and
 // announces it once the host lets go. A claim of an address it announces is reported (AddressClaimed, the metric)
 // and answered by nothing: a capture on the client's link counts the node's gratuitous ARP and unsolicited NAs.
+// Both are listed on the node's announcer Lease (CONFLICTS_ANNOTATION, for the pool controller: inuse.test.ts) while
+// they last.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import path from "node:path";
@@ -11,6 +13,7 @@ import { createInterface } from "node:readline";
 import { after, before, describe, test } from "node:test";
 import type { Event } from "kubernetes-types/core/v1.js";
 import { TAKEOVER_SCHEDULE_MS } from "../../src/agent/announcer/decide.ts";
+import { CONFLICTS_ANNOTATION } from "../../src/pools/announcement.ts";
 import { Resource } from "../../src/kube/resource.ts";
 import { onExit } from "../../localcluster/cleanup.ts";
 import { waitFor } from "../../localcluster/wait.ts";
@@ -101,6 +104,11 @@ describe("the agent and another host on its segment: probed before announcing, r
     const found = (await metrics()).split("\n").find((text) => text.startsWith(line));
     return Number(found?.slice(line.length) ?? 0);
   };
+  /** Whether the node's Lease lists `address` as the client's. */
+  const listed = async (address: string) => {
+    const text = (await node.readLease())?.metadata?.annotations?.[CONFLICTS_ANNOTATION] ?? "";
+    return text.split(",").includes(`${address}=${clientMac}`);
+  };
   /** The Warning Events about the node's Node with `reason` whose message names `address` and the client's MAC. */
   const warnings = async (reason: string, address: string) => {
     const listed = await events.list({ fieldSelector: `involvedObject.name=${NODE},reason=${reason}` });
@@ -131,6 +139,7 @@ describe("the agent and another host on its segment: probed before announcing, r
       await waitFor("a reprobe refused", async () => (await counted("probing", "arp-sender")) > refusals, WAIT_MS);
       assert.match(await metrics(), /^local_ccm_l2_announced_addresses 0$/m);
       for (const address of held) assert.deepEqual(announcements(capture.lines, address, node.mac), [], address);
+      for (const address of held) await waitFor(`${address} listed on the Lease`, () => listed(address), WAIT_MS);
     } catch (err) {
       diagnose(err);
     } finally {
@@ -142,6 +151,8 @@ describe("the agent and another host on its segment: probed before announcing, r
         await waitFor(`${address} announced once the client let go`, found, WAIT_MS);
       }
       await waitFor("both announced", async () => /^local_ccm_l2_announced_addresses 2$/m.test(await metrics()));
+      for (const address of held)
+        await waitFor(`${address} no longer listed`, async () => !(await listed(address)), WAIT_MS);
     } catch (err) {
       diagnose(err);
     }
@@ -168,6 +179,7 @@ describe("the agent and another host on its segment: probed before announcing, r
         const [event, ...more] = await waitFor(`AddressClaimed for ${address}`, claimed, WAIT_MS);
         assert.deepEqual([event?.count, more], [1, []]);
         assert.match(event?.message ?? "", /\(Service default\/claimed\)/);
+        await waitFor(`${address} listed on the Lease as claimed`, () => listed(address), WAIT_MS);
       }
       // The node's frames reach the client in the order sent: once its announcements of a later address are
       // there, anything it sent back at the claims would be too.

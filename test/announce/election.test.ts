@@ -11,28 +11,15 @@
 import assert from "node:assert/strict";
 import { performance } from "node:perf_hooks";
 import { after, before, describe, test } from "node:test";
-import type { Node, Service } from "kubernetes-types/core/v1.js";
+import type { Service } from "kubernetes-types/core/v1.js";
 import { Informer } from "../../src/kube/informer.ts";
-import { NODE_RESOURCE, Resource } from "../../src/kube/resource.ts";
 import { L2_CLASS } from "../../src/pools/allocate.ts";
 import { ANNOUNCER_ANNOTATION, LEASE_DURATION_SECONDS } from "../../src/pools/announcement.ts";
-import { servicePools } from "../../src/pools/definition.ts";
-import { POOL_RESOURCE, POOL_TYPE, type LoadBalancerIPPool } from "../../src/pools/pool.ts";
 import { sleep } from "../../src/time/backoff.ts";
 import { waitFor } from "../../localcluster/wait.ts";
-import { controllerKubeconfig, createNode, startController } from "../kube/controller-harness.ts";
-import { installPoolCrd } from "../pools/crd.ts";
 import type { RunningController } from "../pools/world.ts";
-import {
-  type AgentNode,
-  type AnnounceWorld,
-  BUDGET_MS,
-  claims,
-  type Frame,
-  NAMESPACE,
-  startAnnounceWorld,
-  SUBNET,
-} from "./world.ts";
+import { startElection } from "./election-world.ts";
+import { type AgentNode, type AnnounceWorld, BUDGET_MS, claims, type Frame, startAnnounceWorld, SUBNET } from "./world.ts";
 
 const WAIT_MS = 60_000;
 const OUTAGE_MS = 60_000;
@@ -46,25 +33,7 @@ describe("the election with its controller: an API outage moves nothing; a node 
 
   before(async () => {
     world = await startAnnounceWorld(79);
-    const { plane } = world;
-    const nodeObjects = new Resource<Node>(plane.admin, NODE_RESOURCE);
-    for (const [slot, name] of ["node-a", "node-b"].entries()) {
-      const internal = [`${SUBNET.v4}.${slot + 1}`, `${SUBNET.v6}:${slot + 1}`];
-      await createNode(nodeObjects, name, { addresses: internal.map((address) => ({ type: "InternalIP", address })) });
-    }
-    // Each agent keeps its bridge addresses as its InternalIPs: what proves its Lease's segments to the controller.
-    const flags = [`--internal-ip-cidr=${SUBNET.v4}.0/24,${SUBNET.v6}:/64`];
-    nodes = [await world.addNode("node-a", 0, flags), await world.addNode("node-b", 1, flags)];
-    await installPoolCrd(plane);
-    const pools = new Resource<LoadBalancerIPPool>(plane.admin, POOL_RESOURCE);
-    await pools.create({ ...POOL_TYPE, metadata: { name: "bridge" }, spec: { addresses } });
-    const kubeconfig = await controllerKubeconfig(plane, "local-ccm-pools-controller", servicePools.rbac.cluster, {
-      [NAMESPACE]: servicePools.rbac.releaseNamespace ?? [],
-    });
-    running = await startController(servicePools, {
-      kubeconfig,
-      config: { claimClassless: false, leaseNamespace: NAMESPACE },
-    });
+    ({ nodes, running } = await startElection(world, addresses));
     frames = (await world.capture()).frames;
     await world.services.create({
       metadata: { name: "web" },

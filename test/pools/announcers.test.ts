@@ -2,12 +2,13 @@
 // agents do, and the controller records one live announcer on the segment on each Service; sticky when another
 // Lease appears, moved when the Lease stops being renewed, released when the node turns NotReady and reassigned only
 // once its Lease acknowledges the removal (or expires), whichever replica leads; Local only on a node with a ready
-// endpoint, told when there is none, kept over a restart, and never written by a replica that does not lead. Each
-// test has a segment, pool and nodes of its own.
+// endpoint, told when there is none, kept over a restart, and never written by a replica that does not lead. An
+// address another host answers for, as its announcer's Lease reports it, is told on the Service and the pool and
+// moves nowhere; another node's Lease reporting it changes nothing. Each test has a segment, pool and nodes of its own.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
-import type { Service } from "kubernetes-types/core/v1.js";
+import type { Event, Service } from "kubernetes-types/core/v1.js";
 import { Informer } from "../../src/kube/informer.ts";
 import { SERVICE_RESOURCE, Resource } from "../../src/kube/resource.ts";
 import { L2_CLASS, POOL_ANNOTATION } from "../../src/pools/allocate.ts";
@@ -63,6 +64,7 @@ async function group(nodes: string[]) {
         metadata: { name },
         spec: { type: "LoadBalancer", loadBalancerClass: L2_CLASS, ports: [{ port: 80, protocol: "TCP" }], ...spec },
       }),
+    pool: async () => (await world.pools.get(id)).status,
     /** The announcer annotation, and whether the label agrees with it. */
     announcer: async (name: string) => {
       const { metadata } = await services.get(name);
@@ -340,6 +342,64 @@ describe("announcer assignment, against kube-apiserver", () => {
       } finally {
         await follower.stop();
       }
+    } finally {
+      g.stopAnnouncing();
+    }
+  });
+  test("an address another host answers for: a Service Warning, a pool line, from its announcer only", async () => {
+    const g = await group(["a", "b"]);
+    const [lie, seen] = ["02:00:00:00:00:66", "02:00:00:00:00:77"];
+    const eventsIn = { group: "", version: "v1", plural: "events", namespace: g.namespace };
+    const events = new Resource<Event>(world.plane.admin, eventsIn);
+    const inUseEvents = async () =>
+      (await events.list({ fieldSelector: `involvedObject.name=web,reason=AddressInUseOnNetwork` })).items;
+    const lines = async () => (await g.pool())?.conflicts ?? [];
+    const ready = async () => (await g.pool())?.conditions?.find(({ type }) => type === "Ready")?.reason;
+    try {
+      const leases = new Map<string, AnnouncerLease>();
+      for (const node of g.nodes) leases.set(node, await g.announce(node));
+      await world.withController(async (running) => {
+        await g.create("web");
+        const announcer = await waitFor("web announced", () => g.announcer("web"), WAIT_MS);
+        const other = g.nodes.find((node) => node !== announcer) as string;
+        const address = g.address(0);
+        await until("web's address", () => g.ingress("web"), [address]);
+        // A node that does not announce web says another host answers for its address: as its token may write.
+        await leases.get(other)?.report(`${address}=${lie}`);
+        // Its announcer says so too, with another MAC: once that is told, the lie was seen before it (one watch).
+        await leases.get(announcer)?.report(`${address}=${seen}`);
+        const line =
+          `${address} (Service ${g.namespace}/web) is answered by another host, ${seen}, ` +
+          `on the segment of node ${announcer}`;
+        await until("the pool lists the announcer's report only", lines, [line]);
+        const [event, ...more] = await waitFor("the Warning on web", async () => {
+          const listed = await inUseEvents();
+          return listed.length > 0 && listed;
+        }, WAIT_MS);
+        assert.deepEqual(more, []);
+        assert.equal(event?.type, "Warning");
+        const named = `another host (${seen}) answers for ${address} on the segment of node ${announcer}`;
+        assert.ok(event?.message?.includes(named), event?.message);
+        assert.doesNotMatch(event?.message ?? "", new RegExp(lie));
+        assert.equal(await ready(), "AddressesInUse");
+        assert.equal(await g.announcer("web"), announcer, "not moved");
+        // Told once per change, not per sync: web changed and synced again, and every Lease renewed since.
+        await world.services(g.namespace).patch("web", "merge", { metadata: { labels: { touched: "yes" } } });
+        await g.create("later", { ports: [{ port: 81, protocol: "TCP" }] });
+        await waitFor("later announced", () => g.announcer("later"), WAIT_MS);
+        await running.controller.idle();
+        const told = await inUseEvents();
+        assert.deepEqual(told.map(({ count }) => count ?? 1), [1]);
+        // A value the agent would not write is refused whole: the report goes, as when the host leaves.
+        await leases.get(announcer)?.report(`${address}=${seen},${address}=${lie}`);
+        await until("a malformed report is not believed", lines, []);
+        await leases.get(announcer)?.report(`${address}=${seen}`);
+        await until("reported again", lines, [line]);
+        await leases.get(announcer)?.report(null);
+        await until("the pool's line gone with the report", lines, []);
+        assert.equal(await ready(), "Serving");
+        assert.equal(await g.announcer("web"), announcer, "still not moved");
+      });
     } finally {
       g.stopAnnouncing();
     }

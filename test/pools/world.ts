@@ -20,6 +20,7 @@ import {
   announcerLeaseName,
   GATEWAYS_ANNOTATION,
   APPLIED_ANNOTATION,
+  CONFLICTS_ANNOTATION,
   LEASE_DURATION_SECONDS,
   RENEW_INTERVAL_MS,
   SEGMENTS_ANNOTATION,
@@ -77,6 +78,8 @@ export interface PoolWorld {
 export interface AnnouncerLease {
   /** What the next renewals say the node has applied (APPLIED_ANNOTATION), as an agent whose watch reached it. */
   acknowledge(version: string | undefined): void;
+  /** Writes what the node says another host answers for (CONFLICTS_ANNOTATION; null removes it), as it may. */
+  report(conflicts: string | null): Promise<void>;
   stop(): void;
 }
 
@@ -114,6 +117,8 @@ export async function keepAnnouncerLease(
     acknowledge: (version) => {
       applied = version;
     },
+    report: async (conflicts) =>
+      void (await leases.patch(name, "merge", { metadata: { annotations: { [CONFLICTS_ANNOTATION]: conflicts } } })),
     stop: () => clearInterval(timer),
   };
 }
@@ -147,6 +152,7 @@ export async function startPoolWorld(options: { controllerManager?: boolean } = 
       renewers.add(announcer);
       return {
         acknowledge: announcer.acknowledge,
+        report: announcer.report,
         stop: () => {
           announcer.stop();
           renewers.delete(announcer);

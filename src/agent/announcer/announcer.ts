@@ -22,9 +22,11 @@ import {
   judgeClaim,
   PROBE_DECIDED_MS,
   PROBE_SCHEDULE_MS,
+  listedConflicts,
   reprobeDelayMs,
   solicitationClaim,
 } from "./conflicts.ts";
+import type { AddressConflict } from "../../pools/announcement.ts";
 import { answerArp, answerSolicitation, type Decision, TAKEOVER_SCHEDULE_MS } from "./decide.ts";
 import { advertisementMessage, arpMessage, type NeighborMessage, solicitationMessage } from "./holding.ts";
 
@@ -79,6 +81,8 @@ export interface Announcer {
   announced(): string[];
   /** Every address announce() was given and withdraw() not: probing, refused or announced. */
   addresses(): string[];
+  /** The addresses another host holds here now, and its MAC, as conflicts.ts's listedConflicts() says. */
+  conflicts(): AddressConflict[];
   /**
    * Asks `peer` whether it is there: an IPv4 one with an ARP probe from 0.0.0.0 (RFC 5227: its caches learn
    * nothing of us), an IPv6 one with a Neighbor Solicitation (from an address of the link, which it answers).
@@ -111,8 +115,10 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
   const takeovers = new Map<string, NodeJS.Timeout[]>();
   /** Addresses being probed for, with their probes' timers. */
   const probing = new Map<string, NodeJS.Timeout[]>();
-  /** Refused addresses: refusals in a row, and when (performance.now()) the next probe may start. */
-  const refused = new Map<string, { refusals: number; reprobeAt: number }>();
+  /** Refused addresses: refusals in a row, by which MAC last, and when (performance.now()) the next probe may start. */
+  const refused = new Map<string, { refusals: number; mac: string; reprobeAt: number }>();
+  /** Announced addresses another MAC claimed (not while held), and when it last did (performance.now()). */
+  const claimedBy = new Map<string, { mac: string; atMs: number }>();
   let arp: ArpSocket | undefined;
   let ndp: NdpSocket | undefined;
   let closed = false;
@@ -147,12 +153,15 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
       log.v(4)?.(`announcer: ${decision.reason}`, { rule: decision.rule, address: claim.address });
       return;
     }
-    if (decision.action === "report") return options.onConflict?.({ family, claim, decision });
+    if (decision.action === "report") {
+      if (phase === "announced") claimedBy.set(claim.address, { mac: claim.mac, atMs: performance.now() });
+      return options.onConflict?.({ family, claim, decision });
+    }
     stopProbing(claim.address);
     if (family === 6) ndp?.unlisten(claim.address);
     const refusals = (refused.get(claim.address)?.refusals ?? 0) + 1;
     const reprobeInMs = reprobeDelayMs(refusals);
-    refused.set(claim.address, { refusals, reprobeAt: performance.now() + reprobeInMs });
+    refused.set(claim.address, { refusals, mac: claim.mac, reprobeAt: performance.now() + reprobeInMs });
     options.onConflict?.({ family, claim, decision, reprobeInMs });
   };
 
@@ -209,6 +218,7 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
   const announceNow = (address: string, family: 4 | 6) => {
     probing.delete(address);
     refused.delete(address);
+    claimedBy.delete(address);
     // The first claim goes out before the first answer can: a node that held the address and lost the API yields
     // on it, and must hear it before anyone hears this node answer.
     tellLink(address, family);
@@ -261,6 +271,7 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
       if (ipProblem(text)) return; // never announced
       const [address, family] = canonical(text);
       refused.delete(address);
+      claimedBy.delete(address);
       const listened = probing.has(address) || announced.has(address);
       stopProbing(address);
       if (family === 6 && listened) ndp?.unlisten(address);
@@ -271,6 +282,8 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
 
     announced: () => [...announced],
     addresses: () => [...new Set([...announced, ...probing.keys(), ...refused.keys()])],
+
+    conflicts: () => listedConflicts({ nowMs: performance.now(), refused, claimed: claimedBy, announced }),
 
     probe(peer) {
       if (closed) return;
@@ -294,6 +307,7 @@ export function startAnnouncer(options: AnnouncerOptions): Announcer {
       for (const address of takeovers.keys()) stopTakeover(address);
       for (const address of probing.keys()) stopProbing(address);
       refused.clear();
+      claimedBy.clear();
       announced.clear();
       arp?.close();
       ndp?.close();

@@ -23,11 +23,12 @@ import {
   ANNOUNCER_LABEL,
   announcerLabelValue,
   announcerLeaseName,
+  conflictsAnnotation,
 } from "../../pools/announcement.ts";
 import type { AnnounceFlags } from "../flags.ts";
 import type { AnnouncerMetrics } from "../metrics.ts";
 import { type AnnouncedLink, type Announcer, type Conflict, startAnnouncer } from "./announcer.ts";
-import { hasApplied } from "../../pools/announcement.ts";
+import { type AddressConflict, hasApplied } from "../../pools/announcement.ts";
 import { type Assignment, decideAssignments, type LinkAnnouncements, type Skip, SKIP_RULES } from "./assignments.ts";
 import { conflictReporter } from "./conflictreports.ts";
 import {
@@ -163,6 +164,7 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     ...access,
     // Handlers run (and reconcile applies) before the informer moves its resourceVersion: read at each write.
     applied: () => services.lastResourceVersion(),
+    conflicts: () => conflictsAnnotation(announcers.conflictsAll()),
     onRenewed: (_, version) => {
       // The renewal that ends a lapse: until the Service cache has caught up with it, nothing new (holding.ts).
       if (lapsed && version !== undefined) {
@@ -379,6 +381,11 @@ class LinkAnnouncers {
   constructor(log: Logger, hooks: LinkHooks) {
     this.log = log;
     this.hooks = hooks;
+  }
+
+  /** The addresses another host answers for, on any link (Announcer.conflicts()). */
+  conflictsAll(): AddressConflict[] {
+    return [...this.byLink.values()].flatMap(({ announcer }) => announcer.conflicts());
   }
 
   /** Every address announced, on any link. */

@@ -6,8 +6,10 @@ import {
   advertisementClaim,
   arpClaim,
   type Claim,
+  CLAIM_LISTED_MS,
   CLAIM_RULES,
   judgeClaim,
+  listedConflicts,
   type Phase,
   PROBE_DECIDED_MS,
   PROBE_SCHEDULE_MS,
@@ -120,4 +122,24 @@ test("probing fits the failover budget; refused addresses are probed again, soon
   assert.ok(Math.max(...PROBE_SCHEDULE_MS) < PROBE_DECIDED_MS && PROBE_DECIDED_MS <= 500);
   const delays = [1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000];
   assert.deepEqual([1, 2, 3, 4, 5, 6, 7, 100].map(reprobeDelayMs), delays);
+});
+
+test("listed on the Lease: refused from the second refusal in a row, claimed while the last claim is recent", () => {
+  const refused = new Map([
+    ["198.18.5.1", { refusals: 1, mac: THEIRS }],
+    ["198.18.5.2", { refusals: 2, mac: THEIRS }],
+    ["fd00::3", { refusals: 7, mac: THEIRS }],
+  ]);
+  const claimed = new Map([
+    ["198.18.5.4", { mac: THEIRS, atMs: 10_000 }],
+    ["198.18.5.5", { mac: THEIRS, atMs: 10_000 - CLAIM_LISTED_MS }],
+    ["198.18.5.6", { mac: THEIRS, atMs: 10_000 }],
+  ]);
+  const announced = new Set(["198.18.5.4", "198.18.5.5"]);
+  assert.deepEqual(listedConflicts({ nowMs: 10_000, refused, claimed, announced }), [
+    { address: "198.18.5.2", mac: THEIRS },
+    { address: "fd00::3", mac: THEIRS },
+    { address: "198.18.5.4", mac: THEIRS },
+  ]);
+  assert.deepEqual(listedConflicts({ nowMs: 10_000 + CLAIM_LISTED_MS, refused: new Map(), claimed, announced }), []);
 });

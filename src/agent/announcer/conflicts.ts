@@ -7,6 +7,7 @@
 // outcome carries a rule id (metrics) and a reason (logs, Events).
 import { type ArpPacket, UNSPECIFIED_IPV4 } from "../../net/arp.ts";
 import { type NeighborSolicitation, type ReceivedAdvertisement, UNSPECIFIED_IPV6 } from "../../net/ndp.ts";
+import type { AddressConflict } from "../../pools/announcement.ts";
 
 /** What a packet of another host says about an address, in order of the checks. */
 export const CLAIM_RULES = [
@@ -109,3 +110,32 @@ export function reprobeDelayMs(refusals: number): number {
 
 /** A claim reported (log, Event) at most once this often per address and MAC; the metric counts each. */
 export const REPORT_INTERVAL_MS = 60_000;
+
+/** A claim of an announced address is listed on the Lease for this long after the last one heard. */
+export const CLAIM_LISTED_MS = REPORT_INTERVAL_MS;
+/** Refusals in a row before a refused address is listed on the Lease. */
+export const LISTED_AFTER_REFUSALS = 2;
+
+export interface LinkConflicts {
+  nowMs: number;
+  /** Refused addresses: refusals in a row, and the MAC that answered the last probes. */
+  refused: ReadonlyMap<string, { refusals: number; mac: string }>;
+  /** Claims of announced addresses: the MAC, and when it last claimed (ms, the clock of nowMs). */
+  claimed: ReadonlyMap<string, { mac: string; atMs: number }>;
+  announced: ReadonlySet<string>;
+}
+
+/**
+ * What a link lists on the node's Lease (CONFLICTS_ANNOTATION) for the controller to report: a refused address from
+ * its LISTED_AFTER_REFUSALS-th refusal in a row on (the first may be another node's announcer still withdrawing,
+ * which the 1 s reprobe outlives); an announced one while another MAC claimed it within CLAIM_LISTED_MS (a host that
+ * sends nothing more has let go or sits silent: nothing tells which, and an old report is no news).
+ */
+export function listedConflicts({ nowMs, refused, claimed, announced }: LinkConflicts): AddressConflict[] {
+  const listed: AddressConflict[] = [];
+  for (const [address, { refusals, mac }] of refused)
+    if (refusals >= LISTED_AFTER_REFUSALS) listed.push({ address, mac });
+  for (const [address, { mac, atMs }] of claimed)
+    if (announced.has(address) && nowMs - atMs < CLAIM_LISTED_MS) listed.push({ address, mac });
+  return listed;
+}

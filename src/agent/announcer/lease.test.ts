@@ -4,6 +4,7 @@ import { test } from "node:test";
 import {
   ANNOUNCER_LEASE_LABEL,
   APPLIED_ANNOTATION,
+  CONFLICTS_ANNOTATION,
   GATEWAYS_ANNOTATION,
   LEASE_DURATION_SECONDS,
   SEGMENTS_ANNOTATION,
@@ -60,4 +61,14 @@ test("the applied resourceVersion: written when known, left out (not kept from b
   assert.equal(restarted.metadata?.annotations?.[APPLIED_ANNOTATION], undefined);
   assert.equal(restarted.metadata?.annotations?.[SEGMENTS_ANNOTATION], "198.18.0.0/24");
   assert.equal(restarted.metadata?.annotations?.[GATEWAYS_ANNOTATION], "198.18.0.1");
+});
+
+test("the conflicts: written while there are any, gone (not kept from before) once none", () => {
+  const text = "198.18.0.57=02:00:00:00:00:09";
+  const read = announcerLease(identity, { ...network("198.18.0.0/24"), conflicts: text }, first);
+  assert.equal(read.metadata?.annotations?.[CONFLICTS_ANNOTATION], text);
+  const same = announcerLease(identity, { ...network("198.18.0.0/24"), conflicts: text }, second, read);
+  assert.equal(same.metadata?.annotations?.[CONFLICTS_ANNOTATION], text);
+  const ended = announcerLease(identity, { ...network("198.18.0.0/24"), conflicts: "" }, second, read);
+  assert.equal(CONFLICTS_ANNOTATION in (ended.metadata?.annotations ?? {}), false);
 });

@@ -3,7 +3,8 @@
 // pool controller moves the node's addresses at once. After each renewal that succeeded the node may announce
 // until announceDeadline() of the moment that renewal was SENT: the controller times the Lease from when it saw
 // it, which is later. Only the monotonic clock measures that; the Lease's times are for people. Each write also says
-// how far this node has applied its Services (APPLIED_ANNOTATION), read when the write is made.
+// how far this node has applied its Services (APPLIED_ANNOTATION) and which of its addresses another host answers
+// for (CONFLICTS_ANNOTATION, gone when none), both read when the write is made.
 import { performance } from "node:perf_hooks";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Logger } from "../../cli/log.ts";
@@ -14,6 +15,7 @@ import {
   ANNOUNCER_LEASE_LABEL,
   announceDeadline,
   APPLIED_ANNOTATION,
+  CONFLICTS_ANNOTATION,
   GATEWAYS_ANNOTATION,
   LEASE_DURATION_SECONDS,
   RENEW_INTERVAL_MS,
@@ -36,13 +38,16 @@ export interface LeaseFacts {
   gateways: string;
   /** APPLIED_ANNOTATION; left out while the Service watch has not listed yet. */
   applied?: string;
+  /** CONFLICTS_ANNOTATION (conflictsAnnotation()); left out when "" or missing. */
+  conflicts?: string;
 }
 
 /** The Lease as this node keeps it, from `current` (the one read) if any: acquireTime stays while it holds it. */
 export function announcerLease(identity: LeaseIdentity, facts: LeaseFacts, now: Date, current?: Lease): Lease {
   const time = microTime(now);
-  const { [APPLIED_ANNOTATION]: _, ...annotations } = current?.metadata?.annotations ?? {};
+  const { [APPLIED_ANNOTATION]: _, [CONFLICTS_ANNOTATION]: __, ...annotations } = current?.metadata?.annotations ?? {};
   const applied: Record<string, string> = facts.applied === undefined ? {} : { [APPLIED_ANNOTATION]: facts.applied };
+  const conflicts: Record<string, string> = facts.conflicts ? { [CONFLICTS_ANNOTATION]: facts.conflicts } : {};
   const held = current?.spec?.holderIdentity === identity.node && current.spec.acquireTime;
   return {
     apiVersion: "coordination.k8s.io/v1",
@@ -57,6 +62,7 @@ export function announcerLease(identity: LeaseIdentity, facts: LeaseFacts, now: 
         [SEGMENTS_ANNOTATION]: facts.segments,
         [GATEWAYS_ANNOTATION]: facts.gateways,
         ...applied,
+        ...conflicts,
       },
     },
     spec: {
@@ -75,6 +81,8 @@ export interface AnnouncerLeaseOptions {
   log: Logger;
   /** The resourceVersion up to which this node has applied its Services (APPLIED_ANNOTATION), at each write. */
   applied(): string | undefined;
+  /** The addresses another host answers for on this node's links (CONFLICTS_ANNOTATION's value), at each write. */
+  conflicts(): string;
   /** After each renewal that succeeded: until when (performance.now() ms) the Lease is valid, and its version. */
   onRenewed(deadlineMs: number, version: string | undefined): void;
   /** Each renewal's result, for metrics. */
@@ -119,7 +127,7 @@ export class AnnouncerLease {
   private readonly options: AnnouncerLeaseOptions;
   private readonly abort = new AbortController();
   private current: Lease | undefined;
-  private readonly network: Omit<LeaseFacts, "applied"> = { segments: "", gateways: "" };
+  private readonly network: Pick<LeaseFacts, "segments" | "gateways"> = { segments: "", gateways: "" };
   private deadline = -Infinity;
   private failing = false;
   private loop: Promise<void> | undefined;
@@ -190,7 +198,7 @@ export class AnnouncerLease {
   private async write(signal: AbortSignal): Promise<number> {
     const { leases, identity } = this.options;
     for (let attempt = 1; ; attempt++) {
-      const facts = { ...this.network, applied: this.options.applied() };
+      const facts = { ...this.network, applied: this.options.applied(), conflicts: this.options.conflicts() };
       const lease = announcerLease(identity, facts, new Date(), this.current);
       const sentAt = performance.now();
       try {
