@@ -21,7 +21,8 @@ const sessions = ports.map((port, i) =>
   }),
 );
 for (const session of sessions) session.setRoutes(routes);
-while (!sessions.every((s) => s.state().phase === "established")) await new Promise((resolve) => setTimeout(resolve, 100));
+while (!sessions.every((s) => s.state().phase === "established"))
+  await new Promise((resolve) => setTimeout(resolve, 100));
 globalThis.gc?.();
 await settle();
 console.log(JSON.stringify({ baseline, rss: process.memoryUsage().rss, heapUsed: process.memoryUsage().heapUsed }));

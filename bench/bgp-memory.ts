@@ -13,7 +13,12 @@ const servers = await Promise.all(
   [65010, 65010].map(async (asn, i) => {
     const server = net.createServer((socket) => {
       socket.on("error", () => {});
-      const open = { asn, holdTime: 90, identifier: `198.18.1.${i + 1}`, capabilities: { fourOctetAs: true, families: [4, 6] as (4 | 6)[], routeRefresh: true } };
+      const open = {
+        asn,
+        holdTime: 90,
+        identifier: `198.18.1.${i + 1}`,
+        capabilities: { fourOctetAs: true, families: [4, 6] as (4 | 6)[], routeRefresh: true },
+      };
       socket.write(Buffer.concat([encodeMessage({ type: "open", open }), encodeMessage({ type: "keepalive" })]));
       let pending = Buffer.alloc(0);
       socket.on("data", (chunk) => {
@@ -27,7 +32,11 @@ const servers = await Promise.all(
   }),
 );
 const ports = servers.map((server) => String((server.address() as net.AddressInfo).port));
-const child = spawn(process.execPath, ["--expose-gc", path.join(import.meta.dirname, "bgp-memory-fixture.ts"), ...ports], { stdio: ["ignore", "pipe", "inherit"] });
+const child = spawn(
+  process.execPath,
+  ["--expose-gc", path.join(import.meta.dirname, "bgp-memory-fixture.ts"), ...ports],
+  { stdio: ["ignore", "pipe", "inherit"] },
+);
 let output = "";
 child.stdout.on("data", (chunk) => (output += chunk));
 await new Promise((resolve) => child.once("exit", resolve));

@@ -20,7 +20,15 @@ let server: net.Server;
 let connections: Connection[] = [];
 let malformed: Buffer = Buffer.alloc(0);
 
-const OPEN = encodeMessage({ type: "open", open: { asn: 65010, holdTime: 90, identifier: "198.18.0.2", capabilities: { fourOctetAs: true, families: [4, 6], routeRefresh: true } } });
+const OPEN = encodeMessage({
+  type: "open",
+  open: {
+    asn: 65010,
+    holdTime: 90,
+    identifier: "198.18.0.2",
+    capabilities: { fourOctetAs: true, families: [4, 6], routeRefresh: true },
+  },
+});
 const KEEPALIVE = encodeMessage({ type: "keepalive" });
 const header = (length: number, type: number) => {
   const bytes = Buffer.alloc(19, 0xff);
@@ -53,11 +61,27 @@ before(async () => {
 after(() => server.close());
 
 const cases: [string, () => Buffer, string][] = [
-  ["an oversized message (length 5000)", () => Buffer.concat([header(5000, 2), Buffer.alloc(100)]), "message-header/bad-message-length"],
-  ["a broken marker", () => Buffer.concat([Buffer.alloc(16), KEEPALIVE.subarray(16)]), "message-header/connection-not-synchronized"],
-  ["an UPDATE whose attribute length overruns it", () => Buffer.concat([header(27, 2), Buffer.from("0000 00ff 40010100".replaceAll(" ", ""), "hex")]), "update/malformed-attribute-list"],
+  [
+    "an oversized message (length 5000)",
+    () => Buffer.concat([header(5000, 2), Buffer.alloc(100)]),
+    "message-header/bad-message-length",
+  ],
+  [
+    "a broken marker",
+    () => Buffer.concat([Buffer.alloc(16), KEEPALIVE.subarray(16)]),
+    "message-header/connection-not-synchronized",
+  ],
+  [
+    "an UPDATE whose attribute length overruns it",
+    () => Buffer.concat([header(27, 2), Buffer.from("0000 00ff 40010100".replaceAll(" ", ""), "hex")]),
+    "update/malformed-attribute-list",
+  ],
   ["a message type 9", () => header(19, 9), "message-header/bad-message-type"],
-  ["64 KiB of noise", () => Buffer.from(Array.from({ length: 65536 }, (_, i) => (i * 7919) % 251)), "message-header/connection-not-synchronized"],
+  [
+    "64 KiB of noise",
+    () => Buffer.from(Array.from({ length: 65536 }, (_, i) => (i * 7919) % 251)),
+    "message-header/connection-not-synchronized",
+  ],
 ];
 
 for (const [name, bytes, expected] of cases) {
@@ -84,11 +108,20 @@ for (const [name, bytes, expected] of cases) {
       await waitFor("the first connection closed by us", () => connections[0]?.closed, 20_000);
       const ours = splitMessages(Buffer.concat(connections[0]!.received)).messages.map(decodeMessage);
       const notification = ours.find((m) => "type" in m && m.type === "notification");
-      assert.ok(notification && "type" in notification && notification.type === "notification", `a NOTIFICATION among ${JSON.stringify(ours.map((m) => ("type" in m ? m.type : m.reason)))}`);
+      assert.ok(
+        notification && "type" in notification && notification.type === "notification",
+        `a NOTIFICATION among ${JSON.stringify(ours.map((m) => ("type" in m ? m.type : m.reason)))}`,
+      );
       assert.equal(notificationName(notification.notification), expected);
-      assert.ok(decisions.some((d) => d.rule === "message-refused"), JSON.stringify(decisions.map((d) => d.rule)));
+      assert.ok(
+        decisions.some((d) => d.rule === "message-refused"),
+        JSON.stringify(decisions.map((d) => d.rule)),
+      );
       await waitFor("a second connection after the backoff", () => connections[1], 20_000);
-      assert.ok(connections[1]!.at - connections[0]!.at >= 700, `backoff: ${connections[1]!.at - connections[0]!.at} ms`);
+      assert.ok(
+        connections[1]!.at - connections[0]!.at >= 700,
+        `backoff: ${connections[1]!.at - connections[0]!.at} ms`,
+      );
       assert.ok(worstLag < 500, `the event loop stalled ${worstLag.toFixed(0)} ms`);
     } finally {
       session.stop();

@@ -32,10 +32,16 @@ const routeSpec = fc.record({
   family: fc.constantFrom<Family>(4, 6),
   host: fc.nat(63),
   length: fc.constantFrom(32, 28, 24),
-  communities: fc.uniqueArray(fc.tuple(fc.integer({ min: 1, max: 65535 }), fc.nat(65535)).map(([a, b]) => `${a}:${b}`), { maxLength: 3 }),
+  communities: fc.uniqueArray(
+    fc.tuple(fc.integer({ min: 1, max: 65535 }), fc.nat(65535)).map(([a, b]) => `${a}:${b}`),
+    { maxLength: 3 },
+  ),
   localPref: fc.option(fc.integer({ min: 0, max: 1000 }), { nil: undefined }),
 });
-export const routeSets = fc.uniqueArray(routeSpec, { maxLength: 24, selector: (r) => `${r.family}/${r.host}/${r.length}` });
+export const routeSets = fc.uniqueArray(routeSpec, {
+  maxLength: 24,
+  selector: (r) => `${r.family}/${r.host}/${r.length}`,
+});
 
 export type RouteSpec = typeof routeSpec extends fc.Arbitrary<infer T> ? T : never;
 
@@ -73,7 +79,9 @@ function routesFor(specs: RouteSpec[], router: Router): Route[] {
 /** What the router should report for our routes. */
 function expected(routes: Route[], peering: Peering, family: Family): Record<string, LearnedRoute> {
   const view: Record<string, LearnedRoute> = {};
-  for (const route of routes.filter((r) => r.prefix.includes(":") === (family === 6)).sort((a, b) => a.prefix.localeCompare(b.prefix)))
+  for (const route of routes
+    .filter((r) => r.prefix.includes(":") === (family === 6))
+    .sort((a, b) => a.prefix.localeCompare(b.prefix)))
     view[route.prefix] = {
       prefix: route.prefix,
       nextHop: route.nextHop,
@@ -92,7 +100,12 @@ async function reported(peering: Peering, family: Family): Promise<Record<string
 async function converged(peerings: Peering[], routes: (p: Peering) => Route[]): Promise<void> {
   for (const peering of peerings)
     for (const family of [4, 6] as const)
-      await waitForEqual(`${peering.name}: IPv${family} routes`, () => reported(peering, family), expected(routes(peering), peering, family), WAIT_MS);
+      await waitForEqual(
+        `${peering.name}: IPv${family} routes`,
+        () => reported(peering, family),
+        expected(routes(peering), peering, family),
+        WAIT_MS,
+      );
 }
 
 const established = (peering: Peering) => peering.decisions.filter((d) => d.rule === "established").length;
@@ -109,7 +122,13 @@ export function interopSuite(start: (net: Network, options: RouterOptions) => Pr
       { name: "iBGP over IPv6", index: 1, asn: MY_ASN, transport: 6 as Family },
     ];
     for (const setup of setups) {
-      const router = await start(net, { index: setup.index, subnet, asn: setup.asn, peerAsn: MY_ASN, transport: setup.transport });
+      const router = await start(net, {
+        index: setup.index,
+        subnet,
+        asn: setup.asn,
+        peerAsn: MY_ASN,
+        transport: setup.transport,
+      });
       const decisions: Decision[] = [];
       const session = startSession({
         config: { myAsn: MY_ASN, peerAsn: setup.asn, routerId: router.ours[4], holdTime: 30, families: [4, 6] },
@@ -117,7 +136,14 @@ export function interopSuite(start: (net: Network, options: RouterOptions) => Pr
         localAddress: router.ours[setup.transport],
         onDecision: (decision) => decisions.push(decision),
       });
-      peerings.push({ name: `${router.kind} ${setup.name}`, router, session, ibgp: setup.asn === MY_ASN, transport: setup.transport, decisions });
+      peerings.push({
+        name: `${router.kind} ${setup.name}`,
+        router,
+        session,
+        ibgp: setup.asn === MY_ASN,
+        transport: setup.transport,
+        decisions,
+      });
     }
   });
 
@@ -131,10 +157,25 @@ export function interopSuite(start: (net: Network, options: RouterOptions) => Pr
 
   test("both sessions come up and the routers learn the initial table", async () => {
     for (const peering of peerings) {
-      await waitFor(`${peering.name} established (decisions: ${JSON.stringify(peering.decisions.map((d) => [d.rule, d.reason]))})`, () => peering.session.state().phase === "established", WAIT_MS);
-      await waitFor(`${peering.name}: the router sees the session established`, async () => /^established$/i.test(await peering.router.sessionState()), WAIT_MS);
+      await waitFor(
+        `${peering.name} established (decisions: ${JSON.stringify(peering.decisions.map((d) => [d.rule, d.reason]))})`,
+        () => peering.session.state().phase === "established",
+        WAIT_MS,
+      );
+      await waitFor(
+        `${peering.name}: the router sees the session established`,
+        async () => /^established$/i.test(await peering.router.sessionState()),
+        WAIT_MS,
+      );
     }
-    const initial = (peering: Peering) => routesFor([{ family: 4, host: 7, length: 32, communities: ["65001:100"], localPref: 200 }, { family: 6, host: 7, length: 32, communities: [], localPref: undefined }], peering.router);
+    const initial = (peering: Peering) =>
+      routesFor(
+        [
+          { family: 4, host: 7, length: 32, communities: ["65001:100"], localPref: 200 },
+          { family: 6, host: 7, length: 32, communities: [], localPref: undefined },
+        ],
+        peering.router,
+      );
     for (const peering of peerings) peering.session.setRoutes(initial(peering));
     await converged(peerings, initial);
   });
@@ -149,8 +190,15 @@ export function interopSuite(start: (net: Network, options: RouterOptions) => Pr
       { numRuns: 5, endOnFailure: true },
     );
     // an attribute change alone, and a withdrawal of everything
-    const changed: RouteSpec[] = [{ family: 4, host: 9, length: 32, communities: ["65001:1"], localPref: 300 }, { family: 6, host: 9, length: 32, communities: ["65001:2"], localPref: 50 }];
-    for (const step of [changed, changed.map((spec) => ({ ...spec, communities: ["65001:3", "65001:4"], localPref: 150 })), []]) {
+    const changed: RouteSpec[] = [
+      { family: 4, host: 9, length: 32, communities: ["65001:1"], localPref: 300 },
+      { family: 6, host: 9, length: 32, communities: ["65001:2"], localPref: 50 },
+    ];
+    for (const step of [
+      changed,
+      changed.map((spec) => ({ ...spec, communities: ["65001:3", "65001:4"], localPref: 150 })),
+      [],
+    ]) {
       for (const peering of peerings) peering.session.setRoutes(routesFor(step, peering.router));
       await converged(peerings, (peering) => routesFor(step, peering.router));
     }
@@ -158,6 +206,10 @@ export function interopSuite(start: (net: Network, options: RouterOptions) => Pr
       assert.equal(established(peering), 1, `${peering.name}: the session came up once`);
       assert.equal(peering.session.state().phase, "established", peering.name);
     }
-    assert.deepEqual(await Promise.all(peerings.map((p) => p.router.drops())), drops, "the routers saw no session drop");
+    assert.deepEqual(
+      await Promise.all(peerings.map((p) => p.router.drops())),
+      drops,
+      "the routers saw no session drop",
+    );
   });
 }

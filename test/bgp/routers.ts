@@ -67,9 +67,13 @@ async function linkToRoot(net: Network, options: RouterOptions) {
 
 function daemon(host: Host, command: string, args: string[], log: string[]): ChildProcess {
   // dies with the test process, even a SIGKILLed one
-  const child = spawn("nsenter", [`--net=/run/netns/${host.name}`, "setpriv", "--pdeathsig", "KILL", "--", command, ...args], {
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+  const child = spawn(
+    "nsenter",
+    [`--net=/run/netns/${host.name}`, "setpriv", "--pdeathsig", "KILL", "--", command, ...args],
+    {
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
   const keep = (chunk: Buffer) => {
     log.push(chunk.toString());
     if (log.length > 200) log.shift();
@@ -91,7 +95,14 @@ async function stopDaemon(child: ChildProcess): Promise<void> {
 const communityText = (value: number) => `${Math.floor(value / 0x10000)}:${value % 0x10000}`;
 
 /** apipb.PeerState's numbers, as `gobgp -j neighbor` prints them. */
-const GOBGP_STATES: Record<number, string> = { 1: "idle", 2: "connect", 3: "active", 4: "opensent", 5: "openconfirm", 6: "established" };
+const GOBGP_STATES: Record<number, string> = {
+  1: "idle",
+  2: "connect",
+  3: "active",
+  4: "opensent",
+  5: "openconfirm",
+  6: "established",
+};
 
 export async function startGobgp(net: Network, options: RouterOptions): Promise<Router> {
   const { host, ours, address } = await linkToRoot(net, options);
@@ -112,7 +123,9 @@ export async function startGobgp(net: Network, options: RouterOptions): Promise<
     connect-retry = 1
   [neighbors.transport.config]
     passive-mode = true
-${options.gracefulRestart ? "  [neighbors.graceful-restart.config]\n    enabled = true\n    restart-time = 120\n" : ""}${(["ipv4-unicast", "ipv6-unicast"] as const)
+${options.gracefulRestart ? "  [neighbors.graceful-restart.config]\n    enabled = true\n    restart-time = 120\n" : ""}${(
+    ["ipv4-unicast", "ipv6-unicast"] as const
+  )
     .map(
       (name) => `  [[neighbors.afi-safis]]
     [neighbors.afi-safis.config]
@@ -122,13 +135,29 @@ ${options.gracefulRestart ? "    [neighbors.afi-safis.mp-graceful-restart.config
     .join("")}`;
   await writeFile(path.join(dir, "gobgpd.toml"), config);
   const log: string[] = [];
-  const child = daemon(host, "gobgpd", ["-f", path.join(dir, "gobgpd.toml"), "--api-hosts=127.0.0.1:50051", "--pprof-disable", "-p"], log);
-  const gobgp = async (...args: string[]) => JSON.parse(await host.exec("gobgp", ["-u", "127.0.0.1", "-p", "50051", "-j", ...args]));
-  await waitFor(`gobgpd in ${host.name} answers (log: ${log.join("")})`, () => gobgp("global").then(() => true), 20_000);
+  const child = daemon(
+    host,
+    "gobgpd",
+    ["-f", path.join(dir, "gobgpd.toml"), "--api-hosts=127.0.0.1:50051", "--pprof-disable", "-p"],
+    log,
+  );
+  const gobgp = async (...args: string[]) =>
+    JSON.parse(await host.exec("gobgp", ["-u", "127.0.0.1", "-p", "50051", "-j", ...args]));
+  await waitFor(
+    `gobgpd in ${host.name} answers (log: ${log.join("")})`,
+    () => gobgp("global").then(() => true),
+    20_000,
+  );
 
   interface GobgpPath {
     best?: boolean;
-    attrs: { type: number; value?: number; nexthop?: string; communities?: number[]; as_paths?: { asns: number[] }[] }[];
+    attrs: {
+      type: number;
+      value?: number;
+      nexthop?: string;
+      communities?: number[];
+      as_paths?: { asns: number[] }[];
+    }[];
   }
   const router: Router = {
     kind: "gobgp",
@@ -196,11 +225,31 @@ ${options.gracefulRestart ? " bgp graceful-restart\n bgp graceful-restart restar
   const child = daemon(
     host,
     "/usr/lib/frr/bgpd",
-    ["-Z", "-n", "-S", "-f", configFile, "-i", path.join(dir, "bgpd.pid"), "--vty_socket", dir, "-P", "0", "-l", address[4], "-l", address[6]],
+    [
+      "-Z",
+      "-n",
+      "-S",
+      "-f",
+      configFile,
+      "-i",
+      path.join(dir, "bgpd.pid"),
+      "--vty_socket",
+      dir,
+      "-P",
+      "0",
+      "-l",
+      address[4],
+      "-l",
+      address[6],
+    ],
     log,
   );
   const vtysh = async (command: string) => JSON.parse(await host.exec("vtysh", ["--vty_socket", dir, "-c", command]));
-  await waitFor(`bgpd in ${host.name} answers (log: ${log.join("")})`, () => vtysh("show bgp summary json").then(() => true), 20_000);
+  await waitFor(
+    `bgpd in ${host.name} answers (log: ${log.join("")})`,
+    () => vtysh("show bgp summary json").then(() => true),
+    20_000,
+  );
 
   interface FrrPath {
     bestpath?: { overall?: boolean };

@@ -90,7 +90,10 @@ function encodeOpenBody(open: Open): Buffer {
     parts.push(capability(CAP.fourOctetAs, value));
   }
   const capabilityBytes = Buffer.concat(parts);
-  const params = capabilityBytes.length > 0 ? Buffer.concat([Buffer.from([OPT_PARAM_CAPABILITIES, capabilityBytes.length]), capabilityBytes]) : capabilityBytes;
+  const params =
+    capabilityBytes.length > 0
+      ? Buffer.concat([Buffer.from([OPT_PARAM_CAPABILITIES, capabilityBytes.length]), capabilityBytes])
+      : capabilityBytes;
   const fixed = Buffer.alloc(10);
   fixed[0] = BGP_VERSION;
   fixed.writeUInt16BE(open.asn > 0xffff ? AS_TRANS : open.asn, 1);
@@ -125,7 +128,8 @@ function body(message: Message): Buffer {
 export function encodeMessage(message: Message): Buffer {
   const content = body(message);
   const length = HEADER_LENGTH + content.length;
-  if (length > MAX_MESSAGE_LENGTH) throw new Error(`BGP ${message.type} of ${length} bytes exceeds ${MAX_MESSAGE_LENGTH}`);
+  if (length > MAX_MESSAGE_LENGTH)
+    throw new Error(`BGP ${message.type} of ${length} bytes exceeds ${MAX_MESSAGE_LENGTH}`);
   const header = Buffer.alloc(HEADER_LENGTH, 0xff);
   header.writeUInt16BE(length, 16);
   header[18] = TYPES[message.type];
@@ -135,7 +139,13 @@ export function encodeMessage(message: Message): Buffer {
 // ---- reading ----
 
 /** The least length of each type's message, header included (RFC 4271 §4, RFC 2918 §3). */
-const MIN_LENGTH: Record<MessageType, number> = { open: 29, update: 23, notification: 21, keepalive: 19, "route-refresh": 23 };
+const MIN_LENGTH: Record<MessageType, number> = {
+  open: 29,
+  update: 23,
+  notification: 21,
+  keepalive: 19,
+  "route-refresh": 23,
+};
 
 /**
  * What the next message in a byte stream is: its length once its header can be checked (the bytes may not all be
@@ -145,13 +155,19 @@ const MIN_LENGTH: Record<MessageType, number> = { open: 29, update: 23, notifica
 export function frameLength(stream: Buffer): number | BgpError | undefined {
   if (stream.length < HEADER_LENGTH) return undefined;
   for (let i = 0; i < 16; i++)
-    if (stream[i] !== 0xff) return bgpError("message-header", "connection-not-synchronized", "the marker is not all ones");
+    if (stream[i] !== 0xff)
+      return bgpError("message-header", "connection-not-synchronized", "the marker is not all ones");
   const length = stream.readUInt16BE(16);
   const code = stream[18] ?? 0;
   const type = TYPE_NAMES[code - 1];
   const lengthData = stream.subarray(16, 18);
   if (length < HEADER_LENGTH || length > MAX_MESSAGE_LENGTH)
-    return bgpError("message-header", "bad-message-length", `length ${length} outside 19-4096`, Buffer.from(lengthData));
+    return bgpError(
+      "message-header",
+      "bad-message-length",
+      `length ${length} outside 19-4096`,
+      Buffer.from(lengthData),
+    );
   if (!type) return bgpError("message-header", "bad-message-type", `message type ${code}`, Buffer.from([code]));
   if (length < MIN_LENGTH[type] || (type === "keepalive" && length !== HEADER_LENGTH))
     return bgpError("message-header", "bad-message-length", `${type} of ${length} bytes`, Buffer.from(lengthData));
@@ -185,7 +201,8 @@ function readCapabilities(reader: Reader, caps: Capabilities, asn: { value: numb
         const families: GracefulRestart["families"] = [];
         for (let i = 2; i < value.length; i += 4) {
           const [afi, safi] = [value.readUInt16BE(i), value[i + 2]];
-          if (safi === 1 && (afi === 1 || afi === 2)) families.push({ family: afi === 1 ? 4 : 6, forwarding: ((value[i + 3] ?? 0) & 0x80) !== 0 });
+          if (safi === 1 && (afi === 1 || afi === 2))
+            families.push({ family: afi === 1 ? 4 : 6, forwarding: ((value[i + 3] ?? 0) & 0x80) !== 0 });
         }
         caps.gracefulRestart = { restarting: (flags & 0x8000) !== 0, restartTime: flags & 0xfff, families };
         break;
@@ -208,7 +225,9 @@ function readOpenBody(content: Buffer): Open {
   const asn = { value: reader.u16() };
   const holdTime = reader.u16();
   const identifierBytes = reader.take(4);
-  const params = reader.sub(reader.u8(), () => openError("unspecific", "an optional parameter runs past the parameters"));
+  const params = reader.sub(reader.u8(), () =>
+    openError("unspecific", "an optional parameter runs past the parameters"),
+  );
   if (reader.remaining !== 0) refuse(openError("unspecific", "bytes after the optional parameters"));
   if (holdTime === 1 || holdTime === 2) refuse(openError("unacceptable-hold-time", `hold time ${holdTime} s`));
   if (identifierBytes.readUInt32BE() === 0) refuse(openError("bad-bgp-identifier", "BGP identifier 0.0.0.0"));
@@ -226,10 +245,16 @@ function readOpenBody(content: Buffer): Open {
 /** Reads one whole message (as frameLength measured it): the message, or the NOTIFICATION to answer it with. */
 export function decodeMessage(bytes: Buffer): Message | BgpError {
   const length = frameLength(bytes);
-  if (length === undefined) return bgpError("message-header", "bad-message-length", `${bytes.length} bytes is no header`);
+  if (length === undefined)
+    return bgpError("message-header", "bad-message-length", `${bytes.length} bytes is no header`);
   if (typeof length !== "number") return length;
   if (length !== bytes.length)
-    return bgpError("message-header", "bad-message-length", `length field ${length}, ${bytes.length} bytes`, bytes.subarray(16, 18));
+    return bgpError(
+      "message-header",
+      "bad-message-length",
+      `length field ${length}, ${bytes.length} bytes`,
+      bytes.subarray(16, 18),
+    );
   const content = bytes.subarray(HEADER_LENGTH);
   try {
     switch (TYPE_NAMES[(bytes[18] ?? 0) - 1]) {
@@ -240,9 +265,18 @@ export function decodeMessage(bytes: Buffer): Message | BgpError {
         return "notification" in update ? update : { type: "update", update };
       }
       case "notification":
-        return { type: "notification", notification: { code: content[0] ?? 0, subcode: content[1] ?? 0, data: Buffer.from(content.subarray(2)) } };
+        return {
+          type: "notification",
+          notification: { code: content[0] ?? 0, subcode: content[1] ?? 0, data: Buffer.from(content.subarray(2)) },
+        };
       case "route-refresh":
-        if (content.length !== 4) return bgpError("route-refresh", "invalid-message-length", `ROUTE-REFRESH of ${length} bytes`, Buffer.from(bytes));
+        if (content.length !== 4)
+          return bgpError(
+            "route-refresh",
+            "invalid-message-length",
+            `ROUTE-REFRESH of ${length} bytes`,
+            Buffer.from(bytes),
+          );
         return { type: "route-refresh", routeRefresh: { afi: content.readUInt16BE(0), safi: content[3] ?? 0 } };
       default:
         return { type: "keepalive" };

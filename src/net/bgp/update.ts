@@ -126,7 +126,10 @@ export function encodeAttributes(attributes: PathAttributes): Buffer {
   if (origin !== undefined) parts.push(attribute(WELL_KNOWN, ATTR.origin, Buffer.from([ORIGINS.indexOf(origin)])));
   if (asPath !== undefined) {
     const segments = asPath.map((segment) =>
-      Buffer.concat([Buffer.from([SEGMENT_TYPES.indexOf(segment.type) + 1, segment.asns.length]), ...segment.asns.map(u32)]),
+      Buffer.concat([
+        Buffer.from([SEGMENT_TYPES.indexOf(segment.type) + 1, segment.asns.length]),
+        ...segment.asns.map(u32),
+      ]),
     );
     parts.push(attribute(WELL_KNOWN, ATTR.asPath, Buffer.concat(segments)));
   }
@@ -134,9 +137,14 @@ export function encodeAttributes(attributes: PathAttributes): Buffer {
   if (med !== undefined) parts.push(attribute(FLAG_OPTIONAL, ATTR.med, u32(med)));
   if (localPref !== undefined) parts.push(attribute(WELL_KNOWN, ATTR.localPref, u32(localPref)));
   if (communities !== undefined)
-    parts.push(attribute(OPTIONAL_TRANSITIVE, ATTR.communities, Buffer.concat(communities.map((c) => u32(communityValue(c))))));
+    parts.push(
+      attribute(OPTIONAL_TRANSITIVE, ATTR.communities, Buffer.concat(communities.map((c) => u32(communityValue(c))))),
+    );
   if (mpReach !== undefined) {
-    const nextHops = [ipToBytes(mpReach.nextHop), ...(mpReach.linkLocalNextHop ? [ipToBytes(mpReach.linkLocalNextHop)] : [])];
+    const nextHops = [
+      ipToBytes(mpReach.nextHop),
+      ...(mpReach.linkLocalNextHop ? [ipToBytes(mpReach.linkLocalNextHop)] : []),
+    ];
     const nextHopBytes = Buffer.concat(nextHops);
     const value = Buffer.concat([
       familyHeader(mpReach.family),
@@ -185,7 +193,12 @@ export function endOfRibFamily(update: Update): Family | undefined {
 
 // ---- reading ----
 
-function updateError<S extends Subcode<"update">>(subcode: S | "unspecific", reason: string, data?: Buffer, withdraw = false) {
+function updateError<S extends Subcode<"update">>(
+  subcode: S | "unspecific",
+  reason: string,
+  data?: Buffer,
+  withdraw = false,
+) {
   return bgpError("update" satisfies NotificationCode, subcode, reason, data, withdraw);
 }
 
@@ -250,7 +263,8 @@ function readMpReach(value: Buffer): MpReach | undefined {
   const malformed = () => updateError("optional-attribute-error", "MP_REACH_NLRI is malformed");
   const reader = new Reader(value, malformed);
   const family = familyOf(reader.u16(), reader.u8());
-  if (family === undefined) refuse(updateError("optional-attribute-error", "MP_REACH_NLRI for an AFI/SAFI we did not offer"));
+  if (family === undefined)
+    refuse(updateError("optional-attribute-error", "MP_REACH_NLRI for an AFI/SAFI we did not offer"));
   const nextHopLength = reader.u8();
   const size = family === 4 ? 4 : 16;
   if (nextHopLength !== size && nextHopLength !== 2 * size)
@@ -265,7 +279,8 @@ function readMpReach(value: Buffer): MpReach | undefined {
 function readMpUnreach(value: Buffer): MpUnreach {
   const reader = new Reader(value, () => updateError("optional-attribute-error", "MP_UNREACH_NLRI is malformed"));
   const family = familyOf(reader.u16(), reader.u8());
-  if (family === undefined) refuse(updateError("optional-attribute-error", "MP_UNREACH_NLRI for an AFI/SAFI we did not offer"));
+  if (family === undefined)
+    refuse(updateError("optional-attribute-error", "MP_UNREACH_NLRI for an AFI/SAFI we did not offer"));
   return { family, withdrawn: readPrefixes(reader, family, "MP_UNREACH_NLRI") };
 }
 
@@ -302,9 +317,17 @@ function invalidIpv4NextHop(bytes: Buffer): boolean {
 export function readUpdateBody(body: Buffer): Update | BgpError {
   const list = (why: string) => () => updateError("malformed-attribute-list", why);
   const reader = new Reader(body, list("UPDATE ends inside its length fields"));
-  const withdrawnReader = reader.sub(reader.u16(), list("withdrawn routes"), list("withdrawn routes length runs past the message"));
+  const withdrawnReader = reader.sub(
+    reader.u16(),
+    list("withdrawn routes"),
+    list("withdrawn routes length runs past the message"),
+  );
   const withdrawn = readPrefixes(withdrawnReader, 4, "withdrawn routes");
-  const attributesReader = reader.sub(reader.u16(), list("an attribute runs past the path attributes"), list("path attribute length runs past the message"));
+  const attributesReader = reader.sub(
+    reader.u16(),
+    list("an attribute runs past the path attributes"),
+    list("path attribute length runs past the message"),
+  );
   const headers = readAttributeHeaders(attributesReader);
   const nlri = readPrefixes(reader, 4, "NLRI");
 
@@ -355,7 +378,8 @@ export function readUpdateBody(body: Buffer): Update | BgpError {
       }
       case ATTR.nextHop:
         if (length !== 4) treat("attribute-length-error", `NEXT_HOP length ${length}`, attr);
-        else if (invalidIpv4NextHop(attr.value)) treat("invalid-next-hop-attribute", `NEXT_HOP ${ipFromBytes(attr.value)}`, attr);
+        else if (invalidIpv4NextHop(attr.value))
+          treat("invalid-next-hop-attribute", `NEXT_HOP ${ipFromBytes(attr.value)}`, attr);
         else attributes.nextHop = ipFromBytes(attr.value);
         break;
       case ATTR.med:
@@ -368,7 +392,8 @@ export function readUpdateBody(body: Buffer): Update | BgpError {
         if (length === 0 || length % 4 !== 0) treat("optional-attribute-error", `COMMUNITIES length ${length}`, attr);
         else {
           const communities: string[] = [];
-          for (let i = 0; i < length; i += 4) communities.push(`${attr.value.readUInt16BE(i)}:${attr.value.readUInt16BE(i + 2)}`);
+          for (let i = 0; i < length; i += 4)
+            communities.push(`${attr.value.readUInt16BE(i)}:${attr.value.readUInt16BE(i + 2)}`);
           attributes.communities = communities;
         }
         break;
@@ -383,7 +408,13 @@ export function readUpdateBody(body: Buffer): Update | BgpError {
       ...(nlri.length > 0 ? [["nextHop", "NEXT_HOP", ATTR.nextHop] as [keyof PathAttributes, string, number]] : []),
     ];
     const missing = required.find(([key]) => attributes[key] === undefined);
-    if (missing) withdraw = updateError("missing-well-known-attribute", `${missing[1]} is missing`, Buffer.from([missing[2]]), true);
+    if (missing)
+      withdraw = updateError(
+        "missing-well-known-attribute",
+        `${missing[1]} is missing`,
+        Buffer.from([missing[2]]),
+        true,
+      );
   }
   return withdraw ?? { withdrawn, attributes, nlri };
 }

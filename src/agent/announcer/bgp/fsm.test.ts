@@ -4,11 +4,31 @@ import fc from "fast-check";
 import { notificationName } from "../../../net/bgp/errors.ts";
 import { decodeMessage, encodeMessage, type Message, type Open } from "../../../net/bgp/message.ts";
 import { endOfRibFamily } from "../../../net/bgp/update.ts";
-import { backoffSeconds, BACKOFF_MAX, decide, initialState, type SessionAction, type SessionConfig, type SessionEvent, type SessionState } from "./fsm.ts";
+import {
+  backoffSeconds,
+  BACKOFF_MAX,
+  decide,
+  initialState,
+  type SessionAction,
+  type SessionConfig,
+  type SessionEvent,
+  type SessionState,
+} from "./fsm.ts";
 import { planUpdates, type Route } from "./ribout.ts";
 
-const CONFIG: SessionConfig = { myAsn: 4200000001, peerAsn: 65010, routerId: "198.18.0.1", holdTime: 90, families: [4, 6] };
-const PEER_OPEN: Open = { asn: 65010, holdTime: 30, identifier: "198.18.0.2", capabilities: { fourOctetAs: true, families: [4, 6], routeRefresh: true } };
+const CONFIG: SessionConfig = {
+  myAsn: 4200000001,
+  peerAsn: 65010,
+  routerId: "198.18.0.1",
+  holdTime: 90,
+  families: [4, 6],
+};
+const PEER_OPEN: Open = {
+  asn: 65010,
+  holdTime: 30,
+  identifier: "198.18.0.2",
+  capabilities: { fourOctetAs: true, families: [4, 6], routeRefresh: true },
+};
 const ROUTES: Route[] = [
   { prefix: "198.51.100.7/32", nextHop: "198.18.0.1", communities: ["65001:2", "65001:1"] },
   { prefix: "2001:db8::7/128", nextHop: "fd00::1", localPref: 200 },
@@ -28,7 +48,12 @@ function run(events: SessionEvent[], config = CONFIG, from: SessionState = initi
   return last;
 }
 
-const UP: SessionEvent[] = [{ type: "start" }, { type: "connected" }, received({ type: "open", open: PEER_OPEN }), received({ type: "keepalive" })];
+const UP: SessionEvent[] = [
+  { type: "start" },
+  { type: "connected" },
+  received({ type: "open", open: PEER_OPEN }),
+  received({ type: "keepalive" }),
+];
 
 test("the handshake: connect, OPEN, KEEPALIVE, then the table and End-of-RIB for each family", () => {
   const steps: [SessionEvent, string, string][] = [
@@ -61,46 +86,85 @@ test("OPEN refusals name their NOTIFICATION, close, and back off", () => {
   const cases: [string, Partial<Open>, string][] = [
     ["another ASN", { asn: 65011 }, "open/bad-peer-as"],
     ["our identifier", { identifier: "198.18.0.1" }, "open/bad-bgp-identifier"],
-    ["no 4-octet ASNs", { capabilities: { ...PEER_OPEN.capabilities, fourOctetAs: false } }, "open/unsupported-capability"],
+    [
+      "no 4-octet ASNs",
+      { capabilities: { ...PEER_OPEN.capabilities, fourOctetAs: false } },
+      "open/unsupported-capability",
+    ],
   ];
   for (const [name, change, expected] of cases) {
     const decision = run([UP[0]!, UP[1]!, received({ type: "open", open: { ...PEER_OPEN, ...change } })]);
     const notification = sent(decision.actions).find((m) => m.type === "notification");
     assert.equal(notification?.type === "notification" && notificationName(notification.notification), expected, name);
     assert.equal(decision.state.phase, "idle", name);
-    assert.ok(decision.actions.some((a) => a.type === "close") && decision.actions.some((a) => a.type === "arm" && a.timer === "retry"), name);
+    assert.ok(
+      decision.actions.some((a) => a.type === "close") &&
+        decision.actions.some((a) => a.type === "arm" && a.timer === "retry"),
+      name,
+    );
   }
   // no family in common: ours IPv6 only, the peer's IPv4 only
-  const v6 = run([UP[0]!, UP[1]!, received({ type: "open", open: { ...PEER_OPEN, capabilities: { ...PEER_OPEN.capabilities, families: [4] } } })], { ...CONFIG, families: [6] });
+  const v6 = run(
+    [
+      UP[0]!,
+      UP[1]!,
+      received({ type: "open", open: { ...PEER_OPEN, capabilities: { ...PEER_OPEN.capabilities, families: [4] } } }),
+    ],
+    { ...CONFIG, families: [6] },
+  );
   assert.equal(v6.rule, "open-refused");
 });
 
 test("in established: routes go out as differences; a refresh resends; a bad UPDATE resets or is ignored per RFC 7606", () => {
   const up = run([{ type: "routes", routes: ROUTES }, ...UP]);
-  const change = decide(CONFIG, up.state, { type: "routes", routes: [ROUTES[0]!, { ...ROUTES[1]!, localPref: 300 }] }, 0.5);
+  const change = decide(
+    CONFIG,
+    up.state,
+    { type: "routes", routes: [ROUTES[0]!, { ...ROUTES[1]!, localPref: 300 }] },
+    0.5,
+  );
   // eBGP: local-pref is not sent, so a change of it alone sends nothing
   assert.equal(sent(change.actions).length, 0);
   const withdraw = decide(CONFIG, change.state, { type: "routes", routes: [ROUTES[1]!] }, 0.5);
-  assert.deepEqual(sent(withdraw.actions), [{ type: "update", update: { withdrawn: ["198.51.100.7/32"], attributes: {}, nlri: [] } }]);
-  const refresh = decide(CONFIG, withdraw.state, received({ type: "route-refresh", routeRefresh: { afi: 2, safi: 1 } }), 0.5);
+  assert.deepEqual(sent(withdraw.actions), [
+    { type: "update", update: { withdrawn: ["198.51.100.7/32"], attributes: {}, nlri: [] } },
+  ]);
+  const refresh = decide(
+    CONFIG,
+    withdraw.state,
+    received({ type: "route-refresh", routeRefresh: { afi: 2, safi: 1 } }),
+    0.5,
+  );
   assert.equal(sent(refresh.actions).length, 1);
-  assert.equal(decide(CONFIG, withdraw.state, received({ type: "route-refresh", routeRefresh: { afi: 25, safi: 70 } }), 0.5).rule, "refresh-ignored");
+  assert.equal(
+    decide(CONFIG, withdraw.state, received({ type: "route-refresh", routeRefresh: { afi: 25, safi: 70 } }), 0.5).rule,
+    "refresh-ignored",
+  );
 
-  const badOrigin = Buffer.from("ffffffffffffffffffffffffffffffff0029020000000e40010103400200400304c612000118c61200", "hex");
+  const badOrigin = Buffer.from(
+    "ffffffffffffffffffffffffffffffff0029020000000e40010103400200400304c612000118c61200",
+    "hex",
+  );
   const ignored = decide(CONFIG, withdraw.state, received(decodeMessage(badOrigin) as Message), 0.5);
   assert.deepEqual([ignored.rule, ignored.state.phase], ["update-treat-as-withdraw", "established"]);
   const badLength = Buffer.from(encodeMessage({ type: "keepalive" }));
   badLength.writeUInt16BE(18, 16);
   const reset = decide(CONFIG, withdraw.state, received(decodeMessage(badLength) as Message), 0.5);
   assert.deepEqual([reset.rule, reset.state.phase], ["message-refused", "idle"]);
-  assert.equal(notificationName((sent(reset.actions)[0] as { notification: { code: number; subcode: number } }).notification), "message-header/bad-message-length");
+  assert.equal(
+    notificationName((sent(reset.actions)[0] as { notification: { code: number; subcode: number } }).notification),
+    "message-header/bad-message-length",
+  );
 });
 
 test("timers: the hold timer's expiry sends its NOTIFICATION; hold time 0 arms neither timer; a connect timeout backs off", () => {
   const up = run(UP);
   const expired = decide(CONFIG, up.state, { type: "timer", timer: "hold" }, 0.5);
   assert.equal(expired.rule, "hold-timer-expired");
-  assert.equal(notificationName((sent(expired.actions)[0] as { notification: { code: number; subcode: number } }).notification), "hold-timer-expired/unspecific");
+  assert.equal(
+    notificationName((sent(expired.actions)[0] as { notification: { code: number; subcode: number } }).notification),
+    "hold-timer-expired/unspecific",
+  );
   const zero = run(UP.slice(0, 3), { ...CONFIG, holdTime: 0 });
   assert.ok(!zero.actions.some((a) => a.type === "arm"), "no timer with hold time 0");
   assert.equal(run([UP[0]!, { type: "timer", timer: "hold" }]).rule, "connect-timeout");
@@ -111,26 +175,56 @@ test("graceful restart: the R bit only before the first session, forwarding kept
   const config = { ...CONFIG, gracefulRestart: { restartTime: 120, restarting: true } };
   const first = sent(run(UP.slice(0, 2), config).actions)[0];
   assert.ok(first?.type === "open");
-  assert.deepEqual(first.open.capabilities.gracefulRestart, { restarting: true, restartTime: 120, families: [{ family: 4, forwarding: true }, { family: 6, forwarding: true }] });
-  const dropped = run([...UP, { type: "closed", reason: "test" }, { type: "timer", timer: "retry" }, { type: "connected" }], config);
+  assert.deepEqual(first.open.capabilities.gracefulRestart, {
+    restarting: true,
+    restartTime: 120,
+    families: [
+      { family: 4, forwarding: true },
+      { family: 6, forwarding: true },
+    ],
+  });
+  const dropped = run(
+    [...UP, { type: "closed", reason: "test" }, { type: "timer", timer: "retry" }, { type: "connected" }],
+    config,
+  );
   const second = sent(dropped.actions)[0];
   assert.ok(second?.type === "open" && second.open.capabilities.gracefulRestart?.restarting === false);
 });
 
 test("backoff doubles from 1 s to 60 s with ±25 % jitter (at most 75 s)", () => {
   fc.assert(
-    fc.property(fc.integer({ min: 1, max: 40 }), fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }), (failures, jitter) => {
-      const base = Math.min(BACKOFF_MAX, 2 ** (failures - 1));
-      const seconds = backoffSeconds(failures, jitter);
-      assert.ok(seconds >= base * 0.75 && seconds <= base * 1.25);
-    }),
+    fc.property(
+      fc.integer({ min: 1, max: 40 }),
+      fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
+      (failures, jitter) => {
+        const base = Math.min(BACKOFF_MAX, 2 ** (failures - 1));
+        const seconds = backoffSeconds(failures, jitter);
+        assert.ok(seconds >= base * 0.75 && seconds <= base * 1.25);
+      },
+    ),
   );
 });
 
 test("any event sequence: no throw, every failure closes and arms the retry, established only after the handshake", () => {
   const event = fc.oneof(
-    fc.constantFrom<SessionEvent>({ type: "start" }, { type: "stop" }, { type: "connected" }, { type: "incoming" }, { type: "closed", reason: "x" }, { type: "timer", timer: "retry" }, { type: "timer", timer: "hold" }, { type: "timer", timer: "keepalive" }),
-    fc.constantFrom<Message>({ type: "open", open: PEER_OPEN }, { type: "keepalive" }, { type: "notification", notification: { code: 6, subcode: 2, data: Buffer.alloc(0) } }, { type: "route-refresh", routeRefresh: { afi: 1, safi: 1 } }).map(received),
+    fc.constantFrom<SessionEvent>(
+      { type: "start" },
+      { type: "stop" },
+      { type: "connected" },
+      { type: "incoming" },
+      { type: "closed", reason: "x" },
+      { type: "timer", timer: "retry" },
+      { type: "timer", timer: "hold" },
+      { type: "timer", timer: "keepalive" },
+    ),
+    fc
+      .constantFrom<Message>(
+        { type: "open", open: PEER_OPEN },
+        { type: "keepalive" },
+        { type: "notification", notification: { code: 6, subcode: 2, data: Buffer.alloc(0) } },
+        { type: "route-refresh", routeRefresh: { afi: 1, safi: 1 } },
+      )
+      .map(received),
     fc.subarray(ROUTES).map((routes): SessionEvent => ({ type: "routes", routes })),
   );
   fc.assert(
@@ -141,7 +235,10 @@ test("any event sequence: no throw, every failure closes and arms the retry, est
         const decision = decide(CONFIG, state, e, 0.3);
         if (decision.state.phase === "established" && before !== "established") assert.equal(before, "open-confirm");
         if (decision.state.phase === "idle" && before !== "idle")
-          assert.ok(decision.actions.some((a) => a.type === "close") && decision.actions.some((a) => a.type === "arm" && a.timer === "retry"));
+          assert.ok(
+            decision.actions.some((a) => a.type === "close") &&
+              decision.actions.some((a) => a.type === "arm" && a.timer === "retry"),
+          );
         for (const message of sent(decision.actions)) assert.ok(encodeMessage(message).length <= 4096);
         state = decision.state;
       }
@@ -151,11 +248,13 @@ test("any event sequence: no throw, every failure closes and arms the retry, est
 });
 
 test("the RIB-out: the differences only, packed into UPDATEs of at most 4096 bytes, and applying them gives the desired set", () => {
-  const route = fc.tuple(fc.nat(4095), fc.boolean(), fc.nat(3)).map(([n, v6, attrs]): Route =>
-    v6
-      ? { prefix: `2001:db8::${n.toString(16)}/128`, nextHop: "fd00::1", communities: [`65001:${attrs}`] }
-      : { prefix: `198.51.${n >> 8}.${n & 255}/32`, nextHop: "198.18.0.1", localPref: 100 + attrs },
-  );
+  const route = fc
+    .tuple(fc.nat(4095), fc.boolean(), fc.nat(3))
+    .map(([n, v6, attrs]): Route =>
+      v6
+        ? { prefix: `2001:db8::${n.toString(16)}/128`, nextHop: "fd00::1", communities: [`65001:${attrs}`] }
+        : { prefix: `198.51.${n >> 8}.${n & 255}/32`, nextHop: "198.18.0.1", localPref: 100 + attrs },
+    );
   const routes = fc.uniqueArray(route, { maxLength: 1500, selector: (r) => r.prefix });
   fc.assert(
     fc.property(routes, routes, fc.boolean(), (before, after, ibgp) => {
@@ -165,11 +264,16 @@ test("the RIB-out: the differences only, packed into UPDATEs of at most 4096 byt
       const known = new Map(first.advertised);
       for (const update of second.updates) {
         assert.ok(encodeMessage({ type: "update", update }).length <= 4096);
-        for (const prefix of [...update.withdrawn, ...(update.attributes.mpUnreach?.withdrawn ?? [])]) known.delete(prefix);
+        for (const prefix of [...update.withdrawn, ...(update.attributes.mpUnreach?.withdrawn ?? [])])
+          known.delete(prefix);
         for (const prefix of [...update.nlri, ...(update.attributes.mpReach?.nlri ?? [])]) known.set(prefix, "sent");
       }
       assert.deepEqual([...known.keys()].sort(), after.map((r) => r.prefix).sort());
-      assert.equal(planUpdates(second.advertised, after, peer).updates.length, 0, "nothing to send when nothing changed");
+      assert.equal(
+        planUpdates(second.advertised, after, peer).updates.length,
+        0,
+        "nothing to send when nothing changed",
+      );
     }),
     { numRuns: 30 },
   );

@@ -125,9 +125,14 @@ export function checkOpen(config: SessionConfig, open: Open): Negotiated | BgpEr
     treatAsWithdraw: false,
   });
   if (!open.capabilities.fourOctetAs)
-    return refuse("unsupported-capability", "the peer does not offer 4-octet ASNs (RFC 6793)", Buffer.from([65, 4, 0, 0, 0, 0]));
+    return refuse(
+      "unsupported-capability",
+      "the peer does not offer 4-octet ASNs (RFC 6793)",
+      Buffer.from([65, 4, 0, 0, 0, 0]),
+    );
   if (open.asn !== config.peerAsn) return refuse("bad-peer-as", `peer ASN ${open.asn}, expected ${config.peerAsn}`);
-  if (open.identifier === config.routerId) return refuse("bad-bgp-identifier", `peer BGP identifier ${open.identifier} is ours`);
+  if (open.identifier === config.routerId)
+    return refuse("bad-bgp-identifier", `peer BGP identifier ${open.identifier} is ours`);
   // a peer without multiprotocol capabilities speaks IPv4 unicast only (RFC 4760 §8)
   const offered = open.capabilities.families.length > 0 ? open.capabilities.families : [4];
   const families = config.families.filter((family) => offered.includes(family));
@@ -145,7 +150,13 @@ const disarmAll: SessionAction[] = [
 ];
 
 /** Close and try again later: every failure path ends here. */
-function fail(state: SessionState, jitter: number, rule: string, reason: string, send?: BgpError["notification"]): Decision {
+function fail(
+  state: SessionState,
+  jitter: number,
+  rule: string,
+  reason: string,
+  send?: BgpError["notification"],
+): Decision {
   const failures = state.failures + 1;
   const seconds = backoffSeconds(failures, jitter);
   return {
@@ -171,7 +182,13 @@ const armHold = (negotiated: Negotiated): SessionAction[] =>
 const sendUpdates = (plan: { updates: Update[] }): SessionAction[] =>
   plan.updates.map((update) => ({ type: "send", message: { type: "update", update } }));
 
-function opening(config: SessionConfig, state: SessionState, rule: string, reason: string, first: SessionAction[]): Decision {
+function opening(
+  config: SessionConfig,
+  state: SessionState,
+  rule: string,
+  reason: string,
+  first: SessionAction[],
+): Decision {
   return {
     state: { ...state, phase: "open-sent" },
     actions: [
@@ -188,18 +205,37 @@ function opening(config: SessionConfig, state: SessionState, rule: string, reaso
 function received(config: SessionConfig, state: SessionState, message: Message | BgpError, jitter: number): Decision {
   if ("reason" in message) {
     if (message.treatAsWithdraw && state.phase === "established")
-      return keep(state, "update-treat-as-withdraw", `ignored an UPDATE (${notificationName(message.notification)}): ${message.reason}`, armHold(state.negotiated!));
-    return fail(state, jitter, "message-refused", `${notificationName(message.notification)}: ${message.reason}`, message.notification);
+      return keep(
+        state,
+        "update-treat-as-withdraw",
+        `ignored an UPDATE (${notificationName(message.notification)}): ${message.reason}`,
+        armHold(state.negotiated!),
+      );
+    return fail(
+      state,
+      jitter,
+      "message-refused",
+      `${notificationName(message.notification)}: ${message.reason}`,
+      message.notification,
+    );
   }
   if (message.type === "notification")
-    return fail(state, jitter, "peer-notification", `the peer sent NOTIFICATION ${notificationName(message.notification)}`);
-  const unexpected = (subcode: "unexpected-message-in-open-sent" | "unexpected-message-in-open-confirm" | "unexpected-message-in-established") =>
-    fail(state, jitter, "unexpected-message", `${message.type} in ${state.phase}`, notification("fsm", subcode));
+    return fail(
+      state,
+      jitter,
+      "peer-notification",
+      `the peer sent NOTIFICATION ${notificationName(message.notification)}`,
+    );
+  const unexpected = (
+    subcode:
+      "unexpected-message-in-open-sent" | "unexpected-message-in-open-confirm" | "unexpected-message-in-established",
+  ) => fail(state, jitter, "unexpected-message", `${message.type} in ${state.phase}`, notification("fsm", subcode));
   switch (state.phase) {
     case "open-sent": {
       if (message.type !== "open") return unexpected("unexpected-message-in-open-sent");
       const negotiated = checkOpen(config, message.open);
-      if ("reason" in negotiated) return fail(state, jitter, "open-refused", negotiated.reason, negotiated.notification);
+      if ("reason" in negotiated)
+        return fail(state, jitter, "open-refused", negotiated.reason, negotiated.notification);
       return {
         state: { ...state, phase: "open-confirm", negotiated },
         actions: [
@@ -223,7 +259,9 @@ function received(config: SessionConfig, state: SessionState, message: Message |
           ...armHold(negotiated),
           ...sendUpdates(plan),
           // End-of-RIB after the initial table (RFC 4724 §2): a helper then drops what we no longer announce
-          ...negotiated.families.map((family) => ({ type: "send", message: { type: "update", update: endOfRib(family) } }) as const),
+          ...negotiated.families.map(
+            (family) => ({ type: "send", message: { type: "update", update: endOfRib(family) } }) as const,
+          ),
         ],
         rule: "established",
         reason: `sent ${plan.advertised.size} routes in ${plan.updates.length} UPDATEs and End-of-RIB`,
@@ -236,7 +274,8 @@ function received(config: SessionConfig, state: SessionState, message: Message |
         const { afi, safi } = message.routeRefresh;
         const family = safi === 1 ? ({ 1: 4, 2: 6 } as const)[afi as 1 | 2] : undefined;
         // RFC 2918 §4: a refresh for a family not negotiated is ignored
-        if (!family || !negotiated.families.includes(family)) return keep(state, "refresh-ignored", `ROUTE-REFRESH for AFI ${afi} SAFI ${safi}`);
+        if (!family || !negotiated.families.includes(family))
+          return keep(state, "refresh-ignored", `ROUTE-REFRESH for AFI ${afi} SAFI ${safi}`);
         const peer = { myAsn: config.myAsn, ibgp: config.myAsn === config.peerAsn, families: [family] };
         const plan = planUpdates(new Map(), state.desired, peer);
         return keep(state, "refresh", `resent ${plan.advertised.size} IPv${family} routes`, sendUpdates(plan));
@@ -254,24 +293,38 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
   switch (event.type) {
     case "start":
       if (state.phase !== "idle" && state.phase !== "stopped") return keep(state, "already-started", "");
-      return { state: { ...state, phase: "connecting" }, actions: [{ type: "connect" }, { type: "arm", timer: "hold", seconds: CONNECT_TIMEOUT }], rule: "connect", reason: "" };
+      return {
+        state: { ...state, phase: "connecting" },
+        actions: [{ type: "connect" }, { type: "arm", timer: "hold", seconds: CONNECT_TIMEOUT }],
+        rule: "connect",
+        reason: "",
+      };
     case "stop": {
       const up = state.phase === "open-sent" || state.phase === "open-confirm" || state.phase === "established";
       const cease = notification("cease", "administrative-shutdown");
       return {
         state: { ...state, phase: "stopped", negotiated: undefined, advertised: new Map() },
-        actions: [...(up ? [{ type: "send", message: { type: "notification", notification: cease } } as const] : []), { type: "close" }, ...disarmAll, { type: "disarm", timer: "retry" }],
+        actions: [
+          ...(up ? [{ type: "send", message: { type: "notification", notification: cease } } as const] : []),
+          { type: "close" },
+          ...disarmAll,
+          { type: "disarm", timer: "retry" },
+        ],
         rule: "stopped",
         reason: up ? "sent Cease (administrative shutdown)" : "",
       };
     }
     case "connected":
-      if (state.phase !== "connecting") return keep(state, "stale-connection", `connected while ${state.phase}`, [{ type: "close" }]);
+      if (state.phase !== "connecting")
+        return keep(state, "stale-connection", `connected while ${state.phase}`, [{ type: "close" }]);
       return opening(config, state, "open-sent", "connected; sent OPEN", []);
     case "incoming":
       // Without a connection of our own we take the peer's; with one past connecting we keep ours (the peer's side
       // of the collision then fails and it backs off: RFC 4271 §6.8's identifier comparison needs its OPEN first).
-      if (state.phase !== "idle" && state.phase !== "connecting") return keep(state, "incoming-refused", `a connection from the peer while ${state.phase}`, [{ type: "refuse-incoming" }]);
+      if (state.phase !== "idle" && state.phase !== "connecting")
+        return keep(state, "incoming-refused", `a connection from the peer while ${state.phase}`, [
+          { type: "refuse-incoming" },
+        ]);
       return opening(config, state, "accepted", "the peer connected; sent OPEN", [{ type: "accept" }]);
     case "closed":
       if (state.phase === "idle" || state.phase === "stopped") return keep(state, "closed", event.reason);
@@ -279,23 +332,42 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
     case "timer":
       switch (event.timer) {
         case "retry":
-          return state.phase === "idle" ? decide(config, state, { type: "start" }, jitter) : keep(state, "stale-timer", "retry");
+          return state.phase === "idle"
+            ? decide(config, state, { type: "start" }, jitter)
+            : keep(state, "stale-timer", "retry");
         case "keepalive":
-          if (state.phase !== "open-confirm" && state.phase !== "established") return keep(state, "stale-timer", "keepalive");
-          return keep(state, "keepalive-sent", "", [{ type: "send", message: { type: "keepalive" } }, { type: "arm", timer: "keepalive", seconds: state.negotiated!.keepaliveTime }]);
+          if (state.phase !== "open-confirm" && state.phase !== "established")
+            return keep(state, "stale-timer", "keepalive");
+          return keep(state, "keepalive-sent", "", [
+            { type: "send", message: { type: "keepalive" } },
+            { type: "arm", timer: "keepalive", seconds: state.negotiated!.keepaliveTime },
+          ]);
         case "hold":
-          if (state.phase === "connecting") return fail(state, jitter, "connect-timeout", `no connection within ${CONNECT_TIMEOUT} s`);
+          if (state.phase === "connecting")
+            return fail(state, jitter, "connect-timeout", `no connection within ${CONNECT_TIMEOUT} s`);
           if (state.phase === "idle" || state.phase === "stopped") return keep(state, "stale-timer", "hold");
-          return fail(state, jitter, "hold-timer-expired", `nothing from the peer within the hold time`, notification("hold-timer-expired", "unspecific"));
+          return fail(
+            state,
+            jitter,
+            "hold-timer-expired",
+            `nothing from the peer within the hold time`,
+            notification("hold-timer-expired", "unspecific"),
+          );
       }
       break;
     case "routes": {
       const desired = event.routes;
-      if (state.phase !== "established") return keep({ ...state, desired }, "routes-kept", `${desired.length} routes for when the session is up`);
+      if (state.phase !== "established")
+        return keep({ ...state, desired }, "routes-kept", `${desired.length} routes for when the session is up`);
       const negotiated = state.negotiated!;
       const peer = { myAsn: config.myAsn, ibgp: config.myAsn === config.peerAsn, families: negotiated.families };
       const plan = planUpdates(state.advertised, desired, peer);
-      return keep({ ...state, desired, advertised: plan.advertised }, "routes-sent", `${plan.updates.length} UPDATEs`, sendUpdates(plan));
+      return keep(
+        { ...state, desired, advertised: plan.advertised },
+        "routes-sent",
+        `${plan.updates.length} UPDATEs`,
+        sendUpdates(plan),
+      );
     }
     case "received":
       return received(config, state, event.message, jitter);

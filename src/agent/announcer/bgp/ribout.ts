@@ -40,7 +40,8 @@ export function routeAttributes(route: Route, peer: Peer): PathAttributes {
   if (family === 4) attributes.nextHop = route.nextHop;
   if (route.med !== undefined) attributes.med = route.med;
   if (peer.ibgp) attributes.localPref = route.localPref ?? DEFAULT_LOCAL_PREF;
-  if (route.communities && route.communities.length > 0) attributes.communities = canonicalCommunities(route.communities);
+  if (route.communities && route.communities.length > 0)
+    attributes.communities = canonicalCommunities(route.communities);
   if (family === 6) {
     const { nextHop, linkLocalNextHop } = route;
     attributes.mpReach = { family, nextHop, ...(linkLocalNextHop ? { linkLocalNextHop } : {}), nlri: [] };
@@ -94,7 +95,11 @@ function withdrawals(prefixes: string[], family: Family): Update[] {
     return pack(prefixes, room(Buffer.alloc(0))).map((withdrawn) => ({ withdrawn, attributes: {}, nlri: [] }));
   }
   const empty = encodeAttributes({ mpUnreach: { family, withdrawn: [] } });
-  return pack(prefixes, room(empty)).map((withdrawn) => ({ withdrawn: [], attributes: { mpUnreach: { family, withdrawn } }, nlri: [] }));
+  return pack(prefixes, room(empty)).map((withdrawn) => ({
+    withdrawn: [],
+    attributes: { mpUnreach: { family, withdrawn } },
+    nlri: [],
+  }));
 }
 
 function announcements(attributes: PathAttributes, prefixes: string[]): Update[] {
@@ -130,8 +135,14 @@ export function planUpdates(
   }
   const gone = [...advertised.keys()].filter((prefix) => !next.has(prefix));
   const updates = [
-    ...withdrawals(gone.filter((prefix) => prefixFamily(prefix) === 4), 4),
-    ...withdrawals(gone.filter((prefix) => prefixFamily(prefix) === 6), 6),
+    ...withdrawals(
+      gone.filter((prefix) => prefixFamily(prefix) === 4),
+      4,
+    ),
+    ...withdrawals(
+      gone.filter((prefix) => prefixFamily(prefix) === 6),
+      6,
+    ),
     ...[...byAttributes.values()].flatMap(({ attributes, prefixes }) => announcements(attributes, prefixes)),
   ];
   return { updates, advertised: next };

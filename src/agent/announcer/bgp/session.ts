@@ -3,7 +3,15 @@
 // bounded work per chunk read: a bad header is refused before its body is awaited.
 import net from "node:net";
 import { decodeMessage, encodeMessage, splitMessages } from "../../../net/bgp/message.ts";
-import { type Decision, decide, initialState, type SessionConfig, type SessionEvent, type SessionState, type Timer } from "./fsm.ts";
+import {
+  type Decision,
+  decide,
+  initialState,
+  type SessionConfig,
+  type SessionEvent,
+  type SessionState,
+  type Timer,
+} from "./fsm.ts";
 import { type Route } from "./ribout.ts";
 
 export const BGP_PORT = 179;
