@@ -32,6 +32,9 @@ const PACKAGES: RuntimePackage[] = [
   { name: "netcat-openbsd", files: ["/bin/nc.openbsd"] },
   { name: "curl", files: ["/usr/bin/curl"] },
   { name: "wget", files: ["/usr/bin/wget"] },
+  // Not the cluster's: the real BGP routers test/bgp/ peers our speaker with, in network namespaces.
+  { name: "gobgpd", files: ["/usr/bin/gobgpd", "/usr/bin/gobgp"] },
+  { name: "frr", files: ["/usr/lib/frr/bgpd", "/usr/bin/vtysh"] },
   // Not the cluster's: test/ci/workflows.test.ts has actionlint check the workflows' run: scripts with it, and
   // npm test must work on a fresh machine.
   { name: "shellcheck", files: ["/usr/bin/shellcheck"] },

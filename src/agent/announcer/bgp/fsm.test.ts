@@ -1,0 +1,280 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import fc from "fast-check";
+import { notificationName } from "../../../net/bgp/errors.ts";
+import { decodeMessage, encodeMessage, type Message, type Open } from "../../../net/bgp/message.ts";
+import { endOfRibFamily } from "../../../net/bgp/update.ts";
+import {
+  backoffSeconds,
+  BACKOFF_MAX,
+  decide,
+  initialState,
+  type SessionAction,
+  type SessionConfig,
+  type SessionEvent,
+  type SessionState,
+} from "./fsm.ts";
+import { planUpdates, type Route } from "./ribout.ts";
+
+const CONFIG: SessionConfig = {
+  myAsn: 4200000001,
+  peerAsn: 65010,
+  routerId: "198.18.0.1",
+  holdTime: 90,
+  families: [4, 6],
+};
+const PEER_OPEN: Open = {
+  asn: 65010,
+  holdTime: 30,
+  identifier: "198.18.0.2",
+  capabilities: { fourOctetAs: true, families: [4, 6], routeRefresh: true },
+};
+const ROUTES: Route[] = [
+  { prefix: "198.51.100.7/32", nextHop: "198.18.0.1", communities: ["65001:2", "65001:1"] },
+  { prefix: "2001:db8::7/128", nextHop: "fd00::1", localPref: 200 },
+];
+
+const received = (message: Message): SessionEvent => ({ type: "received", message });
+const sent = (actions: SessionAction[]) => actions.flatMap((a) => (a.type === "send" ? [a.message] : []));
+
+/** Runs events from the initial state; returns the last decision and every state on the way. */
+function run(events: SessionEvent[], config = CONFIG, from: SessionState = initialState()) {
+  let state = from;
+  let last = { state, actions: [] as SessionAction[], rule: "", reason: "" };
+  for (const event of events) {
+    last = decide(config, state, event, 0.5);
+    state = last.state;
+  }
+  return last;
+}
+
+const UP: SessionEvent[] = [
+  { type: "start" },
+  { type: "connected" },
+  received({ type: "open", open: PEER_OPEN }),
+  received({ type: "keepalive" }),
+];
+
+test("the handshake: connect, OPEN, KEEPALIVE, then the table and End-of-RIB for each family", () => {
+  const steps: [SessionEvent, string, string][] = [
+    [UP[0]!, "connecting", "connect"],
+    [UP[1]!, "open-sent", "open-sent"],
+    [UP[2]!, "open-confirm", "open-accepted"],
+    [UP[3]!, "established", "established"],
+  ];
+  let state = initialState();
+  for (const [event, phase, rule] of steps) {
+    const decision = decide(CONFIG, state, event, 0.5);
+    assert.deepEqual([decision.state.phase, decision.rule], [phase, rule]);
+    state = decision.state;
+    if (rule === "open-sent") {
+      const open = sent(decision.actions)[0];
+      assert.ok(open?.type === "open" && open.open.capabilities.fourOctetAs && open.open.holdTime === 90);
+    }
+    if (rule === "open-accepted") {
+      assert.deepEqual(decision.state.negotiated?.holdTime, 30, "the lesser hold time");
+      assert.ok(decision.actions.some((a) => a.type === "arm" && a.timer === "keepalive" && a.seconds === 10));
+    }
+  }
+  const withRoutes = run([{ type: "routes", routes: ROUTES }, ...UP]);
+  const updates = sent(withRoutes.actions).flatMap((m) => (m.type === "update" ? [m.update] : []));
+  assert.deepEqual(updates.slice(-2).map(endOfRibFamily), [4, 6], "End-of-RIB for IPv4 and IPv6 last");
+  assert.equal(withRoutes.state.advertised.size, 2);
+});
+
+test("OPEN refusals name their NOTIFICATION, close, and back off", () => {
+  const cases: [string, Partial<Open>, string][] = [
+    ["another ASN", { asn: 65011 }, "open/bad-peer-as"],
+    ["our identifier", { identifier: "198.18.0.1" }, "open/bad-bgp-identifier"],
+    [
+      "no 4-octet ASNs",
+      { capabilities: { ...PEER_OPEN.capabilities, fourOctetAs: false } },
+      "open/unsupported-capability",
+    ],
+  ];
+  for (const [name, change, expected] of cases) {
+    const decision = run([UP[0]!, UP[1]!, received({ type: "open", open: { ...PEER_OPEN, ...change } })]);
+    const notification = sent(decision.actions).find((m) => m.type === "notification");
+    assert.equal(notification?.type === "notification" && notificationName(notification.notification), expected, name);
+    assert.equal(decision.state.phase, "idle", name);
+    assert.ok(
+      decision.actions.some((a) => a.type === "close") &&
+        decision.actions.some((a) => a.type === "arm" && a.timer === "retry"),
+      name,
+    );
+  }
+  // no family in common: ours IPv6 only, the peer's IPv4 only
+  const v6 = run(
+    [
+      UP[0]!,
+      UP[1]!,
+      received({ type: "open", open: { ...PEER_OPEN, capabilities: { ...PEER_OPEN.capabilities, families: [4] } } }),
+    ],
+    { ...CONFIG, families: [6] },
+  );
+  assert.equal(v6.rule, "open-refused");
+});
+
+test("in established: routes go out as differences; a refresh resends; a bad UPDATE resets or is ignored per RFC 7606", () => {
+  const up = run([{ type: "routes", routes: ROUTES }, ...UP]);
+  const change = decide(
+    CONFIG,
+    up.state,
+    { type: "routes", routes: [ROUTES[0]!, { ...ROUTES[1]!, localPref: 300 }] },
+    0.5,
+  );
+  // eBGP: local-pref is not sent, so a change of it alone sends nothing
+  assert.equal(sent(change.actions).length, 0);
+  const withdraw = decide(CONFIG, change.state, { type: "routes", routes: [ROUTES[1]!] }, 0.5);
+  assert.deepEqual(sent(withdraw.actions), [
+    { type: "update", update: { withdrawn: ["198.51.100.7/32"], attributes: {}, nlri: [] } },
+  ]);
+  const refresh = decide(
+    CONFIG,
+    withdraw.state,
+    received({ type: "route-refresh", routeRefresh: { afi: 2, safi: 1 } }),
+    0.5,
+  );
+  assert.equal(sent(refresh.actions).length, 1);
+  assert.equal(
+    decide(CONFIG, withdraw.state, received({ type: "route-refresh", routeRefresh: { afi: 25, safi: 70 } }), 0.5).rule,
+    "refresh-ignored",
+  );
+
+  const badOrigin = Buffer.from(
+    "ffffffffffffffffffffffffffffffff0029020000000e40010103400200400304c612000118c61200",
+    "hex",
+  );
+  const ignored = decide(CONFIG, withdraw.state, received(decodeMessage(badOrigin) as Message), 0.5);
+  assert.deepEqual([ignored.rule, ignored.state.phase], ["update-treat-as-withdraw", "established"]);
+  const badLength = Buffer.from(encodeMessage({ type: "keepalive" }));
+  badLength.writeUInt16BE(18, 16);
+  const reset = decide(CONFIG, withdraw.state, received(decodeMessage(badLength) as Message), 0.5);
+  assert.deepEqual([reset.rule, reset.state.phase], ["message-refused", "idle"]);
+  assert.equal(
+    notificationName((sent(reset.actions)[0] as { notification: { code: number; subcode: number } }).notification),
+    "message-header/bad-message-length",
+  );
+});
+
+test("timers: the hold timer's expiry sends its NOTIFICATION; hold time 0 arms neither timer; a connect timeout backs off", () => {
+  const up = run(UP);
+  const expired = decide(CONFIG, up.state, { type: "timer", timer: "hold" }, 0.5);
+  assert.equal(expired.rule, "hold-timer-expired");
+  assert.equal(
+    notificationName((sent(expired.actions)[0] as { notification: { code: number; subcode: number } }).notification),
+    "hold-timer-expired/unspecific",
+  );
+  const zero = run(UP.slice(0, 3), { ...CONFIG, holdTime: 0 });
+  assert.ok(!zero.actions.some((a) => a.type === "arm"), "no timer with hold time 0");
+  assert.equal(run([UP[0]!, { type: "timer", timer: "hold" }]).rule, "connect-timeout");
+  assert.equal(run([...UP, { type: "stop" }]).rule, "stopped");
+});
+
+test("graceful restart: the R bit only before the first session, forwarding kept for every family", () => {
+  const config = { ...CONFIG, gracefulRestart: { restartTime: 120, restarting: true } };
+  const first = sent(run(UP.slice(0, 2), config).actions)[0];
+  assert.ok(first?.type === "open");
+  assert.deepEqual(first.open.capabilities.gracefulRestart, {
+    restarting: true,
+    restartTime: 120,
+    families: [
+      { family: 4, forwarding: true },
+      { family: 6, forwarding: true },
+    ],
+  });
+  const dropped = run(
+    [...UP, { type: "closed", reason: "test" }, { type: "timer", timer: "retry" }, { type: "connected" }],
+    config,
+  );
+  const second = sent(dropped.actions)[0];
+  assert.ok(second?.type === "open" && second.open.capabilities.gracefulRestart?.restarting === false);
+});
+
+test("backoff doubles from 1 s to 60 s with ±25 % jitter (at most 75 s)", () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 1, max: 40 }),
+      fc.double({ min: 0, max: 1, maxExcluded: true, noNaN: true }),
+      (failures, jitter) => {
+        const base = Math.min(BACKOFF_MAX, 2 ** (failures - 1));
+        const seconds = backoffSeconds(failures, jitter);
+        assert.ok(seconds >= base * 0.75 && seconds <= base * 1.25);
+      },
+    ),
+  );
+});
+
+test("any event sequence: no throw, every failure closes and arms the retry, established only after the handshake", () => {
+  const event = fc.oneof(
+    fc.constantFrom<SessionEvent>(
+      { type: "start" },
+      { type: "stop" },
+      { type: "connected" },
+      { type: "incoming" },
+      { type: "closed", reason: "x" },
+      { type: "timer", timer: "retry" },
+      { type: "timer", timer: "hold" },
+      { type: "timer", timer: "keepalive" },
+    ),
+    fc
+      .constantFrom<Message>(
+        { type: "open", open: PEER_OPEN },
+        { type: "keepalive" },
+        { type: "notification", notification: { code: 6, subcode: 2, data: Buffer.alloc(0) } },
+        { type: "route-refresh", routeRefresh: { afi: 1, safi: 1 } },
+      )
+      .map(received),
+    fc.subarray(ROUTES).map((routes): SessionEvent => ({ type: "routes", routes })),
+  );
+  fc.assert(
+    fc.property(fc.array(event, { maxLength: 40 }), (events) => {
+      let state = initialState();
+      for (const e of events) {
+        const before = state.phase;
+        const decision = decide(CONFIG, state, e, 0.3);
+        if (decision.state.phase === "established" && before !== "established") assert.equal(before, "open-confirm");
+        if (decision.state.phase === "idle" && before !== "idle")
+          assert.ok(
+            decision.actions.some((a) => a.type === "close") &&
+              decision.actions.some((a) => a.type === "arm" && a.timer === "retry"),
+          );
+        for (const message of sent(decision.actions)) assert.ok(encodeMessage(message).length <= 4096);
+        state = decision.state;
+      }
+    }),
+    { numRuns: 500 },
+  );
+});
+
+test("the RIB-out: the differences only, packed into UPDATEs of at most 4096 bytes, and applying them gives the desired set", () => {
+  const route = fc
+    .tuple(fc.nat(4095), fc.boolean(), fc.nat(3))
+    .map(([n, v6, attrs]): Route =>
+      v6
+        ? { prefix: `2001:db8::${n.toString(16)}/128`, nextHop: "fd00::1", communities: [`65001:${attrs}`] }
+        : { prefix: `198.51.${n >> 8}.${n & 255}/32`, nextHop: "198.18.0.1", localPref: 100 + attrs },
+    );
+  const routes = fc.uniqueArray(route, { maxLength: 1500, selector: (r) => r.prefix });
+  fc.assert(
+    fc.property(routes, routes, fc.boolean(), (before, after, ibgp) => {
+      const peer = { myAsn: 65001, ibgp, families: [4, 6] as (4 | 6)[] };
+      const first = planUpdates(new Map(), before, peer);
+      const second = planUpdates(first.advertised, after, peer);
+      const known = new Map(first.advertised);
+      for (const update of second.updates) {
+        assert.ok(encodeMessage({ type: "update", update }).length <= 4096);
+        for (const prefix of [...update.withdrawn, ...(update.attributes.mpUnreach?.withdrawn ?? [])])
+          known.delete(prefix);
+        for (const prefix of [...update.nlri, ...(update.attributes.mpReach?.nlri ?? [])]) known.set(prefix, "sent");
+      }
+      assert.deepEqual([...known.keys()].sort(), after.map((r) => r.prefix).sort());
+      assert.equal(
+        planUpdates(second.advertised, after, peer).updates.length,
+        0,
+        "nothing to send when nothing changed",
+      );
+    }),
+    { numRuns: 30 },
+  );
+});

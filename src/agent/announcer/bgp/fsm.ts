@@ -1,0 +1,376 @@
+// One BGP session, as a pure state machine: RFC 4271 §8's FSM cut down to what an export-only speaker needs. We
+// connect to the peer (or take its connection when we have none), exchange OPENs, keep the session with
+// KEEPALIVEs and the negotiated hold time, send the RIB-out's differences, and on any error send the NOTIFICATION
+// that names it, close, and try again after a backoff with jitter. Routes the peer sends are validated (the wire
+// reader) and ignored. `decide` returns the next state, the actions for the socket adapter (session.ts), and a
+// rule id and reason for the log.
+import { type BgpError, notification, notificationName } from "../../../net/bgp/errors.ts";
+import { type Message, type Open } from "../../../net/bgp/message.ts";
+import { endOfRib, type Update } from "../../../net/bgp/update.ts";
+import { type Family } from "../../../net/ip.ts";
+import { type Advertised, planUpdates, type Route } from "./ribout.ts";
+
+export interface SessionConfig {
+  myAsn: number;
+  peerAsn: number;
+  /** Our BGP identifier (a dotted quad; the node's IPv4 address, or one derived from its name when it has none). */
+  routerId: string;
+  /** Seconds: 0 (no keepalives, no hold timer) or at least 3. */
+  holdTime: number;
+  /** Seconds between KEEPALIVEs; a third of the negotiated hold time when unset or longer than that. */
+  keepaliveTime?: number;
+  families: Family[];
+  /** Graceful restart as restarting speaker (RFC 4724); `restarting` sets the R bit in the first OPEN. */
+  gracefulRestart?: { restartTime: number; restarting: boolean };
+}
+
+export type Phase = "idle" | "connecting" | "open-sent" | "open-confirm" | "established" | "stopped";
+export type Timer = "retry" | "hold" | "keepalive";
+
+export interface Negotiated {
+  holdTime: number;
+  keepaliveTime: number;
+  families: Family[];
+  peer: Open;
+}
+
+export interface SessionState {
+  phase: Phase;
+  /** Sessions that failed in a row: the backoff's exponent. */
+  failures: number;
+  /** Whether a session came up since the process started: the R bit is set only before. */
+  established: boolean;
+  negotiated?: Negotiated;
+  /** The routes the peer should have. */
+  desired: readonly Route[];
+  /** What the peer has been told in this session. */
+  advertised: Advertised;
+}
+
+export type SessionEvent =
+  | { type: "start" }
+  | { type: "stop" }
+  /** Our connection to the peer is up. */
+  | { type: "connected" }
+  /** The peer connected to us. */
+  | { type: "incoming" }
+  | { type: "closed"; reason: string }
+  | { type: "received"; message: Message | BgpError }
+  | { type: "timer"; timer: Timer }
+  | { type: "routes"; routes: readonly Route[] };
+
+export type SessionAction =
+  | { type: "connect" }
+  /** Take the peer's connection in place of ours (which is dropped). */
+  | { type: "accept" }
+  | { type: "refuse-incoming" }
+  | { type: "send"; message: Message }
+  | { type: "close" }
+  | { type: "arm"; timer: Timer; seconds: number }
+  | { type: "disarm"; timer: Timer };
+
+export interface Decision {
+  state: SessionState;
+  actions: SessionAction[];
+  rule: string;
+  reason: string;
+}
+
+/** RFC 4271 §10's "large value" for the hold timer until OPENs are exchanged; also the connect timeout's bound. */
+export const OPEN_HOLD_TIME = 240;
+export const CONNECT_TIMEOUT = 30;
+const BACKOFF_BASE = 1;
+export const BACKOFF_MAX = 60;
+
+export function initialState(): SessionState {
+  return { phase: "idle", failures: 0, established: false, desired: [], advertised: new Map() };
+}
+
+/** Seconds before the next attempt after `failures` failures in a row: doubling from 1 s to 60 s, ±25 % jitter. */
+export function backoffSeconds(failures: number, jitter: number): number {
+  const base = Math.min(BACKOFF_MAX, BACKOFF_BASE * 2 ** Math.max(0, failures - 1));
+  return base * (0.75 + 0.5 * jitter);
+}
+
+function openMessage(config: SessionConfig, state: SessionState): Message {
+  const gr = config.gracefulRestart;
+  return {
+    type: "open",
+    open: {
+      asn: config.myAsn,
+      holdTime: config.holdTime,
+      identifier: config.routerId,
+      capabilities: {
+        fourOctetAs: true,
+        families: config.families,
+        routeRefresh: true,
+        ...(gr && {
+          gracefulRestart: {
+            restarting: gr.restarting && !state.established,
+            restartTime: gr.restartTime,
+            // our data plane (the node's own forwarding) outlives the speaker
+            families: config.families.map((family) => ({ family, forwarding: true })),
+          },
+        }),
+      },
+    },
+  };
+}
+
+/** Why the peer's OPEN is refused (the NOTIFICATION), or what the session negotiates with it. */
+export function checkOpen(config: SessionConfig, open: Open): Negotiated | BgpError {
+  const refuse = (subcode: Parameters<typeof notification<"open">>[1], reason: string, data?: Buffer): BgpError => ({
+    notification: notification("open", subcode, data),
+    reason,
+    treatAsWithdraw: false,
+  });
+  if (!open.capabilities.fourOctetAs)
+    return refuse(
+      "unsupported-capability",
+      "the peer does not offer 4-octet ASNs (RFC 6793)",
+      Buffer.from([65, 4, 0, 0, 0, 0]),
+    );
+  if (open.asn !== config.peerAsn) return refuse("bad-peer-as", `peer ASN ${open.asn}, expected ${config.peerAsn}`);
+  if (open.identifier === config.routerId)
+    return refuse("bad-bgp-identifier", `peer BGP identifier ${open.identifier} is ours`);
+  // a peer without multiprotocol capabilities speaks IPv4 unicast only (RFC 4760 §8)
+  const offered = open.capabilities.families.length > 0 ? open.capabilities.families : [4];
+  const families = config.families.filter((family) => offered.includes(family));
+  if (families.length === 0)
+    return refuse("unsupported-capability", `no family in common (ours ${config.families}, the peer's ${offered})`);
+  const holdTime = Math.min(config.holdTime, open.holdTime);
+  const third = Math.floor(holdTime / 3);
+  const keepaliveTime = config.keepaliveTime ? Math.min(config.keepaliveTime, third) : third;
+  return { holdTime, keepaliveTime, families, peer: open };
+}
+
+const disarmAll: SessionAction[] = [
+  { type: "disarm", timer: "hold" },
+  { type: "disarm", timer: "keepalive" },
+];
+
+/** Close and try again later: every failure path ends here. */
+function fail(
+  state: SessionState,
+  jitter: number,
+  rule: string,
+  reason: string,
+  send?: BgpError["notification"],
+): Decision {
+  const failures = state.failures + 1;
+  const seconds = backoffSeconds(failures, jitter);
+  return {
+    state: { ...state, phase: "idle", failures, negotiated: undefined, advertised: new Map() },
+    actions: [
+      ...(send ? [{ type: "send", message: { type: "notification", notification: send } } as const] : []),
+      { type: "close" },
+      ...disarmAll,
+      { type: "arm", timer: "retry", seconds },
+    ],
+    rule,
+    reason: `${reason}; next attempt in ${seconds.toFixed(1)} s`,
+  };
+}
+
+function keep(state: SessionState, rule: string, reason: string, actions: SessionAction[] = []): Decision {
+  return { state, actions, rule, reason };
+}
+
+const armHold = (negotiated: Negotiated): SessionAction[] =>
+  negotiated.holdTime > 0 ? [{ type: "arm", timer: "hold", seconds: negotiated.holdTime }] : [];
+
+const sendUpdates = (plan: { updates: Update[] }): SessionAction[] =>
+  plan.updates.map((update) => ({ type: "send", message: { type: "update", update } }));
+
+function opening(
+  config: SessionConfig,
+  state: SessionState,
+  rule: string,
+  reason: string,
+  first: SessionAction[],
+): Decision {
+  return {
+    state: { ...state, phase: "open-sent" },
+    actions: [
+      ...first,
+      { type: "disarm", timer: "retry" },
+      { type: "send", message: openMessage(config, state) },
+      { type: "arm", timer: "hold", seconds: OPEN_HOLD_TIME },
+    ],
+    rule,
+    reason,
+  };
+}
+
+function received(config: SessionConfig, state: SessionState, message: Message | BgpError, jitter: number): Decision {
+  if ("reason" in message) {
+    if (message.treatAsWithdraw && state.phase === "established")
+      return keep(
+        state,
+        "update-treat-as-withdraw",
+        `ignored an UPDATE (${notificationName(message.notification)}): ${message.reason}`,
+        armHold(state.negotiated!),
+      );
+    return fail(
+      state,
+      jitter,
+      "message-refused",
+      `${notificationName(message.notification)}: ${message.reason}`,
+      message.notification,
+    );
+  }
+  if (message.type === "notification")
+    return fail(
+      state,
+      jitter,
+      "peer-notification",
+      `the peer sent NOTIFICATION ${notificationName(message.notification)}`,
+    );
+  const unexpected = (
+    subcode:
+      "unexpected-message-in-open-sent" | "unexpected-message-in-open-confirm" | "unexpected-message-in-established",
+  ) => fail(state, jitter, "unexpected-message", `${message.type} in ${state.phase}`, notification("fsm", subcode));
+  switch (state.phase) {
+    case "open-sent": {
+      if (message.type !== "open") return unexpected("unexpected-message-in-open-sent");
+      const negotiated = checkOpen(config, message.open);
+      if ("reason" in negotiated)
+        return fail(state, jitter, "open-refused", negotiated.reason, negotiated.notification);
+      return {
+        state: { ...state, phase: "open-confirm", negotiated },
+        actions: [
+          { type: "send", message: { type: "keepalive" } },
+          ...(negotiated.holdTime > 0
+            ? [...armHold(negotiated), { type: "arm", timer: "keepalive", seconds: negotiated.keepaliveTime } as const]
+            : [{ type: "disarm", timer: "hold" } as const]),
+        ],
+        rule: "open-accepted",
+        reason: `peer ${message.open.identifier} AS ${message.open.asn}: hold time ${negotiated.holdTime} s, IPv${negotiated.families.join("+IPv")}`,
+      };
+    }
+    case "open-confirm": {
+      if (message.type !== "keepalive") return unexpected("unexpected-message-in-open-confirm");
+      const negotiated = state.negotiated!;
+      const peer = { myAsn: config.myAsn, ibgp: config.myAsn === config.peerAsn, families: negotiated.families };
+      const plan = planUpdates(new Map(), state.desired, peer);
+      return {
+        state: { ...state, phase: "established", failures: 0, established: true, advertised: plan.advertised },
+        actions: [
+          ...armHold(negotiated),
+          ...sendUpdates(plan),
+          // End-of-RIB after the initial table (RFC 4724 §2): a helper then drops what we no longer announce
+          ...negotiated.families.map(
+            (family) => ({ type: "send", message: { type: "update", update: endOfRib(family) } }) as const,
+          ),
+        ],
+        rule: "established",
+        reason: `sent ${plan.advertised.size} routes in ${plan.updates.length} UPDATEs and End-of-RIB`,
+      };
+    }
+    case "established": {
+      const negotiated = state.negotiated!;
+      if (message.type === "open") return unexpected("unexpected-message-in-established");
+      if (message.type === "route-refresh") {
+        const { afi, safi } = message.routeRefresh;
+        const family = safi === 1 ? ({ 1: 4, 2: 6 } as const)[afi as 1 | 2] : undefined;
+        // RFC 2918 §4: a refresh for a family not negotiated is ignored
+        if (!family || !negotiated.families.includes(family))
+          return keep(state, "refresh-ignored", `ROUTE-REFRESH for AFI ${afi} SAFI ${safi}`);
+        const peer = { myAsn: config.myAsn, ibgp: config.myAsn === config.peerAsn, families: [family] };
+        const plan = planUpdates(new Map(), state.desired, peer);
+        return keep(state, "refresh", `resent ${plan.advertised.size} IPv${family} routes`, sendUpdates(plan));
+      }
+      // KEEPALIVE and UPDATE (whose routes we ignore) keep the session alive
+      return keep(state, message.type === "update" ? "update-ignored" : "keepalive", "", armHold(negotiated));
+    }
+    default:
+      return keep(state, "stale-message", `${message.type} while ${state.phase}`);
+  }
+}
+
+/** The next state and what to do, for one event. `jitter` is a random number in [0, 1) for the backoff. */
+export function decide(config: SessionConfig, state: SessionState, event: SessionEvent, jitter: number): Decision {
+  switch (event.type) {
+    case "start":
+      if (state.phase !== "idle" && state.phase !== "stopped") return keep(state, "already-started", "");
+      return {
+        state: { ...state, phase: "connecting" },
+        actions: [{ type: "connect" }, { type: "arm", timer: "hold", seconds: CONNECT_TIMEOUT }],
+        rule: "connect",
+        reason: "",
+      };
+    case "stop": {
+      const up = state.phase === "open-sent" || state.phase === "open-confirm" || state.phase === "established";
+      const cease = notification("cease", "administrative-shutdown");
+      return {
+        state: { ...state, phase: "stopped", negotiated: undefined, advertised: new Map() },
+        actions: [
+          ...(up ? [{ type: "send", message: { type: "notification", notification: cease } } as const] : []),
+          { type: "close" },
+          ...disarmAll,
+          { type: "disarm", timer: "retry" },
+        ],
+        rule: "stopped",
+        reason: up ? "sent Cease (administrative shutdown)" : "",
+      };
+    }
+    case "connected":
+      if (state.phase !== "connecting")
+        return keep(state, "stale-connection", `connected while ${state.phase}`, [{ type: "close" }]);
+      return opening(config, state, "open-sent", "connected; sent OPEN", []);
+    case "incoming":
+      // Without a connection of our own we take the peer's; with one past connecting we keep ours (the peer's side
+      // of the collision then fails and it backs off: RFC 4271 §6.8's identifier comparison needs its OPEN first).
+      if (state.phase !== "idle" && state.phase !== "connecting")
+        return keep(state, "incoming-refused", `a connection from the peer while ${state.phase}`, [
+          { type: "refuse-incoming" },
+        ]);
+      return opening(config, state, "accepted", "the peer connected; sent OPEN", [{ type: "accept" }]);
+    case "closed":
+      if (state.phase === "idle" || state.phase === "stopped") return keep(state, "closed", event.reason);
+      return fail(state, jitter, "connection-lost", event.reason);
+    case "timer":
+      switch (event.timer) {
+        case "retry":
+          return state.phase === "idle"
+            ? decide(config, state, { type: "start" }, jitter)
+            : keep(state, "stale-timer", "retry");
+        case "keepalive":
+          if (state.phase !== "open-confirm" && state.phase !== "established")
+            return keep(state, "stale-timer", "keepalive");
+          return keep(state, "keepalive-sent", "", [
+            { type: "send", message: { type: "keepalive" } },
+            { type: "arm", timer: "keepalive", seconds: state.negotiated!.keepaliveTime },
+          ]);
+        case "hold":
+          if (state.phase === "connecting")
+            return fail(state, jitter, "connect-timeout", `no connection within ${CONNECT_TIMEOUT} s`);
+          if (state.phase === "idle" || state.phase === "stopped") return keep(state, "stale-timer", "hold");
+          return fail(
+            state,
+            jitter,
+            "hold-timer-expired",
+            `nothing from the peer within the hold time`,
+            notification("hold-timer-expired", "unspecific"),
+          );
+      }
+      break;
+    case "routes": {
+      const desired = event.routes;
+      if (state.phase !== "established")
+        return keep({ ...state, desired }, "routes-kept", `${desired.length} routes for when the session is up`);
+      const negotiated = state.negotiated!;
+      const peer = { myAsn: config.myAsn, ibgp: config.myAsn === config.peerAsn, families: negotiated.families };
+      const plan = planUpdates(state.advertised, desired, peer);
+      return keep(
+        { ...state, desired, advertised: plan.advertised },
+        "routes-sent",
+        `${plan.updates.length} UPDATEs`,
+        sendUpdates(plan),
+      );
+    }
+    case "received":
+      return received(config, state, event.message, jitter);
+  }
+  return keep(state, "ignored", "");
+}

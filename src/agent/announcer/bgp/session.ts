@@ -1,0 +1,126 @@
+// The socket adapter of one BGP session: a TCP connection to the peer (node:net), the session's timers, and the
+// byte stream cut into messages; every decision is fsm.ts's. A hostile peer costs at most one 4096-byte buffer and
+// bounded work per chunk read: a bad header is refused before its body is awaited.
+import net from "node:net";
+import { decodeMessage, encodeMessage, splitMessages } from "../../../net/bgp/message.ts";
+import {
+  type Decision,
+  decide,
+  initialState,
+  type SessionConfig,
+  type SessionEvent,
+  type SessionState,
+  type Timer,
+} from "./fsm.ts";
+import { type Route } from "./ribout.ts";
+
+export const BGP_PORT = 179;
+/** How long a closing connection may take to flush its last NOTIFICATION before it is cut. */
+const LINGER_MS = 1000;
+
+export interface SessionOptions {
+  config: SessionConfig;
+  peerAddress: string;
+  peerPort?: number;
+  /** The source address of our connection (the node's address towards the peer). */
+  localAddress?: string;
+  /** Every decision, for the log (rule, reason) and for tests. */
+  onDecision?: (decision: Decision, event: SessionEvent) => void;
+  random?: () => number;
+}
+
+export interface BgpSession {
+  /** The routes the peer should have: the differences go out as UPDATEs. */
+  setRoutes(routes: readonly Route[]): void;
+  /** A connection the peer made to us (from a listener that matched its address). */
+  offer(socket: net.Socket): void;
+  state(): SessionState;
+  /** Sends Cease when a session is up, closes, and stops retrying. */
+  stop(): void;
+}
+
+export function startSession(options: SessionOptions): BgpSession {
+  const { config, peerAddress, peerPort = BGP_PORT, localAddress, onDecision, random = Math.random } = options;
+  let state = initialState();
+  let socket: net.Socket | undefined;
+  let incoming: net.Socket | undefined;
+  const timers = new Map<Timer, NodeJS.Timeout>();
+
+  const apply = (event: SessionEvent) => {
+    const decision = decide(config, state, event, random());
+    state = decision.state;
+    onDecision?.(decision, event);
+    for (const action of decision.actions) {
+      switch (action.type) {
+        case "connect":
+          attach(net.connect({ host: peerAddress, port: peerPort, ...(localAddress ? { localAddress } : {}) }), true);
+          break;
+        case "accept":
+          drop(socket);
+          if (incoming) attach(incoming, false);
+          incoming = undefined;
+          break;
+        case "refuse-incoming":
+          incoming?.destroy();
+          incoming = undefined;
+          break;
+        case "send":
+          socket?.write(encodeMessage(action.message));
+          break;
+        case "close":
+          drop(socket);
+          socket = undefined;
+          break;
+        case "arm": {
+          clearTimeout(timers.get(action.timer));
+          const timer = setTimeout(() => apply({ type: "timer", timer: action.timer }), action.seconds * 1000);
+          timers.set(action.timer, timer.unref());
+          break;
+        }
+        case "disarm":
+          clearTimeout(timers.get(action.timer));
+          timers.delete(action.timer);
+          break;
+      }
+    }
+  };
+
+  /** Ends a connection: what was written (a NOTIFICATION) is flushed, and the socket cut if that takes too long. */
+  function drop(old: net.Socket | undefined) {
+    if (!old) return;
+    old.removeAllListeners("data");
+    old.end();
+    setTimeout(() => old.destroy(), LINGER_MS).unref();
+  }
+
+  function attach(next: net.Socket, outgoing: boolean) {
+    socket = next;
+    next.setNoDelay(true);
+    let pending = Buffer.alloc(0);
+    if (outgoing) next.once("connect", () => socket === next && apply({ type: "connected" }));
+    next.on("data", (chunk: Buffer) => {
+      const { messages, rest, error } = splitMessages(pending.length > 0 ? Buffer.concat([pending, chunk]) : chunk);
+      pending = Buffer.from(rest); // a copy: the chunk is not kept alive by a few bytes of it
+      for (const message of messages) {
+        if (socket !== next) return; // a decision closed this connection: the rest is not read
+        apply({ type: "received", message: decodeMessage(message) });
+      }
+      if (error && socket === next) apply({ type: "received", message: error });
+    });
+    let failure = "the peer closed the connection";
+    next.on("error", (err) => (failure = err.message)); // "close" follows
+    next.once("close", () => socket === next && apply({ type: "closed", reason: failure }));
+  }
+
+  apply({ type: "start" });
+  return {
+    setRoutes: (routes) => apply({ type: "routes", routes }),
+    offer(peerSocket) {
+      incoming?.destroy();
+      incoming = peerSocket;
+      apply({ type: "incoming" });
+    },
+    state: () => state,
+    stop: () => apply({ type: "stop" }),
+  };
+}

@@ -1,0 +1,300 @@
+// Real BGP routers as peers of our speaker, each in a network namespace of its own joined to the root namespace
+// (where the test's speaker runs) by a veth pair: GoBGP (Debian's gobgpd) and FRR (Debian's frr: bgpd alone, with
+// no zebra and no kernel routes, its own config file, pid file and vty socket). Both are asked what they learned in
+// their own JSON and the answer is read into one shape, so a test compares it with what it meant to announce.
+// Nothing leaves the machine: the namespaces have no routes but their links, and the routers install no routes.
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import os from "node:os";
+import path from "node:path";
+import { onExit } from "../../localcluster/cleanup.ts";
+import { waitFor } from "../../localcluster/wait.ts";
+import { type Family, ipFromBytes, ipToBytes } from "../../src/net/ip.ts";
+import { type Host, type Network } from "../netns/netns.ts";
+
+/** A route as a router reports it. */
+export interface LearnedRoute {
+  prefix: string;
+  nextHop: string;
+  communities: string[];
+  /** Present on iBGP sessions. */
+  localPref?: number;
+  asPath: number[];
+}
+
+export interface Router {
+  kind: "gobgp" | "frr";
+  host: Host;
+  /** The router's addresses on its link to the root namespace. */
+  address: { 4: string; 6: string };
+  /** Ours (the root namespace's end of that link): the speaker's source and next hops. */
+  ours: { 4: string; 6: string };
+  /** What the router learned from us, by prefix (its best paths; exactly one each). */
+  routes(family: Family): Promise<Map<string, LearnedRoute>>;
+  /** The neighbor's session state as the router names it ("established"/"Established"), "" when unknown. */
+  sessionState(): Promise<string>;
+  /** How often the session with us went down (from the router's counters). */
+  drops(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+export interface RouterOptions {
+  /** 0-63: which /30 of the test file's 198.19.<subnet>.0/24 the link uses, and which /64 of fd00:198:<subnet>::/48. */
+  index: number;
+  /** 240-247: one per test file, as the root namespace is shared with other test files. */
+  subnet: number;
+  asn: number;
+  peerAsn: number;
+  /** Which of our addresses the router expects the session from. */
+  transport: Family;
+  /** Seconds; the router's proposal (the session negotiates the lesser). */
+  holdTime?: number;
+  gracefulRestart?: boolean;
+}
+
+async function linkToRoot(net: Network, options: RouterOptions) {
+  const host = await net.host();
+  const base = 4 * options.index;
+  const v6 = (host: number) => ipFromBytes(ipToBytes(`fd00:198:${options.subnet}:${options.index}::${host}`));
+  const ours = { 4: `198.19.${options.subnet}.${base + 1}`, 6: v6(1) };
+  const address = { 4: `198.19.${options.subnet}.${base + 2}`, 6: v6(2) };
+  await net.link("root", host, {
+    addressesA: [`${ours[4]}/30`, `${ours[6]}/64`],
+    addressesB: [`${address[4]}/30`, `${address[6]}/64`],
+  });
+  return { host, ours, address };
+}
+
+function daemon(host: Host, command: string, args: string[], log: string[]): ChildProcess {
+  // dies with the test process, even a SIGKILLed one
+  const child = spawn(
+    "nsenter",
+    [`--net=/run/netns/${host.name}`, "setpriv", "--pdeathsig", "KILL", "--", command, ...args],
+    {
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
+  const keep = (chunk: Buffer) => {
+    log.push(chunk.toString());
+    if (log.length > 200) log.shift();
+  };
+  child.stdout?.on("data", keep);
+  child.stderr?.on("data", keep);
+  const forget = onExit(() => child.kill("SIGKILL"));
+  child.once("exit", forget);
+  return child;
+}
+
+async function stopDaemon(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  child.kill("SIGKILL");
+  await exited;
+}
+
+const communityText = (value: number) => `${Math.floor(value / 0x10000)}:${value % 0x10000}`;
+
+/** apipb.PeerState's numbers, as `gobgp -j neighbor` prints them. */
+const GOBGP_STATES: Record<number, string> = {
+  1: "idle",
+  2: "connect",
+  3: "active",
+  4: "opensent",
+  5: "openconfirm",
+  6: "established",
+};
+
+export async function startGobgp(net: Network, options: RouterOptions): Promise<Router> {
+  const { host, ours, address } = await linkToRoot(net, options);
+  const dir = await mkdtemp(path.join(os.tmpdir(), "gobgp-"));
+  const neighbor = ours[options.transport];
+  const config = `
+[global.config]
+  as = ${options.asn}
+  router-id = "${address[4]}"
+  port = 179
+  local-address-list = ["${address[options.transport]}"]
+[[neighbors]]
+  [neighbors.config]
+    neighbor-address = "${neighbor}"
+    peer-as = ${options.peerAsn}
+  [neighbors.timers.config]
+    hold-time = ${options.holdTime ?? 90}
+    connect-retry = 1
+  [neighbors.transport.config]
+    passive-mode = true
+${options.gracefulRestart ? "  [neighbors.graceful-restart.config]\n    enabled = true\n    restart-time = 120\n" : ""}${(
+    ["ipv4-unicast", "ipv6-unicast"] as const
+  )
+    .map(
+      (name) => `  [[neighbors.afi-safis]]
+    [neighbors.afi-safis.config]
+      afi-safi-name = "${name}"
+${options.gracefulRestart ? "    [neighbors.afi-safis.mp-graceful-restart.config]\n      enabled = true\n" : ""}`,
+    )
+    .join("")}`;
+  await writeFile(path.join(dir, "gobgpd.toml"), config);
+  const log: string[] = [];
+  const child = daemon(
+    host,
+    "gobgpd",
+    ["-f", path.join(dir, "gobgpd.toml"), "--api-hosts=127.0.0.1:50051", "--pprof-disable", "-p"],
+    log,
+  );
+  const gobgp = async (...args: string[]) =>
+    JSON.parse(await host.exec("gobgp", ["-u", "127.0.0.1", "-p", "50051", "-j", ...args]));
+  await waitFor(
+    `gobgpd in ${host.name} answers (log: ${log.join("")})`,
+    () => gobgp("global").then(() => true),
+    20_000,
+  );
+
+  interface GobgpPath {
+    best?: boolean;
+    attrs: {
+      type: number;
+      value?: number;
+      nexthop?: string;
+      communities?: number[];
+      as_paths?: { asns: number[] }[];
+    }[];
+  }
+  const router: Router = {
+    kind: "gobgp",
+    host,
+    address,
+    ours,
+    async routes(family) {
+      const rib: Record<string, GobgpPath[]> = await gobgp("global", "rib", "-a", family === 4 ? "ipv4" : "ipv6");
+      const routes = new Map<string, LearnedRoute>();
+      for (const [prefix, paths] of Object.entries(rib)) {
+        if (paths.length !== 1) throw new Error(`gobgp has ${paths.length} paths for ${prefix}`);
+        const attrs = paths[0]!.attrs;
+        const byType = (type: number) => attrs.find((attr) => attr.type === type);
+        routes.set(prefix, {
+          prefix,
+          nextHop: (byType(3) ?? byType(14))?.nexthop ?? "",
+          communities: (byType(8)?.communities ?? []).map(communityText),
+          ...(byType(5) ? { localPref: byType(5)!.value } : {}),
+          asPath: (byType(2)?.as_paths ?? []).flatMap((segment) => segment.asns),
+        });
+      }
+      return routes;
+    },
+    async sessionState() {
+      const peer = await gobgp("neighbor", neighbor);
+      return GOBGP_STATES[peer?.state?.session_state] ?? "";
+    },
+    async drops() {
+      const peer = await gobgp("neighbor", neighbor);
+      return Number(peer?.state?.flops ?? 0);
+    },
+    async stop() {
+      await stopDaemon(child);
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+  return router;
+}
+
+export async function startFrr(net: Network, options: RouterOptions): Promise<Router> {
+  const { host, ours, address } = await linkToRoot(net, options);
+  const dir = await mkdtemp(path.join(os.tmpdir(), "frr-"));
+  const neighbor = ours[options.transport];
+  const config = `frr defaults traditional
+hostname lccm-frr
+log stdout informational
+router bgp ${options.asn}
+ bgp router-id ${address[4]}
+ no bgp ebgp-requires-policy
+ no bgp network import-check
+${options.gracefulRestart ? " bgp graceful-restart\n bgp graceful-restart restart-time 120\n" : ""} neighbor ${neighbor} remote-as ${options.peerAsn}
+ neighbor ${neighbor} passive
+ neighbor ${neighbor} timers ${Math.floor((options.holdTime ?? 90) / 3)} ${options.holdTime ?? 90}
+ neighbor ${neighbor} update-source ${address[options.transport]}
+ address-family ipv4 unicast
+  neighbor ${neighbor} activate
+ exit-address-family
+ address-family ipv6 unicast
+  neighbor ${neighbor} activate
+ exit-address-family
+`;
+  const configFile = path.join(dir, "bgpd.conf");
+  await writeFile(configFile, config);
+  const log: string[] = [];
+  const child = daemon(
+    host,
+    "/usr/lib/frr/bgpd",
+    [
+      "-Z",
+      "-n",
+      "-S",
+      "-f",
+      configFile,
+      "-i",
+      path.join(dir, "bgpd.pid"),
+      "--vty_socket",
+      dir,
+      "-P",
+      "0",
+      "-l",
+      address[4],
+      "-l",
+      address[6],
+    ],
+    log,
+  );
+  const vtysh = async (command: string) => JSON.parse(await host.exec("vtysh", ["--vty_socket", dir, "-c", command]));
+  await waitFor(
+    `bgpd in ${host.name} answers (log: ${log.join("")})`,
+    () => vtysh("show bgp summary json").then(() => true),
+    20_000,
+  );
+
+  interface FrrPath {
+    bestpath?: { overall?: boolean };
+    nexthops?: { ip: string; scope?: string }[];
+    community?: { list?: string[] };
+    locPrf?: number;
+    aspath?: { segments?: { list: number[] }[] };
+  }
+  const router: Router = {
+    kind: "frr",
+    host,
+    address,
+    ours,
+    async routes(family) {
+      const afi = family === 4 ? "ipv4" : "ipv6";
+      const table: { routes?: Record<string, unknown[]> } = await vtysh(`show bgp ${afi} unicast json`);
+      const routes = new Map<string, LearnedRoute>();
+      for (const prefix of Object.keys(table.routes ?? {})) {
+        // the table's summary leaves communities out: each prefix's detail has them
+        const detail: { paths?: FrrPath[] } = await vtysh(`show bgp ${afi} unicast ${prefix} json`);
+        const paths = detail.paths ?? [];
+        if (paths.length !== 1) throw new Error(`FRR has ${paths.length} paths for ${prefix}`);
+        const p = paths[0]!;
+        routes.set(prefix, {
+          prefix,
+          nextHop: p.nexthops?.find((hop) => hop.scope !== "link-local")?.ip ?? "",
+          communities: p.community?.list ?? [],
+          ...(p.locPrf !== undefined && options.asn === options.peerAsn ? { localPref: p.locPrf } : {}),
+          asPath: (p.aspath?.segments ?? []).flatMap((segment) => segment.list),
+        });
+      }
+      return routes;
+    },
+    async sessionState() {
+      const peer = (await vtysh(`show bgp neighbors ${neighbor} json`))[neighbor];
+      return String(peer?.bgpState ?? "");
+    },
+    async drops() {
+      const peer = (await vtysh(`show bgp neighbors ${neighbor} json`))[neighbor];
+      return Number(peer?.connectionsDropped ?? 0);
+    },
+    async stop() {
+      await stopDaemon(child);
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+  return router;
+}
