@@ -430,8 +430,8 @@ describe("the agent's flag table", () => {
       "external-ip-target": "ipDetection.externalIPTarget",
       "external-ip-cidr": "ipDetection.externalIPCIDR",
       "external-ip-interface": "ipDetection.externalIPInterface",
-      "remove-taint": "controller.removeTaint",
-      "reconcile-interval": "controller.reconcileInterval",
+      "remove-taint": "agent.removeTaint",
+      "reconcile-interval": "agent.reconcileInterval",
       "run-once": undefined,
       // A DaemonSet's pod always runs on its node: the check is turned off only out of cluster, on purpose.
       "require-local-node": undefined,
@@ -448,16 +448,16 @@ describe("the agent's flag table", () => {
       // The release namespace, from POD_NAMESPACE: not a value.
       "lb-l2-lease-namespace": undefined,
       "lb-l2-interfaces": "loadBalancer.l2.interfaces",
-      "lb-l2-node-selector": "loadBalancer.l2.nodeSelector",
+      "lb-l2-node-selector": "loadBalancer.l2.announcerNodes",
       kubeconfig: undefined,
-      v: "controller.verbosity",
-      "log-format": "controller.logFormat",
-      "health-bind-address": "controller.healthBindAddress",
-      "metrics-bind-address": "controller.metricsBindAddress",
-      "secure-metrics": "controller.secureMetrics",
+      v: "agent.verbosity",
+      "log-format": "agent.logFormat",
+      "health-bind-address": "agent.healthBindAddress",
+      "metrics-bind-address": "agent.metricsBindAddress",
+      "secure-metrics": "agent.secureMetrics",
       "metrics-cert-file": undefined,
       "metrics-key-file": undefined,
-      "metrics-token-audiences": "controller.metricsTokenAudiences",
+      "metrics-token-audiences": "agent.metricsTokenAudiences",
     });
   });
 

@@ -197,7 +197,7 @@ const announceFlags = [
     help:
       "Label selector of the nodes that announce (e.g. node-role.kubernetes.io/edge); only those keep an announcer " +
       "Lease, watch their Services and open raw sockets, following their Node's labels. Empty: every node.",
-    helm: "loadBalancer.l2.nodeSelector",
+    helm: "loadBalancer.l2.announcerNodes",
     validate: parses(parseLabelSelector),
   }),
 ] as const;
@@ -254,14 +254,14 @@ export const agentFlagTable = [
     type: "bool",
     default: "true",
     help: "Remove the node.cloudprovider.kubernetes.io/uninitialized taint once the Node has an InternalIP.",
-    helm: "controller.removeTaint",
+    helm: "agent.removeTaint",
   }),
   flag({
     name: "reconcile-interval",
     type: "duration",
     default: "10s",
     help: "How often the local detection re-runs as a safety net; the API is called only when the addresses differ.",
-    helm: "controller.reconcileInterval",
+    helm: "agent.reconcileInterval",
     validate: positive,
   }),
   flag({
@@ -283,7 +283,7 @@ export const agentFlagTable = [
   ...commonFlagTable({
     healthPort: AGENT_HEALTH_PORT,
     metricsPort: AGENT_METRICS_PORT,
-    helmPrefix: "controller.",
+    helmPrefix: "agent.",
     network: "the host (the agent's pod uses the host network)",
     healthWhy:
       "the agent starts before its Node has an address (kubelet under --cloud-provider=external without " +

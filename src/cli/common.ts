@@ -30,7 +30,7 @@ export interface MetricsFlags {
 }
 
 /**
- * `helmPrefix` ends with a dot: "controller.", "nodeLifecycleController.controller.". `network`: whose addresses
+ * `helmPrefix` ends with a dot: "agent.", "nodeLifecycleController.controller.". `network`: whose addresses
  * ":port" binds where the program runs ("the host", "the pod"); `healthWhy`: why the default binds them all.
  * The health flag's help is the one statement of where health listens (--help, the README table, the chart's
  * values refer to it), so it is made from the default itself.

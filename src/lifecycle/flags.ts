@@ -48,7 +48,7 @@ export const lifecycleFlagTable = [
     help:
       "Label selector of the nodes to watch (e.g. node.kubernetes.io/pool=spot); when set, " +
       "--watch-autoscaler-taint is ignored.",
-    helm: `${HELM}nodeSelector`,
+    helm: "nodeLifecycleController.nodeDeletion.nodes",
     validate: parses(parseLabelSelector),
   }),
   flag({

@@ -278,7 +278,7 @@ describe("the program's flag table", () => {
     const prefix = "nodeLifecycleController.controller.";
     assert.deepEqual(helm, {
       "watch-autoscaler-taint": `${prefix}watchAutoscalerTaint`,
-      "node-selector": `${prefix}nodeSelector`,
+      "node-selector": "nodeLifecycleController.nodeDeletion.nodes",
       "protected-labels": `${prefix}protectedLabels`,
       "protected-annotations": `${prefix}protectedAnnotations`,
       "not-ready-timeout": `${prefix}notReadyTimeout`,
@@ -303,7 +303,7 @@ describe("the program's flag table", () => {
       "csr-max-expiration": "csrApproval.rules.maxExpiration",
       "csr-pending-timeout": "csrApproval.rules.pendingTimeout",
       "lb-claim-classless": "loadBalancer.claimClassless",
-      "lb-node-selector": "loadBalancer.nodeSelector",
+      "lb-node-selector": "loadBalancer.nodeAddress.nodes",
       "lb-max-nodes": "loadBalancer.maxNodes",
       "lb-reserved-ports": "loadBalancer.reservedPorts",
       "lb-node-port-range": "loadBalancer.nodePortRange",

@@ -78,7 +78,7 @@ export const serviceFlagTable = [
       "Service controller: label selector of the nodes whose addresses Services may get (e.g. " +
       "node-role.example.com/edge); empty: every eligible node. A Service narrows it with the annotation " +
       "local-ccm.io/node-selector.",
-    helm: `${HELM}nodeSelector`,
+    helm: `${HELM}nodeAddress.nodes`,
     validate: parses(parseLabelSelector),
   }),
   flag({

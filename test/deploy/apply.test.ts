@@ -2,9 +2,10 @@
 // values, applied with a server-side dry run (full validation and admission, nothing stored).
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
+import { parse } from "yaml";
 import { CHART_DIR, DEPLOY_DIR, helmTemplate, templateNames } from "../../scripts/render-manifests.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { run } from "../../localcluster/exec.ts";
@@ -68,8 +69,8 @@ describe("server-side dry-run apply", () => {
     const manifests = await helmTemplate(plane.binaries.helm, [
       "--set-string=ipDetection.internalIPCIDR=198.18.0.0/15",
       "--set-string=ipDetection.externalIPInterface=eth1",
-      "--set=controller.healthBindAddress=",
-      "--set=controller.logFormat=json",
+      "--set=agent.healthBindAddress=",
+      "--set=agent.logFormat=json",
       "--set=nodeLifecycleController.replicas=3",
       "--set=nodeLifecycleController.placement=any",
       "--set=nodeLifecycleController.controller.probes=tcp",
@@ -157,6 +158,25 @@ describe("server-side dry-run apply", () => {
       assert.ok(existsSync(path.join(CHART_DIR, "../..", page)), `the notes name ${page}, which exists`);
     const agentOnly = await helmInstall("--set=nodeLifecycleController.enabled=false");
     assert.doesNotMatch(agentOnly.replace(/^[\s\S]*?\nNOTES:\n/, ""), /lease|node-lifecycle-controller/);
+    // A value set under its old name (renamed.yaml): one warning line each, naming the new name.
+    assert.doesNotMatch(notes, /WARNING/);
+    const { renamed } = parse(readFileSync(path.join(CHART_DIR, "renamed.yaml"), "utf8")) as {
+      renamed: Record<string, string>;
+    };
+    const oldValues = Object.keys(renamed).map((old) =>
+      old === "controller" ? "--set=controller.verbosity=2" : `--set=${old}=example.com/pool=a`,
+    );
+    const warned = (await helmInstall(...oldValues)).replace(/^[\s\S]*?\nNOTES:\n/, "");
+    const warnings = warned.split("\n").filter((line) => line.startsWith("WARNING:"));
+    assert.deepEqual(
+      warnings.sort(),
+      Object.entries(renamed)
+        .map(
+          ([old, name]) =>
+            `WARNING: the value ${old} is renamed ${name}: set ${name} instead (the old name works for this release only).`,
+        )
+        .sort(),
+    );
   });
 
   test("helm install refuses conflicting options with one line and creates nothing", async () => {

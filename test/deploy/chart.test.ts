@@ -16,6 +16,7 @@ import { parseAgentFlags } from "../../src/agent/flags.ts";
 import { type FlagSpec, parseFlags, UsageError } from "../../src/cli/flags.ts";
 import { LOG_FORMATS } from "../../src/cli/log.ts";
 import { nodeLifecycle } from "../../src/lifecycle/definition.ts";
+import { CONTROLLERS } from "../../src/manager/registry.ts";
 import { ANNOUNCER_LEASE_LABEL, ANNOUNCER_LEASE_PREFIX } from "../../src/pools/announcement.ts";
 import { configOf, parseManagerFlags } from "../../src/manager/flags.ts";
 import {
@@ -258,8 +259,8 @@ const REFUSALS: { values: Record<string, unknown>; line: string; program?: Progr
     args: ["--csr-max-expiration=9m59s"],
   },
   {
-    values: { "controller.healthBindAddress": "127.0.0.1:65536" },
-    line: "controller.healthBindAddress=127.0.0.1:65536: the port must be at most 65535",
+    values: { "agent.healthBindAddress": "127.0.0.1:65536" },
+    line: "agent.healthBindAddress=127.0.0.1:65536: the port must be at most 65535",
     program: "local-ccm",
     args: ["--health-bind-address=127.0.0.1:65536"],
   },
@@ -407,10 +408,14 @@ describe("Helm chart", () => {
     for (const spec of specs) {
       assert.deepEqual(at(values, spec.helm as string), helmValue(spec, spec.default), spec.helm);
     }
-    // Objects that hold flag values hold nothing else.
-    const flagParents = new Set(specs.map((spec) => (spec.helm as string).replace(/\.[^.]+$/, "")));
-    const inFlagSections = leafPaths(values).filter((leaf) => flagParents.has(leaf.replace(/\.[^.]+$/, "")));
-    assert.deepEqual(inFlagSections.sort(), specs.map((spec) => spec.helm as string).sort());
+    // Objects that hold flag values hold nothing else but the switches of the controllers they configure.
+    const flagValues = specs.map((spec) => spec.helm as string);
+    const switches = new Set(CONTROLLERS.flatMap((controller) => controller.helmEnabled ?? []));
+    const flagParents = new Set(flagValues.map((value) => value.replace(/\.[^.]+$/, "")));
+    const inFlagSections = leafPaths(values).filter(
+      (leaf) => flagParents.has(leaf.replace(/\.[^.]+$/, "")) && !(switches.has(leaf) && !flagValues.includes(leaf)),
+    );
+    assert.deepEqual(inFlagSections.sort(), flagValues.sort());
   });
 
   test("values.schema.json types each flag value as its flag and closes the flag sections", () => {
@@ -450,6 +455,56 @@ describe("Helm chart", () => {
       const logFormat = helmFlags(program).find((spec) => spec.name === "log-format") as FlagSpec;
       assert.deepEqual(schemaAt(logFormat.helm as string)?.enum, [...LOG_FORMATS]);
     }
+  });
+
+  describe("renamed values (renamed.yaml): an old name works as its new one for a release", () => {
+    // Per new name, values to set below it ("" for the name itself): the agent's include what templates read
+    // directly (the metrics port and its review rules), not only flag args.
+    const SAMPLES: Record<string, [string, unknown][]> = {
+      agent: [
+        ["verbosity", 3],
+        ["secureMetrics", false],
+        ["metricsBindAddress", ":10263"],
+        ["healthBindAddress", ":10263"],
+      ],
+      "nodeLifecycleController.nodeDeletion.nodes": [["", "node.kubernetes.io/pool=spot"]],
+      "loadBalancer.nodeAddress.nodes": [["", "node-role.example.com/edge"]],
+      "loadBalancer.l2.announcerNodes": [["", "topology.kubernetes.io/zone in (a,b)"]],
+    };
+    // The l2 selector is passed only while the agent announces.
+    const CONTEXT = ["--set=loadBalancer.l2.enabled=true", "--set=metrics.generateCertificate=false"];
+    let renamed: Record<string, string>;
+    before(async () => {
+      renamed = (parse(await readFile(path.join(CHART_DIR, "renamed.yaml"), "utf8")) as { renamed: Record<string, string> })
+        .renamed;
+    });
+
+    test("every new name is in values.yaml, no old one is, and each rename has a sample here", () => {
+      for (const [old, name] of Object.entries(renamed)) {
+        assert.notEqual(at(values, name), undefined, `values.yaml has ${name}`);
+        assert.equal(at(values, old), undefined, `values.yaml no longer has ${old}`);
+      }
+      assert.deepEqual(Object.keys(SAMPLES).sort(), Object.values(renamed).sort());
+    });
+
+    test("the manifests rendered with the old name equal those with the new one, which differ from the defaults", async () => {
+      const defaults = await render(CONTEXT);
+      for (const [old, name] of Object.entries(renamed)) {
+        const under = (prefix: string) =>
+          Object.fromEntries((SAMPLES[name] ?? []).map(([leaf, value]) => [leaf ? `${prefix}.${leaf}` : prefix, value]));
+        const withNew = await render([...CONTEXT, ...setJson(under(name))]);
+        assert.notDeepEqual(withNew, defaults, `${name} changes what is rendered`);
+        assert.deepEqual(await render([...CONTEXT, ...setJson(under(old))]), withNew, `${old} renders as ${name}`);
+      }
+    });
+
+    test("the schema still accepts each old name, marked deprecated", async () => {
+      const schemaAt = (dotted: string) =>
+        dotted.split(".").reduce<Values | undefined>((node, key) => (node?.properties as Values)?.[key] as Values, schema);
+      for (const [old, name] of Object.entries(renamed))
+        assert.match(String(schemaAt(old)?.description), new RegExp(`^Deprecated: renamed ${name.replaceAll(".", "\\.")} `));
+      await assert.rejects(render(["--set=loadBalancer.nodeSelektor=a"]), /at '\/loadBalancer': additional properties 'nodeSelektor' not allowed/);
+    });
   });
 
   test("flags.yaml is generated from the flag tables, controllers.yaml from the controller registry", async () => {
@@ -692,9 +747,9 @@ describe("Helm chart", () => {
     assert.deepEqual(announce, { leaseNamespace: "kube-system", interfaces: [], nodeSelector: undefined });
   });
 
-  test("loadBalancer.l2.nodeSelector: only the nodes it selects announce, in kubectl's syntax", async () => {
+  test("loadBalancer.l2.announcerNodes: only the nodes it selects announce, in kubectl's syntax", async () => {
     const selector = "topology.kubernetes.io/zone in (a,b),!node.kubernetes.io/exclude-l2";
-    const values = { "loadBalancer.l2.enabled": true, "loadBalancer.l2.nodeSelector": selector };
+    const values = { "loadBalancer.l2.enabled": true, "loadBalancer.l2.announcerNodes": selector };
     const objects = await render(setJson(values));
     const agent = container(objects, "local-ccm");
     assert.deepEqual(valueArgs(objects, "local-ccm"), ["--lb-l2-announce=true", `--lb-l2-node-selector=${selector}`]);
@@ -938,7 +993,7 @@ describe("Helm chart", () => {
       // A values file gives every number as a float: large integers must still print as integers.
       const overrides = {
         podSecurity: { runAsUser: 1000000, runAsGroup: 1000000 },
-        controller: { healthBindAddress: "" },
+        agent: { healthBindAddress: "" },
         nodeLifecycleController: {
           replicas: 3,
           controller: {
@@ -1002,11 +1057,11 @@ describe("Helm chart", () => {
 
   test("the schema's messages say what is wrong", async () => {
     const cases: [Record<string, unknown>, string][] = [
-      [{ "controller.logFormat": "yaml" }, "at '/controller/logFormat': value must be one of 'text', 'json'"],
-      [{ "controller.verbosity": 9 }, "at '/controller/verbosity': maximum: got 9, want 5"],
+      [{ "agent.logFormat": "yaml" }, "at '/agent/logFormat': value must be one of 'text', 'json'"],
+      [{ "agent.verbosity": 9 }, "at '/agent/verbosity': maximum: got 9, want 5"],
       [
-        { "controller.reconcileIntervall": "5s" },
-        "at '/controller': additional properties 'reconcileIntervall' not allowed",
+        { "agent.reconcileIntervall": "5s" },
+        "at '/agent': additional properties 'reconcileIntervall' not allowed",
       ],
       [
         { "ipDetection.externalIPTarget": "dns.google" },
@@ -1051,7 +1106,7 @@ describe("Helm chart", () => {
       { "ipDetection.externalIPTarget": "", "ipDetection.externalIPInterface": "eth0" },
       { "ipDetection.externalIPTarget": "8.8.8.8", "ipDetection.externalIPCIDR": "198.18.0.0/15" },
       { "metadata.timeout": "596h31m23.647s", "csrApproval.rules.maxExpiration": "10m" },
-      { "nodeLifecycleController.controller.notReadyTimeout": "0s", "controller.healthBindAddress": ":65535" },
+      { "nodeLifecycleController.controller.notReadyTimeout": "0s", "agent.healthBindAddress": ":65535" },
       { "nodeLifecycleController.controller.leaderElection.renewDeadline": "14.999s" },
       { "loadBalancer.reservedPorts": "9000-9000, 1-65535" },
       // Class-less Services claimed by the pools only, the node-address controller off.
@@ -1084,12 +1139,12 @@ describe("Helm chart", () => {
         ["--set-string", "nodeLifecycleController.controller.kubeletPort=65536"],
         "at '/nodeLifecycleController/controller/kubeletPort': '65536' does not match",
       ],
-      [["--set-string", "controller.verbosity=6"], "at '/controller/verbosity': '6' does not match"],
+      [["--set-string", "agent.verbosity=6"], "at '/agent/verbosity': '6' does not match"],
       [["--set", "nodeLifecycleController.controller.probes={icmp,udp}"], "at '/nodeLifecycleController/controller/probes/1'"],
       [["--set-string", "nodeLifecycleController.controller.probes=tcp\\,tcp"], "at '/nodeLifecycleController/controller/probes': 'tcp,tcp'"],
       [["--set", "nodeLifecycleController.controller.probes={tcp,tcp}"], "at '/nodeLifecycleController/controller/probes': items at 0 and 1 are equal"],
       [["--set", "metadata.providerID=local://{hostname}"], "at '/metadata/providerID': 'local://{hostname}' does not match"],
-      [["--set", "controller.healthBindAddress=999.0.0.1:10263"], "at '/controller/healthBindAddress': '999.0.0.1:10263'"],
+      [["--set", "agent.healthBindAddress=999.0.0.1:10263"], "at '/agent/healthBindAddress': '999.0.0.1:10263'"],
       [["--set", "metadata.zoneRules={cidr:10.0.0.0/33=rack-1}"], "at '/metadata/zoneRules/0': 'cidr:10.0.0.0/33=rack-1'"],
       [["--set", "metadata.nodeTaintRules={name:^gpu-=nvidia.com/gpu=present}"], "at '/metadata/nodeTaintRules/0'"],
       // A key the node-scope policy would open to a stolen agent token: refused at render, naming the rule.
@@ -1139,7 +1194,7 @@ describe("Helm chart", () => {
       "--set-string",
       "nodeLifecycleController.controller.maxDeletionsPerMinute=20",
       "--set-string",
-      "controller.verbosity=3",
+      "agent.verbosity=3",
     ]);
     const nlcArgs = valueArgs(objects, "node-lifecycle-controller") ?? [];
     assert.deepEqual(nlcArgs, [
@@ -1319,8 +1374,8 @@ describe("Helm chart", () => {
       const objects = await render(
         setJson({
           "metrics.serviceMonitor.enabled": true,
-          "controller.secureMetrics": false,
-          "controller.metricsBindAddress": ":10263",
+          "agent.secureMetrics": false,
+          "agent.metricsBindAddress": ":10263",
           "nodeLifecycleController.controller.secureMetrics": false,
         }),
       );
@@ -1343,7 +1398,7 @@ describe("Helm chart", () => {
 
     test("metrics off: no metrics port, no review grants, no ServiceMonitor for that program", async () => {
       const objects = await render(
-        setJson({ "metrics.serviceMonitor.enabled": true, "controller.metricsBindAddress": "" }),
+        setJson({ "metrics.serviceMonitor.enabled": true, "agent.metricsBindAddress": "" }),
       );
       assert.deepEqual(container(objects, "local-ccm").ports, [{ name: "health", containerPort: 10263, protocol: "TCP" }]);
       assert.deepEqual(reviewRules(objects, "local-ccm"), ["nodes", "nodes/status"]);
@@ -1390,13 +1445,13 @@ describe("Helm chart", () => {
     });
 
     test("a program without secure metrics gets no certificate; without any, the chart makes none", async () => {
-      const objects = await render(setJson({ "controller.secureMetrics": false }));
+      const objects = await render(setJson({ "agent.secureMetrics": false }));
       const agent = container(objects, "local-ccm");
       assert.equal(agent.volumeMounts, undefined);
       assert.equal(podSpec(objects, "local-ccm").volumes, undefined);
       parseProgram("local-ccm", agent.args ?? []);
       assert.deepEqual(container(objects, "node-lifecycle-controller").args?.slice(-2), CHART_CERTIFICATE_ARGS);
-      const none = await render(setJson({ "controller.secureMetrics": false, "nodeLifecycleController.enabled": false }));
+      const none = await render(setJson({ "agent.secureMetrics": false, "nodeLifecycleController.enabled": false }));
       assert.equal(none.find((obj) => obj.kind === "Secret"), undefined);
     });
 

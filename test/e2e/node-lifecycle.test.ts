@@ -35,7 +35,7 @@ const AUTOSCALER_TAINT = "ToBeDeletedByClusterAutoscaler";
 const VALUES = {
   // Keeps the nodes the test did not initialise itself uninitialised while the scheduler places the
   // replicas, deterministically (the agents would otherwise race the scheduler).
-  "controller.removeTaint": "false",
+  "agent.removeTaint": "false",
   "nodeLifecycleController.controller.notReadyTimeout": "5s",
   "nodeLifecycleController.controller.reconcileInterval": "2s",
   "nodeLifecycleController.controller.pingTimeout": "1s",

@@ -34,7 +34,7 @@ externalIPCIDR). Input: dict "root" $ "program" "<name>". Output: YAML list item
 */}}
 {{- define "local-ccm.flagArgs" -}}
 {{- range index (.root.Files.Get "flags.yaml" | fromYaml) .program }}
-{{- $value := include "local-ccm.value" (dict "values" $.root.Values "path" .value) }}
+{{- $value := include "local-ccm.value" (dict "root" $.root "path" .value) }}
 {{- if ne $value .default }}
 - {{ printf "--%s=%s" .flag $value | toJson }}
 {{- end }}
@@ -46,21 +46,67 @@ switch is on; as JSON (fromJsonArray). */}}
 {{- define "local-ccm.hostedControllers" -}}
 {{- $running := list }}
 {{- range (.Files.Get "controllers.yaml" | fromYaml).controllers }}
-{{- if or (not .helmEnabled) (eq (include "local-ccm.value" (dict "values" $.Values "path" .helmEnabled)) "true") }}
+{{- if or (not .helmEnabled) (eq (include "local-ccm.value" (dict "root" $ "path" .helmEnabled)) "true") }}
 {{- $running = append $running . }}
 {{- end }}
 {{- end }}
 {{- toJson $running }}
 {{- end }}
 
+{{/* Whether values set anything at a dotted path ("true" or ""). Input: dict "values" <map> "path" <dotted>. */}}
+{{- define "local-ccm.isSet" -}}
+{{- $node := .values }}
+{{- $found := true }}
+{{- range splitList "." .path }}
+{{- if and $found (kindIs "map" $node) (hasKey $node .) }}{{ $node = index $node . }}{{ else }}{{ $found = false }}{{ end }}
+{{- end }}
+{{- if $found }}true{{ end }}
+{{- end }}
+
 {{/*
-The value at a dotted path as the flag would be written. Values files give whole numbers as float64:
-print them as integers, never 1e+06. A YAML list (values file, --set 'a={x,y}') is the flag's comma
-list; a string is passed as written, so comma strings keep working.
+Where a value is read: its old name (renamed.yaml) when the user set that, else the path itself. values.yaml no
+longer holds old names, so an old key is there only when set. Input: dict "root" $ "path" <dotted>.
+*/}}
+{{- define "local-ccm.valuePath" -}}
+{{- $path := .path }}
+{{- range $old, $new := (.root.Files.Get "renamed.yaml" | fromYaml).renamed }}
+{{- if or (eq $.path $new) (hasPrefix (printf "%s." $new) $.path) }}
+{{- $oldPath := printf "%s%s" $old (trimPrefix $new $.path) }}
+{{- if include "local-ccm.isSet" (dict "values" $.root.Values "path" $oldPath) }}{{ $path = $oldPath }}{{ end }}
+{{- end }}
+{{- end }}
+{{- $path }}
+{{- end }}
+
+{{/*
+The values of a section (e.g. "agent") with those set under its old name (renamed.yaml) over them, as JSON
+(fromJson), for templates that read a section's values directly. Input: dict "root" $ "path" <dotted>.
+*/}}
+{{- define "local-ccm.section" -}}
+{{- $sections := list .path }}
+{{- range $old, $new := (.root.Files.Get "renamed.yaml" | fromYaml).renamed }}
+{{- if and (eq $new $.path) (include "local-ccm.isSet" (dict "values" $.root.Values "path" $old)) }}
+{{- $sections = append $sections $old }}
+{{- end }}
+{{- end }}
+{{- $merged := dict }}
+{{- range $sections }}
+{{- $section := $.root.Values }}
+{{- range splitList "." . }}{{ $section = index $section . }}{{ end }}
+{{- $merged = mergeOverwrite $merged (deepCopy $section) }}
+{{- end }}
+{{- toJson $merged }}
+{{- end }}
+
+{{/*
+The value at a dotted path (read under its old name when that is set: local-ccm.valuePath) as the flag would
+be written. Values files give whole numbers as float64: print them as integers, never 1e+06. A YAML list
+(values file, --set 'a={x,y}') is the flag's comma list; a string is passed as written, so comma strings keep
+working. Input: dict "root" $ "path" <dotted>.
 */}}
 {{- define "local-ccm.value" -}}
-{{- $value := .values }}
-{{- range splitList "." .path }}
+{{- $value := .root.Values }}
+{{- range splitList "." (include "local-ccm.valuePath" .) }}
 {{- $value = index $value . }}
 {{- end }}
 {{- if and (kindIs "float64" $value) (eq $value (floor $value)) }}
@@ -108,7 +154,7 @@ the schema has checked each value's form.
 {{- if .Values.nodeLifecycleController.enabled }}{{ $programs = append $programs "node-lifecycle-controller" }}{{ end }}
 {{- range $program := $programs }}
 {{- range index $flags $program }}
-{{- $value := include "local-ccm.value" (dict "values" $.Values "path" .value) }}
+{{- $value := include "local-ccm.value" (dict "root" $ "path" .value) }}
 {{- if hasKey . "maxSeconds" }}
 {{- $seconds := include "local-ccm.durationSeconds" $value | float64 }}
 {{- if gt $seconds .maxSeconds }}
@@ -131,7 +177,7 @@ the schema has checked each value's form.
 {{- $addressValues := list "ipDetection.internalIPTarget" "ipDetection.internalIPCIDR" "ipDetection.externalIPTarget" "ipDetection.externalIPCIDR" }}
 {{- if .Values.nodeLifecycleController.enabled }}{{ $addressValues = append $addressValues "csrApproval.rules.ipAllowlist" }}{{ end }}
 {{- range $path := $addressValues }}
-{{- range splitList "," (include "local-ccm.value" (dict "values" $.Values "path" $path)) }}
+{{- range splitList "," (include "local-ccm.value" (dict "root" $ "path" $path)) }}
 {{- if regexMatch $mapped (trim .) }}
 {{- fail (printf "%s: %q is an IPv4-mapped IPv6 address, which Kubernetes refuses: write it as IPv4" $path (trim .)) }}
 {{- end }}
@@ -139,20 +185,20 @@ the schema has checked each value's form.
 {{- end }}
 {{- /* src/service/flags.ts parsePortRange: a range runs from its lower port (the schema checks each port). */}}
 {{- if .Values.nodeLifecycleController.enabled }}
-{{- range splitList "," (include "local-ccm.value" (dict "values" $.Values "path" "loadBalancer.reservedPorts")) }}
+{{- range splitList "," (include "local-ccm.value" (dict "root" $ "path" "loadBalancer.reservedPorts")) }}
 {{- $ends := splitList "-" (trim .) }}
 {{- if and (eq (len $ends) 2) (gt (index $ends 0 | int) (index $ends 1 | int)) }}
 {{- fail (printf "loadBalancer.reservedPorts: %q runs backwards: write a range from-to, lower port first" (trim .)) }}
 {{- end }}
 {{- end }}
-{{- $ends := splitList "-" (trim (include "local-ccm.value" (dict "values" $.Values "path" "loadBalancer.nodePortRange"))) }}
+{{- $ends := splitList "-" (trim (include "local-ccm.value" (dict "root" $ "path" "loadBalancer.nodePortRange"))) }}
 {{- if and (eq (len $ends) 2) (gt (index $ends 0 | int) (index $ends 1 | int)) }}
 {{- fail (printf "loadBalancer.nodePortRange: %q runs backwards: write a range from-to, lower port first" (join "-" $ends)) }}
 {{- end }}
 {{- end }}
 {{- /* src/agent/flags.ts targetProblem: a target is an address to reach, never the unspecified one (all zeros). */}}
 {{- range $path := list "ipDetection.internalIPTarget" "ipDetection.externalIPTarget" }}
-{{- range splitList "," (include "local-ccm.value" (dict "values" $.Values "path" $path)) }}
+{{- range splitList "," (include "local-ccm.value" (dict "root" $ "path" $path)) }}
 {{- if regexMatch "^[0:.]+$" (trim .) }}
 {{- fail (printf "%s: %q is the unspecified address, not a target" $path (trim .)) }}
 {{- end }}
@@ -164,7 +210,7 @@ the schema has checked each value's form.
 {{- range $method := list "Target" "CIDR" "Interface" }}
 {{- $path := printf "ipDetection.%sIP%s" $type $method }}
 {{- $flag := printf "%s-ip-%s" $type (lower $method) }}
-{{- $value := include "local-ccm.value" (dict "values" $.Values "path" $path) }}
+{{- $value := include "local-ccm.value" (dict "root" $ "path" $path) }}
 {{- range index $flags "local-ccm" }}
 {{- if and (eq .flag $flag) (ne $value .default) (ne $value "") }}{{ $chosen = append $chosen $path }}{{ end }}
 {{- end }}
@@ -261,7 +307,7 @@ volumeMounts:
 
 {{/*
 The container ports of a program: "health" (the probes') and, on an address of its own, "metrics".
-Input: the program's flag values (controller or nodeLifecycleController.controller).
+Input: the program's flag values (agent or nodeLifecycleController.controller).
 */}}
 {{- define "local-ccm.ports" -}}
 {{- $health := include "local-ccm.healthPort" .healthBindAddress }}
@@ -339,7 +385,7 @@ and the program takes its pod's namespace.
 {{- range index (.Files.Get "flags.yaml" | fromYaml) "node-lifecycle-controller" }}
 {{- if eq .value $path }}{{ $spec = . }}{{ end }}
 {{- end }}
-{{- $value := include "local-ccm.value" (dict "values" .Values "path" $path) }}
+{{- $value := include "local-ccm.value" (dict "root" . "path" $path) }}
 {{- if eq $value $spec.default }}{{ .Release.Namespace }}{{ else }}{{ $value }}{{ end }}
 {{- end }}
 
