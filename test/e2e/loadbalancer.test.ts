@@ -38,7 +38,8 @@ import {
 import { editorClient, namespaceEditor } from "../../localcluster/editor.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { isApiError } from "../../src/kube/errors.ts";
-import { PROGRAM } from "../../src/manager/flags.ts";
+import { eventSource } from "../../src/manager/controller.ts";
+import { serviceLoadBalancer } from "../../src/service/definition.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 import { AUTOSCALER_TAINT, EXCLUDE_LABEL } from "../../src/service/nodes.ts";
 import { addressesOf, clusterAuditEvents, leaseHolder } from "./cluster-objects.ts";
@@ -170,7 +171,7 @@ function loadBalancerSuite(mode: ProxyMode): void {
      * about Services too (kube-apiserver's ClusterIP repair, when it sees a Service before its IPAddress).
      */
     const eventsAbout = async (service: Service, client = cluster.admin) => {
-      const selector = encodeURIComponent(`involvedObject.uid=${service.metadata?.uid},source=${PROGRAM}`);
+      const selector = encodeURIComponent(`involvedObject.uid=${service.metadata?.uid},source=${eventSource(serviceLoadBalancer)}`);
       const path = `/api/v1/namespaces/${service.metadata?.namespace}/events?fieldSelector=${selector}`;
       return (await client.request<{ items: Event[] }>({ method: "GET", path })).items;
     };
