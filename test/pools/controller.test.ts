@@ -313,45 +313,47 @@ describe("address pool controller, against kube-apiserver", () => {
   });
 
   test("Services MetalLB served, class-less and claimed, keep their addresses: its annotations are read", async () => {
-    const g = await group({ lan: { addresses: ["198.51.100.32/29"] }, manual: { addresses: ["198.51.100.48/30"], autoAssign: false } });
+    const g = await group({ lan: { addresses: ["198.51.120.32/29"] }, manual: { addresses: ["198.51.120.48/30"], autoAssign: false } });
     // As MetalLB left them: class-less, its annotations, and the address it wrote in status.
     const served = async (name: string, ip: string, ports: ServicePort[], annotations: Record<string, string>) => {
       await g.services.create({ metadata: { name, annotations }, spec: { type: "LoadBalancer", ports } });
       await g.services.patch(name, "merge", { status: { loadBalancer: { ingress: [{ ip }] } } }, { subresource: "status" });
     };
-    await served("pinned", "198.51.100.37", port(80), { "metallb.io/loadBalancerIPs": "198.51.100.37" });
-    const shared = { "metallb.io/loadBalancerIPs": "198.51.100.38", "metallb.io/allow-shared-ip": "dns" };
-    await served("dns-tcp", "198.51.100.38", port(53), shared);
-    await served("dns-udp", "198.51.100.38", port(53, "UDP"), shared);
-    await served("old-spelling", "198.51.100.49", port(80), { "metallb.universe.tf/address-pool": g.pool("manual") });
+    await served("pinned", "198.51.120.37", port(80), { "metallb.io/loadBalancerIPs": "198.51.120.37" });
+    const shared = { "metallb.io/loadBalancerIPs": "198.51.120.38", "metallb.io/allow-shared-ip": "dns" };
+    await served("dns-tcp", "198.51.120.38", port(53), shared);
+    await served("dns-udp", "198.51.120.38", port(53, "UDP"), shared);
+    await served("old-spelling", "198.51.120.49", port(80), { "metallb.universe.tf/address-pool": g.pool("manual") });
     // Ours win over MetalLB's: the runbook's pin stays the one read.
-    await served("both", "198.51.100.39", port(80), {
-      [REQUESTED_IPS_ANNOTATION]: "198.51.100.33",
-      "metallb.io/loadBalancerIPs": "198.51.100.39",
+    await served("both", "198.51.120.39", port(80), {
+      [REQUESTED_IPS_ANNOTATION]: "198.51.120.33",
+      "metallb.io/loadBalancerIPs": "198.51.120.39",
     });
     // And as a manifest written for MetalLB asks, never served: the request is read, not just the address held.
     const asks = (name: string, annotations: Record<string, string>) =>
       g.services.create({ metadata: { name, annotations }, spec: { type: "LoadBalancer", ports: port(8080) } });
-    await asks("requests", { "metallb.io/loadBalancerIPs": "198.51.100.35" });
+    await asks("requests", { "metallb.io/loadBalancerIPs": "198.51.120.35" });
     await asks("names-pool", { "metallb.io/address-pool": g.pool("manual") });
     const running = await world.startController({ claimClassless: true });
     try {
-      await until("requests gets what it asks", () => g.ingress("requests"), ["198.51.100.35 VIP"]);
-      await until("names-pool gets the manual pool's", () => g.ingress("names-pool"), ["198.51.100.48 VIP"]);
-      await until("pinned keeps its address", () => g.ingress("pinned"), ["198.51.100.37 VIP"]);
-      await until("dns-tcp keeps the shared address", () => g.ingress("dns-tcp"), ["198.51.100.38 VIP"]);
-      await until("dns-udp keeps the shared address", () => g.ingress("dns-udp"), ["198.51.100.38 VIP"]);
-      await until("old-spelling keeps its address in the pool it names", () => g.ingress("old-spelling"), ["198.51.100.49 VIP"]);
+      await until("requests gets what it asks", () => g.ingress("requests"), ["198.51.120.35 VIP"]);
+      await until("names-pool gets the manual pool's", () => g.ingress("names-pool"), ["198.51.120.48 VIP"]);
+      await until("pinned keeps its address", () => g.ingress("pinned"), ["198.51.120.37 VIP"]);
+      await until("dns-tcp keeps the shared address", () => g.ingress("dns-tcp"), ["198.51.120.38 VIP"]);
+      await until("dns-udp keeps the shared address", () => g.ingress("dns-udp"), ["198.51.120.38 VIP"]);
+      await until("old-spelling keeps its address in the pool it names", () => g.ingress("old-spelling"), ["198.51.120.49 VIP"]);
       assert.deepEqual(await g.record("old-spelling"), { finalizers: [LB_FINALIZER], from: g.pool("manual") });
-      await until("ours win", () => g.ingress("both"), ["198.51.100.33 VIP"]);
+      await until("ours win", () => g.ingress("both"), ["198.51.120.33 VIP"]);
       assert.deepEqual(await g.record("dns-udp"), { finalizers: [LB_FINALIZER], from: g.pool("lan") });
       // No allocation Warning but the move ours asked for (this world has no agents: NoAnnouncer is expected).
-      const moved = ["AddressMoved: moved to 198.51.100.33: 198.51.100.39 is not the address it requests"];
-      for (const name of ["pinned", "dns-tcp", "dns-udp", "old-spelling", "both"]) {
-        const events = await world.events(g.namespace, name);
-        const warned = events.filter(({ type, reason }) => type === "Warning" && reason !== "NoAnnouncer");
-        assert.deepEqual(warned.map(({ reason, message }) => `${reason}: ${message}`), name === "both" ? moved : [], name);
-      }
+      const moved = ["AddressMoved: moved to 198.51.120.33: 198.51.120.39 is not the address it requests"];
+      // Events are recorded a moment after the writes: wait for the one expected, then read the rest.
+      const warned = async (name: string) =>
+        (await world.events(g.namespace, name))
+          .filter(({ type, reason }) => type === "Warning" && reason !== "NoAnnouncer")
+          .map(({ reason, message }) => `${reason}: ${message}`);
+      await until("both told it moved", () => warned("both"), moved);
+      for (const name of ["pinned", "dns-tcp", "dns-udp", "old-spelling"]) assert.deepEqual(await warned(name), [], name);
     } finally {
       await running.stop();
     }
