@@ -225,7 +225,13 @@ const TYPE_IN_USAGE: Record<FlagType, string> = {
 };
 
 /** The text --help prints: one line per flag, pflag style. */
-export function usage(program: string, table: readonly FlagSpec[]): string {
+/** A subcommand a program runs instead of its default work (`program release-all [flags]`), shown by --help. */
+export interface Command {
+  name: string;
+  help: string;
+}
+
+export function usage(program: string, table: readonly FlagSpec[], commands: readonly Command[] = []): string {
   const rows = table.map((spec) => [
     `  --${spec.name}${TYPE_IN_USAGE[spec.type] ? ` ${TYPE_IN_USAGE[spec.type]}` : ""}`,
     `${spec.help}${spec.env ? ` [env ${spec.env}]` : ""}${defaultInUsage(spec)}`,
@@ -234,7 +240,10 @@ export function usage(program: string, table: readonly FlagSpec[]): string {
   rows.push(["  -h, --help", "Show this help and exit."]);
   const width = Math.max(...rows.map(([left]) => (left as string).length)) + 3;
   const lines = rows.map(([left, right]) => `${(left as string).padEnd(width)}${right}`);
-  return `Usage: ${program} [flags]\n\nFlags:\n${lines.join("\n")}\n`;
+  const named = commands.map(({ name, help }) => `  ${name.padEnd(width - 2)}${help}`);
+  return commands.length === 0
+    ? `Usage: ${program} [flags]\n\nFlags:\n${lines.join("\n")}\n`
+    : `Usage: ${program} [command] [flags]\n\nCommands:\n${named.join("\n")}\n\nFlags:\n${lines.join("\n")}\n`;
 }
 
 function defaultInUsage(spec: FlagSpec): string {

@@ -35,6 +35,13 @@ describe("exitFor", () => {
     assert.match(usage("prog", table), /\n {2}--version +Print the version/);
   });
 
+  test("--help lists the program's commands, when it has any", () => {
+    const commands = [{ name: "release-all", help: "Lets go." }];
+    const { text } = exitFor("prog", new HelpRequested(table), 0, commands);
+    assert.match(text, /^Usage: prog \[command\] \[flags\]\n\nCommands:\n {2}release-all +Lets go\.\n\nFlags:\n/);
+    assert.match(usage("prog", table), /^Usage: prog \[flags\]\n\nFlags:\n/);
+  });
+
   test("usage and configuration errors: one line on stderr, exit 2", () => {
     assert.deepEqual(exitFor("prog", new UsageError("unknown flag: --y"), 0), {
       code: 2,

@@ -5,7 +5,7 @@
 // hooks run in reverse order, like Go's defer: what started last (the loop) stops first, what every
 // other part uses (the API client) closes last. So a program's shutdown order is its start order.
 import { ConfigError } from "../kube/config.ts";
-import { HelpRequested, UsageError, usage, VersionRequested } from "./flags.ts";
+import { type Command, HelpRequested, UsageError, usage, VersionRequested } from "./flags.ts";
 import { versionText } from "./version.ts";
 
 export type ShutdownHook = () => void | Promise<void>;
@@ -42,8 +42,8 @@ export interface Exit {
 const STACK_VERBOSITY = 4;
 
 /** What the process prints and returns when `fn` throws `err`. */
-export function exitFor(program: string, err: unknown, verbosity: number): Exit {
-  if (err instanceof HelpRequested) return { code: 0, stream: "stdout", text: usage(program, err.table) };
+export function exitFor(program: string, err: unknown, verbosity: number, commands: readonly Command[] = []): Exit {
+  if (err instanceof HelpRequested) return { code: 0, stream: "stdout", text: usage(program, err.table, commands) };
   if (err instanceof VersionRequested) return { code: 0, stream: "stdout", text: versionText(program) };
   const message = oneLine(err instanceof Error ? err.message : String(err));
   if (err instanceof UsageError || err instanceof ConfigError) {
@@ -74,7 +74,11 @@ export async function runHooks(hooks: ShutdownHook[]): Promise<{ failed: unknown
  * Runs `fn` as the program: resolving means done (exit 0), throwing exits per exitFor. The shutdown
  * hooks run before any exit; a second signal during shutdown exits 1 at once.
  */
-export function runMain(program: string, fn: (ctx: MainContext) => void | Promise<void>): void {
+export function runMain(
+  program: string,
+  fn: (ctx: MainContext) => void | Promise<void>,
+  commands: readonly Command[] = [],
+): void {
   const hooks: ShutdownHook[] = [];
   const stop = new AbortController();
   const stopped = new Promise<void>((resolve) => stop.signal.addEventListener("abort", () => resolve()));
@@ -84,7 +88,7 @@ export function runMain(program: string, fn: (ctx: MainContext) => void | Promis
     if (stop.signal.aborted) return;
     stop.abort();
     const failure = await runHooks(hooks);
-    if (failure) exit ??= exitFor(program, failure.failed, verbosity);
+    if (failure) exit ??= exitFor(program, failure.failed, verbosity, commands);
     if (exit) (exit.stream === "stdout" ? process.stdout : process.stderr).write(exit.text);
     process.exit(exit?.code ?? 0);
   };
@@ -100,7 +104,7 @@ export function runMain(program: string, fn: (ctx: MainContext) => void | Promis
   }
   // State is unknown after an uncaught error: report it on one line and leave without the hooks.
   process.on("uncaughtException", (err) => {
-    const exit = exitFor(program, err, verbosity);
+    const exit = exitFor(program, err, verbosity, commands);
     process.stderr.write(exit.text);
     process.exit(exit.code);
   });
@@ -122,6 +126,6 @@ export function runMain(program: string, fn: (ctx: MainContext) => void | Promis
     .then(() => fn(ctx))
     .then(
       () => finish(undefined),
-      (err: unknown) => finish(exitFor(program, err, verbosity)),
+      (err: unknown) => finish(exitFor(program, err, verbosity, commands)),
     );
 }

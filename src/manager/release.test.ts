@@ -4,7 +4,7 @@ import fc from "fast-check";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { ALLOCATED_FROM_ANNOTATION, L2_CLASS } from "../pools/allocate.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../service/decide.ts";
-import { leaseFree, type ReleaseRule, releaseDecision } from "./release.ts";
+import { type ReleaseRule, releaseDecision } from "./release.ts";
 
 const NODE_ADDRESSES = new Set(["192.0.2.10", "2001:db8::10"]);
 const isNodeAddress = (ip: string) => NODE_ADDRESSES.has(ip);
@@ -62,9 +62,3 @@ test("releaseDecision: another class's Service is never released unless the pool
   );
 });
 
-test("leaseFree: no holder, or unchanged for the Lease's whole duration", () => {
-  assert.equal(leaseFree(undefined, 0), true, "no Lease");
-  assert.equal(leaseFree({ holderIdentity: "", leaseDurationSeconds: 15 }, 0), true, "given back");
-  assert.equal(leaseFree({ holderIdentity: "nlc-0_ab", leaseDurationSeconds: 15 }, 14_999), false, "still held");
-  assert.equal(leaseFree({ holderIdentity: "nlc-0_ab", leaseDurationSeconds: 15 }, 15_000), true, "expired");
-});

@@ -1,12 +1,10 @@
 // What `node-lifecycle-controller release-all` (the chart's post-delete hook) lets go once the controllers are gone,
-// as pure functions: which Services lose the load-balancer-cleanup finalizer, and when the controllers' Lease shows
-// that none of them can write any more.
+// as a pure function: which Services lose the load-balancer-cleanup finalizer.
 //
 // The finalizer is k8s.io/cloud-provider's, shared by every controller built on it: a Service is released only when
 // it is surely ours (our class, our pool's allocated-from annotation, or a class-less ingress made only of node
 // addresses, as the service controller's own classless-off rule reads it). A Service kept by mistake can still be
 // released by hand; another controller's finalizer removed by mistake would leak that controller's load balancer.
-import type { LeaseSpec } from "kubernetes-types/coordination/v1.js";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { ALLOCATED_FROM_ANNOTATION, L2_CLASS } from "../pools/allocate.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../service/decide.ts";
@@ -45,14 +43,4 @@ export function releaseDecision(service: Service, isNodeAddress: (ip: string) =>
   if (ips.length > 0 && ips.every((ip) => ip !== undefined && isNodeAddress(ip)))
     return { release: true, rule: "classless-node-addresses", reason: `class-less, ingress ${ips.join(",")} on nodes` };
   return { release: false, rule: "not-ours", reason: "class-less, and its ingress is not made of node addresses" };
-}
-
-/**
- * Whether the Lease no longer lets anyone lead: never created, given back (an empty holder, as a controller stopping
- * leaves it), or unchanged for its whole duration by our own clock (the leader elector's rule, so a stopped leader
- * counts as gone exactly when a new candidate would take over).
- */
-export function leaseFree(spec: LeaseSpec | undefined, unchangedForMs: number): boolean {
-  if (!spec?.holderIdentity) return true;
-  return unchangedForMs >= (spec.leaseDurationSeconds ?? 0) * 1000;
 }

@@ -1,7 +1,8 @@
 // `node-lifecycle-controller release-all` on a real kube-apiserver, run as the chart's hook ServiceAccount under the
 // hook's RBAC as rendered (templates/release-hook.yaml), after a leader was killed: its Lease still names it and was
 // renewed a moment ago. While the Lease is renewed, nothing is released; once renewals stop (the leader is gone),
-// within the Lease's duration and a little, our finalizers go and every other finalizer stays.
+// release-all takes the Lease as a new leader would, our finalizers go, every other finalizer stays, and the Lease
+// is given back.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { after, before, test } from "node:test";
@@ -135,4 +136,7 @@ test("a killed leader's Lease: nothing released while it is renewed; then only o
     assert.deepEqual(service.metadata?.finalizers ?? [], kept, name);
   }
   assert.deepEqual((await pools.get("main")).metadata?.finalizers, [OTHER]);
+  // It held the Lease while it worked (no replica could lead meanwhile), and gave it back.
+  assert.match(log, /holding the controllers' Lease/);
+  assert.equal((await leases.get(LEASE)).spec?.holderIdentity, "", "the Lease given back");
 });

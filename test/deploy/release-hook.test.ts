@@ -65,7 +65,7 @@ test("a post-delete Job runs release-all with the controllers' flags; its RBAC f
   const role = rendered.find(({ kind }) => kind === "Role");
   assert.equal(role?.metadata.namespace, "leases");
   assert.deepEqual(role?.rules, [
-    { apiGroups: ["coordination.k8s.io"], resources: ["leases"], resourceNames: ["nlc-leader"], verbs: ["get"] },
+    { apiGroups: ["coordination.k8s.io"], resources: ["leases"], resourceNames: ["nlc-leader"], verbs: ["get", "update"] },
   ]);
   // Reads, and patches only Services and pools (to remove a finalizer): no delete, no status, no create.
   const verbs = rendered.find(({ kind }) => kind === "ClusterRole")?.rules?.flatMap((rule) => rule.verbs);
