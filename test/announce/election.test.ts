@@ -11,13 +11,12 @@
 import assert from "node:assert/strict";
 import { performance } from "node:perf_hooks";
 import { after, before, describe, test } from "node:test";
-import type { Service } from "kubernetes-types/core/v1.js";
-import { Informer } from "../../src/kube/informer.ts";
 import { L2_CLASS } from "../../src/pools/allocate.ts";
 import { ANNOUNCER_ANNOTATION, LEASE_DURATION_SECONDS } from "../../src/pools/announcement.ts";
 import { sleep } from "../../src/time/backoff.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import type { RunningController } from "../pools/world.ts";
+import { watchAnnouncer } from "./announcer-watch.ts";
 import { startElection } from "./election-world.ts";
 import { type AgentNode, type AnnounceWorld, BUDGET_MS, claims, type Frame, startAnnounceWorld, SUBNET } from "./world.ts";
 
@@ -79,34 +78,10 @@ describe("the election with its controller: an API outage moves nothing; a node 
     return dual;
   };
 
-  /**
-   * Watches web's announcer from now on: `moved` rejects at the first event that shows another (or none), so that a
-   * wait raced against it fails on that event, not on a read at its end.
-   */
-  const watchAnnouncer = async (expected: string) => {
-    let fail: (err: Error) => void = () => {};
-    const moved = new Promise<never>((_, reject) => (fail = reject));
-    moved.catch(() => {}); // raced below; a rejection before the race is not unhandled
-    const informer = new Informer(world.services, { fieldSelector: "metadata.name=web" });
-    const check = (service: Service) => {
-      const node = service.metadata?.annotations?.[ANNOUNCER_ANNOTATION];
-      const version = service.metadata?.resourceVersion;
-      if (node !== expected) fail(new Error(`the announcer moved from ${expected} to ${node} (version ${version})`));
-    };
-    informer.addHandlers({
-      onAdd: check,
-      onUpdate: (_, service) => check(service),
-      onDelete: () => fail(new Error("web was deleted")),
-    });
-    informer.start();
-    await informer.waitForSync();
-    return { moved, stop: () => informer.stop() };
-  };
-
   test("kube-apiserver stopped 60 s: every fresh ARP and NDP resolution answered by the announcer", async (t) => {
     const first = nodeNamed(await waitFor("web announced", announcer, WAIT_MS));
     await waitFor("the client resolving web to its announcer", () => answeredBy(first), WAIT_MS);
-    const watch = await watchAnnouncer(first.name);
+    const watch = await watchAnnouncer(world.services, "web", first.name);
     const fromFrame = frames.length;
     const counts = new Map(addresses.map((address) => [address, { requests: 0, failed: 0, others: 0 }]));
     const apiserver = world.plane.pids().apiserver;

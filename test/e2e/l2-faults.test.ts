@@ -21,9 +21,12 @@ import { PROXY_MODES, type ProxyMode } from "../../localcluster/kube-proxy.ts";
 import { nodeMac } from "../../localcluster/layer2.ts";
 import { AGENT_APP, CONTROLLER_APP, listPods, NAMESPACE, podReady } from "../../localcluster/project.ts";
 import { waitFor } from "../../localcluster/wait.ts";
-import { announcerLeaseName, RELEASED_FROM_ANNOTATION } from "../../src/pools/announcement.ts";
+import type { Service } from "kubernetes-types/core/v1.js";
+import { Resource, SERVICE_RESOURCE } from "../../src/kube/resource.ts";
+import { announcerLeaseName, LEASE_DURATION_SECONDS, RELEASED_FROM_ANNOTATION } from "../../src/pools/announcement.ts";
 import { NODE_SELECTOR_ANNOTATION } from "../../src/service/decide.ts";
 import { sleep } from "../../src/time/backoff.ts";
+import { watchAnnouncer } from "../announce/announcer-watch.ts";
 import type { ProbeLine } from "./arp-prober.ts";
 import { containerCgroup } from "./cluster-objects.ts";
 import {
@@ -45,12 +48,6 @@ const OUTAGE_MS = 60_000;
 const BUDGET_MS = 5000;
 /** A connection of the agent to the API that sent nothing for this long is a watch (renewals go every second). */
 const WATCH_IDLE_MS = 2500;
-/**
- * Issue 25, open: once the API is back, kube-controller-manager (its own view stale) marks every Node Ready=Unknown
- * for a few seconds, and the pool controller takes the address from its announcer as ineligible (rule released,
- * not-ready): it goes unannounced (NoAnnouncer) or to another node. test/announce/election.test.ts has no kcm.
- */
-
 /** The MACs that answered the prober, in the order they first did. */
 const answeringMacs = (lines: readonly ProbeLine[]) => [
   ...new Set(lines.flatMap((line) => (line.kind === "request" ? [] : [line.mac]))),
@@ -96,11 +93,10 @@ function faultSuite(mode: ProxyMode): void {
     const leaseRenewTime = (node: string) =>
       cluster.kubectl(["get", "lease", "-n", NAMESPACE, announcerLeaseName(node) as string, "-o",
         "jsonpath={.spec.renewTime}"]);
-    /** Until `node`'s agent renewed its Lease after this call. */
-    const renewed = async (node: string) => {
-      const before = await leaseRenewTime(node);
-      await waitFor(`${node} renewing its Lease`, async () => (await leaseRenewTime(node)) !== before, WAIT_MS, 250);
-    };
+    /** Until `node`'s agent renewed its Lease at `at` (epoch ms) or later. */
+    const renewedPast = (node: string, at: number) =>
+      waitFor(`${node} renewing its Lease`, async () => Date.parse(await leaseRenewTime(node)) >= at, WAIT_MS, 250);
+    const services = () => new Resource<Service>(cluster.admin, { ...SERVICE_RESOURCE, namespace: "default" });
     /** The Service's announcer, once the client resolves its address to that node. */
     const settled = async () => {
       const { ip, announcer } = await waitForAnnouncer(cluster, "web");
@@ -161,9 +157,16 @@ function faultSuite(mode: ProxyMode): void {
         process.kill(apiserver, "SIGCONT");
       }
       const resumedAt = Date.now();
-      // Back: the agents renew, the controller's view is fresh again; the next case looks at this while.
-      await renewed(announcer);
-      await sleep(15_000);
+      // Back: the agents renew, kube-controller-manager marks the Nodes Ready=Unknown a while, the controller's view
+      // is fresh again. The window the next case looks at: until the announcer renewed five Lease durations past
+      // the return (15 s: kube-controller-manager's marks came within 10 s), long enough for the controller to act
+      // on any expiry or mark its stale view caused; the watch fails the test at the first move.
+      const moves = await watchAnnouncer(services(), "web", announcer);
+      try {
+        await Promise.race([moves.moved, renewedPast(announcer, resumedAt + 5 * LEASE_DURATION_SECONDS * 1000)]);
+      } finally {
+        moves.stop();
+      }
       const { lines, made } = await watching.stop(t);
       outage = { announcer, mac, resumedAt, lines, made };
       const during = made.filter((request) => request.startedMs >= stoppedAt && request.endedMs <= resumedAt);
@@ -241,9 +244,9 @@ function faultSuite(mode: ProxyMode): void {
       } finally {
         for (const pid of pids) process.kill(pid, "SIGCONT");
       }
-      // Resumed with its timers overdue and frames queued on its sockets: it renews, and must stay silent.
-      await renewed(announcer);
-      await sleep(5000);
+      // Resumed with its timers overdue and frames queued on its sockets: it renews, and must stay silent for as
+      // long as its successor's Lease outlives any claim it could still have made (a Lease duration past the resume).
+      await renewedPast(announcer, Date.now() + LEASE_DURATION_SECONDS * 1000);
       const { lines, unansweredMs } = await watching.stop(t);
       const macs = answeringMacs(lines);
       assert.equal(macs[0], mac, "the old announcer answered first");
