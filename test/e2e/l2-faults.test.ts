@@ -27,6 +27,7 @@ import { sleep } from "../../src/time/backoff.ts";
 import type { ProbeLine } from "./arp-prober.ts";
 import { containerCgroup } from "./cluster-objects.ts";
 import {
+  answeringMacs,
   type ClientRequest,
   getService,
   l2Service,
@@ -50,11 +51,6 @@ const WATCH_IDLE_MS = 2500;
  * for a few seconds, and the pool controller takes the address from its announcer as ineligible (rule released,
  * not-ready): it goes unannounced (NoAnnouncer) or to another node. test/announce/election.test.ts has no kcm.
  */
-
-/** The MACs that answered the prober, in the order they first did. */
-const answeringMacs = (lines: readonly ProbeLine[]) => [
-  ...new Set(lines.flatMap((line) => (line.kind === "request" ? [] : [line.mac]))),
-];
 
 const failed = (requests: readonly ClientRequest[]) => requests.filter((request) => request.error !== undefined);
 
