@@ -178,19 +178,27 @@ describe("layer-2 pool addresses against a foreign host, a namespace editor and 
     assert.equal(status, 200, body);
     return parseMetrics(body).get(`local_ccm_l2_address_conflicts_total{phase="${phase}",rule="arp-sender"}`) ?? 0;
   };
-  /** Until the Warning `reason` about `name` (a Node: in "default") has a message holding every part; those. */
-  const waitForWarning = (name: string, reason: string, parts: string[], namespace = "default") =>
+  /**
+   * Until there are Warnings `reason` about `name` whose message `matches`, as `reader` reads them (a Node's are in
+   * "default"): those.
+   */
+  const waitForWarning = (
+    name: string,
+    reason: string,
+    matches: (message: string) => boolean,
+    reader = { client: cluster.admin, namespace: "default" },
+  ) =>
     waitFor(
-      `the Warning ${reason} about ${name} naming ${parts.join(", ")}`,
+      `the Warning ${reason} about ${name}`,
       async () => {
-        const found = (await warnings(cluster.admin, namespace, name, reason)).filter((event) =>
-          parts.every((part) => event.message?.includes(part)),
-        );
+        const events = await warnings(reader.client, reader.namespace, name, reason);
+        const found = events.filter((event) => matches(event.message ?? ""));
         return found.length > 0 && found;
       },
       WAIT_MS,
       250,
     );
+  const naming = (...parts: string[]) => (message: string) => parts.every((part) => message.includes(part));
 
   test("a foreign host holding a pool address: the Service told, the pool lists it, no node answers", async (t) => {
     const held = `${segment()}.250`;
@@ -205,11 +213,12 @@ describe("layer-2 pool addresses against a foreign host, a namespace editor and 
       const { ip, announcer } = await waitForAnnouncer(cluster, "held");
       assert.equal(ip, held);
       const answered = `another host (${foreign.mac}) answers for ${held} on the segment of node ${announcer}`;
-      await waitForWarning("held", "AddressInUseOnNetwork", [answered]);
+      await waitForWarning("held", "AddressInUseOnNetwork", naming(answered));
       const line = inUseLine({ service: "default/held", address: held, mac: foreign.mac, node: announcer });
       await waitFor("the pool's conflicts listing it", async () => (await poolConflicts("public")).includes(line),
         WAIT_MS, 250);
-      const [event] = await waitForWarning(announcer, "AddressConflict", [`${held} `, foreign.mac, "default/held"]);
+      const conflict = naming(`${held} `, foreign.mac, "default/held");
+      const [event] = await waitForWarning(announcer, "AddressConflict", conflict);
       t.diagnostic(`${announcer}: ${event?.message}`);
       // Refused again at each reprobe: never announced in between.
       const refusals = await conflictsCounted(announcer, "probing");
@@ -255,11 +264,11 @@ describe("layer-2 pool addresses against a foreign host, a namespace editor and 
       const countedAll = async () => (await conflictsCounted(announcer, "announced")) >= counted + claims;
       await waitFor("the claims counted", countedAll, WAIT_MS, 500);
       // Told once a minute per address and MAC however many claims: one Event, about the announcer's Node.
-      const [event, ...more] = await waitForWarning(announcer, "AddressClaimed", [`${claimed} `, foreign.mac]);
+      const [event, ...more] = await waitForWarning(announcer, "AddressClaimed", naming(`${claimed} `, foreign.mac));
       assert.deepEqual([event?.count, more], [1, []]);
       t.diagnostic(`${announcer}: ${event?.message}`);
       const answered = `another host (${foreign.mac}) answers for ${claimed} on the segment of node ${announcer}`;
-      await waitForWarning("claimed", "AddressInUseOnNetwork", [answered]);
+      await waitForWarning("claimed", "AddressInUseOnNetwork", naming(answered));
       const line = inUseLine({ service: "default/claimed", address: claimed, mac: foreign.mac, node: announcer });
       await waitFor("the pool's conflicts listing it", async () => (await poolConflicts("public")).includes(line),
         WAIT_MS, 250);
@@ -329,17 +338,9 @@ describe("layer-2 pool addresses against a foreign host, a namespace editor and 
         );
       for (const { name, refusal } of asks) {
         // The editor reads its own Events.
-        const [event] = await waitFor(
-          `${name} refused`,
-          async () => {
-            const found = (await warnings(tenant, TENANT, name, "AllocationFailed")).filter((e) =>
-              e.message?.startsWith(refusal),
-            );
-            return found.length > 0 && found;
-          },
-          WAIT_MS,
-          250,
-        );
+        const reader = { client: tenant, namespace: TENANT };
+        const refused = (message: string) => message.startsWith(refusal);
+        const [event] = await waitForWarning(name, "AllocationFailed", refused, reader);
         t.diagnostic(`${name}: ${event?.message}`);
         const service = await tenantServices.get(name);
         assert.deepEqual(service.status?.loadBalancer?.ingress ?? [], [], `${name} got no address`);
