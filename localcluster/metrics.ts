@@ -7,7 +7,12 @@ import type { ControlPlane } from "./controlplane.ts";
 export async function scrapeMetrics(address: string): Promise<Map<string, number>> {
   const res = await fetch(`http://${address}/metrics`);
   if (!res.ok) throw new Error(`GET http://${address}/metrics: HTTP ${res.status}`);
-  const samples = (await res.text()).split("\n").filter((line) => line && !line.startsWith("#"));
+  return parseMetrics(await res.text());
+}
+
+/** Prometheus text format as series (name and labels, as printed) → value. */
+export function parseMetrics(text: string): Map<string, number> {
+  const samples = text.split("\n").filter((line) => line && !line.startsWith("#"));
   return new Map(
     samples.map((line) => {
       const space = line.lastIndexOf(" ");
@@ -44,15 +49,31 @@ export async function metricsScraperToken(
   return request.status.token;
 }
 
+/** How a secure scrape trusts the server, and where it comes from. */
+export interface ScrapeOptions {
+  /** The CA to verify the served certificate with; without it the certificate is accepted unverified. */
+  ca?: string;
+  /** The name the certificate must hold (default: the URL's host). */
+  servername?: string;
+  /** The client's source address. */
+  localAddress?: string;
+}
+
 /**
- * GET a secure /metrics URL with a bearer token (none: no Authorization header). The certificate is accepted
- * unverified (a program's self-signed one): for tests of what the program answers, not of who may trust it.
+ * GET a secure /metrics URL with a bearer token (none: no Authorization header). Without `ca` the certificate is
+ * accepted unverified (a program's self-signed one): for tests of what the program answers, not of who may trust
+ * it; with it, verified as a scraper trusting that CA (the chart's ServiceMonitor) does.
  */
-export function scrapeSecure(url: string, token?: string): Promise<{ status: number; body: string }> {
+export function scrapeSecure(
+  url: string | URL,
+  token?: string,
+  { ca, servername, localAddress }: ScrapeOptions = {},
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const headers = token === undefined ? {} : { authorization: `Bearer ${token}` };
+    const trust = ca === undefined ? { rejectUnauthorized: false } : { ca, ...(servername ? { servername } : {}) };
     https
-      .get(url, { headers, rejectUnauthorized: false, agent: false, timeout: 10_000 }, (res) => {
+      .get(url, { headers, ...trust, localAddress, agent: false, timeout: 10_000 }, (res) => {
         let body = "";
         res.setEncoding("utf8");
         res.on("data", (chunk: string) => (body += chunk));

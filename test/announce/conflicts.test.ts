@@ -7,57 +7,29 @@
 // Both are listed on the node's announcer Lease (CONFLICTS_ANNOTATION, for the pool controller: inuse.test.ts) while
 // they last.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import path from "node:path";
-import { createInterface } from "node:readline";
 import { after, before, describe, test } from "node:test";
 import type { Event } from "kubernetes-types/core/v1.js";
 import { TAKEOVER_SCHEDULE_MS } from "../../src/agent/announcer/decide.ts";
 import { CONFLICTS_ANNOTATION } from "../../src/pools/announcement.ts";
 import { Resource } from "../../src/kube/resource.ts";
-import { onExit } from "../../localcluster/cleanup.ts";
 import { waitFor } from "../../localcluster/wait.ts";
+import { type FixtureLine, fixtureTool } from "../netns/fixture-tool.ts";
 import { type AgentNode, type AnnounceWorld, startAnnounceWorld, SUBNET } from "./world.ts";
 
-const FIXTURE = path.resolve(import.meta.dirname, "../netns/announce-fixture.ts");
 const NODE = "node-a";
 const WAIT_MS = 60_000;
 
 /** A frame on the client's link as announce-fixture.ts's capture prints it. */
-interface Frame {
-  ready?: boolean;
-  done?: string;
+interface Frame extends FixtureLine {
   from?: string;
   outgoing?: boolean;
   arp?: { operation: string; senderIp: string; targetIp: string };
   advertisement?: { target: string; solicited: boolean };
 }
 
-/** The fixture in the client's namespace as root (a test tool): its printed lines, stdin, and its stop. */
-function clientTool(world: AnnounceWorld, mode: "capture" | "claimer") {
-  const child = spawn("nsenter", [
-    `--net=/run/netns/${world.client.name}`,
-    ...[process.execPath, FIXTURE, mode, world.clientLink],
-  ]);
-  const forget = onExit(() => child.kill("SIGKILL"));
-  const exited = new Promise((resolve) => child.once("exit", resolve));
-  const lines: Frame[] = [];
-  createInterface({ input: child.stdout }).on("line", (line) => lines.push(JSON.parse(line) as Frame));
-  return {
-    lines,
-    ready: () => waitFor(`the client's ${mode} ready`, () => lines.some((line) => line.ready)),
-    async send(line: string) {
-      const before = lines.filter((e) => e.done === line).length;
-      child.stdin.write(`${line}\n`);
-      await waitFor(`${mode}: ${line}`, () => lines.filter((e) => e.done === line).length > before);
-    },
-    async stop() {
-      child.stdin.end();
-      await exited;
-      forget();
-    },
-  };
-}
+/** The fixture in the client's namespace as root (a test tool). */
+const clientTool = (world: AnnounceWorld, mode: "capture" | "claimer") =>
+  fixtureTool<Frame>(world.client.name, mode, world.clientLink);
 
 /** Takeover announcements (gratuitous ARP, unsolicited NA) of `address` from `mac`. */
 const announcements = (frames: Frame[], address: string, mac: string) =>

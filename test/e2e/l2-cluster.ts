@@ -57,18 +57,18 @@ export async function startL2Cluster(mode: ProxyMode): Promise<Cluster> {
   }
 }
 
-export async function getService(cluster: Cluster, name: string): Promise<Service> {
-  return JSON.parse(await cluster.kubectl(["get", "service", name, "-o", "json"])) as Service;
+export async function getService(cluster: Cluster, name: string, namespace = "default"): Promise<Service> {
+  return JSON.parse(await cluster.kubectl(["get", "service", name, "--namespace", namespace, "-o", "json"])) as Service;
 }
 
 export const announcerOf = (service: Service) => service.metadata?.annotations?.[ANNOUNCER_ANNOTATION];
 
 /** Until the Service has a pool address and an announcer (other than `not`): both. */
-export function waitForAnnouncer(cluster: Cluster, name: string, not?: string) {
+export function waitForAnnouncer(cluster: Cluster, name: string, not?: string, namespace = "default") {
   return waitFor(
-    `${name}'s pool address and an announcer${not ? ` other than ${not}` : ""}`,
+    `${namespace}/${name}'s pool address and an announcer${not ? ` other than ${not}` : ""}`,
     async () => {
-      const service = await getService(cluster, name);
+      const service = await getService(cluster, name, namespace);
       const [ip, announcer] = [service.status?.loadBalancer?.ingress?.[0]?.ip, announcerOf(service)];
       return ip !== undefined && announcer !== undefined && announcer !== not && { ip, announcer };
     },
@@ -91,6 +91,11 @@ export async function waitForClientAt(cluster: Cluster, ip: string, node: string
     250,
   );
 }
+
+/** The MACs that answered the prober or announced the address to it, in the order they first did. */
+export const answeringMacs = (lines: readonly ProbeLine[]) => [
+  ...new Set(lines.flatMap((line) => (line.kind === "request" ? [] : [line.mac]))),
+];
 
 /** What a prober saw: requests answered by more than one MAC, and MACs that answered again after another did. */
 export function probeFindings(lines: readonly ProbeLine[]): { dualAnswers: string[]; returns: string[] } {

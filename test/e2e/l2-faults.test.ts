@@ -30,6 +30,7 @@ import { watchAnnouncer } from "../announce/announcer-watch.ts";
 import type { ProbeLine } from "./arp-prober.ts";
 import { containerCgroup } from "./cluster-objects.ts";
 import {
+  answeringMacs,
   type ClientRequest,
   getService,
   l2Service,
@@ -48,10 +49,6 @@ const OUTAGE_MS = 60_000;
 const BUDGET_MS = 5000;
 /** A connection of the agent to the API that sent nothing for this long is a watch (renewals go every second). */
 const WATCH_IDLE_MS = 2500;
-/** The MACs that answered the prober, in the order they first did. */
-const answeringMacs = (lines: readonly ProbeLine[]) => [
-  ...new Set(lines.flatMap((line) => (line.kind === "request" ? [] : [line.mac]))),
-];
 
 const failed = (requests: readonly ClientRequest[]) => requests.filter((request) => request.error !== undefined);
 

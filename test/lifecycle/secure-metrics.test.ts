@@ -15,7 +15,7 @@ import { after, before, test } from "node:test";
 import { parseAllDocuments } from "yaml";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { auditedRequests } from "../../localcluster/audit.ts";
-import { metricsScraperToken } from "../../localcluster/metrics.ts";
+import { metricsScraperToken, scrapeSecure } from "../../localcluster/metrics.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { helmTemplate, NAMESPACE } from "../../scripts/render-manifests.ts";
 import { ControllerProcess, RBAC_FILE, SERVICE_ACCOUNT } from "./world.ts";
@@ -38,26 +38,6 @@ const collect = (resolve: (reply: Reply) => void) => (res: http.IncomingMessage)
 function httpGet(address: string, pathname: string): Promise<Reply> {
   return new Promise((resolve, reject) => {
     http.get(`http://${address}${pathname}`, { agent: false, timeout: 10_000 }, collect(resolve)).on("error", reject);
-  });
-}
-
-interface ScrapeOptions {
-  /** The CA to verify the served certificate with. */
-  ca: string;
-  token?: string;
-  /** The name the certificate must hold (default: the URL's host, an IP). */
-  servername?: string;
-  /** The client's source address. */
-  localAddress?: string;
-}
-
-/** GET an https /metrics URL, verifying the server against `ca`. */
-function scrape(url: URL, options: ScrapeOptions): Promise<Reply> {
-  return new Promise((resolve, reject) => {
-    const headers = options.token === undefined ? {} : { authorization: `Bearer ${options.token}` };
-    const { ca, servername, localAddress } = options;
-    const request = { ca, headers, agent: false, timeout: 10_000, ...(servername ? { servername } : {}), localAddress };
-    https.get(url, request, collect(resolve)).on("error", reject);
   });
 }
 
@@ -133,7 +113,7 @@ test("/metrics over HTTPS: 401 without a token or with a bad one, 403 without th
   assert.match(served.subjectaltname ?? "", /IP Address:127\.0\.0\.1/);
   // Verified against the served certificate: its SANs name the address.
   const ca = pem(served.raw);
-  const get = (token?: string) => scrape(metricsUrl, { ca, ...(token === undefined ? {} : { token }) });
+  const get = (token?: string) => scrapeSecure(metricsUrl, token, { ca });
 
   assert.deepEqual(await get(), { status: 401, body: "Unauthorized: no bearer token\n" });
   const bad = await get("not-a-token");
@@ -176,7 +156,7 @@ test("a token flood from one address (made-up tokens, a real unauthorised one) n
   const attack = async (client: number) => {
     for (let i = 0; flooding; i++) {
       const token = (client + i) % 10 === 0 ? mallory : randomBytes(24).toString("base64url");
-      const { status } = await scrape(metrics, { ca, token, localAddress: ATTACKER });
+      const { status } = await scrapeSecure(metrics, token, { ca, localAddress: ATTACKER });
       attackerStatuses.set(status, (attackerStatuses.get(status) ?? 0) + 1);
     }
   };
@@ -186,13 +166,13 @@ test("a token flood from one address (made-up tokens, a real unauthorised one) n
     await waitFor("the attacker refused for its address's budget", async () => (attackerStatuses.get(429) ?? 0) > 0);
     const granted = await metricsScraperToken(plane, "prometheus-2", { granted: true });
     const statuses: number[] = [];
-    for (let i = 0; i < 20; i++) statuses.push((await scrape(metrics, { ca, token: granted })).status);
+    for (let i = 0; i < 20; i++) statuses.push((await scrapeSecure(metrics, granted, { ca })).status);
     // Its token rotated (kubelet refreshes projected tokens): the new one is reviewed on the scraper's budget.
     const rotated = await audienceToken("monitoring", "prometheus-2", []);
-    for (let i = 0; i < 20; i++) statuses.push((await scrape(metrics, { ca, token: rotated })).status);
+    for (let i = 0; i < 20; i++) statuses.push((await scrapeSecure(metrics, rotated, { ca })).status);
     assert.deepEqual(statuses, Array(40).fill(200));
     // The refusals are counted by rule, for the operator to see who tries what.
-    const { body } = await scrape(metrics, { ca, token: rotated });
+    const { body } = await scrapeSecure(metrics, rotated, { ca });
     const counted = /^node_lifecycle_controller_metrics_requests_refused_total\{code="429",rule="review-rate-source"\} (\d+)$/m.exec(body);
     assert.ok(Number(counted?.[1]) > 0, body);
   } finally {
@@ -218,9 +198,9 @@ test("--metrics-token-audiences: only a token for that audience reads /metrics, 
   const { nlc, metrics } = await startController([`--metrics-token-audiences=${AUDIENCE}`]);
   const ca = pem((await servedCertificate(Number(metrics.port))).raw);
 
-  const ok = await scrape(metrics, { ca, token: metricsToken });
+  const ok = await scrapeSecure(metrics, metricsToken, { ca });
   assert.equal(ok.status, 200, ok.body);
-  const refused = await scrape(metrics, { ca, token: apiToken });
+  const refused = await scrapeSecure(metrics, apiToken, { ca });
   assert.equal(refused.status, 401);
   assert.match(refused.body, /^Unauthorized: token not authenticated: .*audience/);
   // Worthless elsewhere: the API server does not take the metrics token.
@@ -263,12 +243,12 @@ test("the chart's certificate: kept across renders, served, verified with its CA
     // As the chart's ServiceMonitor: tlsConfig.ca from the Secret, serverName the program's metrics Service.
     const servername = `node-lifecycle-controller-metrics.${NAMESPACE}.svc`;
     const ca = file("ca.crt");
-    const ok = await scrape(metrics, { ca, token, servername });
+    const ok = await scrapeSecure(metrics, token, { ca, servername });
     assert.equal(ok.status, 200, ok.body);
     // Another CA (the chart rendered without the cluster), or another name: the scraper sends nothing.
     const otherCa = Buffer.from(other.secret.data["ca.crt"] as string, "base64").toString("utf8");
-    await assert.rejects(scrape(metrics, { ca: otherCa, token, servername }), { code: "UNABLE_TO_VERIFY_LEAF_SIGNATURE" });
-    await assert.rejects(scrape(metrics, { ca, token, servername: "evil.example" }), { code: "ERR_TLS_CERT_ALTNAME_INVALID" });
+    await assert.rejects(scrapeSecure(metrics, token, { ca: otherCa, servername }), { code: "UNABLE_TO_VERIFY_LEAF_SIGNATURE" });
+    await assert.rejects(scrapeSecure(metrics, token, { ca, servername: "evil.example" }), { code: "ERR_TLS_CERT_ALTNAME_INVALID" });
     assert.equal(await nlc.stop(), 0);
   } finally {
     await rm(dir, { recursive: true, force: true });
