@@ -1,9 +1,10 @@
-// `npm run cluster -- up [--nodes N] [--control-plane-nodes M] [--proxy-mode iptables|nftables] [--serving-certs] |
-// kill-node NAME | client [-- COMMAND…] | down | build`: the local cluster (localcluster/cluster.ts) for people,
+// `npm run cluster -- up [--nodes N] [--control-plane-nodes M] [--proxy-mode iptables|nftables] [--serving-certs]
+// [--bgp] | kill-node NAME | client [-- COMMAND…] | down | build`: the local cluster (localcluster/cluster.ts) for people,
 // kept in .cluster/ and left running until `down`; the first M nodes (default 1) are control-plane nodes. With
 // --serving-certs, kubelets request their serving certificates, the apiserver verifies them, and the chart (CSR
 // approver on) and metrics-server are installed: `up` returns once `kubectl top nodes` shows every node through
-// certificates the approver approved. `client` runs a command (default: a shell) on the client host, outside the
+// certificates the approver approved. With --bgp, the cluster's router (router.ts: FRR) peers with every node and
+// carries the client host's traffic, so the client reaches BGP addresses through the routes it learned. `client` runs a command (default: a shell) on the client host, outside the
 // nodes, with KUBECONFIG set and kubectl on the PATH.
 // `build` prepares everything a cluster needs (binaries, container runtime, pause, agnhost, metrics-server and
 // CoreDNS images) and upstream's e2e suite (the peer suite's e2e.test): npm's pretest runs it, so `npm test` works on a fresh machine (`npm start` prepares the same through
@@ -29,6 +30,7 @@ import { ensureMetricsServerImage, nodeMetrics } from "./metrics-server.ts";
 import { PROXY_MODES, type ProxyMode } from "./kube-proxy.ts";
 import { ensurePauseImage } from "./pause.ts";
 import { installServingCertificates } from "./project.ts";
+import { NODE_ASN, startRouter } from "./router.ts";
 import { ensureRuntime } from "./runtime.ts";
 
 // LOCAL_CCM_CLUSTER_DIR lets the CLI's own test use a temp folder instead.
@@ -36,7 +38,7 @@ const DIR = path.resolve(process.env.LOCAL_CCM_CLUSTER_DIR ?? path.join(import.m
 const KUBECONFIG = path.join(DIR, "kubeconfig");
 const USAGE =
   "usage: npm run cluster -- up [--nodes N] [--control-plane-nodes M] [--proxy-mode iptables|nftables]" +
-  " [--serving-certs] | kill-node NAME | client [-- COMMAND…] | down | build";
+  " [--serving-certs] [--bgp] | kill-node NAME | client [-- COMMAND…] | down | build";
 
 /** How long `up --serving-certs` waits for `kubectl top nodes`: the chart's pods start, every CSR is approved,
  * metrics-server waits out its readiness probe's 20 s and scrapes twice. */
@@ -49,9 +51,16 @@ const UP_FLAGS = {
   "control-plane-nodes": { type: "string" },
   "proxy-mode": { type: "string" },
   "serving-certs": { type: "boolean" },
+  bgp: { type: "boolean" },
 } as const;
 
-type UpFlags = { nodes?: string; "control-plane-nodes"?: string; "proxy-mode"?: string; "serving-certs"?: boolean };
+type UpFlags = {
+  nodes?: string;
+  "control-plane-nodes"?: string;
+  "proxy-mode"?: string;
+  "serving-certs"?: boolean;
+  bgp?: boolean;
+};
 
 /**
  * Reads `up`'s flags. parseArgs runs unstrict so that each mistake is named as a person typed it
@@ -77,6 +86,7 @@ function parseUp(args: string[]): {
   controlPlaneNodes: number;
   proxyMode: ProxyMode;
   servingCerts: boolean;
+  bgp: boolean;
 } {
   const values = parseUpFlags(args);
   const nodes = Number(values.nodes ?? 2);
@@ -88,7 +98,8 @@ function parseUp(args: string[]): {
   const proxyMode = values["proxy-mode"] ?? "iptables";
   if (!(PROXY_MODES as readonly string[]).includes(proxyMode))
     throw new UsageError(`--proxy-mode takes ${PROXY_MODES.join(" or ")}, not ${proxyMode}\n${USAGE}`);
-  return { nodes, controlPlaneNodes, proxyMode: proxyMode as ProxyMode, servingCerts: values["serving-certs"] ?? false };
+  const servingCerts = values["serving-certs"] ?? false;
+  return { nodes, controlPlaneNodes, proxyMode: proxyMode as ProxyMode, servingCerts, bgp: values.bgp ?? false };
 }
 
 function running(): ClusterRecord {
@@ -98,7 +109,7 @@ function running(): ClusterRecord {
 }
 
 async function up(args: string[]): Promise<void> {
-  const { nodes, controlPlaneNodes, proxyMode, servingCerts } = parseUp(args);
+  const { nodes, controlPlaneNodes, proxyMode, servingCerts, bgp } = parseUp(args);
   if (recordFor(DIR)) {
     console.log(`already running (npm run cluster -- down first for another)\nexport KUBECONFIG=${KUBECONFIG}`);
     return;
@@ -120,6 +131,7 @@ async function up(args: string[]): Promise<void> {
     await installServingCertificates(cluster);
     await nodeMetrics(cluster, SERVING_CERTS_TIMEOUT_MS);
   }
+  const router = bgp ? await startRouter(cluster) : undefined;
   console.log(await cluster.kubectl(["get", "nodes", "-o", "wide"]));
   if (servingCerts) {
     console.log(await cluster.kubectl(["get", "csr"]));
@@ -128,6 +140,10 @@ async function up(args: string[]): Promise<void> {
   const worker = cluster.nodes.find((node) => !node.controlPlane) ?? cluster.nodes[0];
   console.log(`logs in ${DIR}; kill a node with: npm run cluster -- kill-node ${worker?.name}`);
   console.log(`from outside the nodes: npm run cluster -- client -- curl http://${worker?.publicIP}:<nodePort>/`);
+  if (router) {
+    console.log(`router ${router.ip} (AS ${router.asn}) peers with every node (in any other AS, e.g. ${NODE_ASN}) and`);
+    console.log(`carries the client's traffic; what it learned: vtysh --vty_socket ${DIR}/router -c 'show bgp summary'`);
+  }
   console.log(`export KUBECONFIG=${KUBECONFIG}`);
 }
 

@@ -1,0 +1,167 @@
+// The local cluster's router (`npm run cluster -- up --bgp`): FRR (Debian's frr: zebra, bgpd, bfdd) in a network
+// namespace of the cluster's slot, on the nodes' public network, peering with every node over eBGP, as a data
+// centre's top-of-rack router does. The client host's default route goes through it: the client reaches the
+// Services' BGP addresses (outside the public /24) only through the routes the router learned, ECMP over every node
+// that announces one, so a `curl` from the client proves the announcements, not layer 2. Replies come back directly
+// (the client is on the nodes' network), and client addresses are kept (externalTrafficPolicy: Local sees them).
+//
+//   client 198.19.(136+slot).2 ──┐
+//   router 198.19.(136+slot).3 ──┼── bridge ── nodes 198.19.(136+slot).(10+i)
+//
+// The router accepts any node of the public /24 as a dynamic neighbor (`bgp listen range`), in ROUTER_ASN, the nodes
+// in any other; it sends the nodes nothing.
+//
+// Its daemons run from <cluster dir>/router (config, pid files, vty and zserv sockets): removeCluster() kills every
+// process whose command line names the cluster's folder and deletes the slot's namespaces, so a killed test or a
+// detached cluster's `down` removes the router with the rest.
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import path from "node:path";
+import { clusterLayout } from "./cluster.ts";
+import { run } from "./exec.ts";
+import { waitFor } from "./wait.ts";
+
+export const ROUTER_ASN = 64512;
+/** The ASN the chart's examples and the tests give the nodes (any other than ROUTER_ASN is accepted). */
+export const NODE_ASN = 64513;
+const FRR = "/usr/lib/frr";
+
+/** Names and addresses of the router of slot `slot`: pure, as clusterLayout() is. */
+export function routerLayout(slot: number) {
+  const { prefix } = clusterLayout(slot);
+  return {
+    netns: `${prefix}router`,
+    /** Root-side veth of its link to the bridge. */
+    rootVeth: `lccm${slot}vr`,
+    /** Its address on the nodes' public network: the nodes' BGP peer. */
+    ip: `198.19.${136 + slot}.3`,
+    publicNetwork: `198.19.${136 + slot}.0/24`,
+  };
+}
+
+/** A route as the router's kernel holds it (what zebra installed): where packets for `prefix` go. */
+export interface KernelRoute {
+  prefix: string;
+  /** Next hops (node addresses), sorted: more than one is ECMP. */
+  via: string[];
+}
+
+export interface ClusterRouter {
+  ip: string;
+  asn: number;
+  /** `vtysh -c <command>` on the router, its JSON answer parsed. */
+  vtysh<T>(command: string): Promise<T>;
+  /** The BGP neighbors the router has, by address, with their state ("Established", …). */
+  neighbors(): Promise<Map<string, string>>;
+  /** The router's kernel routes learned over BGP (IPv4). */
+  routes(): Promise<KernelRoute[]>;
+  stop(): Promise<void>;
+}
+
+function frrConfig(slot: number, bfd: boolean): string {
+  const layout = routerLayout(slot);
+  return `frr defaults datacenter
+hostname lccm-router-${slot}
+log stdout informational
+route-map NOTHING deny 10
+router bgp ${ROUTER_ASN}
+ bgp router-id ${layout.ip}
+ no bgp ebgp-requires-policy
+ bgp bestpath as-path multipath-relax
+ neighbor NODES peer-group
+ neighbor NODES remote-as external
+${bfd ? " neighbor NODES bfd\n" : ""} bgp listen range ${layout.publicNetwork} peer-group NODES
+ address-family ipv4 unicast
+  neighbor NODES activate
+  neighbor NODES route-map NOTHING out
+  maximum-paths 64
+ exit-address-family
+`;
+}
+
+/**
+ * Starts the router of a running cluster in slot `slot` kept in `dir`; with `bfd`, every node session asks for BFD
+ * (bfdd runs either way).
+ */
+export async function startRouter(
+  { slot, dir }: { slot: number; dir: string },
+  { bfd = false }: { bfd?: boolean } = {},
+): Promise<ClusterRouter> {
+  const layout = routerLayout(slot);
+  const { bridge, clientNetns, publicGateway } = clusterLayout(slot);
+  const folder = path.join(dir, "router");
+  await mkdir(folder, { recursive: true });
+  const inRouter = (...args: string[]) => run("ip", ["-n", layout.netns, ...args]);
+
+  await run("ip", ["netns", "add", layout.netns]);
+  await run("ip", ["link", "add", layout.rootVeth, "type", "veth", "peer", "name", `lccm${slot}pr`]);
+  await run("ip", ["link", "set", `lccm${slot}pr`, "netns", layout.netns]);
+  await run("ip", ["link", "set", layout.rootVeth, "master", bridge, "up"]);
+  await inRouter("link", "set", `lccm${slot}pr`, "name", "eth0");
+  await inRouter("address", "add", `${layout.ip}/24`, "dev", "eth0");
+  for (const link of ["lo", "eth0"]) await inRouter("link", "set", link, "up");
+  // Forwarding, and ECMP that spreads flows by ports (hash policy 1), not only by addresses, as routers do.
+  for (const setting of ["net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1"])
+    await run("nsenter", [`--net=/run/netns/${layout.netns}`, "sysctl", "-qw", setting]);
+
+  const config = path.join(folder, "frr.conf");
+  await writeFile(config, frrConfig(slot, bfd));
+  const zserv = path.join(folder, "zserv.api");
+  // Each daemon: its own pid file and the shared vty folder and zserv socket under the cluster's folder; as root
+  // (in FRR's vty group, which it requires; its folder is root's); no vty TCP port (-P 0); daemonised (-d), so a
+  // detached cluster keeps it.
+  const daemon = (name: string, ...args: string[]) =>
+    run("nsenter", [
+      `--net=/run/netns/${layout.netns}`,
+      `${FRR}/${name}`,
+      "-d", "-u", "root", "-g", "frrvty", "-P", "0",
+      "-f", config,
+      "-i", path.join(folder, `${name}.pid`),
+      "--vty_socket", folder,
+      "-z", zserv,
+      "--log", `file:${path.join(folder, `${name}.log`)}`,
+      ...args,
+    ]);
+  await daemon("zebra");
+  await daemon("bfdd", "--bfdctl", path.join(folder, "bfdd.sock"));
+  await daemon("bgpd", "-l", layout.ip);
+
+  const vtysh = async <T>(command: string): Promise<T> =>
+    JSON.parse(await run("vtysh", ["--vty_socket", folder, "-c", command])) as T;
+  await waitFor("the router's bgpd answering", () => vtysh("show bgp summary json").then(() => true), 30_000);
+  await run("ip", ["-n", clientNetns, "route", "replace", "default", "via", layout.ip]);
+
+  return {
+    ip: layout.ip,
+    asn: ROUTER_ASN,
+    vtysh,
+    async neighbors() {
+      const summary = await vtysh<{ ipv4Unicast?: { peers?: Record<string, { state?: string }> } }>(
+        "show bgp summary json",
+      );
+      // A dynamic neighbor's key is its address behind a "*".
+      const peers = Object.entries(summary.ipv4Unicast?.peers ?? {});
+      return new Map(peers.map(([ip, peer]) => [ip.replace(/^\*/, ""), peer.state ?? ""]));
+    },
+    async routes() {
+      const table = JSON.parse(
+        await run("ip", ["-n", layout.netns, "-j", "route", "show", "proto", "bgp"]),
+      ) as { dst: string; gateway?: string; nexthops?: { gateway: string }[] }[];
+      return table.map((route) => ({
+        prefix: route.dst.includes("/") ? route.dst : `${route.dst}/32`,
+        via: (route.nexthops?.map((hop) => hop.gateway) ?? [route.gateway ?? ""]).sort(),
+      }));
+    },
+    async stop() {
+      for (const name of ["bgpd", "bfdd", "zebra"]) {
+        const pid = Number(await readFile(path.join(folder, `${name}.pid`), "utf8").catch(() => ""));
+        try {
+          if (pid > 0) process.kill(pid, "SIGKILL");
+        } catch {
+          // exited meanwhile
+        }
+      }
+      await run("ip", ["-n", clientNetns, "route", "replace", "default", "via", publicGateway]).catch(() => "");
+      await run("ip", ["netns", "delete", layout.netns]).catch(() => "");
+    },
+  };
+}
