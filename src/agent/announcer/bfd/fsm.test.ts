@@ -135,13 +135,18 @@ test("Down: the peer's Down or AdminDown (diag 3), detection (diag 1), our stop 
     assert.equal(d.state.diag, Diag.NEIGHBOR_SIGNALED_DOWN);
     assert.deepEqual(
       d.actions.find((a) => a.type === "down"),
-      { type: "down", diag: Diag.NEIGHBOR_SIGNALED_DOWN },
+      // the peer's AdminDown says nothing of the path: the client keeps its session (RFC 5882 §3.2)
+      { type: "down", diag: Diag.NEIGHBOR_SIGNALED_DOWN, pathFailure: state === "down" },
     );
   }
   const detected = last(run([{ type: "timer", timer: "detect" }], CONFIG, up));
   assert.equal(detected.rule, "detection-time-expired");
   assert.equal(detected.state.diag, Diag.DETECTION_TIME_EXPIRED);
   assert.equal(detected.state.remoteDiscriminator, 0);
+  assert.deepEqual(
+    detected.actions.find((a) => a.type === "down"),
+    { type: "down", diag: Diag.DETECTION_TIME_EXPIRED, pathFailure: true },
+  );
   assert.equal(sent(detected.actions)[0]!.desiredMinTx, 1_000_000);
   const stopped = last(run([{ type: "stop" }], CONFIG, up));
   assert.deepEqual(
@@ -149,6 +154,7 @@ test("Down: the peer's Down or AdminDown (diag 3), detection (diag 1), our stop 
     [["admin-down", Diag.ADMINISTRATIVELY_DOWN]],
   );
   assert.ok(stopped.actions.some((a) => a.type === "disarm" && a.timer === "tx"));
+  assert.ok(stopped.actions.some((a) => a.type === "down" && !a.pathFailure));
   assert.equal(last(run([peer("up")], CONFIG, stopped.state)).rule, "admin-down");
 });
 

@@ -51,9 +51,12 @@ export type BfdAction =
   | { type: "send"; packet: ControlPacket }
   | { type: "arm"; timer: BfdTimer; ms: number }
   | { type: "disarm"; timer: BfdTimer }
-  /** The session came Up / left Up (diag: why): for its client. */
+  /**
+   * The session came Up / left Up (diag: why). `pathFailure` is what the client acts on: not when the peer
+   * signalled AdminDown or we stopped, which say nothing of the path (RFC 5882 §3.2).
+   */
   | { type: "up" }
-  | { type: "down"; diag: number };
+  | { type: "down"; diag: number; pathFailure: boolean };
 
 export interface BfdDecision {
   state: BfdSessionState;
@@ -191,11 +194,13 @@ function received(config: BfdConfig, s: BfdSessionState, p: ControlPacket, jitte
   if (p.poll) actions.push({ type: "send", packet: packet(config, after, true) });
   actions.push(armDetect(after));
   if (after.state !== s.state && after.state === "up") actions.push({ type: "up" });
-  if (s.state === "up" && after.state !== "up") actions.push({ type: "down", diag: after.diag });
+  if (s.state === "up" && after.state !== "up")
+    actions.push({ type: "down", diag: after.diag, pathFailure: p.state !== "admin-down" });
   // a state change or the peer's first word is said at once, not a slow interval later (the peer waits for it)
-  if (after.state !== s.state || s.remoteDiscriminator === 0) {
-    actions.push({ type: "send", packet: packet(config, after) }, armTx(config, after, jitter));
-  }
+  if (after.state !== s.state || s.remoteDiscriminator === 0) actions.push({ type: "send", packet: packet(config, after) });
+  // the schedule restarts from a packet sent out of turn (the peer's detection counts from it), and a shorter
+  // interval the peer now expects (its Poll) applies at once, not after the old one has run out
+  if (actions.some((a) => a.type === "send") || txInterval(after) !== txInterval(s)) actions.push(armTx(config, after, jitter));
   const reason =
     after.state !== s.state
       ? `${s.state} → ${after.state} (the peer is ${p.state}); TX every ${txInterval(after) / 1000} ms, ` +
@@ -228,7 +233,9 @@ export function decideBfd(config: BfdConfig, s: BfdSessionState, event: BfdEvent
           { type: "send", packet: packet(config, stopped) },
           { type: "disarm", timer: "tx" },
           { type: "disarm", timer: "detect" },
-          ...(s.state === "up" ? [{ type: "down", diag: Diag.ADMINISTRATIVELY_DOWN } as const] : []),
+          ...(s.state === "up"
+            ? [{ type: "down", diag: Diag.ADMINISTRATIVELY_DOWN, pathFailure: false } as const]
+            : []),
         ],
         rule: "admin-down",
         reason: "",
@@ -270,7 +277,7 @@ export function decideBfd(config: BfdConfig, s: BfdSessionState, event: BfdEvent
         return {
           state: after,
           actions: [
-            ...(wasUp ? [{ type: "down", diag: Diag.DETECTION_TIME_EXPIRED } as const] : []),
+            ...(wasUp ? [{ type: "down", diag: Diag.DETECTION_TIME_EXPIRED, pathFailure: true } as const] : []),
             ...(detected ? [{ type: "send", packet: packet(config, after) } as const] : []),
             armTx(config, after, jitter),
           ],
