@@ -106,6 +106,11 @@ test("a Poll from the peer is answered at once with F, and its new values apply"
   assert.equal(final!.final, true);
   assert.equal(final!.poll, false);
   assert.equal(txInterval(d.state), 900_000);
+  // a Poll for faster packets: the schedule restarts from the F at the new interval, not after the old one (FRR
+  // counts its new detection time from our F)
+  const slow = last(run([peer("up", { requiredMinRx: 1_000_000 })], CONFIG, upState()));
+  const faster = last(run([peer("up", { poll: true, requiredMinRx: 300_000 })], CONFIG, slow.state));
+  assert.deepEqual(armed(faster.actions, "tx"), [jittered(300_000, 3, 0.5)]);
 });
 
 test("a configuration change while Up: a Poll, and the safer timers until F; never a flap", () => {
@@ -267,6 +272,9 @@ test("property: we never send faster than §6.8.7 allows, nor with Desired Min T
           assert.equal(p.myDiscriminator, LOCAL);
           if (event.type === "received" && event.packet.poll && p.final) assert.equal(p.poll, false);
         }
+        // every packet sent restarts the schedule (the peer's detection counts from it); AdminDown ends it
+        if (sent(d.actions).length > 0 && d.state.state !== "admin-down")
+          assert.equal(armed(d.actions, "tx").length, 1, JSON.stringify(d.actions));
       }),
     ),
     { numRuns: 2000 },
