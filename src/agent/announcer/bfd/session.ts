@@ -58,7 +58,7 @@ export interface BfdSession {
 
 export interface BfdEndpoint {
   session(options: BfdSessionOptions): BfdSession;
-  /** Packets refused before reaching a session, by rule (§6.8.6's checks, "unknown-session"). */
+  /** Packets refused before reaching a session, by rule (§6.8.6's checks, "unknown-session", "receive-error"). */
   dropped(): ReadonlyMap<string, number>;
   /** Stops every session (AdminDown) and closes the sockets. */
   close(): void;
@@ -87,7 +87,7 @@ export function openBfdEndpoint(localAddress: string, random: () => number = Mat
   const count = (rule: string) => dropped.set(rule, (dropped.get(rule) ?? 0) + 1);
 
   const listener = openSocket(kind, (error, data, source) => {
-    if (error) return; // a receive error (the socket goes on): nothing of a session's
+    if (error) return void count("receive-error"); // the socket goes on receiving
     const from = sockaddrIp(source);
     const packet = decodeControl(data);
     if (isDropped(packet)) return void count(packet.drop);
