@@ -8,7 +8,7 @@ import path from "node:path";
 import { test } from "node:test";
 import { BUN, NO_BUN } from "../../localcluster/bun.ts";
 import { waitFor } from "../../localcluster/wait.ts";
-import { Bpf, bpfProgram, Family, openSocket, type Socket, SocketType } from "./sockets.ts";
+import { Bpf, bpfProgram, Family, ipSockaddr, openSocket, sockaddrIp, type Socket, SocketType } from "./sockets.ts";
 
 const NETLINK_ROUTE = { family: Family.NETLINK, type: SocketType.RAW, protocol: 0 };
 const UDP = { family: Family.INET, type: SocketType.DGRAM, protocol: 0 };
@@ -254,4 +254,30 @@ test("bun: netlink and ICMP work through the programs' own modules", { skip: NO_
   // As root (CAP_NET_RAW) a raw socket answers; otherwise a ping socket, where ping_group_range admits us.
   if (process.getuid?.() === 0) assert.deepEqual(icmp, { kind: "answered" });
   else assert.doesNotMatch(icmp.reason ?? "", /addon not built/);
+});
+
+test("sockaddr_in and sockaddr_in6: the kernel binds to what ipSockaddr builds and reports it back as sockaddrIp reads", async () => {
+  for (const [kind, address] of [
+    [UDP, "127.0.0.1"],
+    [{ ...UDP, family: Family.INET6 }, "::1"],
+  ] as const) {
+    const received: { address: string; port: number }[] = [];
+    const receiver = openSocket(kind, (err, _data, source) => !err && received.push(sockaddrIp(source)!));
+    const sender = openSocket(kind, () => {});
+    try {
+      receiver.bind(ipSockaddr(address, 0)); // port 0: the kernel's pick, which we then learn from a datagram
+      sender.bind(ipSockaddr(address, 49152 + (process.pid % 16000)));
+      const probe = createSocket(address.includes(":") ? "udp6" : "udp4");
+      await new Promise<void>((resolve) => probe.bind(0, address, resolve));
+      receiver.send(Buffer.from("x"), ipSockaddr(address, probe.address().port));
+      const port = await new Promise<number>((resolve) => probe.once("message", (_m, info) => resolve(info.port)));
+      sender.send(Buffer.from("y"), ipSockaddr(address, port));
+      await waitFor("the datagram", () => received.length > 0, 10_000);
+      assert.deepEqual(received[0], { address, port: 49152 + (process.pid % 16000) });
+      probe.close();
+    } finally {
+      receiver.close();
+      sender.close();
+    }
+  }
 });

@@ -2,6 +2,7 @@
 // socket has a receiving thread of its own and no libuv handle, so the addon loads in any Node-API runtime.
 // This module only types it; what is sent and read is built in the modules that speak each protocol.
 import { createRequire } from "node:module";
+import { ipFromBytes, ipToBytes } from "./ip.ts";
 
 type Handle = { readonly socket: unique symbol };
 
@@ -93,4 +94,27 @@ export function bpfProgram(instructions: BpfInstruction[]): Buffer {
     program.writeUInt32LE(k >>> 0, 8 * i + 4);
   });
   return program;
+}
+
+/** SKF_NET_OFF: a LOAD_BYTE offset past this reads the IP header rather than the datagram (linux/filter.h). */
+export const BPF_NETWORK_HEADER = -0x100000;
+
+/** struct sockaddr_in / sockaddr_in6 of a numeric IP address and a port. */
+export function ipSockaddr(address: string, port: number): Buffer {
+  const bytes = ipToBytes(address);
+  const sockaddr = Buffer.alloc(bytes.length === 4 ? 16 : 28);
+  sockaddr.writeUInt16LE(bytes.length === 4 ? Family.INET : Family.INET6, 0);
+  sockaddr.writeUInt16BE(port, 2);
+  bytes.copy(sockaddr, bytes.length === 4 ? 4 : 8);
+  return sockaddr;
+}
+
+/** The address and port of a sockaddr_in / sockaddr_in6 (a received datagram's source); undefined for others. */
+export function sockaddrIp(sockaddr: Buffer): { address: string; port: number } | undefined {
+  if (sockaddr.length < 16) return undefined;
+  const family = sockaddr.readUInt16LE(0);
+  if (family === Family.INET) return { address: ipFromBytes(sockaddr.subarray(4, 8)), port: sockaddr.readUInt16BE(2) };
+  if (family === Family.INET6 && sockaddr.length >= 24)
+    return { address: ipFromBytes(sockaddr.subarray(8, 24)), port: sockaddr.readUInt16BE(2) };
+  return undefined;
 }

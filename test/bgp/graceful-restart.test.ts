@@ -2,28 +2,15 @@
 // (no NOTIFICATION, as in a crash or a rolling update) and started again with the R bit within the restart time.
 // GoBGP keeps our routes the whole time (polled throughout), and after our End-of-RIB holds exactly the new table.
 import assert from "node:assert/strict";
-import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
-import path from "node:path";
-import { createInterface } from "node:readline";
 import { after, test } from "node:test";
-import { onExit } from "../../localcluster/cleanup.ts";
 import { waitFor, waitForEqual } from "../../localcluster/wait.ts";
 import { type Route } from "../../src/agent/announcer/bgp/ribout.ts";
 import { createNetwork, type Network } from "../netns/netns.ts";
 import { startGobgp } from "./routers.ts";
+import { startSpeaker } from "./speaker.ts";
 
-const FIXTURE = path.join(import.meta.dirname, "speaker-fixture.ts");
 let net: Network | undefined;
 after(() => net?.remove());
-
-function startSpeaker(argument: object): { rules: string[]; child: ChildProcessWithoutNullStreams } {
-  const child = spawn(process.execPath, [FIXTURE, JSON.stringify(argument)]);
-  const forget = onExit(() => child.kill("SIGKILL"));
-  child.once("exit", forget);
-  const rules: string[] = [];
-  createInterface({ input: child.stdout }).on("line", (line) => rules.push(line));
-  return { rules, child };
-}
 
 test("GoBGP keeps our routes while the speaker restarts within the restart time, then holds the new table", async () => {
   net = await createNetwork();

@@ -2,13 +2,16 @@
 // (where the test's speaker runs) by a veth pair: GoBGP (Debian's gobgpd) and FRR (Debian's frr: bgpd alone, with
 // no zebra and no kernel routes, its own config file, pid file and vty socket). Both are asked what they learned in
 // their own JSON and the answer is read into one shape, so a test compares it with what it meant to announce.
+// With BFD, FRR also runs bfdd (peers for both our addresses) and zebra, through which bgpd registers its
+// neighbor's BFD session with bfdd; zebra installs nothing of ours (bgpd runs with -n).
 // Nothing leaves the machine: the namespaces have no routes but their links, and the routers install no routes.
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { chown, mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { onExit } from "../../localcluster/cleanup.ts";
 import { waitFor } from "../../localcluster/wait.ts";
+import { type BfdConfig } from "../../src/agent/announcer/bfd/fsm.ts";
 import { type Family, ipFromBytes, ipToBytes } from "../../src/net/ip.ts";
 import { type Host, type Network } from "../netns/netns.ts";
 
@@ -35,6 +38,14 @@ export interface Router {
   sessionState(): Promise<string>;
   /** How often the session with us went down (from the router's counters). */
   drops(): Promise<number>;
+  /** FRR with BFD: its sessions with us, and its bfdd stopped and continued (SIGSTOP, SIGCONT). */
+  bfd?: {
+    peers(): Promise<FrrBfdPeer[]>;
+    /** BFD's status as bgpd's neighbor shows it ("Up", "Down"), "" when it has none. */
+    bgpStatus(): Promise<string>;
+    pause(): void;
+    resume(): void;
+  };
   stop(): Promise<void>;
 }
 
@@ -50,6 +61,23 @@ export interface RouterOptions {
   /** Seconds; the router's proposal (the session negotiates the lesser). */
   holdTime?: number;
   gracefulRestart?: boolean;
+  /** FRR only: BFD with both our addresses, and for the BGP neighbor (`neighbor … bfd`), with these timers. */
+  bfd?: BfdConfig;
+}
+
+/** A peer as `show bfd peers json` prints it (intervals in ms). */
+export interface FrrBfdPeer {
+  peer: string;
+  local: string;
+  status: string;
+  id: number;
+  "remote-id": number;
+  uptime?: number;
+  "receive-interval": number;
+  "transmit-interval": number;
+  "remote-receive-interval": number;
+  "remote-transmit-interval": number;
+  "remote-detect-multiplier": number;
 }
 
 async function linkToRoot(net: Network, options: RouterOptions) {
@@ -218,15 +246,38 @@ ${options.gracefulRestart ? " bgp graceful-restart\n bgp graceful-restart restar
  address-family ipv6 unicast
   neighbor ${neighbor} activate
  exit-address-family
-`;
+${options.bfd ? ` neighbor ${neighbor} bfd\n neighbor ${neighbor} bfd profile lccm\n` : ""}`;
   const configFile = path.join(dir, "bgpd.conf");
   await writeFile(configFile, config);
   const log: string[] = [];
+  const children: ChildProcess[] = [];
+  const zserv = path.join(dir, "zserv.api");
+  let bfdd: ChildProcess | undefined;
+  if (options.bfd) {
+    const { minRx, minTx, multiplier } = options.bfd;
+    const peer = (family: Family) => ` peer ${ours[family]} local-address ${address[family]}\n  profile lccm\n !\n`;
+    await writeFile(
+      path.join(dir, "bfdd.conf"),
+      `bfd\n profile lccm\n  receive-interval ${minRx}\n  transmit-interval ${minTx}\n` +
+        `  detect-multiplier ${multiplier}\n !\n${peer(4)}${peer(6)}!\n`,
+    );
+    await writeFile(path.join(dir, "zebra.conf"), "hostname lccm-frr\n");
+    // zebra and bfdd run as FRR's user (they have no -S): the directory is theirs
+    const [uid, gid] = await Promise.all(["-u", "-g"].map(async (flag) => Number(await host.exec("id", [flag, "frr"]))));
+    await chown(dir, uid!, gid!);
+    const common = (name: string) => [
+      ...["-f", path.join(dir, `${name}.conf`), "-i", path.join(dir, `${name}.pid`)],
+      ...["--vty_socket", dir, "-P", "0", "-z", zserv],
+    ];
+    children.push(daemon(host, "/usr/lib/frr/zebra", common("zebra"), log));
+    bfdd = daemon(host, "/usr/lib/frr/bfdd", [...common("bfdd"), "--bfdctl", path.join(dir, "bfdd.sock")], log);
+    children.push(bfdd);
+  }
   const child = daemon(
     host,
     "/usr/lib/frr/bgpd",
     [
-      "-Z",
+      ...(options.bfd ? ["-z", zserv] : ["-Z"]),
       "-n",
       "-S",
       "-f",
@@ -244,12 +295,19 @@ ${options.gracefulRestart ? " bgp graceful-restart\n bgp graceful-restart restar
     ],
     log,
   );
+  children.push(child);
   const vtysh = async (command: string) => JSON.parse(await host.exec("vtysh", ["--vty_socket", dir, "-c", command]));
   await waitFor(
     `bgpd in ${host.name} answers (log: ${log.join("")})`,
     () => vtysh("show bgp summary json").then(() => true),
     20_000,
   );
+  if (bfdd)
+    await waitFor(
+      `bfdd in ${host.name} answers (log: ${log.join("")})`,
+      () => vtysh("show bfd peers json").then(() => true),
+      20_000,
+    );
 
   interface FrrPath {
     bestpath?: { overall?: boolean };
@@ -291,8 +349,19 @@ ${options.gracefulRestart ? " bgp graceful-restart\n bgp graceful-restart restar
       const peer = (await vtysh(`show bgp neighbors ${neighbor} json`))[neighbor];
       return Number(peer?.connectionsDropped ?? 0);
     },
+    ...(bfdd && {
+      bfd: {
+        peers: () => vtysh("show bfd peers json"),
+        async bgpStatus() {
+          const peer = (await vtysh(`show bgp neighbors ${neighbor} json`))[neighbor];
+          return String(peer?.peerBfdInfo?.status ?? "");
+        },
+        pause: () => bfdd.kill("SIGSTOP"),
+        resume: () => bfdd.kill("SIGCONT"),
+      },
+    }),
     async stop() {
-      await stopDaemon(child);
+      for (const daemon of children.reverse()) await stopDaemon(daemon);
       await rm(dir, { recursive: true, force: true });
     },
   };

@@ -171,6 +171,24 @@ test("timers: the hold timer's expiry sends its NOTIFICATION; hold time 0 arms n
   assert.equal(run([...UP, { type: "stop" }]).rule, "stopped");
 });
 
+test("BFD down (RFC 5882): the session closes at once without a NOTIFICATION, waits for BFD, then reconnects", () => {
+  const up = run(UP);
+  const down = decide(CONFIG, up.state, { type: "bfd", up: false }, 0.5);
+  assert.equal(down.rule, "bfd-down");
+  assert.equal(down.state.phase, "idle");
+  assert.deepEqual(sent(down.actions), []);
+  assert.ok(down.actions.some((a) => a.type === "close"));
+  const retry = decide(CONFIG, down.state, { type: "timer", timer: "retry" }, 0.5);
+  assert.equal(retry.rule, "bfd-down");
+  assert.deepEqual(retry.actions, []);
+  assert.deepEqual(decide(CONFIG, retry.state, { type: "incoming" }, 0.5).actions, [{ type: "refuse-incoming" }]);
+  const back = decide(CONFIG, retry.state, { type: "bfd", up: true }, 0.5);
+  assert.equal(back.rule, "connect");
+  assert.ok(back.actions.some((a) => a.type === "connect"));
+  // BFD coming up on an established session changes nothing
+  assert.deepEqual(decide(CONFIG, up.state, { type: "bfd", up: true }, 0.5).actions, []);
+});
+
 test("graceful restart: the R bit only before the first session, forwarding kept for every family", () => {
   const config = { ...CONFIG, gracefulRestart: { restartTime: 120, restarting: true } };
   const first = sent(run(UP.slice(0, 2), config).actions)[0];
@@ -216,6 +234,8 @@ test("any event sequence: no throw, every failure closes and arms the retry, est
       { type: "timer", timer: "retry" },
       { type: "timer", timer: "hold" },
       { type: "timer", timer: "keepalive" },
+      { type: "bfd", up: false },
+      { type: "bfd", up: true },
     ),
     fc
       .constantFrom<Message>(
@@ -233,6 +253,9 @@ test("any event sequence: no throw, every failure closes and arms the retry, est
       for (const e of events) {
         const before = state.phase;
         const decision = decide(CONFIG, state, e, 0.3);
+        // BFD down holds the session down: no connection made or taken until BFD is up again
+        if (state.bfdDown && e.type !== "bfd")
+          assert.ok(!decision.actions.some((a) => a.type === "connect" || a.type === "accept"), e.type);
         if (decision.state.phase === "established" && before !== "established") assert.equal(before, "open-confirm");
         if (decision.state.phase === "idle" && before !== "idle")
           assert.ok(

@@ -41,6 +41,8 @@ export interface SessionState {
   /** Whether a session came up since the process started: the R bit is set only before. */
   established: boolean;
   negotiated?: Negotiated;
+  /** BFD to the peer went Down (RFC 5882 §4.3): the session stays down until BFD is Up again. */
+  bfdDown?: boolean;
   /** The routes the peer should have. */
   desired: readonly Route[];
   /** What the peer has been told in this session. */
@@ -57,7 +59,9 @@ export type SessionEvent =
   | { type: "closed"; reason: string }
   | { type: "received"; message: Message | BgpError }
   | { type: "timer"; timer: Timer }
-  | { type: "routes"; routes: readonly Route[] };
+  | { type: "routes"; routes: readonly Route[] }
+  /** The BFD session to the peer left Up (false) or came Up again (true). */
+  | { type: "bfd"; up: boolean };
 
 export type SessionAction =
   | { type: "connect" }
@@ -293,6 +297,7 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
   switch (event.type) {
     case "start":
       if (state.phase !== "idle" && state.phase !== "stopped") return keep(state, "already-started", "");
+      if (state.bfdDown) return keep(state, "bfd-down", "no attempt while BFD to the peer is down");
       return {
         state: { ...state, phase: "connecting" },
         actions: [{ type: "connect" }, { type: "arm", timer: "hold", seconds: CONNECT_TIMEOUT }],
@@ -321,8 +326,8 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
     case "incoming":
       // Without a connection of our own we take the peer's; with one past connecting we keep ours (the peer's side
       // of the collision then fails and it backs off: RFC 4271 §6.8's identifier comparison needs its OPEN first).
-      if (state.phase !== "idle" && state.phase !== "connecting")
-        return keep(state, "incoming-refused", `a connection from the peer while ${state.phase}`, [
+      if ((state.phase !== "idle" && state.phase !== "connecting") || state.bfdDown)
+        return keep(state, "incoming-refused", `a connection from the peer while ${state.bfdDown ? "BFD is down" : state.phase}`, [
           { type: "refuse-incoming" },
         ]);
       return opening(config, state, "accepted", "the peer connected; sent OPEN", [{ type: "accept" }]);
@@ -371,6 +376,15 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
     }
     case "received":
       return received(config, state, event.message, jitter);
+    case "bfd": {
+      // the path is gone: no NOTIFICATION (it would not arrive), the routes go with the session at once
+      if (!event.up && state.phase !== "idle" && state.phase !== "stopped")
+        return fail({ ...state, bfdDown: true }, jitter, "bfd-down", "BFD to the peer went down");
+      const held = { ...state, bfdDown: !event.up };
+      return event.up && state.phase === "idle"
+        ? decide(config, held, { type: "start" }, jitter)
+        : keep(held, event.up ? "bfd-up" : "bfd-down", "");
+    }
   }
   return keep(state, "ignored", "");
 }

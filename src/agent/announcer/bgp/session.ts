@@ -37,6 +37,8 @@ export interface BgpSession {
   state(): SessionState;
   /** Sends Cease when a session is up, closes, and stops retrying. */
   stop(): void;
+  /** The BFD session to the peer left Up (false: the session goes at once) or came Up again (true: it reconnects). */
+  bfd(up: boolean): void;
 }
 
 export function startSession(options: SessionOptions): BgpSession {
@@ -122,5 +124,6 @@ export function startSession(options: SessionOptions): BgpSession {
     },
     state: () => state,
     stop: () => apply({ type: "stop" }),
+    bfd: (up) => apply({ type: "bfd", up }),
   };
 }
