@@ -38,7 +38,7 @@ import {
 import { editorClient, namespaceEditor } from "../../localcluster/editor.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { isApiError } from "../../src/kube/errors.ts";
-import { eventSource } from "../../src/manager/controller.ts";
+import { eventSource } from "../../src/controller/definition.ts";
 import { serviceLoadBalancer } from "../../src/service/definition.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 import { AUTOSCALER_TAINT, EXCLUDE_LABEL } from "../../src/service/nodes.ts";
