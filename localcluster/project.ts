@@ -3,7 +3,8 @@
 import path from "node:path";
 import type { Node, Pod } from "kubernetes-types/core/v1.js";
 import { isUninitialized } from "../src/kube/nodes.ts";
-import { type Cluster, clusterLayout } from "./cluster.ts";
+import type { Cluster } from "./cluster.ts";
+import { clusterLayout } from "./layout.ts";
 import { installMetricsServer } from "./metrics-server.ts";
 import { waitFor } from "./wait.ts";
 
