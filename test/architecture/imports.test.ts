@@ -1,7 +1,8 @@
 // The import rules of docs/architecture.md that a reader would otherwise have to trust: no file under src/ but the
 // program itself (src/manager/) and the entry points (src/bin/) imports src/manager/ (controllers implement the
-// contract in src/controller/, below both). Imports are read by TypeScript's own scanner, so `import type`,
-// `export … from` and `import()` all count.
+// contract in src/controller/, below both), and no circle of imports anywhere under src/ and localcluster/ (a type
+// import counts: a circle of types is a circle a reader has to hold in mind too). Imports are read by TypeScript's
+// own scanner, so `import type`, `export … from` and `import()` all count.
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
@@ -23,6 +24,39 @@ function importGraph(files: ReadonlyMap<string, string>): Map<string, string[]> 
     graph.set(file, [...new Set(targets)]);
   }
   return graph;
+}
+
+/** The circles of a graph (strongly connected components of two files or more, or one importing itself), each
+ * sorted, by Tarjan's algorithm; edges to files outside the graph are left out. */
+function circles(graph: ReadonlyMap<string, readonly string[]>): string[][] {
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const found: string[][] = [];
+  const visit = (file: string) => {
+    index.set(file, index.size);
+    low.set(file, index.get(file) as number);
+    stack.push(file);
+    onStack.add(file);
+    for (const target of graph.get(file) ?? []) {
+      if (!graph.has(target)) continue;
+      if (!index.has(target)) {
+        visit(target);
+        low.set(file, Math.min(low.get(file) as number, low.get(target) as number));
+      } else if (onStack.has(target)) low.set(file, Math.min(low.get(file) as number, index.get(target) as number));
+    }
+    if (low.get(file) !== index.get(file)) return;
+    const component: string[] = [];
+    for (let member = ""; member !== file; ) {
+      member = stack.pop() as string;
+      onStack.delete(member);
+      component.push(member);
+    }
+    if (component.length > 1 || graph.get(file)?.includes(file)) found.push(component.sort());
+  };
+  for (const file of graph.keys()) if (!index.has(file)) visit(file);
+  return found;
 }
 
 /** Imports of src/manager/ from files under src/ outside src/manager/ and src/bin/, as "file -> target". */
@@ -54,6 +88,10 @@ describe("the rules, on made-up files", () => {
     assert.deepEqual(made.get("src/b/z.ts"), ["src/a/x.ts"]);
   });
 
+  test("a circle through a type import, an export and a dynamic import is found, and so is a file importing itself", () => {
+    assert.deepEqual(circles(made).sort(), [["src/a/x.ts", "src/b/y.ts", "src/b/z.ts"], ["src/c/self.ts"]]);
+  });
+
   test("a controller importing src/manager/ is named; the entry point and the program are not", () => {
     assert.deepEqual(managerImports(made), ["src/csr/definition.ts -> src/manager/controller.ts"]);
   });
@@ -73,5 +111,9 @@ describe("the rules, on this repository", () => {
 
   test("nothing under src/ but src/manager/ and src/bin/ imports src/manager/", () => {
     assert.deepEqual(managerImports(graph), []);
+  });
+
+  test("no circle of imports under src/ and localcluster/", () => {
+    assert.deepEqual(circles(graph), []);
   });
 });

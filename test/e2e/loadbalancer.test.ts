@@ -21,10 +21,10 @@ import { after, before, describe, test } from "node:test";
 import type { Event, Service } from "kubernetes-types/core/v1.js";
 import { AGNHOST_IMAGE } from "../../localcluster/agnhost.ts";
 import { requestKey, tokenPod } from "../../localcluster/audit.ts";
+import { CHART_DIR } from "../../localcluster/chart.ts";
 import { type Cluster, startCluster } from "../../localcluster/cluster.ts";
 import { PROXY_MODES, type ProxyMode } from "../../localcluster/kube-proxy.ts";
 import {
-  CHART_DIR,
   CONTROLLER_APP,
   CONTROLLER_USER,
   helmInstallArgs,
