@@ -24,7 +24,8 @@ import { setTimeout as delay } from "node:timers/promises";
 import type { Pod, Service } from "kubernetes-types/core/v1.js";
 import { NETEXEC_PORT, netexecBackends } from "../localcluster/agnhost.ts";
 import { auditEvents, tokenPod } from "../localcluster/audit.ts";
-import { type Cluster, clusterLayout, startCluster } from "../localcluster/cluster.ts";
+import { type Cluster, startCluster } from "../localcluster/cluster.ts";
+import { clusterLayout } from "../localcluster/layout.ts";
 import { installMetallb, l2PoolObjects, METALLB_NAMESPACE } from "../localcluster/metallb.ts";
 import {
   AGENT_APP,

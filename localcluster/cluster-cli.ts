@@ -16,16 +16,10 @@ import { parseArgs } from "node:util";
 import { ensureAgnhostImage } from "./agnhost.ts";
 import { ensureBinaries, ensureE2ETest } from "./build.ts";
 import { ensureCoreDNSImage } from "./coredns.ts";
-import {
-  clientCommand,
-  type ClusterRecord,
-  killRecordedNode,
-  MAX_NODES,
-  recordFor,
-  removeCluster,
-  removeLeftovers,
-  startCluster,
-} from "./cluster.ts";
+import { startCluster } from "./cluster.ts";
+import { MAX_NODES } from "./layout.ts";
+import { clientCommand } from "./node-network.ts";
+import { type ClusterRecord, killRecordedNode, recordFor, removeCluster, removeLeftovers } from "./slots.ts";
 import { ensureMetricsServerImage, nodeMetrics } from "./metrics-server.ts";
 import { PROXY_MODES, type ProxyMode } from "./kube-proxy.ts";
 import { ensurePauseImage } from "./pause.ts";

@@ -1,6 +1,6 @@
 // Runs a command for tests and tooling: resolves with stdout, rejects with a one-line error
 // naming the command and the tail of its stderr.
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 
 export interface RunOptions {
   cwd?: string;
@@ -48,3 +48,15 @@ export function alive(pid: number): boolean {
     return false;
   }
 }
+
+/** `run`, synchronously, for what also runs from the exit hook (teardown). */
+export const sh = (command: string, args: string[]) => execFileSync(command, args, { stdio: "pipe", encoding: "utf8" });
+
+/** `sh` for a removal whose failure means it is already gone. */
+export const quietly = (command: string, args: string[]) => {
+  try {
+    sh(command, args);
+  } catch {
+    // already gone
+  }
+};

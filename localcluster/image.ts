@@ -10,11 +10,10 @@
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readdirSync, readFileSync, realpathSync, rmSync } from "node:fs";
 import path from "node:path";
-import { parse } from "yaml";
 import { bundleProgram } from "./bundle.ts";
+import { chartImageReference } from "./chart.ts";
 import { alive } from "./exec.ts";
 import { type ImageConfig, type ImageFile, writeImageTarball } from "./oci-image.ts";
-import { CHART_DIR } from "./project.ts";
 
 const ROOT = path.resolve(import.meta.dirname, "..");
 const PACKAGE = JSON.parse(readFileSync(path.join(ROOT, "package.json"), "utf8")) as {
@@ -70,15 +69,6 @@ const PASSWD = [
   `nonroot:x:${NONROOT}:${NONROOT}:nonroot:/home/nonroot:/sbin/nologin`,
 ];
 const GROUP = ["root:x:0:", "nobody:x:65534:", `nonroot:x:${NONROOT}:`];
-
-/** The reference `helm install charts/local-ccm` and deploy/ use: values.yaml's image.repository:appVersion. */
-export function chartImageReference(): string {
-  const chart = parse(readFileSync(path.join(CHART_DIR, "Chart.yaml"), "utf8")) as { appVersion: string };
-  const values = parse(readFileSync(path.join(CHART_DIR, "values.yaml"), "utf8")) as {
-    image: { repository: string; tag: string };
-  };
-  return `${values.image.repository}:${values.image.tag || chart.appVersion}`;
-}
 
 export interface BuiltImage {
   tarball: string;

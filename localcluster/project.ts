@@ -3,11 +3,12 @@
 import path from "node:path";
 import type { Node, Pod } from "kubernetes-types/core/v1.js";
 import { isUninitialized } from "../src/kube/nodes.ts";
-import { type Cluster, clusterLayout } from "./cluster.ts";
+import { CHART_DIR } from "./chart.ts";
+import type { Cluster } from "./cluster.ts";
+import { clusterLayout } from "./layout.ts";
 import { installMetricsServer } from "./metrics-server.ts";
 import { waitFor } from "./wait.ts";
 
-export const CHART_DIR = path.resolve(import.meta.dirname, "../charts/local-ccm");
 export const RELEASE = "local-ccm";
 export const NAMESPACE = "kube-system";
 /** The chart's app.kubernetes.io/name of each program's pods. */

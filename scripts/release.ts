@@ -16,9 +16,8 @@ import os from "node:os";
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { parse } from "yaml";
+import { CHART_DIR } from "../localcluster/chart.ts";
 import { run } from "../localcluster/exec.ts";
-
-const CHART_DIR = path.resolve(import.meta.dirname, "../charts/local-ccm");
 
 export interface ReleaseReferences {
   version: string;

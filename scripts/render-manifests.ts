@@ -17,7 +17,7 @@ import { managerFlagTable } from "../src/manager/flags.ts";
 import { CONTROLLERS, rolesCoveredBy } from "../src/manager/registry.ts";
 import { ensureBinaries } from "../localcluster/build.ts";
 import { run } from "../localcluster/exec.ts";
-import { CHART_DIR } from "../localcluster/project.ts";
+import { CHART_DIR } from "../localcluster/chart.ts";
 import { KUBERNETES_VERSION } from "../localcluster/versions.ts";
 
 const root = path.resolve(import.meta.dirname, "..");

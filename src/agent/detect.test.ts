@@ -3,7 +3,8 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
-import type { HostAddress, Netlink } from "../net/netlink.ts";
+import type { Netlink } from "../net/netlink.ts";
+import type { HostAddress } from "../net/rtnetlink.ts";
 import {
   type DetectionMethod,
   detectAddresses,

@@ -5,7 +5,8 @@
 // may prefer a plain /128 VIP to the /64 address, so IPv6 VIPs belong in deprecated (preferred_lft 0,
 // keepalived's default) — or use the CIDR or interface method, which skip VIPs.
 import { type Cidr, cidrContains, cidrWithin, parseCidr, uniqueIPs } from "../net/ip.ts";
-import type { HostAddress, Netlink } from "../net/netlink.ts";
+import type { Netlink } from "../net/netlink.ts";
+import type { HostAddress } from "../net/rtnetlink.ts";
 
 export type DetectionMethod =
   | { kind: "target"; targets: readonly string[] }

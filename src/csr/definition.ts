@@ -7,7 +7,7 @@ import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { EACH } from "../kube/fields.ts";
 import { NODE_RESOURCE, Resource } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
-import { defineController } from "../manager/controller.ts";
+import { defineController } from "../controller/definition.ts";
 import {
   API_SERVER_SLICES,
   ENDPOINT_SLICE_FIELDS,

@@ -4,7 +4,7 @@ import type { Node } from "kubernetes-types/core/v1.js";
 import { EACH, type FieldPath, IDENTITY_FIELDS, projection } from "../kube/fields.ts";
 import { NODE_RESOURCE, Resource } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
-import { defineController } from "../manager/controller.ts";
+import { defineController } from "../controller/definition.ts";
 import { probeNode } from "../net/probe.ts";
 import { Controller } from "./controller.ts";
 import type { LifecycleConfig } from "./decide.ts";

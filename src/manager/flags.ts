@@ -5,7 +5,7 @@ import { type CommonFlags, commonFlags, commonFlagTable } from "../cli/common.ts
 import { type Env, type FlagSpec, type FlagValues, flag, parseFlags, UsageError } from "../cli/flags.ts";
 import { dnsLabel, dnsSubdomain, parses, positive } from "../cli/validate.ts";
 import { serviceAccountNamespace } from "../kube/config.ts";
-import type { AnyController } from "./controller.ts";
+import type { AnyController } from "../controller/definition.ts";
 import { CONTROLLERS } from "./registry.ts";
 
 export const PROGRAM = "node-lifecycle-controller";

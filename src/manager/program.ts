@@ -13,7 +13,7 @@ import { isApiError } from "../kube/errors.ts";
 import { EventRecorder } from "../kube/events.ts";
 import { LeaderElector } from "../kube/leaderelection.ts";
 import { SharedInformers } from "../kube/sharedinformers.ts";
-import { type AnyController, type Caches, eventSource, type RunningController } from "./controller.ts";
+import { type AnyController, type Caches, eventSource, type RunningController } from "../controller/definition.ts";
 import { type ManagerFlags, PROGRAM, parseManagerFlags } from "./flags.ts";
 import { createMetrics } from "./metrics.ts";
 

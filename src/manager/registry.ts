@@ -5,7 +5,7 @@ import { kubeletServingCsr } from "../csr/definition.ts";
 import { nodeLifecycle } from "../lifecycle/definition.ts";
 import { servicePools } from "../pools/definition.ts";
 import { serviceLoadBalancer } from "../service/definition.ts";
-import type { AnyController, PolicyRule } from "./controller.ts";
+import type { AnyController, PolicyRule } from "../controller/definition.ts";
 
 export const CONTROLLERS: readonly AnyController[] = [
   nodeLifecycle,

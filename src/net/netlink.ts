@@ -11,40 +11,15 @@ import {
   errorCode,
   Flags,
   hostAddress,
+  type HostAddress,
   hostLink,
+  type HostLink,
   type Message,
   MessageType,
   routeQuery,
   routeSource,
 } from "./rtnetlink.ts";
 import { Family, openSocket, type Socket, SocketType } from "./sockets.ts";
-
-export interface HostAddress {
-  /** Canonical text (IPv6 compressed, lowercase). */
-  address: string;
-  prefixLength: number;
-  family: 4 | 6;
-  interfaceName: string;
-  interfaceIndex: number;
-  /** ifa_scope as `ip address` names it: a reserved name, else the number (1–199, 201–252: user-defined). */
-  scope: "global" | "site" | "link" | "host" | "nowhere" | `${number}`;
-  flags: {
-    /** IFA_F_SECONDARY: IPv4 — a further address in a subnet the interface already has; IPv6 — the same bit marks a temporary (privacy) address. */
-    secondary: boolean;
-    tentative: boolean;
-    deprecated: boolean;
-    dadFailed: boolean;
-  };
-}
-
-export interface HostLink {
-  index: number;
-  name: string;
-  /** The link's hardware address when it is 6 bytes long (Ethernet, veth, bridge); none for loopback, tunnels. */
-  mac?: string;
-  /** Administratively up and operationally up (IFF_UP, IFF_RUNNING: a carrier): frames can pass. */
-  up: boolean;
-}
 
 export interface Netlink {
   /** The source address the kernel would pick to reach `target` (RTM_GETROUTE: rules and tables honoured, nothing sent); undefined when there is no route or no usable source. */

@@ -5,7 +5,35 @@
 import { endianness } from "node:os";
 import { ipFromBytes, ipToBytes } from "./ip.ts";
 import { macFromBytes } from "./mac.ts";
-import type { HostAddress, HostLink } from "./netlink.ts";
+
+/** What hostAddress() makes of an RTM_NEWADDR message (the adapter, netlink.ts, lists them). */
+export interface HostAddress {
+  /** Canonical text (IPv6 compressed, lowercase). */
+  address: string;
+  prefixLength: number;
+  family: 4 | 6;
+  interfaceName: string;
+  interfaceIndex: number;
+  /** ifa_scope as `ip address` names it: a reserved name, else the number (1–199, 201–252: user-defined). */
+  scope: "global" | "site" | "link" | "host" | "nowhere" | `${number}`;
+  flags: {
+    /** IFA_F_SECONDARY: IPv4 — a further address in a subnet the interface already has; IPv6 — the same bit marks a temporary (privacy) address. */
+    secondary: boolean;
+    tentative: boolean;
+    deprecated: boolean;
+    dadFailed: boolean;
+  };
+}
+
+/** What hostLink() makes of an RTM_NEWLINK message. */
+export interface HostLink {
+  index: number;
+  name: string;
+  /** The link's hardware address when it is 6 bytes long (Ethernet, veth, bridge); none for loopback, tunnels. */
+  mac?: string;
+  /** Administratively up and operationally up (IFF_UP, IFF_RUNNING: a carrier): frames can pass. */
+  up: boolean;
+}
 
 export const MessageType = {
   NOOP: 1,

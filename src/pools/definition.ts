@@ -15,7 +15,7 @@ import {
   SERVICE_RESOURCE,
 } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
-import { defineController } from "../manager/controller.ts";
+import { defineController } from "../controller/definition.ts";
 import { ENDPOINT_SLICE_RULE, LOAD_BALANCER_RULES, loadBalancerParts } from "../service/definition.ts";
 import { ANNOUNCER_LEASE_LABEL } from "./announcement.ts";
 import { PoolController } from "./controller.ts";

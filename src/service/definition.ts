@@ -5,7 +5,7 @@ import type { Node, Pod, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, Resource, SERVICE_RESOURCE } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
-import { type ControllerContext, defineController, type PolicyRule, type Watches } from "../manager/controller.ts";
+import { type ControllerContext, defineController, type PolicyRule, type Watches } from "../controller/definition.ts";
 import { ServiceController } from "./controller.ts";
 import { serviceConfig, serviceFlagTable } from "./flags.ts";
 import { createServiceMetrics } from "./metrics.ts";

@@ -10,7 +10,7 @@ import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { test } from "node:test";
-import { leftoversOf } from "../../localcluster/cluster.ts";
+import { leftoversOf } from "../../localcluster/slots.ts";
 import { KUBERNETES_VERSION } from "../../localcluster/versions.ts";
 
 const NODE_NAMES = ["node-0", "node-1", "node-2", "node-3"];

@@ -16,7 +16,8 @@ import { after, before, describe, test, type TestContext } from "node:test";
 import type { DaemonSet } from "kubernetes-types/apps/v1.js";
 import type { Node, Pod } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
-import { type Cluster, type ClusterNode, CONTROL_PLANE_TAINT, startCluster } from "../../localcluster/cluster.ts";
+import { type Cluster, type ClusterNode, startCluster } from "../../localcluster/cluster.ts";
+import { CONTROL_PLANE_TAINT } from "../../localcluster/node.ts";
 import { run } from "../../localcluster/exec.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import {

@@ -5,7 +5,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { NETEXEC_PORT, netexecBackends } from "../../localcluster/agnhost.ts";
-import { type Cluster, clusterLayout, startCluster } from "../../localcluster/cluster.ts";
+import { type Cluster, startCluster } from "../../localcluster/cluster.ts";
+import { clusterLayout } from "../../localcluster/layout.ts";
 import type { ProxyMode } from "../../localcluster/kube-proxy.ts";
 import * as layer2 from "../../localcluster/layer2.ts";
 import { helmInstallArgs, initialised, listNodes, publicPool } from "../../localcluster/project.ts";

@@ -11,7 +11,8 @@
 //   a node that stopped answering never answers again.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { type Cluster, clusterLayout } from "../../localcluster/cluster.ts";
+import type { Cluster } from "../../localcluster/cluster.ts";
+import { clusterLayout } from "../../localcluster/layout.ts";
 import { PROXY_MODES, type ProxyMode } from "../../localcluster/kube-proxy.ts";
 import * as layer2 from "../../localcluster/layer2.ts";
 import { publicPoolRange } from "../../localcluster/project.ts";

@@ -21,10 +21,10 @@ import { after, before, describe, test } from "node:test";
 import type { Event, Service } from "kubernetes-types/core/v1.js";
 import { AGNHOST_IMAGE } from "../../localcluster/agnhost.ts";
 import { requestKey, tokenPod } from "../../localcluster/audit.ts";
+import { CHART_DIR } from "../../localcluster/chart.ts";
 import { type Cluster, startCluster } from "../../localcluster/cluster.ts";
 import { PROXY_MODES, type ProxyMode } from "../../localcluster/kube-proxy.ts";
 import {
-  CHART_DIR,
   CONTROLLER_APP,
   CONTROLLER_USER,
   helmInstallArgs,
@@ -38,7 +38,7 @@ import {
 import { editorClient, namespaceEditor } from "../../localcluster/editor.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { isApiError } from "../../src/kube/errors.ts";
-import { eventSource } from "../../src/manager/controller.ts";
+import { eventSource } from "../../src/controller/definition.ts";
 import { serviceLoadBalancer } from "../../src/service/definition.ts";
 import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 import { AUTOSCALER_TAINT, EXCLUDE_LABEL } from "../../src/service/nodes.ts";

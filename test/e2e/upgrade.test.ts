@@ -13,17 +13,10 @@ import { after, before, test } from "node:test";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { NETEXEC_PORT, netexecBackends } from "../../localcluster/agnhost.ts";
+import { CHART_DIR } from "../../localcluster/chart.ts";
 import { type Cluster, startCluster } from "../../localcluster/cluster.ts";
 import { type PreviousRelease, previousRelease } from "../../localcluster/previous.ts";
-import {
-  CHART_DIR,
-  CONTROLLER_APP,
-  allInitialised,
-  listPods,
-  NAMESPACE,
-  publicPool,
-  RELEASE,
-} from "../../localcluster/project.ts";
+import { CONTROLLER_APP, allInitialised, listPods, NAMESPACE, publicPool, RELEASE } from "../../localcluster/project.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { L2_CLASS } from "../../src/pools/allocate.ts";
 import { ANNOUNCER_ANNOTATION, ANNOUNCER_LEASE_LABEL } from "../../src/pools/announcement.ts";

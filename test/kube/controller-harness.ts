@@ -19,7 +19,7 @@ import type {
   PolicyRule,
   RunningController,
   Watches,
-} from "../../src/manager/controller.ts";
+} from "../../src/controller/definition.ts";
 import type { ControlPlane } from "../../localcluster/controlplane.ts";
 
 /**

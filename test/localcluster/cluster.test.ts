@@ -9,14 +9,9 @@ import { spawn } from "node:child_process";
 import { readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
-import {
-  type Cluster,
-  CONTROL_PLANE_LABELS,
-  CONTROL_PLANE_TAINT,
-  leftoversOf,
-  readRecord,
-  startCluster,
-} from "../../localcluster/cluster.ts";
+import { type Cluster, startCluster } from "../../localcluster/cluster.ts";
+import { CONTROL_PLANE_LABELS, CONTROL_PLANE_TAINT } from "../../localcluster/node.ts";
+import { leftoversOf, readRecord } from "../../localcluster/slots.ts";
 import { run } from "../../localcluster/exec.ts";
 import { PAUSE_IMAGE } from "../../localcluster/pause.ts";
 import { KubeClient } from "../../src/kube/client.ts";

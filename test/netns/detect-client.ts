@@ -3,7 +3,7 @@ import { spawn } from "node:child_process";
 import path from "node:path";
 import { createInterface } from "node:readline";
 import type { Detection, DetectionConfig } from "../../src/agent/detect.ts";
-import type { HostAddress, HostLink } from "../../src/net/netlink.ts";
+import type { HostAddress, HostLink } from "../../src/net/rtnetlink.ts";
 import { onExit } from "../../localcluster/cleanup.ts";
 import { run } from "../../localcluster/exec.ts";
 import type { Host, Network } from "./netns.ts";

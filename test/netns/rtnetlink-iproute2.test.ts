@@ -19,7 +19,7 @@ import { isDeepStrictEqual } from "node:util";
 import fc from "fast-check";
 import { waitFor } from "../../localcluster/wait.ts";
 import { solicitedNodeGroup } from "../../src/net/ndp.ts";
-import type { HostAddress, HostLink } from "../../src/net/netlink.ts";
+import type { HostAddress, HostLink } from "../../src/net/rtnetlink.ts";
 import { type Lookups, lookupsIn } from "./detect-client.ts";
 import { createNetwork, type Host } from "./netns.ts";
 

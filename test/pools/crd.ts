@@ -1,7 +1,7 @@
 // The LoadBalancerIPPool CRD as the chart ships it (charts/local-ccm/crds/), installed into a test control plane.
 import path from "node:path";
 import type { ControlPlane } from "../../localcluster/controlplane.ts";
-import { CHART_DIR } from "../../localcluster/project.ts";
+import { CHART_DIR } from "../../localcluster/chart.ts";
 
 export const POOL_CRD_FILE = path.join(CHART_DIR, "crds", "loadbalancerippools.yaml");
 

@@ -10,7 +10,8 @@ import { spawn } from "node:child_process";
 import { createWriteStream, mkdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { ensureBinaries, ensureE2ETest } from "../../localcluster/build.ts";
-import { clientCommand, type Cluster } from "../../localcluster/cluster.ts";
+import type { Cluster } from "../../localcluster/cluster.ts";
+import { clientCommand } from "../../localcluster/node-network.ts";
 import { run } from "../../localcluster/exec.ts";
 
 export interface E2EOptions {

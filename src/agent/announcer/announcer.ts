@@ -29,12 +29,7 @@ import {
 import type { AddressConflict } from "../../pools/announcement.ts";
 import { answerArp, answerSolicitation, type Decision, TAKEOVER_SCHEDULE_MS } from "./decide.ts";
 import { advertisementMessage, arpMessage, type NeighborMessage, solicitationMessage } from "./holding.ts";
-
-export interface AnnouncedLink {
-  index: number;
-  name: string;
-  mac: string;
-}
+import type { AnnouncedLink } from "./segments.ts";
 
 export interface AnnouncerOptions {
   link: AnnouncedLink;

@@ -27,7 +27,7 @@ import {
 } from "../../pools/announcement.ts";
 import type { AnnounceFlags } from "../flags.ts";
 import type { AnnouncerMetrics } from "../metrics.ts";
-import { type AnnouncedLink, type Announcer, type Conflict, startAnnouncer } from "./announcer.ts";
+import { type Announcer, type Conflict, startAnnouncer } from "./announcer.ts";
 import { type AddressConflict, hasApplied } from "../../pools/announcement.ts";
 import { type Assignment, decideAssignments, type LinkAnnouncements, type Skip, SKIP_RULES } from "./assignments.ts";
 import { conflictReporter } from "./conflictreports.ts";
@@ -44,7 +44,7 @@ import {
   shouldProbe,
 } from "./holding.ts";
 import { AnnouncerLease, deleteLeftoverLease } from "./lease.ts";
-import { nodeSegments, type Segment, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
+import { type AnnouncedLink, nodeSegments, type Segment, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
 import { decideSelection, SELECTION_RULES, type Selection, type SelectionRule } from "./selection.ts";
 
 export interface AnnouncingOptions {

@@ -4,8 +4,7 @@
 import type { Service } from "kubernetes-types/core/v1.js";
 import { canonicalIp, cidrContains, ipProblem } from "../../net/ip.ts";
 import { ANNOUNCER_ANNOTATION } from "../../pools/announcement.ts";
-import type { AnnouncedLink } from "./announcer.ts";
-import type { Segment } from "./segments.ts";
+import type { AnnouncedLink, Segment } from "./segments.ts";
 
 export interface AssignmentInput {
   node: string;

@@ -3,8 +3,14 @@
 // whose prefix holds it. A link that is down has no segment: a link down is a withdrawal (nothing answers there,
 // and the Lease, still renewed over another link, no longer offers it, so the controller moves its addresses).
 import { type Cidr, parseCidr, prefixOf } from "../../net/ip.ts";
-import type { HostAddress, HostLink } from "../../net/netlink.ts";
-import type { AnnouncedLink } from "./announcer.ts";
+import type { HostAddress, HostLink } from "../../net/rtnetlink.ts";
+
+/** A link announcements can be made on: one with a MAC, which ARP and NDP answer with. */
+export interface AnnouncedLink {
+  index: number;
+  name: string;
+  mac: string;
+}
 
 export interface Segment {
   /** The on-link prefix, host bits cleared ("198.18.0.0/24"). */

@@ -1,4 +1,5 @@
-// What a controller hosted by node-lifecycle-controller is: one definition object, listed once in registry.ts.
+// What a controller hosted by node-lifecycle-controller is: one definition object, listed once in
+// src/manager/registry.ts.
 // From it come its flags (parsed into its config), its metrics names, its RBAC in the chart, the watches the
 // program shares between controllers, and the running controller itself. The program has no branch per
 // controller: anything a controller needs that is not here belongs in its definition.
