@@ -16,7 +16,7 @@
 // detached cluster's `down` removes the router with the rest.
 import { mkdir, readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
-import { clusterLayout } from "./cluster.ts";
+import { clusterLayout } from "./layout.ts";
 import { run } from "./exec.ts";
 import { waitFor } from "./wait.ts";
 
