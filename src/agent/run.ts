@@ -10,7 +10,7 @@ import { Informer } from "../kube/informer.ts";
 import { NODE_RESOURCE, Resource } from "../kube/resource.ts";
 import { openNetlink } from "../net/netlink.ts";
 import { Agent, type ReconcileResult } from "./agent.ts";
-import { announceWhileSelected } from "./announcer/announcing.ts";
+import { announceWhileSelected } from "./announcer/arp-ndp/method.ts";
 import { PROGRAM, parseAgentFlags } from "./flags.ts";
 import { metadataOptions } from "./metadata/options.ts";
 import { createMetrics } from "./metrics.ts";

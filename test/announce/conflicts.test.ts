@@ -12,7 +12,7 @@ import path from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, test } from "node:test";
 import type { Event } from "kubernetes-types/core/v1.js";
-import { TAKEOVER_SCHEDULE_MS } from "../../src/agent/announcer/decide.ts";
+import { TAKEOVER_SCHEDULE_MS } from "../../src/agent/announcer/arp-ndp/decide.ts";
 import { CONFLICTS_ANNOTATION } from "../../src/pools/announcement.ts";
 import { Resource } from "../../src/kube/resource.ts";
 import { onExit } from "../../localcluster/cleanup.ts";

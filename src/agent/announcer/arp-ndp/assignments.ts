@@ -2,8 +2,8 @@
 // selects (by the announcer label, which may be a hash), and the node's segments and addresses. Each address left
 // out carries a rule id (metrics) and a reason (logs). Whether the node may hold them now is holding.ts's question.
 import type { Service } from "kubernetes-types/core/v1.js";
-import { canonicalIp, cidrContains, ipProblem } from "../../net/ip.ts";
-import { ANNOUNCER_ANNOTATION } from "../../pools/announcement.ts";
+import { canonicalIp, cidrContains, ipProblem } from "../../../net/ip.ts";
+import { ANNOUNCER_ANNOTATION } from "../../../pools/announcement.ts";
 import type { AnnouncedLink } from "./announcer.ts";
 import type { Segment } from "./segments.ts";
 

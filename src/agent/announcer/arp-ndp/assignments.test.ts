@@ -3,9 +3,9 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
 import type { Service } from "kubernetes-types/core/v1.js";
-import { cidrContains } from "../../net/ip.ts";
-import type { HostAddress, HostLink } from "../../net/netlink.ts";
-import { ANNOUNCER_ANNOTATION } from "../../pools/announcement.ts";
+import { cidrContains } from "../../../net/ip.ts";
+import type { HostAddress, HostLink } from "../../../net/netlink.ts";
+import { ANNOUNCER_ANNOTATION } from "../../../pools/announcement.ts";
 import { decideAssignments } from "./assignments.ts";
 import { nodeSegments, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
 

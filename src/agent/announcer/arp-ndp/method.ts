@@ -11,24 +11,24 @@
 import { performance } from "node:perf_hooks";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Service } from "kubernetes-types/core/v1.js";
-import type { Logger } from "../../cli/log.ts";
-import type { KubeClient } from "../../kube/client.ts";
-import type { EventType } from "../../kube/events.ts";
-import { Informer } from "../../kube/informer.ts";
-import { leaseResource, Resource, SERVICE_RESOURCE } from "../../kube/resource.ts";
-import { WorkQueue } from "../../kube/workqueue.ts";
-import type { Netlink } from "../../net/netlink.ts";
+import type { Logger } from "../../../cli/log.ts";
+import type { KubeClient } from "../../../kube/client.ts";
+import type { EventType } from "../../../kube/events.ts";
+import { Informer } from "../../../kube/informer.ts";
+import { leaseResource, Resource, SERVICE_RESOURCE } from "../../../kube/resource.ts";
+import { WorkQueue } from "../../../kube/workqueue.ts";
+import type { Netlink } from "../../../net/netlink.ts";
 import {
   ANNOUNCER_ANNOTATION,
   ANNOUNCER_LABEL,
   announcerLabelValue,
   announcerLeaseName,
   conflictsAnnotation,
-} from "../../pools/announcement.ts";
-import type { AnnounceFlags } from "../flags.ts";
-import type { AnnouncerMetrics } from "../metrics.ts";
+} from "../../../pools/announcement.ts";
+import type { AnnounceFlags } from "../../flags.ts";
+import type { AnnouncerMetrics } from "../../metrics.ts";
 import { type AnnouncedLink, type Announcer, type Conflict, startAnnouncer } from "./announcer.ts";
-import { type AddressConflict, hasApplied } from "../../pools/announcement.ts";
+import { type AddressConflict, hasApplied } from "../../../pools/announcement.ts";
 import { type Assignment, decideAssignments, type LinkAnnouncements, type Skip, SKIP_RULES } from "./assignments.ts";
 import { conflictReporter } from "./conflictreports.ts";
 import {
@@ -45,7 +45,7 @@ import {
 } from "./holding.ts";
 import { AnnouncerLease, deleteLeftoverLease } from "./lease.ts";
 import { nodeSegments, type Segment, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
-import { decideSelection, SELECTION_RULES, type Selection, type SelectionRule } from "./selection.ts";
+import { decideSelection, SELECTION_RULES, type Selection, type SelectionRule } from "../selection.ts";
 
 export interface AnnouncingOptions {
   client: KubeClient;
