@@ -1,15 +1,16 @@
-// Which addresses this node announces, on which link, as a pure function of plain data: the Services its watch
-// selects (by the announcer label, which may be a hash), and the node's segments and addresses. Each address left
-// out carries a rule id (metrics) and a reason (logs). Whether the node may hold them now is holding.ts's question.
+// Where this node announces each address it must (../desired.ts: from the Services its watch selects by the
+// announcer label, which may be a hash), on which link, as a pure function of plain data: the desired addresses, and
+// the node's segments and addresses. Each address left out carries a rule id (metrics) and a reason (logs). Whether
+// the node may hold them now is holding.ts's question.
 import type { Service } from "kubernetes-types/core/v1.js";
-import { canonicalIp, cidrContains, ipProblem } from "../../../net/ip.ts";
+import { canonicalIp, cidrContains } from "../../../net/ip.ts";
 import { ANNOUNCER_ANNOTATION } from "../../../pools/announcement.ts";
+import { type Desired, type Refusal, SERVICE_SKIP_RULES, type Skip as SkipOf } from "../desired.ts";
 import type { AnnouncedLink } from "./announcer.ts";
 import type { Segment } from "./segments.ts";
 
 export interface AssignmentInput {
-  node: string;
-  services: readonly Service[];
+  desired: Desired<"other-announcer">;
   segments: readonly Segment[];
   /** Every address of the node: never claimed by the announcer (the kernel answers for them). */
   hostAddresses: readonly string[];
@@ -18,23 +19,14 @@ export interface AssignmentInput {
 /** Why an assigned Service or address is not announced (in order of the checks). */
 export const SKIP_RULES = [
   "other-announcer", // the annotation names another node (the label matched by a hash): not ours
-  "not-load-balancer", // the Service is no longer of type LoadBalancer
-  "deleting", // the Service is being deleted
-  "not-an-ip", // an ingress entry that is no IP address Kubernetes accepts
+  ...SERVICE_SKIP_RULES,
   "host-address", // an address of this node itself
   "no-segment", // no link of this node has a prefix holding the address
   "yielded", // another MAC claimed it while this node could not reach the API (holding.ts)
   "catching-up", // not announced when the API came back, and the Service cache has not caught up yet (holding.ts)
 ] as const;
 export type SkipRule = (typeof SKIP_RULES)[number];
-
-export interface Skip {
-  /** Absent where the address is left out whichever Service has it. */
-  service?: string;
-  address?: string;
-  rule: SkipRule;
-  reason: string;
-}
+export type Skip = SkipOf<SkipRule>;
 
 export interface LinkAnnouncements {
   link: AnnouncedLink;
@@ -48,51 +40,37 @@ export interface Assignment {
   skipped: Skip[];
 }
 
+/** The method's own Service rule (decideDesired's `refuse`): only a Service the annotation gives this node. */
+export function assignedHere(node: string): (service: Service) => Refusal<"other-announcer"> | undefined {
+  return (service) => {
+    const announcer = service.metadata?.annotations?.[ANNOUNCER_ANNOTATION];
+    if (announcer === node) return undefined;
+    return { rule: "other-announcer", reason: `announced by ${JSON.stringify(announcer)}` };
+  };
+}
+
 export function decideAssignments(input: AssignmentInput): Assignment {
   const byLink = new Map<string, LinkAnnouncements>();
-  const skipped: Skip[] = [];
+  const skipped: Skip[] = [...input.desired.skipped];
   const own = new Set(input.hostAddresses.map((address) => canonicalIp(address)));
-  for (const service of input.services) {
-    const name = `${service.metadata?.namespace}/${service.metadata?.name}`;
-    const refusal = serviceRefusal(service, input.node);
-    if (refusal) {
-      skipped.push({ service: name, ...refusal });
+  for (const { address, services } of input.desired.addresses) {
+    const skip = (rule: SkipRule, reason: string) =>
+      skipped.push(...services.map((service) => ({ service, address, rule, reason })));
+    if (own.has(address)) {
+      skip("host-address", `${address} is an address of this node: the kernel answers for it`);
       continue;
     }
-    for (const ingress of service.status?.loadBalancer?.ingress ?? []) {
-      if (ingress.ip === undefined) continue; // a hostname: nothing to announce
-      const skip = (rule: SkipRule, reason: string) => skipped.push({ service: name, address: ingress.ip, rule, reason });
-      const problem = ipProblem(ingress.ip);
-      if (problem) {
-        skip("not-an-ip", problem);
-        continue;
-      }
-      const address = canonicalIp(ingress.ip) as string;
-      if (own.has(address)) {
-        skip("host-address", `${address} is an address of this node: the kernel answers for it`);
-        continue;
-      }
-      const segment = segmentOf(input.segments, address);
-      if (!segment) {
-        skip("no-segment", `no link of this node has a prefix holding ${address}`);
-        continue;
-      }
-      const entry = byLink.get(segment.link.name) ?? { link: segment.link, addresses: [] };
-      if (!entry.addresses.includes(address)) entry.addresses.push(address);
-      byLink.set(segment.link.name, entry);
+    const segment = segmentOf(input.segments, address);
+    if (!segment) {
+      skip("no-segment", `no link of this node has a prefix holding ${address}`);
+      continue;
     }
+    const entry = byLink.get(segment.link.name) ?? { link: segment.link, addresses: [] };
+    entry.addresses.push(address);
+    byLink.set(segment.link.name, entry);
   }
   const count = [...byLink.values()].reduce((sum, entry) => sum + entry.addresses.length, 0);
   return { reason: `${count} address(es) assigned here`, byLink, skipped };
-}
-
-function serviceRefusal(service: Service, node: string): { rule: SkipRule; reason: string } | undefined {
-  const announcer = service.metadata?.annotations?.[ANNOUNCER_ANNOTATION];
-  if (announcer !== node) return { rule: "other-announcer", reason: `announced by ${JSON.stringify(announcer)}` };
-  if (service.spec?.type !== "LoadBalancer")
-    return { rule: "not-load-balancer", reason: `of type ${service.spec?.type}, not LoadBalancer` };
-  if (service.metadata?.deletionTimestamp) return { rule: "deleting", reason: "being deleted" };
-  return undefined;
 }
 
 /** The segment holding `address`: the longest prefix, then the lowest link index (segments come sorted by prefix). */

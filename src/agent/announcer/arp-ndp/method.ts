@@ -1,22 +1,19 @@
-// Layer-2 announcing on this node, wired: its announcer Lease (lease.ts), one watch of the Services assigned to it
-// (by the announcer label), netlink's links and addresses, and one announcer per link in use (announcer.ts). What
-// to announce where is decided in assignments.ts from those, and whether to hold it now in holding.ts; this file
-// only applies the difference. Every trigger (a Service event, a netlink change, a renewal, a peer's answer or
-// foreign claim, the Lease's deadline) runs the same reconcile, which also keeps a timer at the next deadline. Past
-// the Lease's deadline (the API out of reach) a link keeps its addresses, IPv4 and IPv6 alike, while a peer there
-// answers the probes (ARP, NDP) sent every PEER_PROBE_INTERVAL_MS, and yields an address another MAC claims; a link
-// cut off too is withdrawn.
+// The ARP/NDP (layer-2) method behind the announcing loop's interface (../method.ts): this node's announcer Lease
+// (lease.ts), netlink's links and addresses, and one announcer per link in use (announcer.ts). Where each address the
+// loop hands over is announced is decided in assignments.ts, and whether to hold it now in holding.ts; this file
+// only applies the difference. Every trigger (a change the loop hands over, a netlink change, a renewal, a peer's
+// answer or foreign claim, the Lease's deadline) runs the same reconcile, which also keeps a timer at the next
+// deadline. Past the Lease's deadline (the API out of reach) a link keeps its addresses, IPv4 and IPv6 alike, while a
+// peer there answers the probes (ARP, NDP) sent every PEER_PROBE_INTERVAL_MS, and yields an address another MAC
+// claims; a link cut off too is withdrawn.
 // Other hosts' claims the announcers meet (conflicts.ts) go to conflictreports.ts, which hands those of announced
 // addresses to onForeignClaim here: the one way a node whose view may be stale learns it is to yield.
 import { performance } from "node:perf_hooks";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
-import type { Service } from "kubernetes-types/core/v1.js";
 import type { Logger } from "../../../cli/log.ts";
 import type { KubeClient } from "../../../kube/client.ts";
 import type { EventType } from "../../../kube/events.ts";
-import { Informer } from "../../../kube/informer.ts";
-import { leaseResource, Resource, SERVICE_RESOURCE } from "../../../kube/resource.ts";
-import { WorkQueue } from "../../../kube/workqueue.ts";
+import { leaseResource, Resource } from "../../../kube/resource.ts";
 import type { Netlink } from "../../../net/netlink.ts";
 import {
   ANNOUNCER_ANNOTATION,
@@ -27,9 +24,18 @@ import {
 } from "../../../pools/announcement.ts";
 import type { AnnounceFlags } from "../../flags.ts";
 import type { AnnouncerMetrics } from "../../metrics.ts";
-import { type AnnouncedLink, type Announcer, type Conflict, startAnnouncer } from "./announcer.ts";
 import { type AddressConflict, hasApplied } from "../../../pools/announcement.ts";
-import { type Assignment, decideAssignments, type LinkAnnouncements, type Skip, SKIP_RULES } from "./assignments.ts";
+import type { Desired } from "../desired.ts";
+import type { AnnouncementMethod, MethodDefinition, ServiceView } from "../method.ts";
+import { type AnnouncedLink, type Announcer, type Conflict, startAnnouncer } from "./announcer.ts";
+import {
+  assignedHere,
+  type Assignment,
+  decideAssignments,
+  type LinkAnnouncements,
+  type Skip,
+  SKIP_RULES,
+} from "./assignments.ts";
 import { conflictReporter } from "./conflictreports.ts";
 import {
   decideHolding,
@@ -45,9 +51,8 @@ import {
 } from "./holding.ts";
 import { AnnouncerLease, deleteLeftoverLease } from "./lease.ts";
 import { nodeSegments, type Segment, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
-import { decideSelection, SELECTION_RULES, type Selection, type SelectionRule } from "../selection.ts";
 
-export interface AnnouncingOptions {
+export interface L2Options {
   client: KubeClient;
   netlink: Netlink;
   node: string;
@@ -58,105 +63,36 @@ export interface AnnouncingOptions {
   nodeEvent(type: EventType, reason: string, message: string): void;
 }
 
-export interface Announcing {
-  /** Withdraws everything, then deletes the Lease (a successor need not wait for it to expire). */
-  stop(): Promise<void>;
-}
-
-export interface SelectedAnnouncing {
-  /** Decides again from the Node's labels (its watch saw a change). */
-  update(): void;
-  /** Stops deciding, then stops announcing as on SIGTERM (everything withdrawn, the Lease deleted). */
-  stop(): Promise<void>;
-}
-
 /**
- * Announcing only while this node is selected (selection.ts, from `nodeLabels()`): started when the decision turns
- * to announce; when it turns away, everything is withdrawn at once and the Lease deleted, so the pool controller
- * moves the node's addresses without waiting for it to expire. Not selected, the node opens no Lease (one left by
- * an earlier run that crashed is deleted), no Service watch and no raw socket. Decisions run one at a time, through
- * a work queue of one key.
+ * Layer 2: the Services whose announcer label names this node (its hash), announced when the annotation does too.
+ * Started, it opens the Lease; when this node does not announce, a Lease an earlier run left is deleted.
  */
-export function announceWhileSelected(
-  options: AnnouncingOptions,
-  nodeLabels: () => Record<string, string> | undefined,
-): SelectedAnnouncing {
-  const { node, flags, metrics } = options;
-  const log = options.log.with({ node });
-  let announcing: Announcing | undefined;
-  let lastRule: SelectionRule | undefined;
-  /** Until this run first announces or looks: a Lease of an earlier run may be left. */
-  let leftoverPossible = true;
-  /** Logs a change of rule once, and sets the gauge. */
-  const report = (selection: Selection) => {
-    if (selection.rule !== lastRule) {
-      const what = selection.announce ? "this node announces" : "this node does not announce";
-      log.info(`L2: ${what}: ${selection.reason}`, { rule: selection.rule });
-    }
-    lastRule = selection.rule;
-    for (const rule of SELECTION_RULES) metrics.selection.with({ rule }).set(rule === selection.rule ? 1 : 0);
-  };
-  const follow = async (selection: Selection) => {
-    if (selection.announce) {
-      leftoverPossible = false; // renewed from now on, and deleted when it stops
-      announcing ??= await startAnnouncing(options);
-      return;
-    }
-    const stopping = announcing;
-    announcing = undefined;
-    await stopping?.stop();
-    if (selection.rule === "not-selected" && leftoverPossible) {
-      await deleteLeftoverLease(leaseAccess(options, log));
-      leftoverPossible = false;
-    }
-  };
-  const queue = new WorkQueue({
-    async sync() {
-      const selection = decideSelection(flags.nodeSelector, nodeLabels());
-      report(selection);
-      await follow(selection);
-    },
-    onError: (_, err, retryInMs) => log.error("L2: following the node selection failed", { err, retryInMs }),
-  });
-  queue.add(node);
+export function l2Method(options: L2Options): MethodDefinition<"other-announcer"> {
+  const log = options.log.with({ node: options.node });
   return {
-    update: () => queue.add(node),
-    async stop() {
-      await queue.stop();
-      await announcing?.stop();
+    name: "L2",
+    watch: {
+      labelSelector: `${ANNOUNCER_LABEL}=${announcerLabelValue(options.node)}`,
+      annotations: [ANNOUNCER_ANNOTATION],
     },
+    refuse: assignedHere(options.node),
+    start: (services) => startL2(options, services),
+    clearLeftovers: () => deleteLeftoverLease(leaseAccess(options, log)),
   };
 }
 
 /** Netlink events come in bursts: one refresh per burst. */
 const NETLINK_DEBOUNCE_MS = 200;
 
-/** What assignments.ts reads of a Service: the rest is never cached. */
-function trimService(service: Service): Service {
-  const { namespace, name, resourceVersion, deletionTimestamp, annotations } = service.metadata ?? {};
-  const announcer = annotations?.[ANNOUNCER_ANNOTATION];
-  return {
-    metadata: {
-      namespace,
-      name,
-      resourceVersion,
-      deletionTimestamp,
-      annotations: announcer === undefined ? {} : { [ANNOUNCER_ANNOTATION]: announcer },
-    },
-    spec: { type: service.spec?.type },
-    status: { loadBalancer: { ingress: (service.status?.loadBalancer?.ingress ?? []).map(({ ip }) => ({ ip })) } },
-  };
-}
-
 /** This node's announcer Lease: where it lives, its name and holder. */
-function leaseAccess({ client, node, flags }: AnnouncingOptions, log: Logger) {
+function leaseAccess({ client, node, flags }: L2Options, log: Logger) {
   const name = announcerLeaseName(node) as string; // checked with the flags
   const leases = new Resource<Lease>(client, leaseResource(flags.leaseNamespace));
   return { leases, identity: { node, name, namespace: flags.leaseNamespace }, log };
 }
 
-export async function startAnnouncing(options: AnnouncingOptions): Promise<Announcing> {
-  const { client, netlink, node, flags, metrics } = options;
+async function startL2(options: L2Options, services: ServiceView): Promise<AnnouncementMethod<"other-announcer">> {
+  const { netlink, node, flags, metrics } = options;
   const log = options.log.with({ node });
   const access = leaseAccess(options, log);
   const name = access.identity.name;
@@ -175,15 +111,6 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
       reconcile();
     },
     onResult: (result) => metrics.renewals.with({ result }).inc(),
-  });
-  // Only this node's Services. The watch is renewed every 1-2 min, not 30-60 as the Node's: a connection that died
-  // silently is then noticed within minutes (its idle timeout), not an hour in which the node might go on announcing
-  // an address since assigned to another. Beside the renewals every second it costs nothing.
-  const services = new Informer(new Resource<Service>(client, SERVICE_RESOURCE), {
-    labelSelector: `${ANNOUNCER_LABEL}=${announcerLabelValue(node)}`,
-    transform: trimService,
-    watchTimeoutSeconds: { min: 60, max: 120 },
-    onError: (err) => log.error("watching the Services to announce failed", { err }),
   });
   /** Per link name: its peers, kept across announcers. */
   const peers = new Map<string, LinkPeers>();
@@ -208,6 +135,7 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     onConflict,
     onAnnounced: () => metrics.announced.set(announcers.count()),
   });
+  let desired: Desired<"other-announcer"> = { addresses: [], skipped: [] };
   let segments: Segment[] = [];
   let hostAddresses: string[] = [];
   let deadlineTimer: NodeJS.Timeout | undefined;
@@ -261,7 +189,7 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
       yielded.clear();
       log.info("L2: the Service watch delivers again: claims are reported, no longer obeyed");
     }
-    const assignment = decideAssignments({ node, services: services.list(), segments, hostAddresses });
+    const assignment = decideAssignments({ desired, segments, hostAddresses });
     const skipped = [...assignment.skipped];
     const byLink = new Map<string, LinkAnnouncements>();
     let wakeAtMs = Infinity;
@@ -334,14 +262,16 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
     }
   }
 
-  services.addHandlers({ onAdd: reconcile, onUpdate: reconcile, onDelete: reconcile });
   await refreshLinks();
   const changes = netlink.watchChanges(() => void refreshLinks(), NETLINK_DEBOUNCE_MS);
-  services.start();
   lease.start();
   log.info("L2 announcing started", { lease: `${flags.leaseNamespace}/${name}`, segments: segmentsAnnotation(segments) });
 
   return {
+    apply(next) {
+      desired = next;
+      reconcile();
+    },
     async stop() {
       stopped = true;
       clearTimeout(deadlineTimer);
@@ -350,7 +280,6 @@ export async function startAnnouncing(options: AnnouncingOptions): Promise<Annou
       announcers.closeAll();
       metrics.announced.set(0);
       log.info("L2: withdrawn everything (stopping)");
-      await services.stop();
       await lease.stop();
     },
   };

@@ -1,0 +1,137 @@
+// Announcing on this node, whatever the method: whether it announces at all (its Node's labels, selection.ts),
+// one watch of the Services the method names, and what the node must announce from them (desired.ts), handed to
+// the method (method.ts) on every change. How and where an address is announced, and everything the method needs
+// besides (links, a Lease, peers), is the method's own: see arp-ndp/ and bgp/.
+import type { Service } from "kubernetes-types/core/v1.js";
+import type { Logger } from "../../cli/log.ts";
+import type { KubeClient } from "../../kube/client.ts";
+import { Informer } from "../../kube/informer.ts";
+import type { LabelSelector } from "../../kube/labelselector.ts";
+import { Resource, SERVICE_RESOURCE } from "../../kube/resource.ts";
+import { WorkQueue } from "../../kube/workqueue.ts";
+import type { AnnouncerMetrics } from "../metrics.ts";
+import { decideDesired } from "./desired.ts";
+import type { MethodDefinition } from "./method.ts";
+import { decideSelection, SELECTION_RULES, type Selection, type SelectionRule } from "./selection.ts";
+
+export interface AnnouncingOptions {
+  client: KubeClient;
+  node: string;
+  /** Announce only while the Node's labels match; undefined: on every node. */
+  nodeSelector: LabelSelector | undefined;
+  log: Logger;
+  metrics: Pick<AnnouncerMetrics, "selection">;
+  method: MethodDefinition;
+}
+
+export interface Announcing {
+  /** Withdraws everything (the method stops), then stops watching. */
+  stop(): Promise<void>;
+}
+
+export interface SelectedAnnouncing {
+  /** Decides again from the Node's labels (its watch saw a change). */
+  update(): void;
+  /** Stops deciding, then stops announcing as on SIGTERM (everything withdrawn first). */
+  stop(): Promise<void>;
+}
+
+/**
+ * Announcing only while this node is selected (selection.ts, from `nodeLabels()`): started when the decision turns
+ * to announce; when it turns away, the method withdraws everything at once and lets go (ARP/NDP deletes its Lease, so
+ * the pool controller moves the node's addresses without waiting for it to expire). Not selected, the node opens no
+ * Service watch and the method starts nothing (what a crashed earlier run left is removed). Decisions run one at a
+ * time, through a work queue of one key.
+ */
+export function announceWhileSelected(
+  options: AnnouncingOptions,
+  nodeLabels: () => Record<string, string> | undefined,
+): SelectedAnnouncing {
+  const { node, nodeSelector, metrics, method } = options;
+  const log = options.log.with({ node });
+  let announcing: Announcing | undefined;
+  let lastRule: SelectionRule | undefined;
+  /** Until this run first announces or looks: something of an earlier run may be left. */
+  let leftoverPossible = true;
+  /** Logs a change of rule once, and sets the gauge. */
+  const report = (selection: Selection) => {
+    if (selection.rule !== lastRule) {
+      const what = selection.announce ? "this node announces" : "this node does not announce";
+      log.info(`${method.name}: ${what}: ${selection.reason}`, { rule: selection.rule });
+    }
+    lastRule = selection.rule;
+    for (const rule of SELECTION_RULES) metrics.selection.with({ rule }).set(rule === selection.rule ? 1 : 0);
+  };
+  const follow = async (selection: Selection) => {
+    if (selection.announce) {
+      leftoverPossible = false; // the method's own from now on, let go when it stops
+      announcing ??= await startAnnouncing(options);
+      return;
+    }
+    const stopping = announcing;
+    announcing = undefined;
+    await stopping?.stop();
+    if (selection.rule === "not-selected" && leftoverPossible) {
+      await method.clearLeftovers();
+      leftoverPossible = false;
+    }
+  };
+  const queue = new WorkQueue({
+    async sync() {
+      const selection = decideSelection(nodeSelector, nodeLabels());
+      report(selection);
+      await follow(selection);
+    },
+    onError: (_, err, retryInMs) =>
+      log.error(`${method.name}: following the node selection failed`, { err, retryInMs }),
+  });
+  queue.add(node);
+  return {
+    update: () => queue.add(node),
+    async stop() {
+      await queue.stop();
+      await announcing?.stop();
+    },
+  };
+}
+
+/** What desired.ts reads of a Service (and the method's annotations): the rest is never cached. */
+function trimmer(annotations: readonly string[]): (service: Service) => Service {
+  return (service) => {
+    const { namespace, name, resourceVersion, deletionTimestamp } = service.metadata ?? {};
+    const kept = Object.entries(service.metadata?.annotations ?? {}).filter(([key]) => annotations.includes(key));
+    return {
+      metadata: { namespace, name, resourceVersion, deletionTimestamp, annotations: Object.fromEntries(kept) },
+      spec: { type: service.spec?.type },
+      status: { loadBalancer: { ingress: (service.status?.loadBalancer?.ingress ?? []).map(({ ip }) => ({ ip })) } },
+    };
+  };
+}
+
+export async function startAnnouncing(options: AnnouncingOptions): Promise<Announcing> {
+  const { client, node, method: definition } = options;
+  const log = options.log.with({ node });
+  // The watch is renewed every 1-2 min, not 30-60 as the Node's: a connection that died silently is then noticed
+  // within minutes (its idle timeout), not an hour in which the node might go on announcing an address since given
+  // to another. Beside a method's own traffic (ARP/NDP renews its Lease every second) it costs nothing.
+  const services = new Informer(new Resource<Service>(client, SERVICE_RESOURCE), {
+    ...(definition.watch.labelSelector === undefined ? {} : { labelSelector: definition.watch.labelSelector }),
+    transform: trimmer(definition.watch.annotations),
+    watchTimeoutSeconds: { min: 60, max: 120 },
+    onError: (err) => log.error("watching the Services to announce failed", { err }),
+  });
+  const method = await definition.start(services);
+  let stopped = false;
+  const apply = () => {
+    if (!stopped) method.apply(decideDesired(services.list(), definition.refuse));
+  };
+  services.addHandlers({ onAdd: apply, onUpdate: apply, onDelete: apply });
+  services.start();
+  return {
+    async stop() {
+      stopped = true;
+      await method.stop();
+      await services.stop();
+    },
+  };
+}
