@@ -17,7 +17,7 @@ export interface AnnouncementMethod<Rule extends string = string> {
    * never throws, never waits (what it sends goes out in the background).
    */
   apply(desired: Desired<Rule>): void;
-  /** Withdraws everything first, then lets go of what it holds (sockets, sessions, a Lease); apply() is not called again. */
+  /** Withdraws everything first, then lets go of what it holds (sockets, sessions, a Lease); no apply() follows. */
   stop(): Promise<void>;
 }
 
