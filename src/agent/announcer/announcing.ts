@@ -24,7 +24,7 @@ export interface AnnouncingOptions {
   method: MethodDefinition;
 }
 
-export interface Announcing {
+interface Announcing {
   /** Withdraws everything (the method stops), then stops watching. */
   stop(): Promise<void>;
 }
@@ -108,7 +108,7 @@ function trimmer(annotations: readonly string[]): (service: Service) => Service 
   };
 }
 
-export async function startAnnouncing(options: AnnouncingOptions): Promise<Announcing> {
+async function startAnnouncing(options: AnnouncingOptions): Promise<Announcing> {
   const { client, node, method: definition } = options;
   const log = options.log.with({ node });
   // The watch is renewed every 1-2 min, not 30-60 as the Node's: a connection that died silently is then noticed
