@@ -71,7 +71,7 @@ export function createAgentMetrics(registry: Registry) {
 
 export type AgentMetrics = ReturnType<typeof createAgentMetrics>;
 
-/** What the L2 announcer counts (announcer/announcing.ts); all stay 0 without --lb-l2-announce. */
+/** What the L2 announcer counts (announcer/arp-ndp/method.ts); all stay 0 without --lb-l2-announce. */
 export function createAnnouncerMetrics(registry: Registry) {
   return {
     announced: registry.gauge({

@@ -11,6 +11,7 @@ import { NODE_RESOURCE, Resource } from "../kube/resource.ts";
 import { openNetlink } from "../net/netlink.ts";
 import { Agent, type ReconcileResult } from "./agent.ts";
 import { announceWhileSelected } from "./announcer/announcing.ts";
+import { l2Method } from "./announcer/arp-ndp/method.ts";
 import { PROGRAM, parseAgentFlags } from "./flags.ts";
 import { metadataOptions } from "./metadata/options.ts";
 import { createMetrics } from "./metrics.ts";
@@ -125,7 +126,9 @@ export async function runAgent(ctx: MainContext): Promise<void> {
       const node = cached();
       return node && (node.metadata?.labels ?? {});
     };
-    const l2 = announceWhileSelected(options, labels);
+    const method = l2Method(options);
+    const { nodeSelector } = announce;
+    const l2 = announceWhileSelected({ client, node, nodeSelector, log, metrics: metrics.announcer, method }, labels);
     informer.addHandlers({ onAdd: l2.update, onUpdate: l2.update, onDelete: l2.update });
     ctx.onShutdown(() => l2.stop());
   }

@@ -7,7 +7,7 @@
 // - NDP receives on AF_PACKET, SOCK_DGRAM, ETH_P_IPV6 with a BPF filter passing only ICMPv6 Neighbor
 //   Solicitations and Advertisements of hop limit 255 (RFC 4861 7.1.1, 7.1.2): advertisements are other hosts'
 //   claims (an answer to our duplicate address detection, or a takeover), which the announcer watches for, or a
-//   peer's answer to the solicitation it sent to learn whether the link still works (agent/announcer/holding.ts). Not
+//   peer's answer to the solicitation it sent to learn whether the link still works (agent/announcer/arp-ndp/holding.ts). Not
 //   on a raw ICMPv6 socket (as MetalLB does): the kernel delivers to one only what it routes to itself, and the
 //   unicast solicitations a client sends to re-check an entry (neighbour unreachability detection) are for an
 //   address the node does not hold: unanswered, the client's entry fails every few minutes. It sends on a raw

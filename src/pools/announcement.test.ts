@@ -7,7 +7,7 @@ import {
   PEER_PROBE_INTERVAL_MS,
   restrictAnnouncements,
   shouldProbe,
-} from "../agent/announcer/holding.ts";
+} from "../agent/announcer/arp-ndp/holding.ts";
 import { announcerOf, assignAnnouncers } from "./announcers.ts";
 import { AnnouncerLeases } from "./leases.ts";
 import {

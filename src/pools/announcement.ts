@@ -21,13 +21,13 @@
 //
 // The data plane outlives the control plane. An unreachable API says nothing about the link, so an agent past its
 // Lease's deadline goes on answering on a link while a peer there answers its ARP probes (the hosts it heard ask
-// recently; agent/announcer/holding.ts), and stops at once when another MAC claims one of its addresses. A node cut
+// recently; agent/announcer/arp-ndp/holding.ts), and stops at once when another MAC claims one of its addresses. A node cut
 // off from the API and from its peers hears none: it withdraws within PEER_FRESH_MS of its deadline, inside the
 // failover budget; a process that was stopped answers nothing until it has fresh proof. The controller acts on an
 // expired Lease only while its own view is fresh (pools/leases.ts: no stale-view, no mass-expiry; when the guard
 // lifts every Lease gets a full duration), so an API outage moves nothing. When it does move an address away from
 // an expired Lease, either that node has withdrawn (cut off: nobody on the link hears it anyway), or it hears the
-// new announcer's probe (which it would answer while its view is fresh, agent/announcer/conflicts.ts's "held") or
+// new announcer's probe (which it would answer while its view is fresh, agent/announcer/arp-ndp/conflicts.ts's "held") or
 // gratuitous ARP, a claim, and yields before it answers: the new one's probes then find nobody, and one address
 // has one announcer. When its renewals succeed again it relists its Services and announces nothing it was not
 // announcing until that list is in.

@@ -14,8 +14,8 @@ import { after, before, describe, test } from "node:test";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Node } from "kubernetes-types/core/v1.js";
 import { NODE_RESOURCE, Resource } from "../../src/kube/resource.ts";
-import { PEER_FRESH_MS } from "../../src/agent/announcer/holding.ts";
-import { announcerLease } from "../../src/agent/announcer/lease.ts";
+import { PEER_FRESH_MS } from "../../src/agent/announcer/arp-ndp/holding.ts";
+import { announcerLease } from "../../src/agent/announcer/arp-ndp/lease.ts";
 import {
   ANNOUNCER_LEASE_LABEL,
   announcerLeaseName,

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { Event } from "kubernetes-types/core/v1.js";
-import { TAKEOVER_SCHEDULE_MS } from "../../src/agent/announcer/decide.ts";
+import { TAKEOVER_SCHEDULE_MS } from "../../src/agent/announcer/arp-ndp/decide.ts";
 import { CONFLICTS_ANNOTATION } from "../../src/pools/announcement.ts";
 import { Resource } from "../../src/kube/resource.ts";
 import { waitFor } from "../../localcluster/wait.ts";

@@ -10,7 +10,7 @@
 import assert from "node:assert/strict";
 import { performance } from "node:perf_hooks";
 import { after, before, describe, type TestContext, test } from "node:test";
-import { PROBE_DECIDED_MS } from "../../src/agent/announcer/conflicts.ts";
+import { PROBE_DECIDED_MS } from "../../src/agent/announcer/arp-ndp/conflicts.ts";
 import {
   APPLIED_ANNOTATION,
   hasApplied,

@@ -35,7 +35,7 @@ import { nodeMac } from "../../localcluster/layer2.ts";
 import { metricsScraperToken, parseMetrics, scrapeSecure } from "../../localcluster/metrics.ts";
 import { CONTROLLER_APP, listPods, NAMESPACE, podReady } from "../../localcluster/project.ts";
 import { waitFor } from "../../localcluster/wait.ts";
-import { TAKEOVER_SCHEDULE_MS } from "../../src/agent/announcer/decide.ts";
+import { TAKEOVER_SCHEDULE_MS } from "../../src/agent/announcer/arp-ndp/decide.ts";
 import type { KubeClient } from "../../src/kube/client.ts";
 import { Resource, SERVICE_RESOURCE } from "../../src/kube/resource.ts";
 import { L2_CLASS, REQUESTED_IPS_ANNOTATION } from "../../src/pools/allocate.ts";

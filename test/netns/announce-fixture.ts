@@ -8,7 +8,7 @@
 //                      our own packet socket (ETH_P_ALL, whole frames): from and to which MAC, which way, and what
 //                      it says.
 import { createInterface } from "node:readline";
-import { findLink, startAnnouncer } from "../../src/agent/announcer/announcer.ts";
+import { findLink, startAnnouncer } from "../../src/agent/announcer/arp-ndp/announcer.ts";
 import { createLogger } from "../../src/cli/log.ts";
 import { gratuitousArp, parseArp } from "../../src/net/arp.ts";
 import { ipFromBytes } from "../../src/net/ip.ts";

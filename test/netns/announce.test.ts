@@ -11,7 +11,7 @@ import { type ChildProcessWithoutNullStreams, spawn } from "node:child_process";
 import path from "node:path";
 import { createInterface } from "node:readline";
 import { after, before, describe, test } from "node:test";
-import { TAKEOVER_SCHEDULE_MS } from "../../src/agent/announcer/decide.ts";
+import { TAKEOVER_SCHEDULE_MS } from "../../src/agent/announcer/arp-ndp/decide.ts";
 import type { ArpPacket } from "../../src/net/arp.ts";
 import { onExit } from "../../localcluster/cleanup.ts";
 import { waitFor } from "../../localcluster/wait.ts";

@@ -2,8 +2,8 @@
 // Lease tells them to the pool controller (SEGMENTS_ANNOTATION); an assigned address is announced on the link
 // whose prefix holds it. A link that is down has no segment: a link down is a withdrawal (nothing answers there,
 // and the Lease, still renewed over another link, no longer offers it, so the controller moves its addresses).
-import { type Cidr, parseCidr, prefixOf } from "../../net/ip.ts";
-import type { HostAddress, HostLink } from "../../net/rtnetlink.ts";
+import { type Cidr, parseCidr, prefixOf } from "../../../net/ip.ts";
+import type { HostAddress, HostLink } from "../../../net/rtnetlink.ts";
 
 /** A link announcements can be made on: one with a MAC, which ARP and NDP answer with. */
 export interface AnnouncedLink {

@@ -2,8 +2,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
-import type { ArpPacket } from "../../net/arp.ts";
-import type { ReceivedAdvertisement } from "../../net/ndp.ts";
+import type { ArpPacket } from "../../../net/arp.ts";
+import type { ReceivedAdvertisement } from "../../../net/ndp.ts";
 import { advertisementClaim, arpClaim, judgeClaim, solicitationClaim } from "./conflicts.ts";
 import {
   advertisementMessage,
@@ -78,7 +78,7 @@ test("what an ARP packet says of the peers: an answer, a peer to ask, or nothing
   ];
   for (const [fields, expected] of cases)
     assert.deepEqual(hear(arpMessage(packet(fields), OWN), link.mac, announced), expected, JSON.stringify(fields));
-  // Another MAC's gratuitous ARP or reply from an announced address: the claim announcing.ts yields on.
+  // Another MAC's gratuitous ARP or reply from an announced address: the claim method.ts yields on.
   const claiming: Partial<ArpPacket>[] = [
     { senderIp: "198.18.0.50", targetIp: "198.18.0.50" },
     { operation: "reply", senderIp: "198.18.0.50" },

@@ -8,7 +8,7 @@ import {
   GATEWAYS_ANNOTATION,
   LEASE_DURATION_SECONDS,
   SEGMENTS_ANNOTATION,
-} from "../../pools/announcement.ts";
+} from "../../../pools/announcement.ts";
 import { announcerLease } from "./lease.ts";
 
 const identity = { node: "node-a", name: "local-ccm-l2-node-a", namespace: "kube-system" };

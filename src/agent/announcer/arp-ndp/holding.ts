@@ -5,9 +5,9 @@
 // the link, or seeing another node claim an address, is. One rule for both families: a peer's answer over ARP or
 // NDP proves the link, and an address of either family is held, and yielded, alike (IPv6's claims are unsolicited
 // or solicited Advertisements and duplicate address detection, heard as ARP's are).
-import { type ArpPacket, UNSPECIFIED_IPV4 } from "../../net/arp.ts";
-import { ZERO_MAC } from "../../net/mac.ts";
-import { type NeighborSolicitation, type ReceivedAdvertisement, UNSPECIFIED_IPV6 } from "../../net/ndp.ts";
+import { type ArpPacket, UNSPECIFIED_IPV4 } from "../../../net/arp.ts";
+import { ZERO_MAC } from "../../../net/mac.ts";
+import { type NeighborSolicitation, type ReceivedAdvertisement, UNSPECIFIED_IPV6 } from "../../../net/ndp.ts";
 import type { LinkAnnouncements } from "./assignments.ts";
 
 /** How often the peers of a link are asked while the Lease is near or past its deadline. */
@@ -130,7 +130,7 @@ export function advertisementMessage(
 
 /**
  * What a packet received on a link says of its peers. Another MAC's claim of an address announced here is no
- * peer's word: conflicts.ts classifies it (every claim, ARP and NDP, in one place), and announcing.ts yields on it.
+ * peer's word: conflicts.ts classifies it (every claim, ARP and NDP, in one place), and method.ts yields on it.
  */
 export type Heard =
   | { kind: "answer" } // a peer answered this node (its probe or solicitation, or its kernel's question)

@@ -1,8 +1,8 @@
 // What the announcer answers, as pure functions of plain data: a received ARP request or Neighbor Solicitation,
 // the link's MAC and the set of addresses announced, in; the packet to send (or why none), out. Each outcome
 // carries a rule id (metrics) and a reason (logs). The announcer only ever claims addresses of the set.
-import { type ArpPacket, arpReply } from "../../net/arp.ts";
-import { ALL_NODES, type NeighborAdvertisement, type NeighborSolicitation } from "../../net/ndp.ts";
+import { type ArpPacket, arpReply } from "../../../net/arp.ts";
+import { ALL_NODES, type NeighborAdvertisement, type NeighborSolicitation } from "../../../net/ndp.ts";
 
 export interface Link {
   mac: string;

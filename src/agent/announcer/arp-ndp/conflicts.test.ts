@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
-import { type ArpPacket, arpProbe, arpReply, gratuitousArp } from "../../net/arp.ts";
+import { type ArpPacket, arpProbe, arpReply, gratuitousArp } from "../../../net/arp.ts";
 import {
   advertisementClaim,
   arpClaim,

@@ -7,10 +7,10 @@
 // for (CONFLICTS_ANNOTATION, gone when none), both read when the write is made.
 import { performance } from "node:perf_hooks";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
-import type { Logger } from "../../cli/log.ts";
-import { isApiError } from "../../kube/errors.ts";
-import { microTime } from "../../kube/leaderelection.ts";
-import type { Resource } from "../../kube/resource.ts";
+import type { Logger } from "../../../cli/log.ts";
+import { isApiError } from "../../../kube/errors.ts";
+import { microTime } from "../../../kube/leaderelection.ts";
+import type { Resource } from "../../../kube/resource.ts";
 import {
   ANNOUNCER_LEASE_LABEL,
   announceDeadline,
@@ -20,8 +20,8 @@ import {
   LEASE_DURATION_SECONDS,
   RENEW_INTERVAL_MS,
   SEGMENTS_ANNOTATION,
-} from "../../pools/announcement.ts";
-import { sleep } from "../../time/backoff.ts";
+} from "../../../pools/announcement.ts";
+import { sleep } from "../../../time/backoff.ts";
 
 export interface LeaseIdentity {
   node: string;

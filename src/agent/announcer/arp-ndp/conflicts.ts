@@ -3,11 +3,11 @@
 // does about it. While probing (before an address is first announced on a link): refuse it, never announce it, and
 // try again later. While announcing: report it, and never answer with a claim of our own (two announcers sending
 // gratuitous ARP at each other make every client's entry flap). While holding on a stale view, another host's probe
-// is reported too: the announcer that lost the API yields on a report (announcing.ts), before it would answer. Each
+// is reported too: the announcer that lost the API yields on a report (method.ts), before it would answer. Each
 // outcome carries a rule id (metrics) and a reason (logs, Events).
-import { type ArpPacket, UNSPECIFIED_IPV4 } from "../../net/arp.ts";
-import { type NeighborSolicitation, type ReceivedAdvertisement, UNSPECIFIED_IPV6 } from "../../net/ndp.ts";
-import type { AddressConflict } from "../../pools/announcement.ts";
+import { type ArpPacket, UNSPECIFIED_IPV4 } from "../../../net/arp.ts";
+import { type NeighborSolicitation, type ReceivedAdvertisement, UNSPECIFIED_IPV6 } from "../../../net/ndp.ts";
+import type { AddressConflict } from "../../../pools/announcement.ts";
 
 /** What a packet of another host says about an address, in order of the checks. */
 export const CLAIM_RULES = [

@@ -3,10 +3,11 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
 import type { Service } from "kubernetes-types/core/v1.js";
-import { cidrContains } from "../../net/ip.ts";
-import type { HostAddress, HostLink } from "../../net/rtnetlink.ts";
-import { ANNOUNCER_ANNOTATION } from "../../pools/announcement.ts";
-import { decideAssignments } from "./assignments.ts";
+import { cidrContains } from "../../../net/ip.ts";
+import type { HostAddress, HostLink } from "../../../net/rtnetlink.ts";
+import { ANNOUNCER_ANNOTATION } from "../../../pools/announcement.ts";
+import { decideDesired } from "../desired.ts";
+import { assignedHere, decideAssignments, type AssignmentInput } from "./assignments.ts";
 import { nodeSegments, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
 
 const links: HostLink[] = [
@@ -63,7 +64,7 @@ test("segments: a link that is down (no carrier, or set down) has none: what was
   assert.equal(segmentsAnnotation(nodeSegments(host, down, ["eth1"])), "");
   assert.deepEqual(unusableInterfaces(down, ["eth1"]), [], "down, not unusable: it may come back");
   const services = [service("web", ["198.18.7.20"])];
-  const decision = decideAssignments({ node: NODE, services, segments: nodeSegments(host, down, []), hostAddresses: [] });
+  const decision = assign({ services, segments: nodeSegments(host, down, []), hostAddresses: [] });
   assert.deepEqual(
     decision.skipped.map((skip) => skip.rule),
     ["no-segment"],
@@ -72,6 +73,10 @@ test("segments: a link that is down (no carrier, or set down) has none: what was
 });
 
 const NODE = "node-a";
+/** What the loop hands the method (desired.ts, with the method's own rule), placed on the node's links. */
+function assign({ services, ...rest }: Omit<AssignmentInput, "desired"> & { services: Service[] }) {
+  return decideAssignments({ desired: decideDesired(services, assignedHere(NODE)), ...rest });
+}
 function service(name: string, ips: string[], changes: { announcer?: string; type?: string; deleting?: boolean } = {}) {
   return {
     metadata: {
@@ -97,7 +102,7 @@ test("assignments: an address goes to the link whose (longest) prefix holds it; 
   ];
   const segments = nodeSegments(host, links, []);
   const hostAddresses = host.map((address) => address.address);
-  const decision = decideAssignments({ node: NODE, services, segments, hostAddresses });
+  const decision = assign({ services, segments, hostAddresses });
   assert.deepEqual(
     Object.fromEntries([...decision.byLink].map(([name, entry]) => [name, entry.addresses])),
     { eth0: ["198.18.0.50", "fd00:198:18::50"], eth1: ["198.18.7.5"] },
@@ -122,7 +127,7 @@ test("assignments: only an exact annotation counts (the label may be a hash shar
   const segments = nodeSegments(host, links, []);
   for (const announcer of ["node-a ", "Node-a", "node-a.example", ""]) {
     const services = [service("web", ["198.18.0.50"], { announcer })];
-    const decision = decideAssignments({ node: NODE, services, segments, hostAddresses: [] });
+    const decision = assign({ services, segments, hostAddresses: [] });
     assert.equal(decision.byLink.size, 0, JSON.stringify(announcer));
     assert.equal(decision.skipped[0]?.rule, "other-announcer");
   }
@@ -139,7 +144,7 @@ test("assignments (property): each address once, on a link with the longest pref
       const segments = nodeSegments(listing, links, []);
       const services = ips.map((pairs, i) => service(`s${i}`, pairs.map(([a, b]) => `198.18.${a}.${b}`)));
       const hostAddresses = listing.map((address) => address.address);
-      const decision = decideAssignments({ node: NODE, services, segments, hostAddresses });
+      const decision = assign({ services, segments, hostAddresses });
       const announced = [...decision.byLink.values()].flatMap(({ link, addresses }) =>
         addresses.map((address) => [link, address] as const),
       );

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { type ArpPacket, gratuitousArp } from "../../net/arp.ts";
+import { type ArpPacket, gratuitousArp } from "../../../net/arp.ts";
 import { answerArp, answerSolicitation } from "./decide.ts";
 
 const link = { mac: "02:00:00:00:00:0a" };

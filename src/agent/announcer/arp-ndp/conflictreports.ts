@@ -7,10 +7,10 @@
 // credentials write Warnings on any Service of the cluster would hand a stolen token a way to cry wolf everywhere.
 import { performance } from "node:perf_hooks";
 import type { Service } from "kubernetes-types/core/v1.js";
-import type { Logger } from "../../cli/log.ts";
-import type { EventType } from "../../kube/events.ts";
-import { canonicalIp } from "../../net/ip.ts";
-import type { AnnouncerMetrics } from "../metrics.ts";
+import type { Logger } from "../../../cli/log.ts";
+import type { EventType } from "../../../kube/events.ts";
+import { canonicalIp } from "../../../net/ip.ts";
+import type { AnnouncerMetrics } from "../../metrics.ts";
 import type { Conflict } from "./announcer.ts";
 import { REPORT_INTERVAL_MS } from "./conflicts.ts";
 

@@ -7,13 +7,13 @@
 // what a claim means in ./conflicts.ts; this file does the I/O. Needs CAP_NET_RAW; each family's socket opens with
 // the first address of that family.
 import { performance } from "node:perf_hooks";
-import type { Logger } from "../../cli/log.ts";
-import { arpProbe, gratuitousArp } from "../../net/arp.ts";
-import { ipFromBytes, ipProblem, ipToBytes } from "../../net/ip.ts";
-import { BROADCAST_MAC } from "../../net/mac.ts";
-import { ALL_NODES, unsolicitedAdvertisement } from "../../net/ndp.ts";
-import type { Netlink } from "../../net/netlink.ts";
-import { type ArpSocket, type NdpSocket, openArpSocket, openNdpSocket } from "../../net/neighborsockets.ts";
+import type { Logger } from "../../../cli/log.ts";
+import { arpProbe, gratuitousArp } from "../../../net/arp.ts";
+import { ipFromBytes, ipProblem, ipToBytes } from "../../../net/ip.ts";
+import { BROADCAST_MAC } from "../../../net/mac.ts";
+import { ALL_NODES, unsolicitedAdvertisement } from "../../../net/ndp.ts";
+import type { Netlink } from "../../../net/netlink.ts";
+import { type ArpSocket, type NdpSocket, openArpSocket, openNdpSocket } from "../../../net/neighborsockets.ts";
 import {
   advertisementClaim,
   arpClaim,
@@ -26,7 +26,7 @@ import {
   reprobeDelayMs,
   solicitationClaim,
 } from "./conflicts.ts";
-import type { AddressConflict } from "../../pools/announcement.ts";
+import type { AddressConflict } from "../../../pools/announcement.ts";
 import { answerArp, answerSolicitation, type Decision, TAKEOVER_SCHEDULE_MS } from "./decide.ts";
 import { advertisementMessage, arpMessage, type NeighborMessage, solicitationMessage } from "./holding.ts";
 import type { AnnouncedLink } from "./segments.ts";

@@ -1,0 +1,134 @@
+// The BGP method from plain data: the desired set as routes per peer (tables, properties through ribout.ts's
+// planner), and the method's calls into its sessions (a fake session: pure logic, nothing on the network).
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import fc from "fast-check";
+import { createLogger } from "../../../cli/log.ts";
+import type { Update } from "../../../net/bgp/update.ts";
+import { type Desired, decideDesired } from "../desired.ts";
+import { routesFor, startBgpMethod } from "./method.ts";
+import { planUpdates, type Route } from "./ribout.ts";
+import type { BgpSession, SessionOptions } from "./session.ts";
+
+const desired = (...addresses: string[]): Desired => ({
+  addresses: addresses.map((address) => ({ address, services: ["default/web"] })),
+  skipped: [],
+});
+const DUAL = { 4: "192.0.2.1", 6: "2001:db8::1" };
+
+test("routes: a host route per address, next hop of its family; a family without one is left out by rule", () => {
+  const cases: [string, { 4?: string; 6?: string }, string[], [string, string][], string[]][] = [
+    [
+      "dual-stack peer",
+      DUAL,
+      ["198.51.100.7", "2001:db8:5::7"],
+      [
+        ["198.51.100.7/32", DUAL[4]],
+        ["2001:db8:5::7/128", DUAL[6]],
+      ],
+      [],
+    ],
+    ["IPv4 only", { 4: DUAL[4] }, ["198.51.100.7", "2001:db8:5::7"], [["198.51.100.7/32", DUAL[4]]], ["2001:db8:5::7"]],
+    ["IPv6 only", { 6: DUAL[6] }, ["198.51.100.7"], [], ["198.51.100.7"]],
+    ["nothing desired", DUAL, [], [], []],
+  ];
+  for (const [name, nextHops, addresses, routes, left] of cases) {
+    const result = routesFor(desired(...addresses), { nextHops });
+    assert.deepEqual(result.routes, routes.map(([prefix, nextHop]) => ({ prefix, nextHop })), name);
+    const skipped = result.skipped.map((skip) => [skip.address, skip.rule]);
+    assert.deepEqual(skipped, left.map((a) => [a, "no-next-hop"]), name);
+  }
+  const withAttributes = routesFor(desired("198.51.100.7"), { nextHops: DUAL }, (entry) => ({
+    communities: [`65000:${entry.services.length}`],
+    localPref: 200,
+  }));
+  assert.deepEqual(withAttributes.routes, [
+    { prefix: "198.51.100.7/32", nextHop: DUAL[4], communities: ["65000:1"], localPref: 200 },
+  ]);
+});
+
+/** The prefixes an UPDATE announces and withdraws, either family. */
+function prefixes(updates: Update[]) {
+  return {
+    announced: updates.flatMap((u) => [...u.nlri, ...(u.attributes.mpReach?.nlri ?? [])]).sort(),
+    withdrawn: updates.flatMap((u) => [...u.withdrawn, ...(u.attributes.mpUnreach?.withdrawn ?? [])]).sort(),
+  };
+}
+
+test("routes (property): from one desired set to the next, the peer hears exactly the differences", () => {
+  const address = fc.oneof(
+    fc.nat(255).map((n) => `198.51.100.${n}`),
+    fc.nat(0xffff).map((n) => `2001:db8:5::${n.toString(16)}`),
+  );
+  const peer = { myAsn: 65001, ibgp: false, families: [4, 6] as (4 | 6)[] };
+  const host = (a: string) => `${a}/${a.includes(":") ? 128 : 32}`;
+  fc.assert(
+    fc.property(fc.uniqueArray(address), fc.uniqueArray(address), (before, after) => {
+      const first = planUpdates(new Map(), routesFor(desired(...before), { nextHops: DUAL }).routes, peer);
+      assert.deepEqual(prefixes(first.updates), { announced: before.map(host).sort(), withdrawn: [] });
+      const next = planUpdates(first.advertised, routesFor(desired(...after), { nextHops: DUAL }).routes, peer);
+      assert.deepEqual(prefixes(next.updates), {
+        announced: after.filter((a) => !before.includes(a)).map(host).sort(),
+        withdrawn: before.filter((a) => !after.includes(a)).map(host).sort(),
+      });
+    }),
+  );
+});
+
+/** A session that records what the method asks of it. */
+function fakeSessions() {
+  const calls: string[] = [];
+  const routes = new Map<string, readonly Route[]>();
+  const start = (options: SessionOptions): BgpSession => {
+    const peer = options.peerAddress;
+    calls.push(`${peer} start`);
+    return {
+      setRoutes(next) {
+        routes.set(peer, next);
+        calls.push(`${peer} routes ${next.map((route) => `${route.prefix}>${route.nextHop}`).join(",")}`);
+      },
+      offer: () => assert.fail("the method takes no connections"),
+      bfd: () => assert.fail("the method does not speak for BFD"),
+      state: () => assert.fail("the method reads no state"),
+      stop: () => calls.push(`${peer} stop`),
+    };
+  };
+  return { calls, routes, start };
+}
+
+const config = { myAsn: 65001, peerAsn: 65010, routerId: "192.0.2.1", holdTime: 9, families: [4, 6] as (4 | 6)[] };
+const log = createLogger({ verbosity: 0, format: "text", write: () => {} });
+
+test("method: each peer gets the desired set with its own next hops; stopping withdraws all, then stops", async () => {
+  const fake = fakeSessions();
+  const method = startBgpMethod({
+    log,
+    startSession: fake.start,
+    peers: [
+      { session: { config, peerAddress: "192.0.2.2" }, nextHops: { 4: "192.0.2.1" } },
+      { session: { config, peerAddress: "192.0.2.6" }, nextHops: { 4: "192.0.2.5", 6: "2001:db8::5" } },
+    ],
+  });
+  assert.deepEqual(fake.calls.splice(0), ["192.0.2.2 start", "192.0.2.6 start"]);
+  // What the loop hands over: the Services of the watch through desired.ts.
+  const service = (name: string, ips: string[]) => ({
+    metadata: { namespace: "default", name },
+    spec: { type: "LoadBalancer" },
+    status: { loadBalancer: { ingress: ips.map((ip) => ({ ip })) } },
+  });
+  method.apply(decideDesired([service("web", ["198.51.100.7", "2001:db8:5::7"])], () => undefined));
+  assert.deepEqual(fake.calls.splice(0), [
+    "192.0.2.2 routes 198.51.100.7/32>192.0.2.1",
+    "192.0.2.6 routes 198.51.100.7/32>192.0.2.5,2001:db8:5::7/128>2001:db8::5",
+  ]);
+  method.apply(desired());
+  assert.deepEqual(fake.calls.splice(0), ["192.0.2.2 routes ", "192.0.2.6 routes "]);
+  method.apply(desired("198.51.100.8"));
+  fake.calls.splice(0);
+  await method.stop();
+  const withdrawn = ["192.0.2.2 routes ", "192.0.2.6 routes "];
+  assert.deepEqual(fake.calls.splice(0), [...withdrawn, "192.0.2.2 stop", "192.0.2.6 stop"], "withdrawn first");
+  method.apply(desired("198.51.100.9"));
+  await method.stop();
+  assert.deepEqual(fake.calls, [], "after stop, neither apply nor a second stop reaches a session");
+});

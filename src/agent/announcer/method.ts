@@ -1,0 +1,36 @@
+// The seam between the method-neutral announcing loop (announcing.ts: whether this node announces, its Service
+// watch, what it must announce) and a way of announcing, each a folder: arp-ndp/ (one node per address, answered on
+// a link) and bgp/ (every eligible node, routes to peers). The loop calls a method through these two interfaces
+// only, and imports no method: the program hands it the definition it configured (a method's modules load only then).
+import type { Service } from "kubernetes-types/core/v1.js";
+import type { Informer } from "../../kube/informer.ts";
+import type { Desired, Refusal } from "./desired.ts";
+
+/** The loop's Service watch as a method may read it (ARP/NDP's Lease tells how far it has read, and asks a relist). */
+export type ServiceView = Pick<Informer<Service>, "list" | "lastResourceVersion" | "relist">;
+
+/** A method at work on this node. */
+export interface AnnouncementMethod<Rule extends string = string> {
+  /**
+   * Brings what is announced in line with `desired`: everything this node must announce now, each address once
+   * (the method decides where and how, and may leave an address out for a rule of its own). Called on every change;
+   * never throws, never waits (what it sends goes out in the background).
+   */
+  apply(desired: Desired<Rule>): void;
+  /** Withdraws everything first, then lets go of what it holds (sockets, sessions, a Lease); no apply() follows. */
+  stop(): Promise<void>;
+}
+
+/** How the loop starts a method and which Services it watches for it. */
+export interface MethodDefinition<Rule extends string = string> {
+  /** The prefix of the loop's log lines ("L2"). */
+  name: string;
+  /** The Services this node watches (by label), and the annotations of theirs that `refuse` reads. */
+  watch: { labelSelector?: string; annotations: readonly string[] };
+  /** The method's own reason not to announce a Service here, checked before the shared ones (desired.ts). */
+  refuse(service: Service): Refusal<Rule> | undefined;
+  /** Starts the method (what it must announce: nothing yet); `apply` follows each change the watch sees. */
+  start(services: ServiceView): Promise<AnnouncementMethod<Rule>>;
+  /** This node does not announce: removes what a crashed earlier run of the method may have left (a Lease). */
+  clearLeftovers(): Promise<void>;
+}
