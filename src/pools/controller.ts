@@ -30,11 +30,11 @@ import { isApiError } from "../kube/errors.ts";
 import { type EventRecorder, serviceReference } from "../kube/events.ts";
 import { type InformerHandlers, objectKey } from "../kube/informer.ts";
 import type { Resource } from "../kube/resource.ts";
+import type { CacheReader } from "../kube/sharedinformers.ts";
 import { WorkQueue } from "../kube/workqueue.ts";
-import type { Cache } from "../service/controller.ts";
-import { LB_FINALIZER } from "../service/decide.ts";
-import { endpointSliceFacts, ReadyEndpoints, SERVICE_NAME_LABEL } from "../service/endpoints.ts";
-import { type LoadBalancerNode, loadBalancerNode, sameLoadBalancerNode } from "../service/nodes.ts";
+import { endpointSliceFacts, ReadyEndpoints, SERVICE_NAME_LABEL } from "../loadbalancer/endpoints.ts";
+import { type LoadBalancerNode, loadBalancerNode, sameLoadBalancerNode } from "../loadbalancer/nodes.ts";
+import { LB_FINALIZER } from "../loadbalancer/service.ts";
 import type { BackoffOptions } from "../time/backoff.ts";
 import {
   ALLOCATED_FROM_ANNOTATION,
@@ -75,13 +75,13 @@ import type { ServiceCIDR } from "./watches.ts";
 
 export interface PoolControllerOptions {
   config: PoolsConfig;
-  services: Cache<Service>;
-  nodes: Cache<Node>;
-  pools: Cache<LoadBalancerIPPool>;
+  services: CacheReader<Service>;
+  nodes: CacheReader<Node>;
+  pools: CacheReader<LoadBalancerIPPool>;
   /** The announcer Leases (announcement.ts) in their namespace. */
-  leases: Cache<Lease>;
-  endpointSlices: Cache<EndpointSlice>;
-  serviceCidrs: Cache<ServiceCIDR>;
+  leases: CacheReader<Lease>;
+  endpointSlices: CacheReader<EndpointSlice>;
+  serviceCidrs: CacheReader<ServiceCIDR>;
   /** The Service resource of a namespace (patches of the object and of its status). */
   serviceResource(namespace: string): Pick<Resource<Service>, "patch">;
   poolResource: Pick<Resource<LoadBalancerIPPool>, "patch">;

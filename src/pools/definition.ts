@@ -15,8 +15,8 @@ import {
   SERVICE_RESOURCE,
 } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
+import { ENDPOINT_SLICE_RULE, LOAD_BALANCER_RULES, loadBalancerParts } from "../loadbalancer/definition.ts";
 import { defineController } from "../manager/controller.ts";
-import { ENDPOINT_SLICE_RULE, LOAD_BALANCER_RULES, loadBalancerParts } from "../service/definition.ts";
 import { ANNOUNCER_LEASE_LABEL } from "./announcement.ts";
 import { PoolController } from "./controller.ts";
 import { type PoolsConfig, poolsConfig, poolsFlagTable } from "./flags.ts";

@@ -6,9 +6,10 @@ import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { createLogger } from "../cli/log.ts";
 import { Registry } from "../cli/metrics.ts";
+import { SERVICE_NAME_LABEL } from "../loadbalancer/endpoints.ts";
+import { LB_FINALIZER } from "../loadbalancer/service.ts";
 import { ServiceController } from "./controller.ts";
-import { LB_FINALIZER, NODE_ADDRESS_CLASS, type ServiceConfig } from "./decide.ts";
-import { SERVICE_NAME_LABEL } from "./endpoints.ts";
+import { NODE_ADDRESS_CLASS, type ServiceConfig } from "./decide.ts";
 import { createServiceMetrics } from "./metrics.ts";
 
 const CONFIG: ServiceConfig = {

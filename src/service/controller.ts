@@ -1,8 +1,8 @@
 // The service controller in node-address mode: Services, Nodes, EndpointSlices and Pods from informers → keyed work
 // queue (kube/workqueue.ts, per-key backoff) → sync one Service. The plan over all our Services (decide.ts) is built
 // once per burst of changes that can alter it and read by every sync after; the Nodes are reduced to facts once per
-// Node event (nodes.ts), the EndpointSlices to the nodes with a ready endpoint, every Service's NodePorts and the pods'
-// ports on their nodes to an index of port holders (holders.ts).
+// Node event (loadbalancer/nodes.ts), the EndpointSlices to the nodes with a ready endpoint, every Service's
+// NodePorts and the pods' ports on their nodes to an index of port holders (holders.ts).
 //
 // Enqueued precisely: a Service event its own key and those of ours sharing a protocol/port with it (the port
 // conflicts); a Node change that alters eligibility, addresses or labels every Service of ours; an EndpointSlice change
@@ -17,13 +17,16 @@ import { isApiError } from "../kube/errors.ts";
 import { type EventRecorder, type EventType, serviceReference } from "../kube/events.ts";
 import { type InformerHandlers, objectKey } from "../kube/informer.ts";
 import type { Resource } from "../kube/resource.ts";
+import type { CacheReader } from "../kube/sharedinformers.ts";
 import { WorkQueue } from "../kube/workqueue.ts";
+import { type EndpointSliceFacts, endpointSliceFacts, ReadyEndpoints } from "../loadbalancer/endpoints.ts";
+import { type IpFamily, type LoadBalancerNode, loadBalancerNode, sameLoadBalancerNode } from "../loadbalancer/nodes.ts";
+import { LB_FINALIZER } from "../loadbalancer/service.ts";
 import type { BackoffOptions } from "../time/backoff.ts";
 import {
   decide,
   type Intent,
   isPlanned,
-  LB_FINALIZER,
   planIngress,
   planInputs,
   sameIngress,
@@ -32,24 +35,15 @@ import {
   type ServiceFacts,
   serviceFacts,
 } from "./decide.ts";
-import { type EndpointSliceFacts, endpointSliceFacts, ReadyEndpoints } from "./endpoints.ts";
 import { HolderIndex, holderId, podPorts, serviceNodePorts } from "./holders.ts";
 import type { ServiceMetrics } from "./metrics.ts";
 import { type ExternalFamilies, intentHolds, type NodeChange } from "./nodechange.ts";
-import { type IpFamily, type LoadBalancerNode, loadBalancerNode, sameLoadBalancerNode } from "./nodes.ts";
-
-
-/** An informer satisfies this. */
-export interface Cache<T> {
-  get(key: string): T | undefined;
-  list(): T[];
-}
 
 export interface ServiceControllerOptions {
   config: ServiceConfig;
-  services: Cache<Service>;
-  nodes: Cache<Node>;
-  endpointSlices: Cache<EndpointSlice>;
+  services: CacheReader<Service>;
+  nodes: CacheReader<Node>;
+  endpointSlices: CacheReader<EndpointSlice>;
   /** The Service resource of a namespace (patches of the object and of its status). */
   serviceResource(namespace: string): Pick<Resource<Service>, "patch">;
   /** True while this replica may write (always, without leader election). */
