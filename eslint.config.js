@@ -15,4 +15,24 @@ export default tseslint.config(
       "no-console": "off",
     },
   },
+  // The LoadBalancer modes share src/loadbalancer/ and never reach into each other's folder; the layer they share
+  // sits below them all (docs/architecture.md).
+  ...[
+    ["src/loadbalancer", ["service", "pools"]],
+    ["src/service", ["pools"]],
+    ["src/pools", ["service"]],
+  ].map(([folder, others]) => ({
+    files: [`${folder}/**/*.ts`],
+    rules: {
+      "no-restricted-imports": [
+        "error",
+        {
+          patterns: others.map((other) => ({
+            group: [`../${other}/*`, `**/src/${other}/*`],
+            message: `${folder} does not import src/${other}: what LoadBalancer modes share lives in src/loadbalancer.`,
+          })),
+        },
+      ],
+    },
+  })),
 );

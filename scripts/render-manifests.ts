@@ -70,7 +70,7 @@ export function chartControllersYaml(): string {
     ...(controller.rbac.releaseNamespace ? { releaseNamespaceRules: controller.rbac.releaseNamespace } : {}),
   }));
   const header = `# ${GENERATED} from the controller registry (src/manager/registry.ts); do not edit.\n`;
-  // Controllers share rule objects (service/definition.ts LOAD_BALANCER_RULES): written out in full each time.
+  // Controllers share rule objects (loadbalancer/definition.ts LOAD_BALANCER_RULES): written out in full each time.
   return `${header}${stringify({ controllers }, { aliasDuplicateObjects: false })}`;
 }
 

@@ -38,6 +38,9 @@ export interface Cache<T> {
   addHandlers(handlers: InformerHandlers<T>): void;
 }
 
+/** What a controller reads of its caches (its definition adds the handlers): all a fake in a pure test needs. */
+export type CacheReader<T> = Pick<Cache<T>, "get" | "list">;
+
 interface Registration {
   consumer: string;
   watch: Watch<KubeObject>;

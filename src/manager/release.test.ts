@@ -2,8 +2,9 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import fc from "fast-check";
 import type { Service } from "kubernetes-types/core/v1.js";
+import { LB_FINALIZER } from "../loadbalancer/service.ts";
 import { ALLOCATED_FROM_ANNOTATION, L2_CLASS } from "../pools/allocate.ts";
-import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../service/decide.ts";
+import { NODE_ADDRESS_CLASS } from "../service/decide.ts";
 import { type ReleaseRule, releaseDecision } from "./release.ts";
 
 const NODE_ADDRESSES = new Set(["192.0.2.10", "2001:db8::10"]);

@@ -6,8 +6,9 @@
 // addresses, as the service controller's own classless-off rule reads it). A Service kept by mistake can still be
 // released by hand; another controller's finalizer removed by mistake would leak that controller's load balancer.
 import type { Service } from "kubernetes-types/core/v1.js";
+import { LB_FINALIZER } from "../loadbalancer/service.ts";
 import { ALLOCATED_FROM_ANNOTATION, L2_CLASS } from "../pools/allocate.ts";
-import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../service/decide.ts";
+import { NODE_ADDRESS_CLASS } from "../service/decide.ts";
 
 export type ReleaseRule =
   | "no-finalizer"

@@ -17,8 +17,8 @@ import { isApiError } from "../kube/errors.ts";
 import { objectKey } from "../kube/informer.ts";
 import { LeaderElector } from "../kube/leaderelection.ts";
 import { leaseResource, NODE_RESOURCE, Resource, SERVICE_RESOURCE } from "../kube/resource.ts";
+import { LB_FINALIZER } from "../loadbalancer/service.ts";
 import { type LoadBalancerIPPool, POOL_FINALIZER, POOL_RESOURCE } from "../pools/pool.ts";
-import { LB_FINALIZER } from "../service/decide.ts";
 import { type LeaderElectionFlags, PROGRAM, parseManagerFlags } from "./flags.ts";
 import { releaseDecision } from "./release.ts";
 

@@ -24,7 +24,7 @@
 import type { Service } from "kubernetes-types/core/v1.js";
 import { objectKey } from "../kube/informer.ts";
 import { matchesLabels } from "../kube/labelselector.ts";
-import { byAge, LB_FINALIZER, type ServicePort } from "../service/decide.ts";
+import { byAge, LB_FINALIZER, type ServicePort } from "../loadbalancer/service.ts";
 import { ANNOUNCER_LABEL } from "./announcement.ts";
 import type { ExclusionRule, ExclusionSet } from "./exclusions.ts";
 import type { PoolFacts } from "./pool.ts";

@@ -2,8 +2,8 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
 import { parseLabelSelector } from "../kube/labelselector.ts";
+import { hashString } from "../loadbalancer/rendezvous.ts";
 import { cidrContains, parseCidr } from "../net/ip.ts";
-import { hashString } from "../service/rendezvous.ts";
 import { hasApplied } from "./announcement.ts";
 import {
   type AnnouncedService,

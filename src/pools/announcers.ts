@@ -4,7 +4,7 @@
 //
 // Services that share an address form a group (connected components over their addresses): a group has one
 // announcer, eligible for every Service of it, so one address is never assigned to two nodes. Eligible: its Lease
-// is live, its segments hold every address of the group, it passes the node rules (service/nodes.ts) and the
+// is live, its segments hold every address of the group, it passes the node rules (loadbalancer/nodes.ts) and the
 // Services' node-selector annotations, and for a Service with externalTrafficPolicy Local it holds a ready
 // endpoint. Order of the rules, per group:
 // 1. sticky: a current announcer that is eligible stays (a node joining moves nothing).
@@ -19,9 +19,9 @@
 // 5. A new announcer, when needed: rendezvous hashing keyed by the group's smallest address, among the eligible.
 import type { Service } from "kubernetes-types/core/v1.js";
 import { type LabelSelector, matchesLabels } from "../kube/labelselector.ts";
+import { hashString, topByScore } from "../loadbalancer/rendezvous.ts";
+import { annotationSelector, NODE_SELECTOR_ANNOTATION } from "../loadbalancer/service.ts";
 import { type Cidr, cidrContains } from "../net/ip.ts";
-import { annotationSelector, NODE_SELECTOR_ANNOTATION } from "../service/decide.ts";
-import { hashString, topByScore } from "../service/rendezvous.ts";
 import { ANNOUNCER_ANNOTATION, ANNOUNCER_LABEL, hasApplied, RELEASED_FROM_ANNOTATION } from "./announcement.ts";
 import { ipNumber } from "./ranges.ts";
 
@@ -34,7 +34,7 @@ export interface AnnouncedService {
   local: boolean;
   /** The node its announcer annotation names. */
   announcer: string | undefined;
-  /** Its node-selector annotation (service/decide.ts), or why it does not parse. */
+  /** Its node-selector annotation (loadbalancer/service.ts), or why it does not parse. */
   nodeSelector?: LabelSelector | string;
   /** The node its addresses were last taken from while its Lease was live (RELEASED_FROM_ANNOTATION). */
   releasedFrom?: string;
@@ -62,7 +62,7 @@ export interface AnnouncersInput {
   /** The rendezvous picks of the plan before, reused (the answer is the same with or without them). */
   picks?: Picks;
   announcers: readonly Announcer[];
-  /** Why a node may not carry LoadBalancer traffic (service/nodes.ts rules); absent when it may. */
+  /** Why a node may not carry LoadBalancer traffic (loadbalancer/nodes.ts rules); absent when it may. */
   ineligible(node: string): { rule: string; reason: string } | undefined;
   /** A node's labels, for the Services' node selectors. */
   nodeLabels(node: string): Record<string, string>;

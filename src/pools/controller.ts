@@ -8,13 +8,14 @@
 // until no Service holds an address of it, for the Services keep their addresses whatever becomes of the pool.
 //
 // A Service's allocation is recorded before it is announced: first the finalizer and the allocated-from annotation
-// (one merge patch pinned to the resourceVersion read), then status.loadBalancer.ingress (ipMode VIP). The addresses
+// (one write), then status.loadBalancer.ingress (ipMode VIP), through the LoadBalancer writer (loadbalancer/
+// writer.ts: each write pinned to the version it was decided from, the Events in one place). The addresses
 // this process decides are held for allocate() from the decision until the cache shows them, so an allocation made
 // in between never sees them free. Only the leader writes, and only what differs.
 //
 // Once a Service's status shows its addresses, assignAnnouncers() (announcers.ts) picks the node that announces
 // them from the announcer Leases (leases.ts), the Nodes and, for Local, the EndpointSlices; the announcer
-// annotation and label are written by a merge patch pinned to the version read, after the status, and removed
+// annotation and label are written (by the same writer) after the status, and removed
 // before anything else when the Service loses its addresses or its announcer; a removal from a node whose Lease is
 // live names that node (RELEASED_FROM_ANNOTATION), and the next announcer waits for its acknowledgement. Liveness
 // changes with time alone: the queue runs the assignment again (addAfter) when the first live Lease would expire;
@@ -23,18 +24,18 @@
 // An address another host answers for, as its announcer's Lease reports it (inuse.ts), gets a Warning on its
 // Service (AddressInUseOnNetwork, told once per change) and a line in its pool's status; it is not moved.
 import type { Lease } from "kubernetes-types/coordination/v1.js";
-import type { LoadBalancerIngress, Node, Service } from "kubernetes-types/core/v1.js";
+import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import type { Logger } from "../cli/log.ts";
 import { isApiError } from "../kube/errors.ts";
-import { type EventRecorder, serviceReference } from "../kube/events.ts";
+import type { EventRecorder } from "../kube/events.ts";
 import { type InformerHandlers, objectKey } from "../kube/informer.ts";
 import type { Resource } from "../kube/resource.ts";
+import type { CacheReader } from "../kube/sharedinformers.ts";
 import { WorkQueue } from "../kube/workqueue.ts";
-import type { Cache } from "../service/controller.ts";
-import { LB_FINALIZER } from "../service/decide.ts";
-import { endpointSliceFacts, ReadyEndpoints, SERVICE_NAME_LABEL } from "../service/endpoints.ts";
-import { type LoadBalancerNode, loadBalancerNode, sameLoadBalancerNode } from "../service/nodes.ts";
+import { endpointSliceFacts, ReadyEndpoints, SERVICE_NAME_LABEL } from "../loadbalancer/endpoints.ts";
+import { type LoadBalancerNode, loadBalancerNode, sameLoadBalancerNode } from "../loadbalancer/nodes.ts";
+import { type ServiceWrite, ServiceWriter, type Warnings } from "../loadbalancer/writer.ts";
 import type { BackoffOptions } from "../time/backoff.ts";
 import {
   ALLOCATED_FROM_ANNOTATION,
@@ -75,13 +76,13 @@ import type { ServiceCIDR } from "./watches.ts";
 
 export interface PoolControllerOptions {
   config: PoolsConfig;
-  services: Cache<Service>;
-  nodes: Cache<Node>;
-  pools: Cache<LoadBalancerIPPool>;
+  services: CacheReader<Service>;
+  nodes: CacheReader<Node>;
+  pools: CacheReader<LoadBalancerIPPool>;
   /** The announcer Leases (announcement.ts) in their namespace. */
-  leases: Cache<Lease>;
-  endpointSlices: Cache<EndpointSlice>;
-  serviceCidrs: Cache<ServiceCIDR>;
+  leases: CacheReader<Lease>;
+  endpointSlices: CacheReader<EndpointSlice>;
+  serviceCidrs: CacheReader<ServiceCIDR>;
   /** The Service resource of a namespace (patches of the object and of its status). */
   serviceResource(namespace: string): Pick<Resource<Service>, "patch">;
   poolResource: Pick<Resource<LoadBalancerIPPool>, "patch">;
@@ -134,12 +135,11 @@ export class PoolController {
   private readonly announceInputs = new Map<string, string>();
   /** What Services hold by this process's decisions, for allocate(), until their cached copies show it. */
   private readonly holds = new Map<string, Hold>();
-  /** Per Service, the versions its writes started from: not synced from again (the writes' own come next). */
-  private readonly acted = new Map<string, Set<string | undefined>>();
   /** Each announcer Lease's segments and gateways as last seen: a change of them is one of the exclusions. */
   private readonly leaseNetwork = new Map<string, string>();
-  /** The last warning told per Service: told again only when it changes. */
-  private readonly warned = new Map<string, string>();
+  private readonly writer: ServiceWriter;
+  /** Allocation warnings: told again only when they change. */
+  private readonly warnings: Warnings;
   private readonly leases = new AnnouncerLeases();
   private guardRule: GuardRule | undefined;
   /** Per node, the Lease segments last refused (as text), to tell a refusal once. */
@@ -153,14 +153,12 @@ export class PoolController {
   private readonly releaseVersions = new Map<string, string>();
   /** Nodes whose acknowledgement a Service waits for: a change of what their Lease says they applied replans. */
   private awaitingAck = new Set<string>();
-  /** The last announcement warning told per Service. */
-  private readonly warnedAnnouncer = new Map<string, string>();
+  private readonly announcerWarnings: Warnings;
   /** Per Service, its addresses another host answers for (inuse.ts), as of the last announcement plan. */
   private inUse = new Map<string, InUse[]>();
   /** The reports last ignored (as text), to tell them once. */
   private ignoredInUse = "";
-  /** The last in-use warning told per Service. */
-  private readonly warnedInUse = new Map<string, string>();
+  private readonly inUseWarnings: Warnings;
   private started = false;
   private stopped = false;
 
@@ -171,6 +169,11 @@ export class PoolController {
       now: () => performance.now(),
       ...options,
     };
+    const { serviceResource, isLeader, events, log, metrics } = this.options;
+    this.writer = new ServiceWriter({ serviceResource, isLeader, events, log, writes: metrics.writes });
+    this.warnings = this.writer.warnings();
+    this.announcerWarnings = this.writer.warnings();
+    this.inUseWarnings = this.writer.warnings();
     this.queue = new WorkQueue({
       workers: this.options.workers,
       backoff: this.options.retryBackoff,
@@ -184,8 +187,8 @@ export class PoolController {
     onUpdate: (_, service) => this.serviceChanged(service),
     onDelete: (service) => {
       const key = objectKey(service);
-      const maps = [this.inputs, this.announceInputs, this.holds, this.acted, this.warned, this.warnedAnnouncer];
-      for (const map of [...maps, this.warnedInUse, this.releaseVersions]) map.delete(key);
+      for (const map of [this.inputs, this.announceInputs, this.holds, this.releaseVersions]) map.delete(key);
+      for (const told of [this.writer, this.warnings, this.announcerWarnings, this.inUseWarnings]) told.forget(key);
       this.changed(ALLOCATION);
     },
   };
@@ -538,7 +541,7 @@ export class PoolController {
     const service = this.options.services.get(key);
     if (!service) return;
     const resourceVersion = service.metadata?.resourceVersion;
-    if (this.acted.get(key)?.has(resourceVersion)) return;
+    if (this.writer.startedFrom(key, resourceVersion)) return;
     const facts = l2ServiceFacts(service);
     const decision = this.decide(facts, result.services.get(key));
     const announced = decision.action === "allocate" ? announcement.decisions.get(key) : undefined;
@@ -560,7 +563,7 @@ export class PoolController {
       this.warn(service, decision);
     }
     this.warnAnnouncer(service, announced);
-    this.tell(service, "reported-by-announcer", inUseWarning(this.inUse.get(key) ?? []), this.warnedInUse);
+    this.inUseWarnings.tell(service, "reported-by-announcer", inUseWarning(this.inUse.get(key) ?? []));
     if (!writes.length) return void this.holds.delete(key); // the cached copy shows the decision
     const rule = decision.action === "ignore" ? "not-ours" : decision.rule;
     const reason = decision.action === "ignore" ? "the Service is not ours" : decision.reason;
@@ -570,36 +573,23 @@ export class PoolController {
     const done = writes.reduce((state, write) => after(state, write, decision), { ingress, allocatedFrom, finalizer });
     this.holds.set(key, { uid: facts.uid, ingress: done.ingress, allocatedFrom: done.allocatedFrom });
     if (this.inputs.has(key)) this.inputs.set(key, this.allocationInputs(facts));
-    const acted = new Set<string | undefined>();
-    this.acted.set(key, acted);
-    let version = resourceVersion;
-    try {
-      for (const [index, write] of writes.entries()) {
-        // Leadership can lapse between the decision and a write: the last check is right before each call.
-        if (!this.options.isLeader()) return void this.acted.delete(key); // synced afresh when it leads again
-        // Each write starts from the version the one before made. The watch may deliver that version before this
-        // write is answered: it lacks what this write adds, and a sync from it would write the same again.
-        acted.add(version);
-        version = await this.send(service, version, decision, write, { announcer, releasedFrom }, log);
-        if (version === undefined) return void this.acted.delete(key);
-        // The watch shows the announcer written with the status of that moment: an announcer goes first or last.
-        if (write === "announcer") {
-          const shown = { ingress: index === 0 ? facts.ingress : done.ingress, deleting: facts.deleting };
-          const written = { ...before, announcer, label: labelOf(announcer), releasedFrom: releasedFrom ?? undefined };
-          this.announceInputs.set(key, announcementInputs(shown, written));
-          // The version the released node must have applied: this removal's own.
-          if (releasedFrom === null) this.releaseVersions.delete(key);
-          else this.releaseVersions.set(key, version);
-        }
-      }
-    } catch (err) {
-      this.acted.delete(key);
-      throw err;
-    }
+    const allocation = decision.action === "allocate" ? decision : undefined;
+    const serviceWrites = writes.map((write) => serviceWrite(write, allocation, announcer, releasedFrom));
+    const complete = await this.writer.write(service, serviceWrites, (write, index, version) => {
+      // The watch shows the announcer written with the status of that moment: an announcer goes first or last.
+      if (write.name !== "announcer") return;
+      const shown = { ingress: index === 0 ? facts.ingress : done.ingress, deleting: facts.deleting };
+      const written = { ...before, announcer, label: labelOf(announcer), releasedFrom: releasedFrom ?? undefined };
+      this.announceInputs.set(key, announcementInputs(shown, written));
+      // The version the released node must have applied: this removal's own.
+      if (releasedFrom === null || version === undefined) this.releaseVersions.delete(key);
+      else this.releaseVersions.set(key, version);
+    });
+    if (!complete) return;
     if (decision.action === "allocate" && writes.includes("status")) {
       log.info("wrote ingress", { ingress: decision.ips.join(","), reason: decision.reason });
       const event = facts.ingress.length ? "UpdatedLoadBalancer" : "EnsuredLoadBalancer";
-      this.options.events.record(serviceReference(service), "Normal", event, `Allocated ${decision.reason}`);
+      this.writer.event(service, "Normal", event, `Allocated ${decision.reason}`);
     }
     if (writes.includes("announcer")) {
       const fields = { announcer: announcer ?? "none", before: before.announcer ?? "none" };
@@ -611,7 +601,7 @@ export class PoolController {
       if (announced && announcer !== undefined && announcer !== before.announcer) {
         const was = before.announcer ?? before.releasedFrom;
         const message = `announced from node ${announcer}${was === undefined ? "" : `, was ${was}`} (${announced.rule}): ${announced.reason}`;
-        this.options.events.record(serviceReference(service), "Normal", "AnnouncerAssigned", message);
+        this.writer.event(service, "Normal", "AnnouncerAssigned", message);
       }
     }
     if (decision.action === "release") log.info("released Service", { reason: decision.reason });
@@ -625,49 +615,6 @@ export class PoolController {
     if (!ours && facts.allocatedFrom !== undefined)
       return release("not-ours", facts.deleting ? "the Service is being deleted" : "the Service is no longer ours");
     return allocation ?? { action: "ignore" };
-  }
-
-  /** One write; the version it made, or undefined when the Service changed or went meanwhile (synced afresh). */
-  private async send(
-    service: Service,
-    resourceVersion: string | undefined,
-    decision: Decision,
-    write: Write,
-    { announcer, releasedFrom }: { announcer: string | undefined; releasedFrom: string | null },
-    log: Logger,
-  ): Promise<string | undefined> {
-    const { metadata = {} } = service;
-    const resource = this.options.serviceResource(metadata.namespace ?? "");
-    const name = metadata.name ?? "";
-    const others = (metadata.finalizers ?? []).filter((finalizer) => finalizer !== LB_FINALIZER);
-    const ips = decision.action === "allocate" ? decision.ips : [];
-    const allocatedFrom = decision.action === "allocate" ? decision.pools.join(",") : undefined;
-    try {
-      let written: Service;
-      if (write === "status") {
-        const ingress: LoadBalancerIngress[] = ips.map((ip) => ({ ip, ipMode: "VIP" }));
-        const patch = { status: { loadBalancer: { ingress } } };
-        written = await resource.patch(name, "merge", patch, { subresource: "status" });
-      } else if (write === "announcer") {
-        // Pinned to the version read: the announcer was decided from it.
-        const annotations = { [ANNOUNCER_ANNOTATION]: announcer ?? null, [RELEASED_FROM_ANNOTATION]: releasedFrom };
-        const labels = { [ANNOUNCER_LABEL]: labelOf(announcer) ?? null };
-        written = await resource.patch(name, "merge", { metadata: { resourceVersion, annotations, labels } });
-      } else {
-        // Pinned to the version read: a finalizer list changed by someone else meanwhile is never overwritten.
-        const finalizers = write === "record" ? [...others, LB_FINALIZER] : others;
-        const annotations = { [ALLOCATED_FROM_ANNOTATION]: write === "record" ? allocatedFrom : null };
-        written = await resource.patch(name, "merge", { metadata: { resourceVersion, finalizers, annotations } });
-      }
-      this.options.metrics.writes.with({ write, result: "ok" }).inc();
-      return written.metadata?.resourceVersion;
-    } catch (err) {
-      const result = isApiError(err, "Conflict") ? "conflict" : isApiError(err, "NotFound") ? "gone" : "error";
-      this.options.metrics.writes.with({ write, result }).inc();
-      if (result === "error") throw new Error(`${write} failed: ${(err as Error).message}`, { cause: err });
-      log.v(2)?.("Service changed meanwhile; syncing it again", { write, result });
-      return undefined;
-    }
   }
 
   /**
@@ -751,7 +698,7 @@ export class PoolController {
           : decision.action === "allocate" && noticed
             ? { reason: "AddressKept", message: `keeps ${decision.ips.join(", ") || "nothing"}: ${noticed}` }
             : undefined;
-    if (this.tell(service, decision.action, warning, this.warned))
+    if (this.warnings.tell(service, decision.action, warning))
       for (const { rule } of notices) this.options.metrics.notices.with({ rule }).inc();
   }
 
@@ -760,24 +707,9 @@ export class PoolController {
       decision?.action === "refuse"
         ? { reason: "NoAnnouncer", message: `refused (${decision.rule}): ${decision.reason}` }
         : undefined;
-    this.tell(service, decision?.rule, warning, this.warnedAnnouncer);
+    this.announcerWarnings.tell(service, decision?.rule, warning);
   }
 
-  /** A Warning Event and log when what is wrong with a Service changes; nothing while it stays the same. */
-  private tell(
-    service: Service,
-    rule: string | undefined,
-    warning: { reason: string; message: string } | undefined,
-    told: Map<string, string>,
-  ): boolean {
-    const key = objectKey(service);
-    if (!warning) return told.delete(key) && false;
-    if (told.get(key) === warning.message) return false;
-    told.set(key, warning.message);
-    this.options.log.warn("Service not served as asked", { service: key, rule, ...warning });
-    this.options.events.record(serviceReference(service), "Warning", warning.reason, warning.message);
-    return true;
-  }
 }
 
 const release = (rule: "deleted" | "not-ours", reason: string): Decision => ({
@@ -795,6 +727,31 @@ const announcementInputs = (
 
 const labelOf = (announcer: string | undefined) =>
   announcer === undefined ? undefined : announcerLabelValue(announcer);
+
+/** A write of writesFor() as the writer takes it. */
+function serviceWrite(
+  write: Write,
+  allocation: (Allocation & { action: "allocate" }) | undefined,
+  announcer: string | undefined,
+  releasedFrom: string | null,
+): ServiceWrite {
+  switch (write) {
+    case "status":
+      return { name: write, ingress: (allocation?.ips ?? []).map((ip) => ({ ip, ipMode: "VIP" })) };
+    case "announcer":
+      return {
+        name: write,
+        annotations: { [ANNOUNCER_ANNOTATION]: announcer ?? null, [RELEASED_FROM_ANNOTATION]: releasedFrom },
+        labels: { [ANNOUNCER_LABEL]: labelOf(announcer) ?? null },
+      };
+    case "record": {
+      const annotations = { [ALLOCATED_FROM_ANNOTATION]: allocation?.pools.join(",") ?? null };
+      return { name: write, finalizer: true, annotations };
+    }
+    case "release":
+      return { name: write, finalizer: false, annotations: { [ALLOCATED_FROM_ANNOTATION]: null } };
+  }
+}
 
 /** A Service's state after one write. */
 function after(state: WrittenState, write: Write, decision: Decision): WrittenState {

@@ -7,8 +7,8 @@ import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { keepTransform } from "../kube/fields.ts";
 import type { KubeObject } from "../kube/resource.ts";
 import type { Watch } from "../kube/sharedinformers.ts";
-import { LB_FINALIZER, NODE_SELECTOR_ANNOTATION } from "../service/decide.ts";
-import { SERVICE_NAME_LABEL } from "../service/endpoints.ts";
+import { SERVICE_NAME_LABEL } from "../loadbalancer/endpoints.ts";
+import { LB_FINALIZER, NODE_SELECTOR_ANNOTATION } from "../loadbalancer/service.ts";
 import {
   ALLOCATED_FROM_ANNOTATION,
   L2_CLASS,

@@ -16,7 +16,7 @@ import {
 } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
 import { defineController } from "../controller/definition.ts";
-import { ENDPOINT_SLICE_RULE, LOAD_BALANCER_RULES, loadBalancerParts } from "../service/definition.ts";
+import { ENDPOINT_SLICE_RULE, LOAD_BALANCER_RULES, loadBalancerParts } from "../loadbalancer/definition.ts";
 import { ANNOUNCER_LEASE_LABEL } from "./announcement.ts";
 import { PoolController } from "./controller.ts";
 import { type PoolsConfig, poolsConfig, poolsFlagTable } from "./flags.ts";

@@ -18,8 +18,8 @@
 // applied()). An expiry is found by the plan the controller makes at announcers().nextExpiryMs. What a Lease says
 // another host answers for (CONFLICTS_ANNOTATION) is kept as parseConflicts() reads it: refused whole when malformed.
 import type { Lease } from "kubernetes-types/coordination/v1.js";
+import { hashString } from "../loadbalancer/rendezvous.ts";
 import { type Cidr, cidrContains, parseCidr } from "../net/ip.ts";
-import { hashString } from "../service/rendezvous.ts";
 import {
   announcerLeaseName,
   type AddressConflict,

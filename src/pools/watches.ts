@@ -4,9 +4,9 @@
 // (loadBalancerNode(), endpointSliceFacts()), plus what the exclusions read of them.
 import { EACH, type FieldPath } from "../kube/fields.ts";
 import type { KubeObject, ResourceRef } from "../kube/resource.ts";
-import { ENDPOINT_SLICE_FIELDS, NODE_FIELDS } from "../service/watches.ts";
+import { NODE_SELECTOR_ANNOTATION } from "../loadbalancer/service.ts";
+import { ENDPOINT_SLICE_FIELDS, NODE_FIELDS } from "../loadbalancer/watches.ts";
 import { ALLOCATED_FROM_ANNOTATION, SETTING_ANNOTATIONS } from "./allocate.ts";
-import { NODE_SELECTOR_ANNOTATION } from "../service/decide.ts";
 import {
   ANNOUNCER_ANNOTATION,
   APPLIED_ANNOTATION,

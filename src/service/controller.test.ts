@@ -6,9 +6,10 @@ import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { createLogger } from "../cli/log.ts";
 import { Registry } from "../cli/metrics.ts";
+import { SERVICE_NAME_LABEL } from "../loadbalancer/endpoints.ts";
+import { LB_FINALIZER } from "../loadbalancer/service.ts";
 import { ServiceController } from "./controller.ts";
-import { LB_FINALIZER, NODE_ADDRESS_CLASS, type ServiceConfig } from "./decide.ts";
-import { SERVICE_NAME_LABEL } from "./endpoints.ts";
+import { NODE_ADDRESS_CLASS, type ServiceConfig } from "./decide.ts";
 import { createServiceMetrics } from "./metrics.ts";
 
 const CONFIG: ServiceConfig = {
@@ -54,6 +55,9 @@ function serviceObject(name: string, local = false, ipFamilies = ["IPv4"]): Serv
   };
 }
 
+/** The status a patch writes (undefined: a patch of the object, not of its status). */
+const statusOf = (patch: { body: unknown } | undefined) => (patch?.body as Service | undefined)?.status;
+
 function world(
   options: { leader?: () => boolean; lagging?: boolean; config?: Partial<ServiceConfig> } = {},
 ) {
@@ -79,8 +83,8 @@ function world(
         patches.push({ name, body });
         const key = `${namespace}/${name}`;
         const before = stored.get(key) ?? (services.get(key) as Service);
-        const finalizers = Array.isArray(body) ? (body[1] as { value: string[] }).value : before.metadata?.finalizers;
-        const status = Array.isArray(body) ? before.status : (body as Service).status;
+        const { metadata, status = before.status } = body as Service;
+        const finalizers = metadata?.finalizers ?? before.metadata?.finalizers;
         const resourceVersion = String(patches.length + 1);
         const after: Service = { ...before, metadata: { ...before.metadata, finalizers, resourceVersion }, status };
         stored.set(key, after);
@@ -152,10 +156,8 @@ test("a Local Service's EndpointSlice replans, and writes its new ingress", asyn
   await w.controller.idle();
   w.addSlice(slice("s80", ["n2"]));
   await w.controller.idle();
-  assert.deepEqual(w.patches.at(-1), {
-    name: "s80",
-    body: { status: { loadBalancer: { ingress: [{ ip: "10.0.0.2", ipMode: "VIP" }] } } },
-  });
+  assert.equal(w.patches.at(-1)?.name, "s80");
+  assert.deepEqual(statusOf(w.patches.at(-1)), { loadBalancer: { ingress: [{ ip: "10.0.0.2", ipMode: "VIP" }] } });
 });
 
 test("a new Service is written once (finalizer, status) when the finalizer's version reaches the cache late", async () => {
@@ -169,7 +171,7 @@ test("a new Service is written once (finalizer, status) when the finalizer's ver
     w.deliverNext();
     await w.controller.idle();
   }
-  const writes = w.patches.map(({ body }) => (Array.isArray(body) ? "finalizer" : "status"));
+  const writes = w.patches.map((patch) => (statusOf(patch) ? "status" : "finalizer"));
   assert.deepEqual(writes, ["finalizer", "status"]);
 });
 
@@ -200,7 +202,7 @@ test("a family without node addresses is left out, and told once in a Warning", 
   w.controller.resync();
   await w.controller.idle();
   const ingress = [{ ip: "10.0.0.1", ipMode: "VIP" }];
-  assert.deepEqual(w.patches.at(-1)?.body, { status: { loadBalancer: { ingress } } });
+  assert.deepEqual(statusOf(w.patches.at(-1)), { loadBalancer: { ingress } });
   assert.deepEqual(
     w.events.filter(({ type }) => type === "Warning"),
     [
@@ -225,9 +227,9 @@ test("a Node turning the Services to ExternalIPs replans them, even where it ran
   w.addService(serviceObject("s80"));
   w.controller.start();
   await w.controller.idle();
-  const ingress = (ip: string) => ({ status: { loadBalancer: { ingress: [{ ip, ipMode: "VIP" }] } } });
-  assert.deepEqual(w.patches.at(-1)?.body, ingress("10.0.0.2"));
+  const ingress = (ip: string) => ({ loadBalancer: { ingress: [{ ip, ipMode: "VIP" }] } });
+  assert.deepEqual(statusOf(w.patches.at(-1)), ingress("10.0.0.2"));
   w.addNode(withExternalIP(nodeObject("n1", "True")));
   await w.controller.idle();
-  assert.deepEqual(w.patches.at(-1)?.body, ingress("192.0.2.1"));
+  assert.deepEqual(statusOf(w.patches.at(-1)), ingress("192.0.2.1"));
 });

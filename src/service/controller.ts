@@ -1,29 +1,31 @@
 // The service controller in node-address mode: Services, Nodes, EndpointSlices and Pods from informers → keyed work
 // queue (kube/workqueue.ts, per-key backoff) → sync one Service. The plan over all our Services (decide.ts) is built
 // once per burst of changes that can alter it and read by every sync after; the Nodes are reduced to facts once per
-// Node event (nodes.ts), the EndpointSlices to the nodes with a ready endpoint, every Service's NodePorts and the pods'
-// ports on their nodes to an index of port holders (holders.ts).
+// Node event (loadbalancer/nodes.ts), the EndpointSlices to the nodes with a ready endpoint, every Service's
+// NodePorts and the pods' ports on their nodes to an index of port holders (holders.ts).
 //
 // Enqueued precisely: a Service event its own key and those of ours sharing a protocol/port with it (the port
 // conflicts); a Node change that alters eligibility, addresses or labels every Service of ours; an EndpointSlice change
 // its Service when that is ours and Local; a change of the ports a Service's NodePorts or a pod hold those of ours on
-// such a port (a refusal may begin, or lift when the holder goes). Only the leader writes: the finalizer first (a JSON
-// patch pinned to the resourceVersion read), then status.loadBalancer (a merge patch of the status subresource), each
-// only when it differs, so that a restart or a resync writes nothing.
+// such a port (a refusal may begin, or lift when the holder goes). Only the leader writes, through the LoadBalancer
+// writer (loadbalancer/writer.ts): the finalizer first, then status.loadBalancer, each only when it differs, so that
+// a restart or a resync writes nothing.
 import type { LoadBalancerIngress, Node, Pod, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import type { Logger } from "../cli/log.ts";
-import { isApiError } from "../kube/errors.ts";
-import { type EventRecorder, type EventType, serviceReference } from "../kube/events.ts";
+import type { EventRecorder } from "../kube/events.ts";
 import { type InformerHandlers, objectKey } from "../kube/informer.ts";
 import type { Resource } from "../kube/resource.ts";
+import type { CacheReader } from "../kube/sharedinformers.ts";
 import { WorkQueue } from "../kube/workqueue.ts";
+import { type EndpointSliceFacts, endpointSliceFacts, ReadyEndpoints } from "../loadbalancer/endpoints.ts";
+import { type IpFamily, type LoadBalancerNode, loadBalancerNode, sameLoadBalancerNode } from "../loadbalancer/nodes.ts";
+import { type ServiceWrite, ServiceWriter, type Warnings } from "../loadbalancer/writer.ts";
 import type { BackoffOptions } from "../time/backoff.ts";
 import {
   decide,
   type Intent,
   isPlanned,
-  LB_FINALIZER,
   planIngress,
   planInputs,
   sameIngress,
@@ -32,24 +34,15 @@ import {
   type ServiceFacts,
   serviceFacts,
 } from "./decide.ts";
-import { type EndpointSliceFacts, endpointSliceFacts, ReadyEndpoints } from "./endpoints.ts";
 import { HolderIndex, holderId, podPorts, serviceNodePorts } from "./holders.ts";
 import type { ServiceMetrics } from "./metrics.ts";
 import { type ExternalFamilies, intentHolds, type NodeChange } from "./nodechange.ts";
-import { type IpFamily, type LoadBalancerNode, loadBalancerNode, sameLoadBalancerNode } from "./nodes.ts";
-
-
-/** An informer satisfies this. */
-export interface Cache<T> {
-  get(key: string): T | undefined;
-  list(): T[];
-}
 
 export interface ServiceControllerOptions {
   config: ServiceConfig;
-  services: Cache<Service>;
-  nodes: Cache<Node>;
-  endpointSlices: Cache<EndpointSlice>;
+  services: CacheReader<Service>;
+  nodes: CacheReader<Node>;
+  endpointSlices: CacheReader<EndpointSlice>;
   /** The Service resource of a namespace (patches of the object and of its status). */
   serviceResource(namespace: string): Pick<Resource<Service>, "patch">;
   /** True while this replica may write (always, without leader election). */
@@ -85,10 +78,9 @@ export class ServiceController {
   private readonly alone = new Map<string, Intent>();
   /** UIDs of Services this process saw as ours (decide.ts: "held"). */
   private readonly held = new Set<string>();
-  /** The resourceVersion each Service was last written from: not written again until the cache moves on. */
-  private readonly acted = new Map<string, string | undefined>();
-  /** The last warning told per Service (refusal, no nodes, family left out): told again only when it changes. */
-  private readonly warned = new Map<string, string>();
+  private readonly writer: ServiceWriter;
+  /** Refusal, no nodes, family left out: told again only when it changes. */
+  private readonly warnings: Warnings;
   /** When a change first queued each Service, for the latency metric. */
   private readonly queuedAt = new Map<string, number>();
   private started = false;
@@ -96,6 +88,9 @@ export class ServiceController {
 
   constructor(options: ServiceControllerOptions) {
     this.options = { workers: 4, retryBackoff: { baseMs: 1000, capMs: 300_000 }, ...options };
+    const { serviceResource, isLeader, events, log, metrics } = this.options;
+    this.writer = new ServiceWriter({ serviceResource, isLeader, events, log, writes: metrics.writes });
+    this.warnings = this.writer.warnings();
     this.queue = new WorkQueue({
       workers: this.options.workers,
       backoff: this.options.retryBackoff,
@@ -183,8 +178,8 @@ export class ServiceController {
     this.inputs.delete(facts.key);
     this.planned.delete(facts.key);
     this.held.delete(facts.uid);
-    this.acted.delete(facts.key);
-    this.warned.delete(facts.key);
+    this.writer.forget(facts.key);
+    this.warnings.forget(facts.key);
     this.queuedAt.delete(facts.key);
     this.alone.delete(facts.key);
     if (!before) return;
@@ -289,7 +284,7 @@ export class ServiceController {
     const facts = serviceFacts(service);
     const resourceVersion = service.metadata?.resourceVersion;
     // Our own write reaches the cache a moment later: until then the cached copy is not written from again.
-    if (this.acted.has(key) && this.acted.get(key) === resourceVersion) return;
+    if (this.writer.startedFrom(key, resourceVersion)) return;
     const { plan, addresses } = this.currentPlan();
     const decision = decide(facts, {
       config: options.config,
@@ -300,15 +295,9 @@ export class ServiceController {
     if (decision.action !== "ignore")
       options.metrics.syncs.with({ action: decision.action, rule: decision.rule }).inc();
     const writes = this.writesFor(facts, decision);
-    this.warn(service, facts, decision);
+    this.warnings.tell(service, decision.rule, warningFor(decision));
     if (!writes.length) return this.settled(key);
-    this.acted.set(key, resourceVersion);
-    try {
-      await this.write(service, facts, decision, writes);
-    } catch (err) {
-      this.acted.delete(key);
-      throw err;
-    }
+    await this.write(service, facts, decision, writes);
   }
 
   private settled(key: string): void {
@@ -341,91 +330,31 @@ export class ServiceController {
     decision: ServiceDecision,
     writes: Write[],
   ): Promise<void> {
-    const { options } = this;
+    const { options, writer } = this;
     const log = options.log.with({ service: facts.key, rule: decision.rule });
     const ingress = decision.action === "ensure" ? decision.ingress : [];
-    const event = (type: EventType, reason: string, message: string) =>
-      options.events.record(serviceReference(service), type, reason, message);
     const releasing = decision.action === "release";
-    if (releasing) event("Normal", "DeletingLoadBalancer", `Deleting load balancer: ${decision.reason}`);
-    if (writes.includes("finalizer-add")) event("Normal", "EnsuringLoadBalancer", "Ensuring load balancer");
-    let resourceVersion = service.metadata?.resourceVersion;
-    for (const write of writes) {
-      // Leadership can lapse between the decision and a write: the last check is right before each call.
-      if (!options.isLeader()) {
-        this.acted.delete(facts.key); // synced afresh by the resync when it leads again
-        return;
-      }
-      // Each write starts from the version the one before made. The watch may deliver that version before this
-      // write is answered: it lacks what this write adds, and a sync from it would write the same again.
-      this.acted.set(facts.key, resourceVersion);
-      const written = await this.send(service, write, ingress, resourceVersion, log);
-      if (!written) return;
-      resourceVersion = written.metadata?.resourceVersion;
-    }
+    const event = (reason: string, message: string) => writer.event(service, "Normal", reason, message);
+    if (releasing) event("DeletingLoadBalancer", `Deleting load balancer: ${decision.reason}`);
+    if (writes.includes("finalizer-add")) event("EnsuringLoadBalancer", "Ensuring load balancer");
+    const serviceWrites = writes.map((name): ServiceWrite =>
+      name === "status" ? { name, ingress } : { name, finalizer: name === "finalizer-add" },
+    );
+    if (!(await writer.write(service, serviceWrites))) return;
     if (releasing) {
       this.held.delete(facts.uid);
-      event("Normal", "DeletedLoadBalancer", "Deleted load balancer");
+      event("DeletedLoadBalancer", "Deleted load balancer");
       log.info("released Service", { reason: decision.reason });
     } else if (writes.includes("status")) {
-      // A refusal's cleared status is told by its Warning (warn()).
+      // A refusal's cleared status is told by its Warning (warningFor()).
       const first = facts.ingress.length === 0;
       const [reason, verb] = first ? ["EnsuredLoadBalancer", "Ensured"] : ["UpdatedLoadBalancer", "Updated"];
-      if (decision.action === "ensure") event("Normal", reason, `${verb} load balancer: ${decision.reason}`);
+      if (decision.action === "ensure") event(reason, `${verb} load balancer: ${decision.reason}`);
       log.info("wrote ingress", { ingress: ipList(ingress), reason: decision.reason });
       const since = this.queuedAt.get(facts.key);
       if (since !== undefined) options.metrics.ingressSeconds.observe((performance.now() - since) / 1000);
     }
     this.settled(facts.key);
-  }
-
-  /** One write; undefined when the Service changed or went meanwhile (its next version is synced afresh). */
-  private async send(
-    service: Service,
-    write: Write,
-    ingress: LoadBalancerIngress[],
-    resourceVersion: string | undefined,
-    log: Logger,
-  ): Promise<Service | undefined> {
-    const { metadata = {} } = service;
-    const resource = this.options.serviceResource(metadata.namespace ?? "");
-    const name = metadata.name ?? "";
-    const others = (metadata.finalizers ?? []).filter((finalizer) => finalizer !== LB_FINALIZER);
-    const finalizers = write === "finalizer-add" ? [...others, LB_FINALIZER] : others;
-    try {
-      const written =
-        write === "status"
-          ? await resource.patch(name, "merge", { status: { loadBalancer: { ingress } } }, { subresource: "status" })
-          : // Pinned to the version read: a finalizer list changed by someone else meanwhile is never overwritten.
-            await resource.patch(name, "json", [
-              { op: "replace", path: "/metadata/resourceVersion", value: resourceVersion },
-              { op: "add", path: "/metadata/finalizers", value: finalizers },
-            ]);
-      this.options.metrics.writes.with({ write, result: "ok" }).inc();
-      return written;
-    } catch (err) {
-      const result = isApiError(err, "Conflict") ? "conflict" : isApiError(err, "NotFound") ? "gone" : "error";
-      this.options.metrics.writes.with({ write, result }).inc();
-      if (result === "error") throw new Error(`${write} failed: ${(err as Error).message}`, { cause: err });
-      log.v(2)?.("Service changed meanwhile; syncing it again", { write, result });
-      this.acted.delete(`${metadata.namespace}/${name}`);
-      return undefined;
-    }
-  }
-
-  /** A Warning Event and log when what is wrong with a Service changes; nothing while it stays the same. */
-  private warn(service: Service, facts: ServiceFacts, decision: ServiceDecision): void {
-    const warning = warningFor(decision);
-    const before = this.warned.get(facts.key);
-    if (warning === undefined) {
-      this.warned.delete(facts.key);
-      return;
-    }
-    if (before === warning.message || !this.options.isLeader()) return;
-    this.warned.set(facts.key, warning.message);
-    const { log, events } = this.options;
-    log.warn("Service not fully served", { service: facts.key, rule: decision.rule, reason: warning.message });
-    events.record(serviceReference(service), "Warning", warning.reason, warning.message);
   }
 }
 

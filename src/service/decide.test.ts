@@ -4,17 +4,16 @@ import fc from "fast-check";
 import type { Node, Service } from "kubernetes-types/core/v1.js";
 import { parseLabelSelector } from "../kube/labelselector.ts";
 import { UNINITIALIZED_TAINT } from "../kube/nodes.ts";
+import { AUTOSCALER_TAINT, EXCLUDE_LABEL, type LoadBalancerNode, loadBalancerNode } from "../loadbalancer/nodes.ts";
+import { byAge, LB_FINALIZER, NODE_SELECTOR_ANNOTATION } from "../loadbalancer/service.ts";
 import {
-  byAge,
   claimOrder,
   decide,
   type DecisionContext,
   type HolderRule,
   type Intent,
-  LB_FINALIZER,
   NODE_ADDRESS_CLASS,
   NO_HOLDERS,
-  NODE_SELECTOR_ANNOTATION,
   planIngress,
   type PortHolder,
   type PortHolders,
@@ -24,7 +23,6 @@ import {
   serviceFacts,
 } from "./decide.ts";
 import { DEFAULT_NODE_PORT_RANGE, DEFAULT_RESERVED_PORTS, parseNodePortRange, parsePortRange } from "./flags.ts";
-import { AUTOSCALER_TAINT, EXCLUDE_LABEL, type LoadBalancerNode, loadBalancerNode } from "./nodes.ts";
 
 const CONFIG: ServiceConfig = {
   claimClassless: false,

@@ -1,7 +1,7 @@
 // The service controller's decisions in node-address mode, as pure functions of plain data.
 //
 // planIngress() looks at every Service of ours at once, because port conflicts make Services depend on each other:
-// oldest first, each gets the addresses of up to N eligible nodes (rendezvous hashing: rendezvous.ts), or a refusal.
+// oldest first, each gets the addresses of up to N eligible nodes (loadbalancer/rendezvous.ts), or a refusal.
 // Ports are checked against what kube-proxy would otherwise deliver on those node addresses (it matches load-balancer
 // IPs before NodePorts and local delivery, so a Service's port there takes the others' place): other Services'
 // NodePorts (every node), pods' hostPorts and hostNetwork pods' ports (their node), and the NodePort range; the older
@@ -15,16 +15,19 @@
 // and writes nothing.
 import type { LoadBalancerIngress, Service } from "kubernetes-types/core/v1.js";
 import { objectKey } from "../kube/informer.ts";
-import { type LabelSelector, matchesLabels, parseLabelSelector } from "../kube/labelselector.ts";
+import { type LabelSelector, matchesLabels } from "../kube/labelselector.ts";
+import type { AddressType, IpFamily, LoadBalancerNode } from "../loadbalancer/nodes.ts";
+import { hashString, topByScore } from "../loadbalancer/rendezvous.ts";
+import {
+  annotationSelector,
+  byAge,
+  LB_FINALIZER,
+  NODE_SELECTOR_ANNOTATION,
+  type ServicePort,
+} from "../loadbalancer/service.ts";
 import { ipToBytes } from "../net/ip.ts";
-import type { AddressType, IpFamily, LoadBalancerNode } from "./nodes.ts";
-import { hashString, topByScore } from "./rendezvous.ts";
 
 export const NODE_ADDRESS_CLASS = "local-ccm.io/node-address";
-/** A label selector: only matching nodes carry this Service (on top of --lb-node-selector). */
-export const NODE_SELECTOR_ANNOTATION = "local-ccm.io/node-selector";
-/** k8s.io/cloud-provider's (service/helpers): kubectl users and the upstream e2e suite expect this one. */
-export const LB_FINALIZER = "service.kubernetes.io/load-balancer-cleanup";
 
 export interface PortRange {
   from: number;
@@ -42,11 +45,6 @@ export interface ServiceConfig {
   reservedPorts: PortRange[];
   /** kube-apiserver's --service-node-port-range: any NodePort, now or later, comes from it. */
   nodePortRange: PortRange;
-}
-
-export interface ServicePort {
-  protocol: string;
-  port: number;
 }
 
 export interface ServiceFacts {
@@ -151,12 +149,6 @@ export function isPlanned(facts: ServiceFacts, config: ServiceConfig): boolean {
 const claims = (lbClass: string | undefined, config: ServiceConfig) =>
   lbClass === NODE_ADDRESS_CLASS || (lbClass === undefined && config.claimClassless);
 
-/** Older first; Services created in the same second by key (namespace/name). */
-export function byAge(a: Pick<ServiceFacts, "created" | "key">, b: Pick<ServiceFacts, "created" | "key">): number {
-  if (a.created !== b.created) return a.created < b.created ? -1 : 1;
-  return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
-}
-
 /**
  * Every planned Service's intent. Older Services claim their ports first: a newer one never takes them away.
  * `alone` holds each Service's intent before port conflicts, filled here and reused when given: a caller that
@@ -213,16 +205,6 @@ function reservedPort(ports: ServicePort[], reserved: PortRange[]): string | und
 }
 
 export const formatRange = ({ from, to }: PortRange) => (from === to ? `${from}` : `${from}-${to}`);
-
-/** The annotation's selector, undefined without one, or the refusal's reason when it does not parse. */
-export function annotationSelector(text: string | undefined): LabelSelector | string | undefined {
-  if (text === undefined) return undefined;
-  try {
-    return parseLabelSelector(text);
-  } catch (err) {
-    return `annotation ${NODE_SELECTOR_ANNOTATION}: ${(err as Error).message}`;
-  }
-}
 
 function ingressFor(facts: ServiceFacts, candidates: readonly LoadBalancerNode[], maxNodes: number): Intent {
   const kinds = facts.ipFamilies.map((family) => [family, addressType(candidates, family)] as const);

@@ -8,11 +8,12 @@ import { keepTransform } from "../kube/fields.ts";
 import type { KubeObject } from "../kube/resource.ts";
 import type { Watch } from "../kube/sharedinformers.ts";
 import { parseLabelSelector } from "../kube/labelselector.ts";
-import { LB_FINALIZER, NODE_ADDRESS_CLASS, NODE_SELECTOR_ANNOTATION, serviceFacts } from "./decide.ts";
+import { endpointSliceFacts, SERVICE_NAME_LABEL } from "../loadbalancer/endpoints.ts";
+import { AUTOSCALER_TAINT, loadBalancerNode } from "../loadbalancer/nodes.ts";
+import { LB_FINALIZER, NODE_SELECTOR_ANNOTATION } from "../loadbalancer/service.ts";
+import { NODE_ADDRESS_CLASS, serviceFacts } from "./decide.ts";
 import { serviceLoadBalancer } from "./definition.ts";
-import { endpointSliceFacts, SERVICE_NAME_LABEL } from "./endpoints.ts";
 import { podPorts, serviceNodePorts } from "./holders.ts";
-import { AUTOSCALER_TAINT, loadBalancerNode } from "./nodes.ts";
 import { trimPod } from "./watches.ts";
 
 const watches = serviceLoadBalancer.watches(undefined as never);

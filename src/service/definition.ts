@@ -3,20 +3,15 @@
 // on) and how it is created from the program's shared parts.
 import type { Node, Pod, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
-import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, Resource, SERVICE_RESOURCE } from "../kube/resource.ts";
+import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, SERVICE_RESOURCE } from "../kube/resource.ts";
 import { watch } from "../kube/sharedinformers.ts";
-import { type ControllerContext, defineController, type PolicyRule, type Watches } from "../controller/definition.ts";
+import { ENDPOINT_SLICE_RULE, LOAD_BALANCER_RULES, loadBalancerParts } from "../loadbalancer/definition.ts";
+import { ENDPOINT_SLICE_FIELDS, NODE_FIELDS } from "../loadbalancer/watches.ts";
+import { defineController, type PolicyRule } from "../controller/definition.ts";
 import { ServiceController } from "./controller.ts";
 import { serviceConfig, serviceFlagTable } from "./flags.ts";
 import { createServiceMetrics } from "./metrics.ts";
-import {
-  ENDPOINT_SLICE_FIELDS,
-  NODE_FIELDS,
-  POD_FIELD_SELECTOR,
-  POD_RESOURCE,
-  SERVICE_FIELDS,
-  trimPod,
-} from "./watches.ts";
+import { POD_FIELD_SELECTOR, POD_RESOURCE, SERVICE_FIELDS, trimPod } from "./watches.ts";
 
 const WATCHES = {
   services: watch<Service>({ resource: SERVICE_RESOURCE, keep: SERVICE_FIELDS }),
@@ -27,32 +22,6 @@ const WATCHES = {
 
 /** Pods, for the ports they hold on their nodes (hostPort, hostNetwork): a Service must not take those. */
 const POD_RULE: PolicyRule = { apiGroups: [""], resources: ["pods"], verbs: ["list", "watch"] };
-
-/**
- * What every LoadBalancer controller needs. Cluster-wide: Services are in every namespace, and so are the Events
- * about them (the program's own Events grant covers "default" only). The finalizer is a patch of the Service, the
- * ingress one of services/status; Nodes for their addresses.
- */
-export const LOAD_BALANCER_RULES: readonly PolicyRule[] = [
-  { apiGroups: [""], resources: ["events"], verbs: ["create", "patch"] },
-  { apiGroups: [""], resources: ["services"], verbs: ["list", "watch", "patch"] },
-  { apiGroups: [""], resources: ["services/status"], verbs: ["patch"] },
-  { apiGroups: [""], resources: ["nodes"], verbs: ["list", "watch"] },
-];
-
-/** For externalTrafficPolicy Local: which nodes hold a ready endpoint. */
-export const ENDPOINT_SLICE_RULE: PolicyRule = {
-  apiGroups: ["discovery.k8s.io"],
-  resources: ["endpointslices"],
-  verbs: ["list", "watch"],
-};
-
-/** What a LoadBalancer controller takes from the program's shared parts, beside its config and caches. */
-export function loadBalancerParts<M>(context: ControllerContext<M, Watches>) {
-  const { client, isLeader, events, log, metrics } = context;
-  const serviceResource = (namespace: string) => new Resource<Service>(client, { ...SERVICE_RESOURCE, namespace });
-  return { isLeader, events, log, metrics, serviceResource };
-}
 
 export const serviceLoadBalancer = defineController({
   name: "service",

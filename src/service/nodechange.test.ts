@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
 import type { Node } from "kubernetes-types/core/v1.js";
+import { type LoadBalancerNode, loadBalancerNode } from "../loadbalancer/nodes.ts";
 import {
   type Intent,
   NO_HOLDERS,
@@ -11,7 +12,6 @@ import {
   serviceFacts,
 } from "./decide.ts";
 import { type ExternalFamilies, intentHolds } from "./nodechange.ts";
-import { type LoadBalancerNode, loadBalancerNode } from "./nodes.ts";
 
 interface NodeSpec {
   id: number;

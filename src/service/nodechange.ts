@@ -4,9 +4,9 @@
 // exact for the many Services whose candidates are all eligible nodes: a node leaving alters only the Services
 // that chose it, a node joining only those where it outranks the last node chosen. Local Services (their
 // candidates are the few nodes with endpoints) and those with a node selector annotation are replanned: cheap or rare.
+import type { IpFamily, LoadBalancerNode } from "../loadbalancer/nodes.ts";
+import { hashString, outranks, pairScore } from "../loadbalancer/rendezvous.ts";
 import type { Intent, ServiceFacts } from "./decide.ts";
-import type { IpFamily, LoadBalancerNode } from "./nodes.ts";
-import { hashString, outranks, pairScore } from "./rendezvous.ts";
 
 /** One Node's facts before and after an event (undefined: absent, i.e. added or deleted). */
 export interface NodeChange {

@@ -6,8 +6,7 @@
 import type { Container, Pod } from "kubernetes-types/core/v1.js";
 import { EACH, type FieldPath } from "../kube/fields.ts";
 import type { ResourceRef } from "../kube/resource.ts";
-import { NODE_SELECTOR_ANNOTATION } from "./decide.ts";
-import { SERVICE_NAME_LABEL } from "./endpoints.ts";
+import { NODE_SELECTOR_ANNOTATION } from "../loadbalancer/service.ts";
 
 /** The finalizers whole: the finalizer patch writes the list back. The status whole: it is compared as written. */
 export const SERVICE_FIELDS: readonly FieldPath[] = [
@@ -24,22 +23,6 @@ export const SERVICE_FIELDS: readonly FieldPath[] = [
   ["spec", "ports", EACH, "port"],
   ["spec", "ports", EACH, "nodePort"],
   ["status", "loadBalancer"],
-];
-
-/** Labels whole: --lb-node-selector and the per-Service annotation may name any. */
-export const NODE_FIELDS: readonly FieldPath[] = [
-  ["metadata", "labels"],
-  ["metadata", "deletionTimestamp"],
-  ["spec", "taints", EACH, "key"],
-  ["status", "conditions", { where: { type: "Ready" } }, "status"],
-  ["status", "addresses", EACH, "type"],
-  ["status", "addresses", EACH, "address"],
-];
-
-export const ENDPOINT_SLICE_FIELDS: readonly FieldPath[] = [
-  ["metadata", "labels", SERVICE_NAME_LABEL],
-  ["endpoints", EACH, "nodeName"],
-  ["endpoints", EACH, "conditions", "ready"],
 ];
 
 export const POD_RESOURCE: ResourceRef = { group: "", version: "v1", plural: "pods" };

@@ -13,11 +13,12 @@ import { parseAllDocuments } from "yaml";
 import { bundleProgram } from "../../localcluster/bundle.ts";
 import { isApiError } from "../../src/kube/errors.ts";
 import { leaseResource, Resource } from "../../src/kube/resource.ts";
+import { LB_FINALIZER } from "../../src/loadbalancer/service.ts";
 import { L2_CLASS } from "../../src/pools/allocate.ts";
 import { ANNOUNCER_ANNOTATION, announcerLeaseName } from "../../src/pools/announcement.ts";
 import { type LoadBalancerIPPool, POOL_RESOURCE, POOL_TYPE } from "../../src/pools/pool.ts";
 import { DEPLOY_VALUES, helmTemplate, splitByTemplate } from "../../scripts/render-manifests.ts";
-import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
+import { NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 import {
   addressesOf,
   type NodeHost,

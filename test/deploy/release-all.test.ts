@@ -15,9 +15,10 @@ import { waitFor } from "../../localcluster/wait.ts";
 import { CHART_DIR, helmTemplate } from "../../scripts/render-manifests.ts";
 import { microTime } from "../../src/kube/leaderelection.ts";
 import { leaseResource, NODE_RESOURCE, Resource, SERVICE_RESOURCE } from "../../src/kube/resource.ts";
+import { LB_FINALIZER } from "../../src/loadbalancer/service.ts";
 import { ALLOCATED_FROM_ANNOTATION, L2_CLASS } from "../../src/pools/allocate.ts";
 import { type LoadBalancerIPPool, POOL_FINALIZER, POOL_RESOURCE } from "../../src/pools/pool.ts";
-import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
+import { NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 import { PROGRAM_TS } from "../lifecycle/world.ts";
 
 const NAMESPACE = "kube-system";

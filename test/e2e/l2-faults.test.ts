@@ -23,8 +23,8 @@ import { AGENT_APP, CONTROLLER_APP, listPods, NAMESPACE, podReady } from "../../
 import { waitFor } from "../../localcluster/wait.ts";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { Resource, SERVICE_RESOURCE } from "../../src/kube/resource.ts";
+import { NODE_SELECTOR_ANNOTATION } from "../../src/loadbalancer/service.ts";
 import { announcerLeaseName, LEASE_DURATION_SECONDS, RELEASED_FROM_ANNOTATION } from "../../src/pools/announcement.ts";
-import { NODE_SELECTOR_ANNOTATION } from "../../src/service/decide.ts";
 import { sleep } from "../../src/time/backoff.ts";
 import { watchAnnouncer } from "../announce/announcer-watch.ts";
 import type { ProbeLine } from "./arp-prober.ts";

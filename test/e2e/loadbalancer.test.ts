@@ -38,10 +38,11 @@ import {
 import { editorClient, namespaceEditor } from "../../localcluster/editor.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { isApiError } from "../../src/kube/errors.ts";
+import { AUTOSCALER_TAINT, EXCLUDE_LABEL } from "../../src/loadbalancer/nodes.ts";
+import { LB_FINALIZER } from "../../src/loadbalancer/service.ts";
 import { eventSource } from "../../src/controller/definition.ts";
+import { NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 import { serviceLoadBalancer } from "../../src/service/definition.ts";
-import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
-import { AUTOSCALER_TAINT, EXCLUDE_LABEL } from "../../src/service/nodes.ts";
 import { addressesOf, clusterAuditEvents, leaseHolder } from "./cluster-objects.ts";
 
 const WORKERS = ["node-1", "node-2", "node-3"];

@@ -15,9 +15,10 @@ import {
 } from "../../localcluster/project.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { isApiError } from "../../src/kube/errors.ts";
+import { LB_FINALIZER } from "../../src/loadbalancer/service.ts";
 import { L2_CLASS } from "../../src/pools/allocate.ts";
 import { type LoadBalancerIPPool, POOL_FINALIZER } from "../../src/pools/pool.ts";
-import { LB_FINALIZER, NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
+import { NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 
 /** Generous: the machine runs other tests too. */
 const WAIT_MS = 120_000;

@@ -11,6 +11,7 @@ import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Event, Service } from "kubernetes-types/core/v1.js";
 import { Informer } from "../../src/kube/informer.ts";
 import { SERVICE_RESOURCE, Resource } from "../../src/kube/resource.ts";
+import { hashString, topByScore } from "../../src/loadbalancer/rendezvous.ts";
 import { L2_CLASS, POOL_ANNOTATION } from "../../src/pools/allocate.ts";
 import {
   ANNOUNCER_ANNOTATION,
@@ -18,7 +19,6 @@ import {
   announcerLabelValue,
   RELEASED_FROM_ANNOTATION,
 } from "../../src/pools/announcement.ts";
-import { hashString, topByScore } from "../../src/service/rendezvous.ts";
 import { waitFor, waitForEqual } from "../../localcluster/wait.ts";
 import { type AnnouncerLease, type PoolWorld, startPoolWorld } from "./world.ts";
 

@@ -7,6 +7,8 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { Service, ServicePort } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
+import { SERVICE_NAME_LABEL } from "../../src/loadbalancer/endpoints.ts";
+import { LB_FINALIZER } from "../../src/loadbalancer/service.ts";
 import {
   ALLOCATED_FROM_ANNOTATION,
   L2_CLASS,
@@ -16,9 +18,7 @@ import {
 } from "../../src/pools/allocate.ts";
 import { isApiError } from "../../src/kube/errors.ts";
 import { ENDPOINT_SLICE_RESOURCE, Resource, SERVICE_RESOURCE } from "../../src/kube/resource.ts";
-import { SERVICE_NAME_LABEL } from "../../src/service/endpoints.ts";
 import { type LoadBalancerIPPool, POOL_FINALIZER } from "../../src/pools/pool.ts";
-import { LB_FINALIZER } from "../../src/service/decide.ts";
 import { waitForEqual } from "../../localcluster/wait.ts";
 import { editorClient, namespaceEditor } from "../../localcluster/editor.ts";
 import { type PoolWorld, type RunningController, startPoolWorld } from "./world.ts";

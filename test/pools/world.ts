@@ -15,6 +15,7 @@ import {
   type ResourceRef,
   SERVICE_RESOURCE,
 } from "../../src/kube/resource.ts";
+import { SERVICE_NAME_LABEL } from "../../src/loadbalancer/endpoints.ts";
 import {
   ANNOUNCER_LEASE_LABEL,
   announcerLeaseName,
@@ -29,7 +30,6 @@ import { PoolController } from "../../src/pools/controller.ts";
 import { servicePools } from "../../src/pools/definition.ts";
 import type { PoolsMetrics } from "../../src/pools/metrics.ts";
 import { type LoadBalancerIPPool, POOL_RESOURCE, POOL_TYPE } from "../../src/pools/pool.ts";
-import { SERVICE_NAME_LABEL } from "../../src/service/endpoints.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import {
   type ControllerRun,

@@ -8,11 +8,12 @@ import type { Service, ServicePort } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { Informer } from "../../src/kube/informer.ts";
 import { Resource } from "../../src/kube/resource.ts";
-import { LB_FINALIZER, NODE_ADDRESS_CLASS, NODE_SELECTOR_ANNOTATION } from "../../src/service/decide.ts";
-import { SERVICE_NAME_LABEL } from "../../src/service/endpoints.ts";
-import { AUTOSCALER_TAINT, EXCLUDE_LABEL } from "../../src/service/nodes.ts";
 import { SERVICE_RESOURCE } from "../../src/kube/resource.ts";
 import { waitFor, waitForEqual } from "../../localcluster/wait.ts";
+import { SERVICE_NAME_LABEL } from "../../src/loadbalancer/endpoints.ts";
+import { AUTOSCALER_TAINT, EXCLUDE_LABEL } from "../../src/loadbalancer/nodes.ts";
+import { LB_FINALIZER, NODE_SELECTOR_ANNOTATION } from "../../src/loadbalancer/service.ts";
+import { NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 import { type NodeSpec, type RunningController, type ServiceWorld, startServiceWorld } from "./world.ts";
 
 const WAIT_MS = 60_000;
