@@ -18,6 +18,7 @@ import { objectKey } from "../kube/informer.ts";
 import { type LabelSelector, matchesLabels, parseLabelSelector } from "../kube/labelselector.ts";
 import { ipToBytes } from "../net/ip.ts";
 import type { AddressType, IpFamily, LoadBalancerNode } from "./nodes.ts";
+import type { UnknownGuardConfig } from "./outage.ts";
 import { hashString, topByScore } from "./rendezvous.ts";
 
 export const NODE_ADDRESS_CLASS = "local-ccm.io/node-address";
@@ -42,6 +43,8 @@ export interface ServiceConfig {
   reservedPorts: PortRange[];
   /** kube-apiserver's --service-node-port-range: any NodePort, now or later, comes from it. */
   nodePortRange: PortRange;
+  /** When Ready=Unknown is no news (outage.ts). */
+  unknownGuard: UnknownGuardConfig;
 }
 
 export interface ServicePort {
