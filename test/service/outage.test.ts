@@ -38,7 +38,10 @@ before(async () => {
   await world.addNode("e", { addresses: [{ type: "InternalIP", address: "10.3.0.5" }], ready: "Unknown" });
   namespace = await world.namespace();
   watcher = new Informer(new Resource<Service>(world.plane.admin, { ...SERVICE_RESOURCE, namespace }));
-  watcher.addHandlers({ onAdd: (service) => seen.push(ingressOf(service)), onUpdate: (_, s) => seen.push(ingressOf(s)) });
+  watcher.addHandlers({
+    onAdd: (service) => seen.push(ingressOf(service)),
+    onUpdate: (_, service) => seen.push(ingressOf(service)),
+  });
   watcher.start();
   running = await world.startController({ config: { unknownGuard: { threshold: 0.55, graceMs: GRACE_MS } } });
   await world.services(namespace).create({
@@ -56,7 +59,7 @@ after(async () => {
 const since = (from: number) => seen.slice(from);
 
 describe("service controller: Ready=Unknown on many Nodes at once is no news", () => {
-  test("every node marked Unknown one write at a time, held past the grace, then Ready again: the ingress never shrinks", async () => {
+  test("all nodes marked Unknown one at a time, held past the grace, Ready again: the ingress never shrank", async () => {
     const from = seen.length;
     for (const node of CARRIERS) await world.setReady(node, "Unknown");
     await waitFor("the mass Unknown held", () => held("mass-unknown") === 4, WAIT_MS);
@@ -71,7 +74,7 @@ describe("service controller: Ready=Unknown on many Nodes at once is no news", (
     assert.deepEqual(current(), ALL);
   });
 
-  test("one node Unknown while the others stay Ready leaves once its grace ends, and only a node that carried is held", async () => {
+  test("one node Unknown, the others Ready: it leaves after its grace; only a node that carried is held", async () => {
     const turnedAt = Date.now();
     await world.setReady("d", "Unknown");
     await waitForEqual("d out of the ingress", async () => current(), ALL.slice(0, 3), WAIT_MS);
