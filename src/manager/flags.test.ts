@@ -307,6 +307,8 @@ describe("the program's flag table", () => {
       "lb-max-nodes": "loadBalancer.maxNodes",
       "lb-reserved-ports": "loadBalancer.reservedPorts",
       "lb-node-port-range": "loadBalancer.nodePortRange",
+      "lb-unknown-threshold": "loadBalancer.nodeAddress.unknownThreshold",
+      "lb-unknown-grace": "loadBalancer.nodeAddress.unknownGrace",
       "lb-l2-claim-classless": "loadBalancer.l2.pools.claimClassless",
       "lb-l2-lease-namespace": undefined,
       kubeconfig: undefined,

@@ -17,6 +17,7 @@ const CONFIG: ServiceConfig = {
   maxNodes: 16,
   reservedPorts: [],
   nodePortRange: { from: 30000, to: 32767 },
+  unknownGuard: { threshold: 0.55, graceMs: 20_000 },
 };
 
 class FakeCache<T extends { metadata?: { namespace?: string; name?: string } }> {

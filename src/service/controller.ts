@@ -7,7 +7,8 @@
 // Enqueued precisely: a Service event its own key and those of ours sharing a protocol/port with it (the port
 // conflicts); a Node change that alters eligibility, addresses or labels every Service of ours; an EndpointSlice change
 // its Service when that is ours and Local; a change of the ports a Service's NodePorts or a pod hold those of ours on
-// such a port (a refusal may begin, or lift when the holder goes). Only the leader writes, through the LoadBalancer
+// such a port (a refusal may begin, or lift when the holder goes). A Node turning Ready=Unknown goes through the
+// guard of outage.ts first: while held it is planned as if Ready. Only the leader writes, through the LoadBalancer
 // writer (loadbalancer/writer.ts): the finalizer first, then status.loadBalancer, each only when it differs, so that
 // a restart or a resync writes nothing.
 import type { LoadBalancerIngress, Node, Pod, Service } from "kubernetes-types/core/v1.js";
@@ -37,6 +38,15 @@ import {
 import { HolderIndex, holderId, podPorts, serviceNodePorts } from "./holders.ts";
 import type { ServiceMetrics } from "./metrics.ts";
 import { type ExternalFamilies, intentHolds, type NodeChange } from "./nodechange.ts";
+import {
+  asReady,
+  decideUnknownGuard,
+  HOLD_RULES,
+  type HoldRule,
+  holdReason,
+  INITIAL_GUARD_STATE,
+  type UnknownNode,
+} from "./outage.ts";
 
 export interface ServiceControllerOptions {
   config: ServiceConfig;
@@ -58,10 +68,20 @@ export interface ServiceControllerOptions {
 
 type Write = "finalizer-add" | "finalizer-remove" | "status";
 
+type UnknownEntry = UnknownNode & { facts: LoadBalancerNode; ifReady: LoadBalancerNode };
+
 export class ServiceController {
   private readonly options: Required<ServiceControllerOptions>;
   private readonly queue: WorkQueue;
+  /** Each Node's facts as planned: a held Ready=Unknown node's as if Ready. */
   private readonly loadBalancerNodes = new Map<string, LoadBalancerNode>();
+  /** The Nodes whose Ready is Unknown (outage.ts), with their facts as they are and as if Ready. */
+  private readonly unknown = new Map<string, UnknownEntry>();
+  private guardState = INITIAL_GUARD_STATE;
+  /** The Unknown nodes held at the last decision, and why. */
+  private heldUnknown = new Map<string, HoldRule>();
+  /** The guard decides again when a grace ends. */
+  private guardTimer: NodeJS.Timeout | undefined;
   /** Built when a sync needs it after a Node changed; the eligible nodes, and every Node's addresses. */
   private eligible: { nodes: LoadBalancerNode[]; addresses: Set<string> } | undefined;
   /** Eligible nodes with an ExternalIP, per family. */
@@ -123,7 +143,9 @@ export class ServiceController {
       const before = this.loadBalancerNodes.get(node.metadata?.name ?? "");
       if (!before) return;
       this.loadBalancerNodes.delete(before.name);
+      this.unknown.delete(before.name);
       this.nodesChanged({ before, after: undefined });
+      this.guardUnknown();
     },
   };
 
@@ -147,6 +169,7 @@ export class ServiceController {
   /** Stops syncing, and waits for the writes in flight. */
   async stop(): Promise<void> {
     this.stopped = true;
+    clearTimeout(this.guardTimer);
     await this.queue.stop();
   }
 
@@ -202,11 +225,78 @@ export class ServiceController {
       if (other.key !== facts.key && other.ports.some((port) => ports.has(portKey(port)))) this.enqueue(other.key);
   }
 
+  private nodeAsPlanned(entry: Pick<UnknownEntry, "name" | "facts" | "ifReady">): LoadBalancerNode {
+    return this.heldUnknown.has(entry.name) ? entry.ifReady : entry.facts;
+  }
+
+  /** Plans a Node's facts; replans when they differ from those it had. */
+  private placeNode(before: LoadBalancerNode | undefined, after: LoadBalancerNode): void {
+    this.loadBalancerNodes.set(after.name, after);
+    if (!before || !sameLoadBalancerNode(before, after)) this.nodesChanged({ before, after });
+  }
+
   private nodeChanged(node: Node): void {
-    const facts = loadBalancerNode(node, this.options.config.nodeSelector);
-    const before = this.loadBalancerNodes.get(facts.name);
-    this.loadBalancerNodes.set(facts.name, facts);
-    if (!before || !sameLoadBalancerNode(before, facts)) this.nodesChanged({ before, after: facts });
+    const { nodeSelector } = this.options.config;
+    const facts = loadBalancerNode(node, nodeSelector);
+    const { name } = facts;
+    const before = this.loadBalancerNodes.get(name);
+    const known = this.unknown.get(name);
+    if (facts.ineligible?.rule === "ready-unknown")
+      this.unknown.set(name, {
+        name,
+        sinceMs: known?.sinceMs ?? performance.now(),
+        // Only a node that carried traffic right before may be held: never one first seen Unknown.
+        carried: known ? known.carried : before !== undefined && !before.ineligible,
+        facts,
+        ifReady: loadBalancerNode(asReady(node), nodeSelector),
+      });
+    else this.unknown.delete(name);
+    if (!before) this.loadBalancerNodes.set(name, facts); // counted among the Nodes by the guard
+    this.guardUnknown({ before, facts });
+  }
+
+  /**
+   * Decides the guard again (outage.ts), and plans the Unknown nodes whose hold changed and the node of `change`
+   * (its facts before, as planned, and now): a held node as if Ready, any other as it is.
+   */
+  private guardUnknown(change?: { before: LoadBalancerNode | undefined; facts: LoadBalancerNode }): void {
+    clearTimeout(this.guardTimer);
+    const { log, metrics, config } = this.options;
+    const nowMs = performance.now();
+    const view = { nowMs, nodes: this.loadBalancerNodes.size, unknown: [...this.unknown.values()] };
+    const decision = decideUnknownGuard(view, this.guardState, config.unknownGuard);
+    if (decision.state.mass && !this.guardState.mass)
+      log.warn("Ready=Unknown on many Nodes at once: they stay in the ingress", {
+        rule: "mass-unknown",
+        reason: decision.reason,
+      });
+    else if (!decision.state.mass && this.guardState.mass)
+      log.info("mass Ready=Unknown over: a node still Unknown leaves after its grace", { reason: decision.reason });
+    this.guardState = decision.state;
+    const before = this.heldUnknown;
+    this.heldUnknown = decision.held;
+    for (const [node, rule] of decision.held)
+      if (before.get(node) !== rule)
+        log.v(1)?.("node kept in the ingress", { node, rule, reason: holdReason(rule, config.unknownGuard.graceMs) });
+    for (const node of decision.dropped)
+      log.info("node Ready=Unknown alone past its grace: it leaves the ingress", { node, rule: "ready-unknown" });
+    const counts = [...decision.held.values()];
+    for (const rule of HOLD_RULES)
+      metrics.unknownNodesHeld.with({ rule }).set(counts.filter((each) => each === rule).length);
+    // Only a change of hold changes the others' facts (each event of theirs places them): O(1) each at 5,000 nodes.
+    for (const entry of this.unknown.values()) {
+      entry.carried = decision.held.has(entry.name);
+      if (entry.name !== change?.facts.name && before.has(entry.name) !== entry.carried)
+        this.placeNode(this.loadBalancerNodes.get(entry.name), this.nodeAsPlanned(entry));
+    }
+    if (change) {
+      const entry = this.unknown.get(change.facts.name);
+      this.placeNode(change.before, entry ? this.nodeAsPlanned(entry) : change.facts);
+    }
+    if (decision.nextMs !== undefined && !this.stopped) {
+      this.guardTimer = setTimeout(() => this.guardUnknown(), Math.max(1, Math.ceil(decision.nextMs - nowMs)));
+      this.guardTimer.unref();
+    }
   }
 
   /** Replans the Services whose intent the change may alter (nodechange.ts), and syncs all of ours. */

@@ -29,6 +29,7 @@ const CONFIG: ServiceConfig = {
   maxNodes: 16,
   reservedPorts: DEFAULT_RESERVED_PORTS.split(",").map(parsePortRange),
   nodePortRange: parseNodePortRange(DEFAULT_NODE_PORT_RANGE),
+  unknownGuard: { threshold: 0.55, graceMs: 20_000 },
 };
 
 interface NodeSpec {

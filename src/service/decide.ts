@@ -26,6 +26,7 @@ import {
   type ServicePort,
 } from "../loadbalancer/service.ts";
 import { ipToBytes } from "../net/ip.ts";
+import type { UnknownGuardConfig } from "./outage.ts";
 
 export const NODE_ADDRESS_CLASS = "local-ccm.io/node-address";
 
@@ -45,6 +46,8 @@ export interface ServiceConfig {
   reservedPorts: PortRange[];
   /** kube-apiserver's --service-node-port-range: any NodePort, now or later, comes from it. */
   nodePortRange: PortRange;
+  /** When Ready=Unknown is no news (outage.ts). */
+  unknownGuard: UnknownGuardConfig;
 }
 
 export interface ServiceFacts {

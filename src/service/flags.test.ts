@@ -18,6 +18,7 @@ test("defaults: our class only, every eligible node, 16 per Service, the nodes' 
       { from: 10263, to: 10266 },
     ],
     nodePortRange: { from: 30000, to: 32767 },
+    unknownGuard: { threshold: 0.55, graceMs: 20_000 },
   });
 });
 
@@ -28,7 +29,10 @@ test("every flag set", () => {
     "--lb-max-nodes=3",
     "--lb-reserved-ports=2222,30000-30010",
     "--lb-node-port-range=20000-22767",
+    "--lb-unknown-threshold=1",
+    "--lb-unknown-grace=0s",
   ]);
+  assert.deepEqual(config.unknownGuard, { threshold: 1, graceMs: 0 });
   assert.deepEqual(config.nodePortRange, { from: 20000, to: 22767 });
   assert.equal(config.claimClassless, true);
   assert.equal(config.nodeSelector?.text, "edge in (a,b)");
@@ -49,6 +53,8 @@ for (const [argv, message] of [
   ["--lb-reserved-ports=22,70000", `invalid value "22,70000" for --lb-reserved-ports: "70000" ${NOT_A_PORT}`],
   ["--lb-reserved-ports=90-80", `invalid value "90-80" for --lb-reserved-ports: "90-80" ${NOT_A_PORT}`],
   ["--lb-max-nodes=0", 'invalid value "0" for --lb-max-nodes: must be between 1 and 1000'],
+  ["--lb-unknown-threshold=0", 'invalid value "0" for --lb-unknown-threshold: must be greater than 0 and at most 1'],
+  ["--lb-unknown-threshold=1.5", 'invalid value "1.5" for --lb-unknown-threshold: must be greater than 0 and at most 1'],
   [
     "--lb-node-port-range=32767-30000",
     'invalid value "32767-30000" for --lb-node-port-range: "32767-30000": the range ends below its start',

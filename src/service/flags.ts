@@ -1,5 +1,6 @@
-// The service controller's flags (lb-*): which Services it claims, which nodes carry them, how many per Service, and
-// the ports it refuses (the nodes' own, and kube-apiserver's NodePort range). They join the central program's one flag
+// The service controller's flags (lb-*): which Services it claims, which nodes carry them, how many per Service, the
+// ports it refuses (the nodes' own, and kube-apiserver's NodePort range), and when Ready=Unknown is no news
+// (outage.ts). They join the central program's one flag
 // table; Helm values under loadBalancer.
 import { type FlagValues, flag } from "../cli/flags.ts";
 import { eachItem, inRange, parses } from "../cli/validate.ts";
@@ -112,6 +113,28 @@ export const serviceFlagTable = [
     helm: `${HELM}nodePortRange`,
     validate: parses(parseNodePortRange),
   }),
+  flag({
+    name: "lb-unknown-threshold",
+    type: "float",
+    default: "0.55",
+    help:
+      "Service controller: while at least this fraction of the Nodes (0 < x <= 1), or all of them, is " +
+      "Ready=Unknown, kube-controller-manager's view is taken as stale (an API outage) and those nodes stay in " +
+      "the ingress; 0.55 as kube-controller-manager's --unhealthy-zone-threshold.",
+    helm: `${HELM}nodeAddress.unknownThreshold`,
+    validate: (value) => (value > 0 && value <= 1 ? undefined : "must be greater than 0 and at most 1"),
+  }),
+  flag({
+    name: "lb-unknown-grace",
+    type: "duration",
+    default: "20s",
+    help:
+      "Service controller: a node that turns Ready=Unknown stays in the ingress this long, and as long after " +
+      "a mass Unknown (--lb-unknown-threshold) ends, before it leaves as a dead node: kube-controller-manager " +
+      "marks Nodes, and kubelets correct them, one at a time. 0: at once (the guard then sees only what arrives " +
+      "at once).",
+    helm: `${HELM}nodeAddress.unknownGrace`,
+  }),
 ] as const;
 
 /** The controller's config; the table's checks have passed, so the selector and ports parse without error. */
@@ -123,5 +146,6 @@ export function serviceConfig(values: FlagValues<typeof serviceFlagTable>): Serv
     maxNodes: values["lb-max-nodes"],
     reservedPorts: values["lb-reserved-ports"].map(parsePortRange),
     nodePortRange: parseNodePortRange(values["lb-node-port-range"]),
+    unknownGuard: { threshold: values["lb-unknown-threshold"], graceMs: values["lb-unknown-grace"] },
   };
 }

@@ -35,6 +35,13 @@ export function createServiceMetrics(registry: Registry, prefix: string) {
       help:
         "Nodes that may carry LoadBalancer traffic (Ready, initialized, not excluded, matching --lb-node-selector).",
     }),
+    unknownNodesHeld: registry.gauge({
+      name: `${prefix}unknown_nodes_held`,
+      help:
+        "Nodes whose Ready is Unknown kept in the ingress, by rule: grace (for --lb-unknown-grace, to tell one " +
+        "node from many), mass-unknown (at least --lb-unknown-threshold of the Nodes Unknown at once).",
+      labels: ["rule"],
+    }),
   };
 }
 

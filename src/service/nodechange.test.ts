@@ -74,6 +74,7 @@ function replan(services: ReturnType<typeof service>[], before: LoadBalancerNode
     maxNodes,
     reservedPorts: [{ from: 22, to: 22 }],
     nodePortRange: { from: 30000, to: 32767 },
+    unknownGuard: { threshold: 0.55, graceMs: 20_000 },
   };
   // Local Services have endpoints on the nodes of even id.
   const readyNodes = () => ["node-2", "node-4", "node-6", "node-8"];

@@ -34,6 +34,7 @@ export const CONFIG: ServiceConfig = {
   maxNodes: 16,
   reservedPorts: DEFAULT_RESERVED_PORTS.split(",").map(parsePortRange),
   nodePortRange: parseNodePortRange(DEFAULT_NODE_PORT_RANGE),
+  unknownGuard: { threshold: 0.55, graceMs: 20_000 },
 };
 
 export type { NodeSpec };
