@@ -6,6 +6,7 @@ import { readFileSync } from "node:fs";
 import type net from "node:net";
 import { after, test } from "node:test";
 import { waitFor } from "../../localcluster/wait.ts";
+import { md5Drops } from "../../test/netns/netns.ts";
 import {
   connectTcp,
   listenTcp,
@@ -15,16 +16,7 @@ import {
   type TcpListener,
 } from "./tcpmd5.ts";
 
-/** The kernel's count of segments dropped for a missing, unexpected or wrong signature (this namespace). */
-function md5Drops(): number {
-  const [names, values] = readFileSync("/proc/net/netstat", "utf8")
-    .split("\n")
-    .filter((line) => line.startsWith("TcpExt:"))
-    .map((line) => line.split(" "));
-  return ["TCPMD5NotFound", "TCPMD5Unexpected", "TCPMD5Failure"]
-    .map((name) => Number(values![names!.indexOf(name)]))
-    .reduce((a, b) => a + b, 0);
-}
+const rootDrops = () => md5Drops(readFileSync("/proc/net/netstat", "utf8"));
 
 const listeners: TcpListener[] = [];
 after(() => Promise.all(listeners.map((listener) => listener.close())));
@@ -65,12 +57,12 @@ for (const [name, listenOn, peer] of [
     assert.equal(await exchange(peer, port, "right horse battery"), "ping");
     assert.equal(accepted.length, 1);
     for (const password of ["wrong horse battery", undefined]) {
-      const drops = md5Drops();
+      const drops = rootDrops();
       const socket = connectTcp({ host: peer, port, password });
       socket.on("error", () => {});
       try {
         const key = password ? "wrong" : "missing";
-        await waitFor(`the kernel drops the SYN (key ${key})`, () => md5Drops() > drops, 20_000);
+        await waitFor(`the kernel drops the SYN (key ${key})`, () => rootDrops() > drops, 20_000);
       } finally {
         socket.destroy();
       }
