@@ -14,6 +14,9 @@
 //   send(handle, data: Buffer, to: string | Buffer)                  a numeric IP (IPv6 with %zone) or a sockaddr
 //   ref(handle, keepAlive: boolean)
 //   close(handle)       idempotent; the thread has ended when it returns; a collected handle is closed too
+//   openStream(family): fd       a TCP socket (non-blocking, close-on-exec) with no thread, for options Node's net
+//       module cannot set before connect() or listen() (TCP_MD5SIG); net.Socket / net.Server then adopt the fd.
+//       bind and setOption take such an fd in place of a handle; closeStream(fd) closes one never adopted.
 // Errors are thrown (or passed) as Error objects whose `code` is the errno name (EPERM, EBUSY, …) and `errno` the
 // negative errno, as Node's own errors.
 //
@@ -26,6 +29,7 @@
 #include <limits.h>
 #include <linux/filter.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -83,6 +87,8 @@ typedef struct {
   int owners;
   unsigned char buffer[BATCH_BYTES];
 } Socket;
+
+static Socket *unwrap(napi_env env, napi_value value);
 
 #define CHECK(env, call)                                                 \
   do {                                                                   \
@@ -267,6 +273,21 @@ static void finalize_handle(napi_env env, void *data, void *hint) {
   drop_owner(data);
 }
 
+// A handle's descriptor, or a stream socket's descriptor given as a number (openStream); -1 after throwing.
+static int descriptor(napi_env env, napi_value value) {
+  napi_valuetype type;
+  int32_t fd;
+  if (napi_typeof(env, value, &type) == napi_ok && type == napi_number) {
+    if (napi_get_value_int32(env, value, &fd) != napi_ok || fd < 0) {
+      throw_errno(env, "socket", EBADF);
+      return -1;
+    }
+    return fd;
+  }
+  Socket *sock = unwrap(env, value);
+  return sock ? sock->fd : -1;
+}
+
 static Socket *unwrap(napi_env env, napi_value value) {
   Socket *sock = NULL;
   if (napi_get_value_external(env, value, (void **)&sock) != napi_ok) {
@@ -358,10 +379,10 @@ static napi_value Bind(napi_env env, napi_callback_info info) {
   void *address;
   size_t length;
   CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  Socket *sock = unwrap(env, argv[0]);
-  if (!sock) return NULL;
+  int fd = descriptor(env, argv[0]);
+  if (fd < 0) return NULL;
   CHECK(env, napi_get_buffer_info(env, argv[1], &address, &length));
-  if (bind(sock->fd, address, (socklen_t)length) < 0) return throw_errno(env, "bind", errno);
+  if (bind(fd, address, (socklen_t)length) < 0) return throw_errno(env, "bind", errno);
   return NULL;
 }
 
@@ -373,8 +394,8 @@ static napi_value SetOption(napi_env env, napi_callback_info info) {
   void *value = &number;
   size_t length = sizeof number;
   CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
-  Socket *sock = unwrap(env, argv[0]);
-  if (!sock) return NULL;
+  int fd = descriptor(env, argv[0]);
+  if (fd < 0) return NULL;
   CHECK(env, napi_get_value_int32(env, argv[1], &level));
   CHECK(env, napi_get_value_int32(env, argv[2], &name));
   CHECK(env, napi_typeof(env, argv[3], &type));
@@ -392,7 +413,7 @@ static napi_value SetOption(napi_env env, napi_callback_info info) {
     value = &filter;
     length = sizeof filter;
   }
-  if (setsockopt(sock->fd, level, name, value, (socklen_t)length) < 0) return throw_errno(env, "setsockopt", errno);
+  if (setsockopt(fd, level, name, value, (socklen_t)length) < 0) return throw_errno(env, "setsockopt", errno);
   return NULL;
 }
 
@@ -456,6 +477,32 @@ static napi_value Close(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+static napi_value OpenStream(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1], result;
+  int32_t family;
+  CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  CHECK(env, napi_get_value_int32(env, argv[0], &family));
+  int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
+  if (fd < 0) return throw_errno(env, "socket", errno);
+  if (napi_create_int32(env, fd, &result) != napi_ok) {
+    close(fd);
+    napi_throw_error(env, NULL, "sockets addon: cannot return the descriptor");
+    return NULL;
+  }
+  return result;
+}
+
+static napi_value CloseStream(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  int32_t fd;
+  CHECK(env, napi_get_cb_info(env, info, &argc, argv, NULL, NULL));
+  CHECK(env, napi_get_value_int32(env, argv[0], &fd));
+  if (close(fd) < 0) return throw_errno(env, "close", errno);
+  return NULL;
+}
+
 NAPI_MODULE_INIT() {
   napi_property_descriptor functions[] = {
       {"open", NULL, Open, NULL, NULL, NULL, napi_enumerable, NULL},
@@ -464,6 +511,8 @@ NAPI_MODULE_INIT() {
       {"send", NULL, Send, NULL, NULL, NULL, napi_enumerable, NULL},
       {"ref", NULL, Ref, NULL, NULL, NULL, napi_enumerable, NULL},
       {"close", NULL, Close, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"openStream", NULL, OpenStream, NULL, NULL, NULL, napi_enumerable, NULL},
+      {"closeStream", NULL, CloseStream, NULL, NULL, NULL, napi_enumerable, NULL},
   };
   CHECK(env, napi_define_properties(env, exports, sizeof functions / sizeof functions[0], functions));
   return exports;

@@ -1,6 +1,8 @@
 // Datagram sockets of any family (netlink, ICMP, packet) over our Node-API addon in native/sockets: each
 // socket has a receiving thread of its own and no libuv handle, so the addon loads in any Node-API runtime.
-// This module only types it; what is sent and read is built in the modules that speak each protocol.
+// This module only types it; what is sent and read is built in the modules that speak each protocol. It also makes
+// TCP sockets Node's net module then adopts (openStream): options such as TCP_MD5SIG must be set before connect()
+// or listen(), which net does not let its callers reach (src/net/tcpmd5.ts).
 import { createRequire } from "node:module";
 import { ipFromBytes, ipToBytes } from "./ip.ts";
 
@@ -8,11 +10,13 @@ type Handle = { readonly socket: unique symbol };
 
 interface Addon {
   open(family: number, type: number, protocol: number, onReceive: Receiver): Handle;
-  bind(handle: Handle, address: Buffer): void;
-  setOption(handle: Handle, level: number, name: number, value: number | Buffer): void;
+  bind(handle: Handle | number, address: Buffer): void;
+  setOption(handle: Handle | number, level: number, name: number, value: number | Buffer): void;
   send(handle: Handle, data: Buffer, to: string | Buffer): void;
   ref(handle: Handle, keepAlive: boolean): void;
   close(handle: Handle): void;
+  openStream(family: number): number;
+  closeStream(fd: number): void;
 }
 
 /**
@@ -46,14 +50,14 @@ export interface Socket {
 }
 
 let loaded: Addon | undefined;
+const loadAddon = () => (loaded ??= createRequire(import.meta.url)("local-ccm-sockets") as Addon);
 
 /** Throws (errno `code`: EPERM, EACCES, …) when the kernel refuses the socket, or when the addon is not built. */
 export function openSocket(
   kind: { family: number; type: number; protocol: number },
   onReceive: Receiver,
 ): Socket {
-  loaded ??= createRequire(import.meta.url)("local-ccm-sockets") as Addon;
-  const addon = loaded;
+  const addon = loadAddon();
   const handle = addon.open(kind.family, kind.type, kind.protocol, onReceive);
   return {
     bind: (address) => addon.bind(handle, address),
@@ -62,6 +66,27 @@ export function openSocket(
     send: (data, to) => addon.send(handle, data, to),
     keepAlive: (on) => addon.ref(handle, on),
     close: () => addon.close(handle),
+  };
+}
+
+/** A TCP socket not yet connected or listening, for `new net.Socket({ fd })` or `server.listen({ fd })`. */
+export interface StreamSocket {
+  readonly fd: number;
+  bind(address: Buffer): void;
+  setOption(level: number, name: number, value: number | Buffer): void;
+  /** For a socket never adopted by net (which closes what it adopted). */
+  close(): void;
+}
+
+/** A non-blocking, close-on-exec TCP socket of `family` (Family.INET or INET6). */
+export function openStream(family: number): StreamSocket {
+  const addon = loadAddon();
+  const fd = addon.openStream(family);
+  return {
+    fd,
+    bind: (address) => addon.bind(fd, address),
+    setOption: (level, name, value) => addon.setOption(fd, level, name, value),
+    close: () => addon.closeStream(fd),
   };
 }
 

@@ -1,11 +1,13 @@
 // A hostile BGP peer: it completes the handshake and then writes malformed bytes over TCP. Our speaker answers each
 // with the NOTIFICATION that names the fault, closes, and connects again only after its backoff; it never throws
-// and its event loop never stalls. The peer is a TCP server on loopback in this process (nothing leaves the machine).
+// and its event loop never stalls; a second connection from its address cannot reset the session. The peer is a TCP
+// server on loopback in this process (nothing leaves the machine).
 import assert from "node:assert/strict";
 import net from "node:net";
 import { after, before, test } from "node:test";
 import { waitFor } from "../../localcluster/wait.ts";
 import { type Decision } from "../../src/agent/announcer/bgp/fsm.ts";
+import { listenBgp } from "../../src/agent/announcer/bgp/listener.ts";
 import { startSession } from "../../src/agent/announcer/bgp/session.ts";
 import { notificationName } from "../../src/net/bgp/errors.ts";
 import { decodeMessage, encodeMessage, splitMessages } from "../../src/net/bgp/message.ts";
@@ -129,3 +131,43 @@ for (const [name, bytes, expected] of cases) {
     }
   });
 }
+
+test("a second connection from the peer's address to our listener cannot reset an established session", async () => {
+  connections = [];
+  malformed = Buffer.alloc(0); // a well-behaved peer this time
+  const decisions: Decision[] = [];
+  const { port } = server.address() as net.AddressInfo;
+  const listener = await listenBgp({ host: "127.0.0.1", port: 0 });
+  const session = startSession({
+    config: { myAsn: 65001, peerAsn: 65010, routerId: "198.18.0.1", holdTime: 90, families: [4, 6] },
+    peerAddress: "127.0.0.1",
+    peerPort: port,
+    onDecision: (decision) => decisions.push(decision),
+  });
+  listener.add("127.0.0.1", session);
+  try {
+    await waitFor("established", () => session.state().phase === "established", 20_000);
+    const received: Buffer[] = [];
+    await new Promise<void>((resolve) => {
+      const racer = net.connect({ host: "127.0.0.1", port: listener.port() });
+      racer.on("data", (data) => received.push(data));
+      racer.on("error", () => {});
+      racer.on("close", () => resolve());
+    });
+    const answer = splitMessages(Buffer.concat(received)).messages.map(decodeMessage);
+    assert.deepEqual(
+      answer.map((m) => ("type" in m && m.type === "notification" ? notificationName(m.notification) : m)),
+      ["cease/connection-collision-resolution"],
+    );
+    assert.equal(session.state().phase, "established");
+    assert.deepEqual(
+      decisions.filter((d) => d.rule === "established" || d.rule.startsWith("collision")).map((d) => d.rule),
+      ["established", "collision-established"],
+    );
+    assert.equal(connections.length, 1, "our connection to the peer stayed");
+    assert.equal(connections[0]!.closed, false);
+  } finally {
+    session.stop();
+    await listener.close();
+  }
+});

@@ -61,6 +61,10 @@ export interface RouterOptions {
   /** Seconds; the router's proposal (the session negotiates the lesser). */
   holdTime?: number;
   gracefulRestart?: boolean;
+  /** TCP MD5 (RFC 2385) key for the session with us. */
+  password?: string;
+  /** The router connects too (it is passive unless told), to our listener's port; retrying every second. */
+  active?: { port: number };
   /** FRR only: BFD with both our addresses, and for the BGP neighbor (`neighbor … bfd`), with these timers. */
   bfd?: BfdConfig;
 }
@@ -136,6 +140,7 @@ export async function startGobgp(net: Network, options: RouterOptions): Promise<
   const { host, ours, address } = await linkToRoot(net, options);
   const dir = await mkdtemp(path.join(os.tmpdir(), "gobgp-"));
   const neighbor = ours[options.transport];
+  const remotePort = options.active ? `    remote-port = ${options.active.port}\n` : "";
   const config = `
 [global.config]
   as = ${options.asn}
@@ -146,12 +151,12 @@ export async function startGobgp(net: Network, options: RouterOptions): Promise<
   [neighbors.config]
     neighbor-address = "${neighbor}"
     peer-as = ${options.peerAsn}
-  [neighbors.timers.config]
+${options.password ? `    auth-password = "${options.password}"\n` : ""}  [neighbors.timers.config]
     hold-time = ${options.holdTime ?? 90}
     connect-retry = 1
   [neighbors.transport.config]
-    passive-mode = true
-${options.gracefulRestart ? "  [neighbors.graceful-restart.config]\n    enabled = true\n    restart-time = 120\n" : ""}${(
+    passive-mode = ${!options.active}
+${remotePort}${options.gracefulRestart ? "  [neighbors.graceful-restart.config]\n    enabled = true\n    restart-time = 120\n" : ""}${(
     ["ipv4-unicast", "ipv6-unicast"] as const
   )
     .map(
@@ -229,6 +234,9 @@ export async function startFrr(net: Network, options: RouterOptions): Promise<Ro
   const { host, ours, address } = await linkToRoot(net, options);
   const dir = await mkdtemp(path.join(os.tmpdir(), "frr-"));
   const neighbor = ours[options.transport];
+  const connecting = options.active
+    ? ` neighbor ${neighbor} port ${options.active.port}\n neighbor ${neighbor} timers connect 1`
+    : ` neighbor ${neighbor} passive`;
   const config = `frr defaults traditional
 hostname lccm-frr
 log stdout informational
@@ -237,8 +245,8 @@ router bgp ${options.asn}
  no bgp ebgp-requires-policy
  no bgp network import-check
 ${options.gracefulRestart ? " bgp graceful-restart\n bgp graceful-restart restart-time 120\n" : ""} neighbor ${neighbor} remote-as ${options.peerAsn}
- neighbor ${neighbor} passive
- neighbor ${neighbor} timers ${Math.floor((options.holdTime ?? 90) / 3)} ${options.holdTime ?? 90}
+${connecting}
+${options.password ? ` neighbor ${neighbor} password ${options.password}\n` : ""} neighbor ${neighbor} timers ${Math.floor((options.holdTime ?? 90) / 3)} ${options.holdTime ?? 90}
  neighbor ${neighbor} update-source ${address[options.transport]}
  address-family ipv4 unicast
   neighbor ${neighbor} activate

@@ -148,3 +148,18 @@ export function networkPool(): { create(): Promise<Network>; removeAll(): Promis
     },
   };
 }
+
+/**
+ * Segments the kernel dropped for a missing, unexpected or wrong TCP MD5 signature (RFC 2385), from the
+ * /proc/net/netstat text of a namespace: what a test of signed sessions waits for, as no refusal is ever sent.
+ */
+export function md5Drops(netstat: string): number {
+  const [names, values] = netstat
+    .split("\n")
+    .filter((line) => line.startsWith("TcpExt:"))
+    .map((line) => line.split(" "));
+  if (!names || !values) throw new Error("no TcpExt counters in /proc/net/netstat");
+  return ["TCPMD5NotFound", "TCPMD5Unexpected", "TCPMD5Failure"]
+    .map((name) => Number(values[names.indexOf(name)]))
+    .reduce((a, b) => a + b, 0);
+}

@@ -9,6 +9,7 @@ import {
   BACKOFF_MAX,
   decide,
   initialState,
+  oursSurvives,
   type SessionAction,
   type SessionConfig,
   type SessionEvent,
@@ -299,5 +300,313 @@ test("the RIB-out: the differences only, packed into UPDATEs of at most 4096 byt
       );
     }),
     { numRuns: 30 },
+  );
+});
+
+/** What a decision does, in short: "send OPEN", "send(incoming) cease/connection-collision-resolution", "accept". */
+function effects(actions: SessionAction[]): string[] {
+  return actions.flatMap((a) => {
+    const on = "on" in a && a.on ? `(${a.on})` : "";
+    if (a.type === "send")
+      return [
+        `send${on} ${a.message.type === "notification" ? notificationName(a.message.notification) : a.message.type.toUpperCase()}`,
+      ];
+    return a.type === "close" || a.type === "accept" ? [`${a.type}${on}`] : [];
+  });
+}
+
+const onIncoming = (message: Message): SessionEvent => ({ type: "received", message, on: "incoming" });
+const HIGHER_PEER: Open = { ...PEER_OPEN, identifier: "198.18.0.9" };
+const LOWER_PEER: Open = { ...PEER_OPEN, identifier: "10.0.0.1" };
+const COLLISION = "cease/connection-collision-resolution";
+
+test("collisions (RFC 4271 §6.8): the connection opened by the higher BGP identifier survives, the other gets Cease 7", () => {
+  const opened: SessionEvent[] = [{ type: "start" }, { type: "connected" }];
+  const cases: [string, SessionEvent[], string, string, string[]][] = [
+    [
+      "idle (backing off): the peer's connection is taken",
+      [{ type: "start" }, { type: "closed", reason: "refused" }, { type: "incoming" }],
+      "accepted",
+      "open-sent",
+      ["accept", "send OPEN"],
+    ],
+    [
+      "connecting: our OPEN goes on the peer's connection, ours goes on connecting",
+      [{ type: "start" }, { type: "incoming" }],
+      "collision-pending",
+      "connecting",
+      ["send(incoming) OPEN"],
+    ],
+    [
+      "connecting, the peer's OPEN on its connection, ours higher: its connection closed, ours goes on connecting",
+      [{ type: "start" }, { type: "incoming" }, onIncoming({ type: "open", open: LOWER_PEER })],
+      "collision-kept-ours",
+      "connecting",
+      [`send(incoming) ${COLLISION}`, "close(incoming)"],
+    ],
+    [
+      "connecting, the peer's OPEN on its connection, the peer's higher: taken, ours dropped",
+      [{ type: "start" }, { type: "incoming" }, onIncoming({ type: "open", open: HIGHER_PEER })],
+      "collision-took-peers",
+      "open-confirm",
+      [`send ${COLLISION}`, "accept", "send KEEPALIVE"],
+    ],
+    [
+      "connecting, ours refused: the peer's connection carries on",
+      [{ type: "start" }, { type: "incoming" }, { type: "closed", reason: "refused" }],
+      "connection-lost",
+      "open-sent",
+      ["accept"],
+    ],
+    [
+      "open-sent: our OPEN goes on the peer's connection too, until an identifier is known",
+      [...opened, { type: "incoming" }],
+      "collision-pending",
+      "open-sent",
+      ["send(incoming) OPEN"],
+    ],
+    [
+      "open-sent, the peer's OPEN on its connection, ours higher: its connection closed",
+      [...opened, { type: "incoming" }, onIncoming({ type: "open", open: LOWER_PEER })],
+      "collision-kept-ours",
+      "open-sent",
+      [`send(incoming) ${COLLISION}`, "close(incoming)"],
+    ],
+    [
+      "open-sent, the peer's OPEN on its connection, the peer's higher: ours closed, its connection confirmed",
+      [...opened, { type: "incoming" }, onIncoming({ type: "open", open: HIGHER_PEER })],
+      "collision-took-peers",
+      "open-confirm",
+      [`send ${COLLISION}`, "accept", "send KEEPALIVE"],
+    ],
+    [
+      "open-sent, the peer's OPEN on ours, ours higher: confirmed, its connection closed",
+      [...opened, { type: "incoming" }, received({ type: "open", open: LOWER_PEER })],
+      "collision-kept-ours",
+      "open-confirm",
+      ["send KEEPALIVE", `send(incoming) ${COLLISION}`, "close(incoming)"],
+    ],
+    [
+      "open-sent, the peer's OPEN on ours, the peer's higher: ours closed, its connection (OPEN sent) waits",
+      [...opened, { type: "incoming" }, received({ type: "open", open: HIGHER_PEER })],
+      "collision-took-peers",
+      "open-sent",
+      [`send ${COLLISION}`, "accept"],
+    ],
+    [
+      "open-confirm, ours higher: the peer's new connection closed at once",
+      [...opened, received({ type: "open", open: LOWER_PEER }), { type: "incoming" }],
+      "collision-kept-ours",
+      "open-confirm",
+      [`send(incoming) ${COLLISION}`, "close(incoming)"],
+    ],
+    [
+      "open-confirm, the peer's higher: ours closed, OPEN on its connection",
+      [...opened, received({ type: "open", open: HIGHER_PEER }), { type: "incoming" }],
+      "collision-took-peers",
+      "open-sent",
+      [`send ${COLLISION}`, "accept", "send OPEN"],
+    ],
+    [
+      "established: the new connection closed, whatever the identifiers",
+      [...opened, received({ type: "open", open: HIGHER_PEER }), received({ type: "keepalive" }), { type: "incoming" }],
+      "collision-established",
+      "established",
+      [`send(incoming) ${COLLISION}`, "close(incoming)"],
+    ],
+    [
+      "stopped: closed unread",
+      [{ type: "stop" }, { type: "incoming" }],
+      "incoming-refused",
+      "stopped",
+      ["close(incoming)"],
+    ],
+    [
+      "the peer's connection taken, then another from it: it gave the first up",
+      [{ type: "start" }, { type: "closed", reason: "refused" }, { type: "incoming" }, { type: "incoming" }],
+      "incoming-replaced",
+      "open-sent",
+      ["accept", "send OPEN"],
+    ],
+    [
+      "ours fails while the peer's waits: the peer's carries on",
+      [...opened, { type: "incoming" }, { type: "closed", reason: "reset" }],
+      "connection-lost",
+      "open-sent",
+      ["accept"],
+    ],
+    [
+      "the waiting connection sends no OPEN first: closed, ours untouched",
+      [...opened, { type: "incoming" }, onIncoming({ type: "keepalive" })],
+      "incoming-refused",
+      "open-sent",
+      ["send(incoming) fsm/unexpected-message-in-open-sent", "close(incoming)"],
+    ],
+    [
+      "the waiting connection's OPEN has another ASN: refused, ours untouched",
+      [...opened, { type: "incoming" }, onIncoming({ type: "open", open: { ...HIGHER_PEER, asn: 65011 } })],
+      "incoming-refused",
+      "open-sent",
+      ["send(incoming) open/bad-peer-as", "close(incoming)"],
+    ],
+    [
+      "the waiting connection closes: nothing else changes",
+      [...opened, { type: "incoming" }, { type: "closed", reason: "x", on: "incoming" }],
+      "incoming-closed",
+      "open-sent",
+      [],
+    ],
+  ];
+  for (const [name, events, rule, phase, expected] of cases) {
+    const decision = run(events);
+    assert.deepEqual([decision.rule, decision.state.phase, effects(decision.actions)], [rule, phase, expected], name);
+    assert.equal(decision.state.incoming, rule === "collision-pending", `${name}: a connection waits`);
+  }
+  assert.equal(
+    run([...opened, { type: "incoming" }, { type: "stop" }]).actions.filter((a) => a.type === "close").length,
+    2,
+    "stop closes both connections",
+  );
+});
+
+/**
+ * Two speakers (two FSMs) and the TCP connections between them, delivered in any order the network allows (each
+ * connection's bytes in order in each direction): the scheduler is fast-check's. Returns what happened.
+ */
+function collide(identifiers: [string, string], schedule: number[]) {
+  type Side = 0 | 1;
+  interface Connection {
+    opener: Side;
+    closedBy: Set<Side>;
+  }
+  interface Delivery {
+    to: Side;
+    connection: Connection;
+    event: SessionEvent["type"];
+    message?: Message;
+  }
+  const configs = identifiers.map((routerId, side) => ({
+    ...CONFIG,
+    myAsn: 65000 + side,
+    peerAsn: 65001 - side,
+    routerId,
+  }));
+  const states = [initialState(), initialState()];
+  const current: (Connection | undefined)[] = [undefined, undefined];
+  const waiting: (Connection | undefined)[] = [undefined, undefined];
+  let flight: Delivery[] = [];
+  const retries = [false, false];
+  const survivors: { rule: string; opener: Side; side: Side }[] = [];
+  const problems: string[] = [];
+  const log: string[] = [];
+
+  const closeBy = (side: Side, connection: Connection | undefined) => {
+    if (!connection || connection.closedBy.has(side)) return;
+    connection.closedBy.add(side);
+    const other = (1 - side) as Side;
+    if (!connection.closedBy.has(other)) flight.push({ to: other, connection, event: "closed" });
+  };
+  const apply = (side: Side, event: SessionEvent) => {
+    const before = states[side]!.phase;
+    const decision = decide(configs[side]!, states[side]!, event, 0.5);
+    states[side] = decision.state;
+    log.push(`${side} ${decision.rule}`);
+    for (const action of decision.actions) {
+      if (action.type === "connect") {
+        const connection: Connection = { opener: side, closedBy: new Set() };
+        current[side] = connection;
+        const other = (1 - side) as Side;
+        flight.push({ to: side, connection, event: "connected" }, { to: other, connection, event: "incoming" });
+      } else if (action.type === "accept") {
+        closeBy(side, current[side]);
+        current[side] = waiting[side];
+        waiting[side] = undefined;
+      } else if (action.type === "send") {
+        const connection = action.on === "incoming" ? waiting[side] : current[side];
+        if (!connection) problems.push(`side ${side} sends on no connection (${decision.rule})`);
+        else if (!connection.closedBy.has(side))
+          flight.push({ to: (1 - side) as Side, connection, event: "received", message: action.message });
+      } else if (action.type === "close") {
+        closeBy(side, action.on === "incoming" ? waiting[side] : current[side]);
+        if (action.on === "incoming") waiting[side] = undefined;
+        else current[side] = undefined;
+      } else if (action.type === "arm" && action.timer === "retry") retries[side] = true;
+    }
+    if (event.type !== "stop" && before === "established" && decision.state.phase !== "established")
+      problems.push(`side ${side} left established: ${decision.rule} ${decision.reason}`);
+    if (decision.rule === "collision-kept-ours" || decision.rule === "collision-took-peers")
+      survivors.push({ rule: decision.rule, opener: current[side]!.opener, side });
+    if ((waiting[side] !== undefined) !== states[side]!.incoming)
+      problems.push(`side ${side}: a waiting connection ${waiting[side] ? "not " : ""}in the state (${decision.rule})`);
+    if (states[side]!.phase === "established" && (!current[side] || waiting[side]))
+      problems.push(`side ${side} established without exactly one connection`);
+  };
+  const deliver = ({ to, connection, event, message }: Delivery) => {
+    if (connection.closedBy.has(to)) return;
+    const on = connection === waiting[to] ? ({ on: "incoming" } as const) : connection === current[to] ? {} : undefined;
+    if (event === "incoming") {
+      if (waiting[to]) {
+        const old = waiting[to];
+        waiting[to] = undefined;
+        closeBy(to, old);
+        apply(to, { type: "closed", reason: "replaced", on: "incoming" });
+      }
+      waiting[to] = connection;
+      apply(to, { type: "incoming" });
+      if (connection !== waiting[to] && connection !== current[to]) closeBy(to, connection);
+    } else if (on && event === "connected") apply(to, { type: "connected" });
+    else if (on && event === "received") apply(to, { type: "received", message: message!, ...on });
+    else if (on && event === "closed") {
+      if (on.on) waiting[to] = undefined;
+      connection.closedBy.add(to);
+      apply(to, { type: "closed", reason: "closed by the peer", ...on });
+    }
+  };
+
+  apply(0, { type: "start" });
+  apply(1, { type: "start" });
+  for (let step = 0; step < 400; step++) {
+    if (flight.length === 0) {
+      const idle = ([0, 1] as Side[]).find((side) => retries[side] && states[side]!.phase === "idle");
+      if (idle === undefined) break;
+      retries[idle] = false;
+      apply(idle, { type: "timer", timer: "retry" });
+      continue;
+    }
+    // any delivery that is first on its connection in its direction
+    const ready = flight.filter(
+      (d, i) => !flight.slice(0, i).some((e) => e.connection === d.connection && e.to === d.to),
+    );
+    const next = ready[(schedule[step % schedule.length] ?? 0) % ready.length]!;
+    flight = flight.filter((d) => d !== next);
+    deliver(next);
+  }
+  return { states, current, survivors, problems, log };
+}
+
+test("two speakers connect at once, any delivery order: one session, never reset, each collision resolved per §6.8", () => {
+  fc.assert(
+    fc.property(
+      fc.constantFrom<[string, string]>(
+        ["198.18.0.1", "198.18.0.2"],
+        ["198.18.0.9", "198.18.0.2"],
+        ["10.0.0.1", "192.0.2.1"],
+      ),
+      fc.array(fc.nat(1000), { minLength: 1, maxLength: 60 }),
+      (identifiers, schedule) => {
+        const { states, current, survivors, problems, log } = collide(identifiers, schedule);
+        assert.deepEqual(problems, [], log.join(", "));
+        const higher = oursSurvives(identifiers[0], identifiers[1]) ? 0 : 1;
+        for (const survivor of survivors)
+          assert.equal(survivor.opener, higher, `${survivor.rule} on side ${survivor.side}`);
+        assert.deepEqual(
+          states.map((s) => s.phase),
+          ["established", "established"],
+          `both sides end established: ${log.join(", ")}`,
+        );
+        assert.equal(current[0], current[1], "on one connection");
+      },
+    ),
+    { numRuns: 1000 },
   );
 });

@@ -1,13 +1,15 @@
 // One BGP session, as a pure state machine: RFC 4271 §8's FSM cut down to what an export-only speaker needs. We
 // connect to the peer (or take its connection when we have none), exchange OPENs, keep the session with
 // KEEPALIVEs and the negotiated hold time, send the RIB-out's differences, and on any error send the NOTIFICATION
-// that names it, close, and try again after a backoff with jitter. Routes the peer sends are validated (the wire
-// reader) and ignored. `decide` returns the next state, the actions for the socket adapter (session.ts), and a
-// rule id and reason for the log.
+// that names it, close, and try again after a backoff with jitter. When both sides connect at once, the collision
+// is resolved as RFC 4271 §6.8 says as soon as the peer's identifier is known: the connection opened by the speaker
+// with the higher BGP identifier survives, the other is closed with Cease/Connection Collision Resolution (see
+// `incoming`). Routes the peer sends are validated (the wire reader) and ignored. `decide` returns the next state,
+// the actions for the socket adapter (session.ts), and a rule id and reason for the log.
 import { type BgpError, notification, notificationName } from "../../../net/bgp/errors.ts";
 import { type Message, type Open } from "../../../net/bgp/message.ts";
 import { endOfRib, type Update } from "../../../net/bgp/update.ts";
-import { type Family } from "../../../net/ip.ts";
+import { type Family, ipToBytes } from "../../../net/ip.ts";
 import { type Advertised, planUpdates, type Route } from "./ribout.ts";
 
 export interface SessionConfig {
@@ -47,6 +49,13 @@ export interface SessionState {
   desired: readonly Route[];
   /** What the peer has been told in this session. */
   advertised: Advertised;
+  /** Whether the session's connection is one the peer opened (false: ours, or none). */
+  accepted: boolean;
+  /**
+   * A second connection, opened by the peer while ours was in open-sent: we sent our OPEN on it and wait for the
+   * peer's identifier (from an OPEN on either connection) to resolve the collision.
+   */
+  incoming: boolean;
 }
 
 export type SessionEvent =
@@ -56,8 +65,9 @@ export type SessionEvent =
   | { type: "connected" }
   /** The peer connected to us. */
   | { type: "incoming" }
-  | { type: "closed"; reason: string }
-  | { type: "received"; message: Message | BgpError }
+  /** `on: "incoming"`: of the peer's connection that waits for collision resolution; else the session's. */
+  | { type: "closed"; reason: string; on?: "incoming" }
+  | { type: "received"; message: Message | BgpError; on?: "incoming" }
   | { type: "timer"; timer: Timer }
   | { type: "routes"; routes: readonly Route[] }
   /** The BFD session to the peer left Up (false) or came Up again (true). */
@@ -65,11 +75,11 @@ export type SessionEvent =
 
 export type SessionAction =
   | { type: "connect" }
-  /** Take the peer's connection in place of ours (which is dropped). */
+  /** The peer's connection becomes the session's; ours, if any, is closed (after what was sent on it). */
   | { type: "accept" }
-  | { type: "refuse-incoming" }
-  | { type: "send"; message: Message }
-  | { type: "close" }
+  /** `on: "incoming"`: on the peer's connection that waits (or was just offered); else on the session's. */
+  | { type: "send"; message: Message; on?: "incoming" }
+  | { type: "close"; on?: "incoming" }
   | { type: "arm"; timer: Timer; seconds: number }
   | { type: "disarm"; timer: Timer };
 
@@ -87,7 +97,15 @@ const BACKOFF_BASE = 1;
 export const BACKOFF_MAX = 60;
 
 export function initialState(): SessionState {
-  return { phase: "idle", failures: 0, established: false, desired: [], advertised: new Map() };
+  return {
+    phase: "idle",
+    failures: 0,
+    established: false,
+    desired: [],
+    advertised: new Map(),
+    accepted: false,
+    incoming: false,
+  };
 }
 
 /** Seconds before the next attempt after `failures` failures in a row: doubling from 1 s to 60 s, ±25 % jitter. */
@@ -161,16 +179,25 @@ function fail(
   reason: string,
   send?: BgpError["notification"],
 ): Decision {
+  const notify: SessionAction[] = send ? [{ type: "send", message: { type: "notification", notification: send } }] : [];
+  // the peer's connection, which has our OPEN already, carries on in place of the one that failed
+  if (state.incoming)
+    return {
+      state: { ...state, phase: "open-sent", negotiated: undefined, accepted: true, incoming: false },
+      actions: [
+        ...notify,
+        { type: "accept" },
+        { type: "disarm", timer: "keepalive" },
+        { type: "arm", timer: "hold", seconds: OPEN_HOLD_TIME },
+      ],
+      rule,
+      reason: `${reason}; carried on with the peer's own connection`,
+    };
   const failures = state.failures + 1;
   const seconds = backoffSeconds(failures, jitter);
   return {
-    state: { ...state, phase: "idle", failures, negotiated: undefined, advertised: new Map() },
-    actions: [
-      ...(send ? [{ type: "send", message: { type: "notification", notification: send } } as const] : []),
-      { type: "close" },
-      ...disarmAll,
-      { type: "arm", timer: "retry", seconds },
-    ],
+    state: { ...state, phase: "idle", failures, negotiated: undefined, advertised: new Map(), accepted: false },
+    actions: [...notify, { type: "close" }, ...disarmAll, { type: "arm", timer: "retry", seconds }],
     rule,
     reason: `${reason}; next attempt in ${seconds.toFixed(1)} s`,
   };
@@ -204,6 +231,81 @@ function opening(
     rule,
     reason,
   };
+}
+
+/** OPEN accepted: KEEPALIVE, and the negotiated timers (none with hold time 0). */
+function confirmed(
+  state: SessionState,
+  negotiated: Negotiated,
+  rule: string,
+  reason: string,
+  first: SessionAction[] = [],
+): Decision {
+  return {
+    state: { ...state, phase: "open-confirm", negotiated },
+    actions: [
+      ...first,
+      { type: "send", message: { type: "keepalive" } },
+      ...(negotiated.holdTime > 0
+        ? [...armHold(negotiated), { type: "arm", timer: "keepalive", seconds: negotiated.keepaliveTime } as const]
+        : [{ type: "disarm", timer: "hold" } as const]),
+    ],
+    rule,
+    reason,
+  };
+}
+
+/** RFC 4271 §6.8: whether the connection we opened survives a collision (BGP identifiers as 4-octet numbers). */
+export function oursSurvives(ourIdentifier: string, peerIdentifier: string): boolean {
+  return ipToBytes(ourIdentifier).readUInt32BE(0) > ipToBytes(peerIdentifier).readUInt32BE(0);
+}
+
+const collisionCease = (on?: "incoming"): SessionAction => ({
+  type: "send",
+  message: { type: "notification", notification: notification("cease", "connection-collision-resolution") },
+  ...(on ? { on } : {}),
+});
+
+const collisionReason = (config: SessionConfig, peer: string) =>
+  oursSurvives(config.routerId, peer)
+    ? `a collision: our BGP identifier ${config.routerId} is higher than the peer's ${peer}, kept our connection`
+    : `a collision: the peer's BGP identifier ${peer} is higher than ours ${config.routerId}, took its connection`;
+
+/** The peer's second connection is closed with Cease/Connection Collision Resolution; ours goes on. */
+function keepOurs(config: SessionConfig, decision: Decision, peer: string): Decision {
+  return {
+    state: { ...decision.state, incoming: false },
+    actions: [...decision.actions, collisionCease("incoming"), { type: "close", on: "incoming" }],
+    rule: "collision-kept-ours",
+    reason: collisionReason(config, peer),
+  };
+}
+
+/** A message on the peer's second connection, which waits for its OPEN while ours is in open-sent. */
+function receivedOnIncoming(config: SessionConfig, state: SessionState, message: Message | BgpError): Decision {
+  if (!state.incoming) return keep(state, "stale-message", "on a connection already closed");
+  const refuse = (reason: string, send?: BgpError["notification"]) =>
+    keep({ ...state, incoming: false }, "incoming-refused", `the peer's second connection: ${reason}`, [
+      ...(send
+        ? [{ type: "send", message: { type: "notification", notification: send }, on: "incoming" } as const]
+        : []),
+      { type: "close", on: "incoming" },
+    ]);
+  if ("reason" in message) return refuse(message.reason, message.notification);
+  if (message.type === "notification")
+    return refuse(`the peer sent NOTIFICATION ${notificationName(message.notification)}`);
+  if (message.type !== "open")
+    return refuse(`${message.type} before OPEN`, notification("fsm", "unexpected-message-in-open-sent"));
+  const negotiated = checkOpen(config, message.open);
+  if ("reason" in negotiated) return refuse(negotiated.reason, negotiated.notification);
+  const peer = message.open.identifier;
+  // ours may still be connecting: the same rule then, as the peer applies it to the same two connections
+  if (oursSurvives(config.routerId, peer)) return keepOurs(config, keep(state, "", ""), peer);
+  const taken = { ...state, accepted: true, incoming: false };
+  return confirmed(taken, negotiated, "collision-took-peers", collisionReason(config, peer), [
+    collisionCease(),
+    { type: "accept" },
+  ]);
 }
 
 function received(config: SessionConfig, state: SessionState, message: Message | BgpError, jitter: number): Decision {
@@ -240,16 +342,23 @@ function received(config: SessionConfig, state: SessionState, message: Message |
       const negotiated = checkOpen(config, message.open);
       if ("reason" in negotiated)
         return fail(state, jitter, "open-refused", negotiated.reason, negotiated.notification);
+      const peer = message.open.identifier;
+      const families = `IPv${negotiated.families.join("+IPv")}`;
+      const reason = `peer ${peer} AS ${message.open.asn}: hold time ${negotiated.holdTime} s, ${families}`;
+      if (!state.incoming) return confirmed(state, negotiated, "open-accepted", reason);
+      if (oursSurvives(config.routerId, peer))
+        return keepOurs(config, confirmed(state, negotiated, "open-accepted", reason), peer);
+      // the peer's connection (with our OPEN sent on it, its own OPEN to come) takes over
       return {
-        state: { ...state, phase: "open-confirm", negotiated },
+        state: { ...state, phase: "open-sent", accepted: true, incoming: false },
         actions: [
-          { type: "send", message: { type: "keepalive" } },
-          ...(negotiated.holdTime > 0
-            ? [...armHold(negotiated), { type: "arm", timer: "keepalive", seconds: negotiated.keepaliveTime } as const]
-            : [{ type: "disarm", timer: "hold" } as const]),
+          collisionCease(),
+          { type: "accept" },
+          { type: "disarm", timer: "keepalive" },
+          { type: "arm", timer: "hold", seconds: OPEN_HOLD_TIME },
         ],
-        rule: "open-accepted",
-        reason: `peer ${message.open.identifier} AS ${message.open.asn}: hold time ${negotiated.holdTime} s, IPv${negotiated.families.join("+IPv")}`,
+        rule: "collision-took-peers",
+        reason: collisionReason(config, peer),
       };
     }
     case "open-confirm": {
@@ -292,6 +401,48 @@ function received(config: SessionConfig, state: SessionState, message: Message |
   }
 }
 
+/** The peer connected to us (the adapter has the connection, unread, until an action takes or closes it). */
+function incoming(config: SessionConfig, state: SessionState): Decision {
+  const take = (rule: string, reason: string, first: SessionAction[] = []) =>
+    opening(config, { ...state, negotiated: undefined, accepted: true, incoming: false }, rule, reason, [
+      ...first,
+      { type: "accept" },
+    ]);
+  if (state.bfdDown)
+    return keep(state, "incoming-refused", "a connection from the peer while BFD is down", [
+      { type: "close", on: "incoming" },
+    ]);
+  switch (state.phase) {
+    case "idle":
+      return take("accepted", "the peer connected; sent OPEN");
+    case "stopped":
+      return keep(state, "incoming-refused", "the session is stopped", [{ type: "close", on: "incoming" }]);
+    case "established":
+      // RFC 4271 §6.8: a collision with an established session closes the new connection
+      return keep(state, "collision-established", "the session is established: closed the peer's new connection", [
+        collisionCease("incoming"),
+        { type: "close", on: "incoming" },
+      ]);
+    default: {
+      // a peer has one connection of its own at a time: a new one means it gave up the one we took
+      if (state.accepted) return take("incoming-replaced", "the peer connected again; sent OPEN");
+      // connecting or open-sent: both connections go on until the peer's identifier is known (dropping ours here
+      // would drop the one the peer keeps when it does the same)
+      if (state.phase !== "open-confirm")
+        return keep({ ...state, incoming: true }, "collision-pending", "the peer connected while ours opens", [
+          { type: "send", message: openMessage(config, state), on: "incoming" },
+        ]);
+      // open-confirm: the peer's identifier is known, so the collision is resolved at once
+      const peer = state.negotiated!.peer.identifier;
+      if (oursSurvives(config.routerId, peer)) return keepOurs(config, keep(state, "", ""), peer);
+      return take("collision-took-peers", collisionReason(config, peer), [
+        collisionCease(),
+        { type: "disarm", timer: "keepalive" },
+      ]);
+    }
+  }
+}
+
 /** The next state and what to do, for one event. `jitter` is a random number in [0, 1) for the backoff. */
 export function decide(config: SessionConfig, state: SessionState, event: SessionEvent, jitter: number): Decision {
   switch (event.type) {
@@ -299,7 +450,7 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
       if (state.phase !== "idle" && state.phase !== "stopped") return keep(state, "already-started", "");
       if (state.bfdDown) return keep(state, "bfd-down", "no attempt while BFD to the peer is down");
       return {
-        state: { ...state, phase: "connecting" },
+        state: { ...state, phase: "connecting", accepted: false },
         actions: [{ type: "connect" }, { type: "arm", timer: "hold", seconds: CONNECT_TIMEOUT }],
         rule: "connect",
         reason: "",
@@ -308,10 +459,11 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
       const up = state.phase === "open-sent" || state.phase === "open-confirm" || state.phase === "established";
       const cease = notification("cease", "administrative-shutdown");
       return {
-        state: { ...state, phase: "stopped", negotiated: undefined, advertised: new Map() },
+        state: { ...state, phase: "stopped", negotiated: undefined, advertised: new Map(), incoming: false },
         actions: [
           ...(up ? [{ type: "send", message: { type: "notification", notification: cease } } as const] : []),
           { type: "close" },
+          ...(state.incoming ? [{ type: "close", on: "incoming" } as const] : []),
           ...disarmAll,
           { type: "disarm", timer: "retry" },
         ],
@@ -324,14 +476,12 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
         return keep(state, "stale-connection", `connected while ${state.phase}`, [{ type: "close" }]);
       return opening(config, state, "open-sent", "connected; sent OPEN", []);
     case "incoming":
-      // Without a connection of our own we take the peer's; with one past connecting we keep ours (the peer's side
-      // of the collision then fails and it backs off: RFC 4271 §6.8's identifier comparison needs its OPEN first).
-      if ((state.phase !== "idle" && state.phase !== "connecting") || state.bfdDown)
-        return keep(state, "incoming-refused", `a connection from the peer while ${state.bfdDown ? "BFD is down" : state.phase}`, [
-          { type: "refuse-incoming" },
-        ]);
-      return opening(config, state, "accepted", "the peer connected; sent OPEN", [{ type: "accept" }]);
+      return incoming(config, state);
     case "closed":
+      if (event.on === "incoming")
+        return state.incoming
+          ? keep({ ...state, incoming: false }, "incoming-closed", `the peer's second connection: ${event.reason}`)
+          : keep(state, "closed", event.reason);
       if (state.phase === "idle" || state.phase === "stopped") return keep(state, "closed", event.reason);
       return fail(state, jitter, "connection-lost", event.reason);
     case "timer":
@@ -375,7 +525,9 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
       );
     }
     case "received":
-      return received(config, state, event.message, jitter);
+      return event.on === "incoming"
+        ? receivedOnIncoming(config, state, event.message)
+        : received(config, state, event.message, jitter);
     case "bfd": {
       // the path is gone: no NOTIFICATION (it would not arrive), the routes go with the session at once
       if (!event.up && state.phase !== "idle" && state.phase !== "stopped")

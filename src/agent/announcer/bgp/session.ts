@@ -1,8 +1,10 @@
-// The socket adapter of one BGP session: a TCP connection to the peer (node:net), the session's timers, and the
+// The socket adapter of one BGP session: a TCP connection to the peer (node:net, signed with TCP MD5 when the
+// peer has a password), the peer's own connection while a collision is resolved, the session's timers, and the
 // byte stream cut into messages; every decision is fsm.ts's. A hostile peer costs at most one 4096-byte buffer and
 // bounded work per chunk read: a bad header is refused before its body is awaited.
-import net from "node:net";
+import type net from "node:net";
 import { decodeMessage, encodeMessage, splitMessages } from "../../../net/bgp/message.ts";
+import { connectTcp, passwordProblem } from "../../../net/tcpmd5.ts";
 import {
   type Decision,
   decide,
@@ -24,6 +26,8 @@ export interface SessionOptions {
   peerPort?: number;
   /** The source address of our connection (the node's address towards the peer). */
   localAddress?: string;
+  /** TCP MD5 (RFC 2385) key of our connection; the listener holds it for the peer's. Never logged. */
+  password?: string;
   /** Every decision, for the log (rule, reason) and for tests. */
   onDecision?: (decision: Decision, event: SessionEvent) => void;
   random?: () => number;
@@ -32,7 +36,7 @@ export interface SessionOptions {
 export interface BgpSession {
   /** The routes the peer should have: the differences go out as UPDATEs. */
   setRoutes(routes: readonly Route[]): void;
-  /** A connection the peer made to us (from a listener that matched its address). */
+  /** A connection the peer made to us (from a listener that matched its address), paused and unread. */
   offer(socket: net.Socket): void;
   state(): SessionState;
   /** Sends Cease when a session is up, closes, and stops retrying. */
@@ -42,7 +46,10 @@ export interface BgpSession {
 }
 
 export function startSession(options: SessionOptions): BgpSession {
-  const { config, peerAddress, peerPort = BGP_PORT, localAddress, onDecision, random = Math.random } = options;
+  const { config, peerAddress, peerPort = BGP_PORT, localAddress, password, onDecision } = options;
+  const random = options.random ?? Math.random;
+  const problem = password === undefined ? undefined : passwordProblem(password);
+  if (problem) throw new Error(`BGP peer ${peerAddress}: ${problem}`);
   let state = initialState();
   let socket: net.Socket | undefined;
   let incoming: net.Socket | undefined;
@@ -55,23 +62,25 @@ export function startSession(options: SessionOptions): BgpSession {
     for (const action of decision.actions) {
       switch (action.type) {
         case "connect":
-          attach(net.connect({ host: peerAddress, port: peerPort, ...(localAddress ? { localAddress } : {}) }), true);
+          socket = connectTcp({ host: peerAddress, port: peerPort, localAddress, password });
+          attach(socket, true);
           break;
         case "accept":
           drop(socket);
-          if (incoming) attach(incoming, false);
-          incoming = undefined;
-          break;
-        case "refuse-incoming":
-          incoming?.destroy();
+          socket = incoming;
           incoming = undefined;
           break;
         case "send":
-          socket?.write(encodeMessage(action.message));
+          (action.on === "incoming" ? incoming : socket)?.write(encodeMessage(action.message));
           break;
         case "close":
-          drop(socket);
-          socket = undefined;
+          if (action.on === "incoming") {
+            drop(incoming);
+            incoming = undefined;
+          } else {
+            drop(socket);
+            socket = undefined;
+          }
           break;
         case "arm": {
           clearTimeout(timers.get(action.timer));
@@ -95,8 +104,11 @@ export function startSession(options: SessionOptions): BgpSession {
     setTimeout(() => old.destroy(), LINGER_MS).unref();
   }
 
+  /** Events of a connection name the one they are on: the session's, the peer's waiting one, or none (closed). */
+  const role = (connection: net.Socket) =>
+    connection === socket ? {} : connection === incoming ? ({ on: "incoming" } as const) : undefined;
+
   function attach(next: net.Socket, outgoing: boolean) {
-    socket = next;
     next.setNoDelay(true);
     let pending = Buffer.alloc(0);
     if (outgoing) next.once("connect", () => socket === next && apply({ type: "connected" }));
@@ -104,23 +116,37 @@ export function startSession(options: SessionOptions): BgpSession {
       const { messages, rest, error } = splitMessages(pending.length > 0 ? Buffer.concat([pending, chunk]) : chunk);
       pending = Buffer.from(rest); // a copy: the chunk is not kept alive by a few bytes of it
       for (const message of messages) {
-        if (socket !== next) return; // a decision closed this connection: the rest is not read
-        apply({ type: "received", message: decodeMessage(message) });
+        const on = role(next);
+        if (!on) return; // a decision closed this connection: the rest is not read
+        apply({ type: "received", message: decodeMessage(message), ...on });
       }
-      if (error && socket === next) apply({ type: "received", message: error });
+      const on = role(next);
+      if (error && on) apply({ type: "received", message: error, ...on });
     });
     let failure = "the peer closed the connection";
     next.on("error", (err) => (failure = err.message)); // "close" follows
-    next.once("close", () => socket === next && apply({ type: "closed", reason: failure }));
+    next.once("close", () => {
+      const on = role(next);
+      if (on?.on === "incoming") incoming = undefined;
+      if (on) apply({ type: "closed", reason: failure, ...on });
+    });
   }
 
   apply({ type: "start" });
   return {
     setRoutes: (routes) => apply({ type: "routes", routes }),
     offer(peerSocket) {
-      incoming?.destroy();
+      // a peer has one connection of its own at a time: one still waiting is given up
+      if (incoming) {
+        const old = incoming;
+        incoming = undefined;
+        old.destroy();
+        apply({ type: "closed", reason: "the peer connected again", on: "incoming" });
+      }
       incoming = peerSocket;
+      attach(peerSocket, false);
       apply({ type: "incoming" });
+      if (role(peerSocket)) peerSocket.resume(); // read only once the session kept it
     },
     state: () => state,
     stop: () => apply({ type: "stop" }),
