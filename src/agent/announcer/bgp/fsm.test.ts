@@ -182,7 +182,7 @@ test("BFD down (RFC 5882): the session closes at once without a NOTIFICATION, wa
   const retry = decide(CONFIG, down.state, { type: "timer", timer: "retry" }, 0.5);
   assert.equal(retry.rule, "bfd-down");
   assert.deepEqual(retry.actions, []);
-  assert.deepEqual(decide(CONFIG, retry.state, { type: "incoming" }, 0.5).actions, [{ type: "refuse-incoming" }]);
+  assert.deepEqual(decide(CONFIG, retry.state, { type: "incoming" }, 0.5).actions, [{ type: "close", on: "incoming" }]);
   const back = decide(CONFIG, retry.state, { type: "bfd", up: true }, 0.5);
   assert.equal(back.rule, "connect");
   assert.ok(back.actions.some((a) => a.type === "connect"));
