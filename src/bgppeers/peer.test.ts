@@ -7,7 +7,10 @@ const problem = (spec: Partial<NonNullable<BGPPeer["spec"]>>) => peerFacts({ spe
 
 describe("peerFacts", () => {
   test("defaults as the CRD's; durations read as Go reads them", () => {
-    const facts = peerFacts({ metadata: { name: "tor" }, spec: { ...BASE, bfd: {}, gracefulRestart: {}, passwordSecretRef: { name: "md5" } } });
+    const facts = peerFacts({
+      metadata: { name: "tor" },
+      spec: { ...BASE, bfd: {}, gracefulRestart: {}, passwordSecretRef: { name: "md5" } },
+    });
     assert.deepEqual(facts, {
       name: "tor",
       ...{ peerAddress: "192.0.2.1", peerAsn: 64512, myAsn: 64513, peerPort: 179, holdTimeSeconds: 90 },
@@ -32,7 +35,10 @@ describe("peerFacts", () => {
     [{ holdTime: "0s", keepaliveTime: "1s" }, /^keepaliveTime: 1s is not below holdTime 0s/],
     [{ holdTime: "9s", keepaliveTime: "9s" }, /^keepaliveTime: 9s is not below holdTime 9s/],
     [{ sourceAddress: "2001:db8::1" }, /^sourceAddress: 2001:db8::1 is not of the family of peerAddress/],
-    [{ nodeSelector: { matchExpressions: [{ key: "a", operator: "Near" }] } }, /^nodeSelector: unknown operator "Near"$/],
+    [
+      { nodeSelector: { matchExpressions: [{ key: "a", operator: "Near" }] } },
+      /^nodeSelector: unknown operator "Near"$/,
+    ],
     [{ bfd: { minTx: "5ms" } }, /^bfd\.minTx: 5ms is not 10ms to 60000ms$/],
     [{ bfd: { multiplier: 256 } }, /^bfd\.multiplier: 256 is not 1 to 255$/],
     [{ gracefulRestart: { restartTime: "4096s" } }, /^gracefulRestart\.restartTime: 4096s is not 1s to 4095s$/],

@@ -76,7 +76,8 @@ function durationIn(
   const unit = unitNs === NS_PER_S ? "s" : "ms";
   if (ns === undefined || ns < 0n) return `${field}: ${JSON.stringify(text)} is not a duration as Go writes it`;
   // As the CRD's rule reads it (CEL's getMilliseconds()): a rest below 1ms is dropped, not refused.
-  if ((ns / NS_PER_MS) % (unitNs / NS_PER_MS) !== 0n) return `${field}: ${text} is not a whole number of ${unit === "s" ? "seconds" : "ms"}`;
+  if ((ns / NS_PER_MS) % (unitNs / NS_PER_MS) !== 0n)
+    return `${field}: ${text} is not a whole number of ${unit === "s" ? "seconds" : "ms"}`;
   const value = Number(ns / unitNs);
   if ((zero && ns === 0n) || (ns >= BigInt(min) * unitNs && ns <= BigInt(max) * unitNs)) return value;
   return `${field}: ${text} is not ${zero ? "0 or " : ""}${min}${unit} to ${max}${unit}`;
@@ -99,8 +100,10 @@ export function peerFacts(peer: BGPPeer): PeerFacts {
   const { peerAddress = "", peerASN, myASN, peerPort = 179, holdTime = "90s", keepaliveTime } = spec;
   const addressProblem = ipProblem(peerAddress);
   if (addressProblem) problems.push(`peerAddress: ${addressProblem}`);
-  for (const problem of [asnProblem("peerASN", peerASN), asnProblem("myASN", myASN)]) if (problem) problems.push(problem);
-  if (!Number.isInteger(peerPort) || peerPort < 1 || peerPort > 65_535) problems.push(`peerPort: ${peerPort} is not a port`);
+  for (const problem of [asnProblem("peerASN", peerASN), asnProblem("myASN", myASN)])
+    if (problem) problems.push(problem);
+  if (!Number.isInteger(peerPort) || peerPort < 1 || peerPort > 65_535)
+    problems.push(`peerPort: ${peerPort} is not a port`);
   const holdTimeSeconds = take(durationIn("holdTime", holdTime, NS_PER_S, [3, 65_535], true));
   const keepaliveTimeSeconds =
     keepaliveTime === undefined ? undefined : take(durationIn("keepaliveTime", keepaliveTime, NS_PER_S, [0, 65_535]));
@@ -125,7 +128,8 @@ export function peerFacts(peer: BGPPeer): PeerFacts {
   if (bfdFacts && !(Number.isInteger(bfdFacts.multiplier) && bfdFacts.multiplier >= 1 && bfdFacts.multiplier <= 255))
     problems.push(`bfd.multiplier: ${bfdFacts.multiplier} is not 1 to 255`);
   const restartTime = gracefulRestart?.restartTime ?? "120s";
-  const restartTimeSeconds = gracefulRestart && take(durationIn("gracefulRestart.restartTime", restartTime, NS_PER_S, [1, 4095]));
+  const restartTimeSeconds =
+    gracefulRestart && take(durationIn("gracefulRestart.restartTime", restartTime, NS_PER_S, [1, 4095]));
   return {
     name: peer.metadata?.name ?? "",
     peerAddress,
@@ -138,7 +142,11 @@ export function peerFacts(peer: BGPPeer): PeerFacts {
     sourceAddress,
     ebgpMultiHop: spec.ebgpMultiHop ?? false,
     password: passwordSecretRef && { secret: passwordSecretRef.name, key: passwordSecretRef.key ?? "password" },
-    bfd: bfdFacts && { minRxMs: bfdFacts.minRxMs ?? 0, minTxMs: bfdFacts.minTxMs ?? 0, multiplier: bfdFacts.multiplier },
+    bfd: bfdFacts && {
+      minRxMs: bfdFacts.minRxMs ?? 0,
+      minTxMs: bfdFacts.minTxMs ?? 0,
+      multiplier: bfdFacts.multiplier,
+    },
     gracefulRestart: gracefulRestart && { restartTimeSeconds: restartTimeSeconds ?? 0 },
     problem: problems.length ? problems.join("; ") : undefined,
   };

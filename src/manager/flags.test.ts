@@ -308,6 +308,7 @@ describe("the program's flag table", () => {
       "lb-reserved-ports": "loadBalancer.reservedPorts",
       "lb-node-port-range": "loadBalancer.nodePortRange",
       "lb-l2-claim-classless": "loadBalancer.l2.pools.claimClassless",
+      "lb-bgp": "bgp.enabled",
       "lb-l2-lease-namespace": undefined,
       kubeconfig: undefined,
       v: `${prefix}verbosity`,

@@ -72,13 +72,19 @@ describe("BGPPeer CRD", () => {
     const facts = peerFacts(peer);
     assert.equal(facts.problem, undefined);
     assert.deepEqual(facts.bfd, { minRxMs: 300, minTxMs: 300, multiplier: 3 });
-    assert.deepEqual([facts.holdTimeSeconds, facts.keepaliveTimeSeconds, facts.gracefulRestart], [3, 1, { restartTimeSeconds: 120 }]);
+    assert.deepEqual(
+      [facts.holdTimeSeconds, facts.keepaliveTimeSeconds, facts.gracefulRestart],
+      [3, 1, { restartTimeSeconds: 120 }],
+    );
   });
 
   test("ASN 0 or above 4294967295, and a missing ASN or address, are refused", async () => {
     await refusedWith({ peerASN: 0 }, /spec\.peerASN: Invalid value: 0: .*greater than or equal to 1/);
     await refusedWith({ myASN: 0 }, /spec\.myASN: Invalid value: 0/);
-    await refusedWith({ myASN: 4_294_967_296 }, /spec\.myASN: Invalid value: 4294967296: .*less than or equal to 4294967295/);
+    await refusedWith(
+      { myASN: 4_294_967_296 },
+      /spec\.myASN: Invalid value: 4294967296: .*less than or equal to 4294967295/,
+    );
     await refusedWith({ peerASN: undefined }, /spec\.peerASN: Required value/);
     await refusedWith({ peerAddress: undefined }, /spec\.peerAddress: Required value/);
   });
@@ -92,17 +98,23 @@ describe("BGPPeer CRD", () => {
   });
 
   test("a hold time of 1s, 2s, above 65535s, fractional or not Go's is refused; 0 and 3s are taken", async () => {
-    for (const hold of ["1s", "2s", "2999ms", "65536s", "19h"]) await refusedWith({ holdTime: hold }, /holdTime is 0 or 3s to 65535s/);
+    for (const hold of ["1s", "2s", "2999ms", "65536s", "19h"])
+      await refusedWith({ holdTime: hold }, /holdTime is 0 or 3s to 65535s/);
     await refusedWith({ holdTime: "3.5s" }, /whole seconds/);
-    for (const hold of ["90", "-90s", "1d", "90 s", "+90s"]) await refusedWith({ holdTime: hold }, /a duration as Go writes it/);
-    for (const hold of ["0", "0s", "3s", "1m30s", "65535s", "3000ms"]) assert.equal(await refusal({ holdTime: hold }), undefined, hold);
+    for (const hold of ["90", "-90s", "1d", "90 s", "+90s"])
+      await refusedWith({ holdTime: hold }, /a duration as Go writes it/);
+    for (const hold of ["0", "0s", "3s", "1m30s", "65535s", "3000ms"])
+      assert.equal(await refusal({ holdTime: hold }), undefined, hold);
   });
 
   test("a keepalive not below the hold time is refused (0 with hold time 0); below it, it is taken", async () => {
     await refusedWith({ holdTime: "9s", keepaliveTime: "9s" }, /keepaliveTime is below holdTime/);
     await refusedWith({ holdTime: "9s", keepaliveTime: "30s" }, /keepaliveTime is below holdTime/);
     await refusedWith({ keepaliveTime: "91s" }, /keepaliveTime is below holdTime/);
-    await refusedWith({ holdTime: "0s", keepaliveTime: "1s" }, /keepaliveTime is below holdTime \(and 0 when holdTime is 0\)/);
+    await refusedWith(
+      { holdTime: "0s", keepaliveTime: "1s" },
+      /keepaliveTime is below holdTime \(and 0 when holdTime is 0\)/,
+    );
     await refusedWith({ keepaliveTime: "0.5s" }, /whole seconds/);
     assert.equal(await refusal({ holdTime: "0s", keepaliveTime: "0s" }), undefined);
     assert.equal(await refusal({ holdTime: "9s", keepaliveTime: "3s" }), undefined);
@@ -122,9 +134,15 @@ describe("BGPPeer CRD", () => {
 
   test("the apiserver (Go's time.ParseDuration in CEL) and peerFacts (cli/duration.ts) agree on each hold time", async () => {
     const unit = fc.constantFrom("ns", "us", "µs", "ms", "s", "m", "h", "", "d", "S");
-    const number = fc.oneof(fc.nat({ max: 70_000 }).map(String), fc.constantFrom("1.5", ".5", "3.", "0", "00", "3.000"));
+    const number = fc.oneof(
+      fc.nat({ max: 70_000 }).map(String),
+      fc.constantFrom("1.5", ".5", "3.", "0", "00", "3.000"),
+    );
     const part = fc.tuple(number, unit).map(([n, u]) => n + u);
-    const text = fc.oneof(fc.array(part, { minLength: 1, maxLength: 3 }).map((parts) => parts.join("")), fc.constantFrom("0", "-3s", ""));
+    const text = fc.oneof(
+      fc.array(part, { minLength: 1, maxLength: 3 }).map((parts) => parts.join("")),
+      fc.constantFrom("0", "-3s", ""),
+    );
     const samples = [...fc.sample(text, { numRuns: 80, seed: 27 }), "3s", "65535s", "1m5s", "3.000s"];
     const outcomes = new Set<boolean>();
     for (const holdTime of new Set(samples)) {
@@ -143,7 +161,10 @@ describe("BGPPeer CRD", () => {
     await peers.patch(name, "merge", { status }, { subresource: "status" });
     assert.deepEqual((await peers.get(name)).status, status, "nothing pruned");
     const table = await plane.kubectl(["get", "bgppeer", name]);
-    const [header, row] = table.trim().split("\n").map((line) => line.trim().split(/\s{2,}/));
+    const [header, row] = table
+      .trim()
+      .split("\n")
+      .map((line) => line.trim().split(/\s{2,}/));
     assert.deepEqual(header, ["NAME", "PEER", "PEER ASN", "MY ASN", "ESTABLISHED", "NODES", "AGE"]);
     assert.deepEqual(row?.slice(0, 6), [name, "192.0.2.1", "64512", "64513", "3", "5"]);
   });

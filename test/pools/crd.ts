@@ -12,5 +12,6 @@ export async function installCrd(plane: ControlPlane, file: string, name: string
   await plane.kubectl(["wait", "--for=condition=Established", "--timeout=120s", `crd/${name}`]);
 }
 
-export const installPoolCrd = (plane: ControlPlane) => installCrd(plane, POOL_CRD_FILE, "loadbalancerippools.local-ccm.io");
+export const installPoolCrd = (plane: ControlPlane) =>
+  installCrd(plane, POOL_CRD_FILE, "loadbalancerippools.local-ccm.io");
 export const installBgpPeerCrd = (plane: ControlPlane) => installCrd(plane, BGP_PEER_CRD_FILE, "bgppeers.local-ccm.io");
