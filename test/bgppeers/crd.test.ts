@@ -1,6 +1,6 @@
 // The BGPPeer CRD against a real kube-apiserver: its schema and CEL rules refuse bad peers with their message, take
 // good ones with the defaults, agree with peerFacts() (src/bgppeers/peer.ts) on which durations are sound, and
-// `kubectl get bgppeer` shows the printer columns.
+// `kubectl get bgppeer` shows the printer columns. A namespace editor (RBAC `edit`) can neither create nor change one.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import fc from "fast-check";
@@ -8,12 +8,13 @@ import { isApiError } from "../../src/kube/errors.ts";
 import { Resource } from "../../src/kube/resource.ts";
 import { BGP_PEER_RESOURCE, BGP_PEER_TYPE, type BGPPeer, peerFacts } from "../../src/bgppeers/peer.ts";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
+import { editorClient, namespaceEditor } from "../../localcluster/editor.ts";
 import { installBgpPeerCrd } from "../pools/crd.ts";
 
 let plane: ControlPlane;
 let peers: Resource<BGPPeer>;
 before(async () => {
-  plane = await startControlPlane();
+  plane = await startControlPlane({ controllerManager: true }); // for the editor's aggregated `edit` ClusterRole
   await installBgpPeerCrd(plane);
   peers = new Resource(plane.admin, BGP_PEER_RESOURCE);
 });
@@ -69,6 +70,10 @@ describe("BGPPeer CRD", () => {
     assert.deepEqual(peer.spec?.bfd, { minRx: "300ms", minTx: "300ms", multiplier: 3 });
     assert.deepEqual(peer.spec?.gracefulRestart, { restartTime: "120s" });
     assert.deepEqual(peer.spec?.passwordSecretRef, { name: "router-md5", key: "password" });
+    // No namespace: a Secret elsewhere cannot be named (the field is pruned, as any unknown one).
+    const elsewhere = { passwordSecretRef: { name: "md5", namespace: "tenant" } };
+    assert.equal(await refusal(elsewhere), undefined);
+    assert.deepEqual((await peers.get(`peer-${created}`)).spec?.passwordSecretRef, { name: "md5", key: "password" });
     const facts = peerFacts(peer);
     assert.equal(facts.problem, undefined);
     assert.deepEqual(facts.bfd, { minRxMs: 300, minTxMs: 300, multiplier: 3 });
@@ -152,6 +157,28 @@ describe("BGPPeer CRD", () => {
       outcomes.add(taken);
     }
     assert.equal(outcomes.size, 2, "some taken, some refused");
+  });
+
+  test("a namespace editor (RBAC edit) can neither create, change nor delete a BGPPeer: cluster-admin only", async () => {
+    const name = `peer-${++created}`;
+    await peers.create({ ...BGP_PEER_TYPE, metadata: { name }, spec: BASE });
+    const editor = new Resource<BGPPeer>(
+      await editorClient(await namespaceEditor(plane, "bgp-editor")),
+      BGP_PEER_RESOURCE,
+    );
+    const forbidden = (write: Promise<unknown>) =>
+      write.then(
+        () => "allowed",
+        (err: unknown) => (isApiError(err, "Forbidden") ? "forbidden" : String(err)),
+      );
+    const hostile = { ...BASE, peerAddress: "203.0.113.66" };
+    assert.equal(
+      await forbidden(editor.create({ ...BGP_PEER_TYPE, metadata: { name: "rogue" }, spec: hostile })),
+      "forbidden",
+    );
+    assert.equal(await forbidden(editor.patch(name, "merge", { spec: hostile })), "forbidden");
+    assert.equal(await forbidden(editor.delete(name)), "forbidden");
+    assert.equal((await peers.get(name)).spec?.peerAddress, BASE.peerAddress);
   });
 
   test("kubectl get bgppeer shows peer, ASNs, established sessions and nodes; the status keeps every field", async () => {
