@@ -1,7 +1,7 @@
-// The BGPPeer resource (charts/local-ccm/crds/bgppeers.yaml) as the speaker and the bgp-peers controller read it:
+// The BGPPeer resource (charts/local-ccm/crds/bgppeers.yaml) as the speaker is to read it once it joins the agent:
 // the session's settings with the CRD's defaults filled in and its durations read as Go reads them (the CRD's CEL
 // rules parse them with Go's time.ParseDuration; cli/duration.ts is tested against Go). A peer written where those
-// rules do not run (an older CRD) is caught here: `problem` says why, and nobody peers with it.
+// rules do not run (an older CRD) is caught here: `problem` says why, and nobody is to peer with it.
 import type { LabelSelector as KubeLabelSelector } from "kubernetes-types/meta/v1.js";
 import { parseDurationNs } from "../cli/duration.ts";
 import { type LabelSelector, labelSelectorFrom } from "../kube/labelselector.ts";
