@@ -26,12 +26,22 @@ describe("parseAgentFlags", () => {
       runOnce: false,
       metadata: { mode: "none", timeoutMs: 10_000, updateLabels: false, initRules: [], rules: { providerIDTemplate: "", rules: [] } },
       announce: undefined,
+      bgpSpeaker: false,
       kubeconfig: "",
       verbosity: 0,
       logFormat: "text",
       healthBindAddress: { port: AGENT_HEALTH_PORT },
       metrics: { address: { port: AGENT_METRICS_PORT }, secure: true, withHealth: false, tokenAudiences: [] },
     });
+  });
+
+  test("--bgp-speaker: off by default, parsed as a bool (no effect yet), its help says so", () => {
+    const env = { NODE_NAME: "node-1" };
+    assert.equal(parse([], env).bgpSpeaker, false);
+    assert.equal(parse(["--bgp-speaker"], env).bgpSpeaker, true);
+    rejects(["--bgp-speaker=maybe"], 'invalid value "maybe" for --bgp-speaker: not a boolean (true or false)', env);
+    const spec = agentFlagTable.find(({ name }) => name === "bgp-speaker");
+    assert.match(spec?.help ?? "", /^\(experimental; no effect yet\)/);
   });
 
   test("announcing: the Lease namespace from the flag or POD_NAMESPACE; refused without one or for a long name", () => {
@@ -95,6 +105,7 @@ describe("parseAgentFlags", () => {
         "--lb-l2-lease-namespace=ops",
         "--lb-l2-interfaces=eth1,bond0",
         "--lb-l2-node-selector=node-role.kubernetes.io/edge",
+        "--bgp-speaker",
         "--kubeconfig=/etc/kubeconfig",
         "--v=4",
         "--log-format=json",
@@ -146,6 +157,7 @@ describe("parseAgentFlags", () => {
           requirements: [{ key: "node-role.kubernetes.io/edge", operator: "exists", values: [] }],
         },
       },
+      bgpSpeaker: true,
       kubeconfig: "/etc/kubeconfig",
       verbosity: 4,
       logFormat: "json",
@@ -405,6 +417,7 @@ describe("the agent's flag table", () => {
         "lb-l2-lease-namespace",
         "lb-l2-interfaces",
         "lb-l2-node-selector",
+        "bgp-speaker",
         "kubeconfig",
         "v",
         "log-format",
@@ -449,6 +462,7 @@ describe("the agent's flag table", () => {
       "lb-l2-lease-namespace": undefined,
       "lb-l2-interfaces": "loadBalancer.l2.interfaces",
       "lb-l2-node-selector": "loadBalancer.l2.announcerNodes",
+      "bgp-speaker": "bgp.enabled",
       kubeconfig: undefined,
       v: "agent.verbosity",
       "log-format": "agent.logFormat",

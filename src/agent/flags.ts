@@ -32,6 +32,8 @@ export interface AgentFlags extends CommonFlags {
   metadata: MetadataFlags;
   /** Set when the agent announces the LoadBalancer addresses assigned to its node (layer 2). */
   announce: AnnounceFlags | undefined;
+  /** --bgp-speaker: parsed, not acted on yet (the speaker joins the announcing loop in a later change). */
+  bgpSpeaker: boolean;
 }
 
 export interface AnnounceFlags {
@@ -200,6 +202,17 @@ const announceFlags = [
     helm: "loadBalancer.l2.announcerNodes",
     validate: parses(parseLabelSelector),
   }),
+  flag({
+    name: "bgp-speaker",
+    type: "bool",
+    default: "false",
+    help:
+      "(experimental; no effect yet) Peer with the routers of the BGPPeers that select this node and announce " +
+      "the addresses of LoadBalancer Services of class local-ccm.io/bgp. This release parses it only: the " +
+      "speaker is not yet part of the agent, and nothing is announced over BGP.",
+    // One switch for both halves of BGP mode: the pool controller serves the class, and the agents speak.
+    helm: "bgp.enabled",
+  }),
 ] as const;
 
 type AddressType = "internal" | "external";
@@ -329,6 +342,7 @@ export function parseAgentFlags(argv: readonly string[], env: Env): AgentFlags {
       interfaces: values["lb-l2-interfaces"],
       nodeSelector: values["lb-l2-node-selector"] ? parseLabelSelector(values["lb-l2-node-selector"]) : undefined,
     }),
+    bgpSpeaker: values["bgp-speaker"],
     ...commonFlags(values),
   };
 }

@@ -74,8 +74,11 @@ export interface ControllerDefinition<
   name: string;
   /** Whether --controllers=* runs it. */
   enabledByDefault: boolean;
-  /** The Helm value that runs it (the chart grants its RBAC only then, and turns it off in --controllers if need be). */
-  helmEnabled?: string;
+  /**
+   * The Helm values that run it, any one of them true (the chart grants its RBAC only then, and turns it off in
+   * --controllers if need be).
+   */
+  helmEnabled?: readonly string[];
   /** One line for docs/reference.md's table of controllers. */
   summary: string;
   /** Its flags, appended to the program's one table. */

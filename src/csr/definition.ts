@@ -47,7 +47,7 @@ export const kubeletServingCsr = defineController({
   // Approving certificates is a security decision the operator opts into, and a cluster without
   // serverTLSBootstrap kubelets has nothing for it to do.
   enabledByDefault: false,
-  helmEnabled: "csrApproval.enabled",
+  helmEnabled: ["csrApproval.enabled"],
   summary: "Approves kubelet serving certificates whose names and addresses are the Node's own, and denies others.",
   flags: csrFlagTable,
   dryRun: '"would approve", "would deny"',

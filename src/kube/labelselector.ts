@@ -1,6 +1,8 @@
 // Kubernetes label selectors in their text form (`kubectl -l`, `--node-selector`), parsed and
 // matched as k8s.io/apimachinery/pkg/labels does, plus the `key` / `key=value` lists that
-// `--protected-labels` and `--protected-annotations` take. Errors are one line naming the problem.
+// `--protected-labels` and `--protected-annotations` take, and the metav1.LabelSelector of a CRD's spec. Errors
+// are one line naming the problem.
+import type { LabelSelector as KubeLabelSelector } from "kubernetes-types/meta/v1.js";
 
 export type Operator = "=" | "!=" | "in" | "notin" | "exists" | "!" | ">" | "<";
 
@@ -250,4 +252,24 @@ export function matchesKeyValue(matcher: KeyValueMatcher, map: Record<string, st
 /** `key` or `key=value`, as written on the command line. */
 export function formatKeyValue(matcher: KeyValueMatcher): string {
   return matcher.value === undefined ? matcher.key : `${matcher.key}=${matcher.value}`;
+}
+
+const SELECTOR_OPERATORS: Record<string, Operator> = { In: "in", NotIn: "notin", Exists: "exists", DoesNotExist: "!" };
+
+/**
+ * A metav1.LabelSelector (a CRD field, `field` in messages) as the text selectors' requirements, matched by the same
+ * rules; a reason when it is bad.
+ */
+export function labelSelectorFrom(selector: KubeLabelSelector, field: string): LabelSelector | string {
+  const requirements: Requirement[] = Object.entries(selector.matchLabels ?? {}).map(([key, value]) => ({
+    key,
+    operator: "=",
+    values: [value],
+  }));
+  for (const { key, operator, values = [] } of selector.matchExpressions ?? []) {
+    const mapped = SELECTOR_OPERATORS[operator];
+    if (!mapped) return `${field}: unknown operator ${JSON.stringify(operator)}`;
+    requirements.push({ key, operator: mapped, values });
+  }
+  return { text: JSON.stringify(selector), requirements };
 }

@@ -54,7 +54,7 @@ export function lifecycleConfig(flags: LifecycleFlags): LifecycleConfig {
 export const nodeLifecycle = defineController({
   name: "node-lifecycle",
   enabledByDefault: true,
-  helmEnabled: "nodeLifecycleController.nodeDeletion.enabled",
+  helmEnabled: ["nodeLifecycleController.nodeDeletion.enabled"],
   summary: "Deletes the Nodes of machines that are gone: NotReady past a timeout and reached by no probe.",
   flags: lifecycleFlagTable,
   dryRun: '"would delete"',

@@ -310,6 +310,7 @@ describe("the program's flag table", () => {
       "lb-unknown-threshold": "loadBalancer.nodeAddress.unknownThreshold",
       "lb-unknown-grace": "loadBalancer.nodeAddress.unknownGrace",
       "lb-l2-claim-classless": "loadBalancer.l2.pools.claimClassless",
+      "lb-bgp": "bgp.enabled",
       "lb-l2-lease-namespace": undefined,
       kubeconfig: undefined,
       v: `${prefix}verbosity`,

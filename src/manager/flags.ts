@@ -17,7 +17,8 @@ export const MANAGER_METRICS_PORT = 10266;
 const HELM = "nodeLifecycleController.controller.";
 
 const controllerHelp = ({ name, enabledByDefault, helmEnabled, summary }: AnyController) =>
-  `${name} (${enabledByDefault ? "on" : "off"} by default${helmEnabled ? `; Helm ${helmEnabled}` : ""}): ${summary}`;
+  `${name} (${enabledByDefault ? "on" : "off"} by default${helmEnabled ? `; Helm ${helmEnabled.join(" or ")}` : ""}): ` +
+  summary;
 
 /**
  * kube-controller-manager's rule: `-name` turns a controller off, `name` on, and `*` turns on those on by

@@ -24,7 +24,7 @@ export function controllersMarkdown(): string {
     ["controller", "on by default", "what it does", "its flags"],
     CONTROLLERS.map(({ name, enabledByDefault, helmEnabled, summary, flags }) => [
       code(name),
-      `${enabledByDefault ? "yes" : "no"}${helmEnabled ? ` (Helm ${code(helmEnabled)})` : ""}`,
+      `${enabledByDefault ? "yes" : "no"}${helmEnabled ? ` (Helm ${helmEnabled.map(code).join(" or ")})` : ""}`,
       summary,
       flags.map((spec) => code(`--${spec.name}`)).join(", "),
     ]),

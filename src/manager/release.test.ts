@@ -3,7 +3,7 @@ import { test } from "node:test";
 import fc from "fast-check";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { LB_FINALIZER } from "../loadbalancer/service.ts";
-import { ALLOCATED_FROM_ANNOTATION, L2_CLASS } from "../pools/allocate.ts";
+import { ALLOCATED_FROM_ANNOTATION, BGP_CLASS, L2_CLASS } from "../pools/allocate.ts";
 import { NODE_ADDRESS_CLASS } from "../service/decide.ts";
 import { type ReleaseRule, releaseDecision } from "./release.ts";
 
@@ -35,6 +35,7 @@ test("releaseDecision: only a Service surely ours loses the finalizer", () => {
     ["no finalizer", { finalizers: ["example.com/other"], lbClass: NODE_ADDRESS_CLASS }, false, "no-finalizer"],
     ["node-address class", { lbClass: NODE_ADDRESS_CLASS }, true, "class"],
     ["l2 class, pending", { lbClass: L2_CLASS }, true, "class"],
+    ["bgp class, pending", { lbClass: BGP_CLASS }, true, "class"],
     ["class-less, allocated from a pool", { allocatedFrom: "main", ingress: ["198.51.100.7"] }, true, "allocated-from"],
     ["another class, even with our annotation", { lbClass: "example.com/lb", allocatedFrom: "main" }, true,
       "allocated-from"],
@@ -51,7 +52,7 @@ test("releaseDecision: only a Service surely ours loses the finalizer", () => {
 });
 
 test("releaseDecision: another class's Service is never released unless the pool controller marked it", () => {
-  const ours = new Set([NODE_ADDRESS_CLASS, L2_CLASS]);
+  const ours = new Set([NODE_ADDRESS_CLASS, L2_CLASS, BGP_CLASS]);
   fc.assert(
     fc.property(
       fc.string({ minLength: 1 }).filter((lbClass) => !ours.has(lbClass)),

@@ -7,7 +7,7 @@
 // released by hand; another controller's finalizer removed by mistake would leak that controller's load balancer.
 import type { Service } from "kubernetes-types/core/v1.js";
 import { LB_FINALIZER } from "../loadbalancer/service.ts";
-import { ALLOCATED_FROM_ANNOTATION, L2_CLASS } from "../pools/allocate.ts";
+import { ALLOCATED_FROM_ANNOTATION, BGP_CLASS, L2_CLASS } from "../pools/allocate.ts";
 import { NODE_ADDRESS_CLASS } from "../service/decide.ts";
 
 export type ReleaseRule =
@@ -24,7 +24,7 @@ export interface ReleaseDecision {
   reason: string;
 }
 
-const OUR_CLASSES = [NODE_ADDRESS_CLASS, L2_CLASS];
+const OUR_CLASSES = [NODE_ADDRESS_CLASS, L2_CLASS, BGP_CLASS];
 
 /** Whether the Service's load-balancer-cleanup finalizer is ours to remove now that the controllers are gone. */
 export function releaseDecision(service: Service, isNodeAddress: (ip: string) => boolean): ReleaseDecision {

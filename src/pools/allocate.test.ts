@@ -4,6 +4,8 @@ import fc from "fast-check";
 import {
   type Allocation,
   allocate,
+  announcing,
+  BGP_CLASS,
   isOurs,
   type L2ServiceFacts,
   L2_CLASS,
@@ -14,6 +16,10 @@ import { ExclusionSet, exclusions, type NetworkFacts } from "./exclusions.ts";
 import { type LoadBalancerIPPool, type PoolFacts, poolFacts } from "./pool.ts";
 import { ipNumber, ipText, isBuggyIp } from "./ranges.ts";
 import { poolStatus } from "./status.ts";
+
+/** The classes served: l2 only, or bgp too (--lb-bgp). */
+const L2_ONLY = { claimClassless: false, bgp: false };
+const WITH_BGP = { claimClassless: false, bgp: true };
 
 let seconds = 0;
 /** A Service of ours, created a second after the one before. */
@@ -56,8 +62,9 @@ function run(
   pools: PoolFacts[],
   nodes: Record<string, string> = {},
   network: Partial<NetworkFacts> = {},
+  served = WITH_BGP,
 ) {
-  return allocate({ services, pools, exclusions: excluded(nodes, network), claimClassless: false });
+  return allocate({ services, pools, exclusions: excluded(nodes, network), served });
 }
 
 /** "ns/a → 198.51.100.1 (kept)" or "ns/a ✗ pool-exhausted: …". */
@@ -203,6 +210,35 @@ describe("allocate", () => {
     assert.equal(services.get("tenant/found")?.moved, "198.51.100.0 is held by the older Service ns/web");
   });
 
+  test("class local-ccm.io/bgp: served with --lb-bgp by the l2 rules, announced by every node; no sharing with l2", () => {
+    const one = [pool("a", ["198.51.100.0/30"])];
+    const bgp = (name: string, fields: Partial<L2ServiceFacts> = {}) => service(name, { class: BGP_CLASS, ...fields });
+    const world = [
+      service("l2", { sharingKey: "k" }),
+      bgp("routed", { sharingKey: "k", ports: [{ protocol: "TCP", port: 443 }] }),
+      bgp("asks", { sharingKey: "k", requestedIps: "198.51.100.0", ports: [{ protocol: "UDP", port: 53 }] }),
+      bgp("mate", { sharingKey: "k", ports: [{ protocol: "TCP", port: 8080 }] }),
+    ];
+    assert.deepEqual(summary(run(world, one).services), [
+      "ns/l2 → 198.51.100.0 (allocated)",
+      "ns/routed → 198.51.100.1 (allocated)",
+      "ns/asks ✗ sharing-class: 198.51.100.0 is shared under key k by ns/l2, announced over layer 2: an l2 and a " +
+        "bgp Service never share",
+      "ns/mate → 198.51.100.1 (allocated)",
+    ]);
+    // Off, they are another controller's: nothing allocated, nothing held.
+    const off = run(world, one, {}, {}, L2_ONLY);
+    assert.deepEqual(summary(off.services), ["ns/l2 → 198.51.100.0 (allocated)"]);
+    assert.equal(isOurs(bgp("x"), L2_ONLY), false);
+    assert.equal(isOurs(bgp("x", { class: "example.com/bgp" }), WITH_BGP), false);
+    assert.equal(isOurs(bgp("x", { type: "NodePort" }), WITH_BGP), false);
+    assert.deepEqual([announcing(bgp("x")), announcing(service("y")), announcing(service("z", { class: undefined }))], [
+      "every-node",
+      "assigned-node",
+      "assigned-node",
+    ]);
+  });
+
   test("pools: selector, namespaces, autoAssign off (only when named), named pool, .0/.255 avoided", () => {
     const pools = [
       pool("a-manual", ["192.0.2.0/24"], { autoAssign: false }),
@@ -276,8 +312,8 @@ describe("allocate", () => {
     const { services, used } = run([going, theirs, fresh], [small]);
     assert.deepEqual(summary(services), ["ns/fresh → 198.51.100.1 (allocated)"]);
     assert.deepEqual([...(used.get("a") ?? [])].sort(), ["198.51.100.0", "198.51.100.1"]);
-    assert.equal(isOurs(service("x", { class: undefined }), true), true);
-    assert.equal(isOurs(service("x", { class: undefined }), false), false);
+    assert.equal(isOurs(service("x", { class: undefined }), { ...L2_ONLY, claimClassless: true }), true);
+    assert.equal(isOurs(service("x", { class: undefined }), L2_ONLY), false);
   });
 
   test("what the network uses is never handed out; a request for it is refused by its rule, naming the value", () => {
@@ -475,6 +511,7 @@ const arbitraryService = (index: number) =>
     .record({
       ipFamilies: fc.constantFrom<L2ServiceFacts["ipFamilies"][]>(["IPv4"], ["IPv6"], ["IPv4", "IPv6"]),
       namespace: fc.constantFrom("ns", "tenant"),
+      class: fc.constantFrom(L2_CLASS, BGP_CLASS),
       port: fc.constantFrom(80, 443),
       sharingKey: fc.option(fc.constantFrom("k", "j"), { nil: undefined }),
       requestedIps: fc.option(fc.constantFrom(...ADDRESSES), { nil: undefined }),
@@ -524,7 +561,7 @@ const arbitraryNetwork = fc.record({
 });
 
 describe("allocate: properties", () => {
-  test("no two Services on one address unless of one namespace, with one key and no port in common", () => {
+  test("no two Services on one address unless of one namespace and class, with one key and no port in common", () => {
     fc.assert(
       fc.property(arbitraryWorld, (services) => {
         const { services: result } = run(services, POOLS);
@@ -547,7 +584,11 @@ describe("allocate: properties", () => {
           for (const a of holders)
             for (const b of holders) {
               if (a === b || a.deleting || b.deleting) continue;
-              const sharing = a.sharingKey !== undefined && a.sharingKey === b.sharingKey && a.namespace === b.namespace;
+              const sharing =
+                a.sharingKey !== undefined &&
+                a.sharingKey === b.sharingKey &&
+                a.namespace === b.namespace &&
+                a.class === b.class;
               assert.ok(sharing && a.ports[0]?.port !== b.ports[0]?.port, `${ip} held by ${a.key} and ${b.key}`);
             }
       }),
@@ -559,7 +600,7 @@ describe("allocate: properties", () => {
     fc.assert(
       fc.property(arbitraryWorld, arbitraryNetwork, (services, network) => {
         const exclusionSet = new ExclusionSet(exclusions(network));
-        const { services: result } = allocate({ services, pools: POOLS, exclusions: exclusionSet, claimClassless: false });
+        const { services: result } = allocate({ services, pools: POOLS, exclusions: exclusionSet, served: WITH_BGP });
         for (const facts of services) {
           const allocation = result.get(facts.key);
           if (allocation?.action !== "allocate") continue;
@@ -582,7 +623,8 @@ describe("allocate: properties", () => {
           const held = new Map(current.map((facts) => [facts.key, facts.ingress]));
           for (const [pools, network] of edits) {
             const exclusionSet = new ExclusionSet(exclusions(network));
-            const { services: result } = allocate({ services: current, pools, exclusions: exclusionSet, claimClassless: false });
+            const input = { services: current, pools, exclusions: exclusionSet, served: WITH_BGP };
+            const { services: result } = allocate(input);
             for (const facts of current) {
               const before = held.get(facts.key) ?? [];
               if (facts.deleting || !before.length) continue;
@@ -603,7 +645,7 @@ describe("allocate: properties", () => {
       fc.property(arbitraryWorld, (services) => {
         const { services: result, used } = run(services, POOLS);
         // A Service being deleted holds its addresses until it is gone, in a pool or not.
-        const deleting = services.flatMap((facts) => (facts.deleting && isOurs(facts, false) ? facts.ingress : []));
+        const deleting = services.flatMap((facts) => (facts.deleting && isOurs(facts, WITH_BGP) ? facts.ingress : []));
         const held = new Set([...[...used.values()].flatMap((ips) => [...ips]), ...deleting]);
         for (const facts of services) {
           const allocation = result.get(facts.key);

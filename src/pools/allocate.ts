@@ -1,6 +1,6 @@
-// Which addresses each LoadBalancer Service of class local-ccm.io/l2 holds, as a pure function of the pools, the
-// Services and what the network uses (exclusions.ts): allocate() looks at all of them at once, because Services
-// compete for addresses. Every answer carries a rule id for metrics and a reason for logs and Events.
+// Which addresses each LoadBalancer Service of class local-ccm.io/l2 (and local-ccm.io/bgp) holds, as a pure function
+// of the pools, the Services and what the network uses (exclusions.ts): allocate() looks at all of them at once,
+// because Services compete for addresses. Every answer carries a rule id for metrics and a reason for logs and Events.
 //
 // Order of the rules:
 // 1. What Services hold is kept first, oldest Service first. An address in their status that this controller
@@ -17,10 +17,11 @@
 //    Service that holds nothing gets every family of spec.ipFamilies or nothing; one that holds addresses keeps
 //    them and is told what it asks and cannot have, so no refusal ever releases an address.
 //
-// Sharers are of one namespace: Services sharing an address have one announcer, eligible for all of them
+// Sharers are of one namespace and one class: Services sharing an address have one announcer, eligible for all of them
 // (announcers.ts), so a sharer whose node selector matches no node, or whose externalTrafficPolicy Local has no
 // endpoint, leaves the address unannounced. A key is a namespace's own, as a tenant may set any key; Cilium too
-// shares across namespaces only on an explicit opt-in.
+// shares across namespaces only on an explicit opt-in. An address announced by one node over layer 2 and by every
+// node over BGP would draw its traffic two ways, so an l2 and a bgp Service never share.
 import type { Service } from "kubernetes-types/core/v1.js";
 import { objectKey } from "../kube/informer.ts";
 import { matchesLabels } from "../kube/labelselector.ts";
@@ -31,6 +32,8 @@ import type { PoolFacts } from "./pool.ts";
 import { type IpFamily, ipNumber, ipText, isBuggyIp, rangeHolds } from "./ranges.ts";
 
 export const L2_CLASS = "local-ccm.io/l2";
+/** Served like L2_CLASS when --lb-bgp is on; every eligible node's speaker announces it: nothing to assign. */
+export const BGP_CLASS = "local-ccm.io/bgp";
 /** One address, or one of each family, comma-separated: the Service's addresses, from any pool it may use. */
 export const REQUESTED_IPS_ANNOTATION = "local-ccm.io/load-balancer-ips";
 /** The pool (by name) to draw from, even one with autoAssign false. */
@@ -120,10 +123,28 @@ function withoutAnnouncerLabel(labels: Record<string, string>): Record<string, s
   return rest;
 }
 
-/** Whether this controller serves the Service: of type LoadBalancer and of its class (or class-less, if claimed). */
-export function isOurs(facts: L2ServiceFacts, claimClassless: boolean): boolean {
-  return facts.type === "LoadBalancer" && (facts.class === L2_CLASS || (facts.class === undefined && claimClassless));
+/** Which Services the controller serves beside those of class local-ccm.io/l2. */
+export interface ServedClasses {
+  /** Class-less Services too (announced as l2). */
+  claimClassless: boolean;
+  /** Class local-ccm.io/bgp too; off, they are left alone as another controller's class is. */
+  bgp: boolean;
 }
+
+/** Whether this controller serves the Service: of type LoadBalancer and of a class it serves (or class-less). */
+export function isOurs(facts: Pick<L2ServiceFacts, "type" | "class">, served: ServedClasses): boolean {
+  if (facts.type !== "LoadBalancer") return false;
+  if (facts.class === undefined) return served.claimClassless;
+  return facts.class === L2_CLASS || (facts.class === BGP_CLASS && served.bgp);
+}
+
+/**
+ * How a Service's addresses are announced: by one node the controller assigns (layer 2: class local-ccm.io/l2, or
+ * class-less), or by the speaker of every eligible node (BGP; the routers spread the traffic): nothing to assign.
+ */
+export type Announcing = "assigned-node" | "every-node";
+export const announcing = ({ class: lbClass }: Pick<L2ServiceFacts, "class">): Announcing =>
+  lbClass === BGP_CLASS ? "every-node" : "assigned-node";
 
 export type RefusalRule =
   | "bad-request"
@@ -133,6 +154,7 @@ export type RefusalRule =
   | "address-held"
   | "port-overlap"
   | "sharing-namespace"
+  | "sharing-class"
   | ExclusionRule;
 
 /** Why an address a Service keeps would no longer be given to it: a pool's change, or what the network uses. */
@@ -166,7 +188,7 @@ export interface AllocateInput {
   pools: readonly PoolFacts[];
   /** What the network uses (exclusions.ts): never handed out. */
   exclusions: ExclusionSet;
-  claimClassless: boolean;
+  served: ServedClasses;
 }
 
 export interface AllocateResult {
@@ -181,6 +203,7 @@ export interface AllocateResult {
 interface Holder {
   key: string;
   namespace: string;
+  announcing: Announcing;
   sharingKey: string | undefined;
   ports: ServicePort[];
 }
@@ -204,9 +227,13 @@ type Step = { ok: Held } | Refusal;
 /** Where a missing address comes from: the one requested, in its pool, or the lowest free one of these pools. */
 type Source = { ip: string; pool: PoolFacts } | { family: IpFamily; candidates: PoolFacts[] };
 
-/** Whether two Services may hold one address: one namespace, the same sharing key, and no protocol/port in common. */
+/**
+ * Whether two Services may hold one address: one namespace, one way of announcing, the same sharing key, and no
+ * protocol/port in common.
+ */
 function compatible(a: Holder, b: Holder): boolean {
   if (!a.sharingKey || a.sharingKey !== b.sharingKey || a.namespace !== b.namespace) return false;
+  if (a.announcing !== b.announcing) return false;
   return !a.ports.some((mine) => b.ports.some((theirs) => samePort(mine, theirs)));
 }
 
@@ -214,7 +241,7 @@ const samePort = (a: ServicePort, b: ServicePort) => a.protocol === b.protocol &
 
 export function allocate(input: AllocateInput): AllocateResult {
   const { pools, exclusions } = input;
-  const ours = [...input.services].filter((facts) => isOurs(facts, input.claimClassless)).sort(byAge);
+  const ours = [...input.services].filter((facts) => isOurs(facts, input.served)).sort(byAge);
   const byName = [...pools].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   const holders = new Map<string, Holder[]>();
   const held = new Map<string, Held[]>(); // Service key → what it holds
@@ -442,6 +469,15 @@ export function allocate(input: AllocateInput): AllocateResult {
         `${ip} is shared under key ${facts.sharingKey} by Services of namespace ${foreign.namespace} only, ` +
           `not ${facts.namespace}`,
       );
+    const mine = announcing(facts);
+    const otherClass = sharer && others.find((other) => other.announcing !== mine);
+    if (otherClass)
+      return refusal(
+        "sharing-class",
+        `${ip} is shared under key ${facts.sharingKey} by ${otherClass.key}, announced ` +
+          `${otherClass.announcing === "every-node" ? "over BGP" : "over layer 2"}: ` +
+          "an l2 and a bgp Service never share",
+      );
     const holder = conflict(facts, ip);
     if (holder !== undefined && sharer && others.every((other) => other.sharingKey === facts.sharingKey))
       return refusal("port-overlap", `${ip} is shared with ${holder}, whose ports overlap this Service's`);
@@ -514,11 +550,12 @@ export function allocate(input: AllocateInput): AllocateResult {
   return { services: result, used, retained };
 }
 
-const holderOf = ({ key, namespace, sharingKey, ports }: L2ServiceFacts): Holder => ({
-  key,
-  namespace,
-  sharingKey,
-  ports,
+const holderOf = (facts: L2ServiceFacts): Holder => ({
+  key: facts.key,
+  namespace: facts.namespace,
+  announcing: announcing(facts),
+  sharingKey: facts.sharingKey,
+  ports: facts.ports,
 });
 
 const familyOf = (ip: string): IpFamily => (ip.includes(":") ? "IPv6" : "IPv4");

@@ -42,6 +42,7 @@ import {
   type AllocateResult,
   allocate,
   type Allocation,
+  announcing,
   isOurs,
   type L2ServiceFacts,
   l2ServiceFacts,
@@ -278,7 +279,7 @@ export class PoolController {
   private serviceChanged(service: Service): void {
     const facts = l2ServiceFacts(service);
     const key = facts.key;
-    const inputs = isOurs(facts, this.options.config.claimClassless) ? this.allocationInputs(facts) : undefined;
+    const inputs = isOurs(facts, this.options.config) ? this.allocationInputs(facts) : undefined;
     if (inputs !== this.inputs.get(key)) {
       this.stale = true;
       if (inputs === undefined) this.inputs.delete(key);
@@ -393,7 +394,7 @@ export class PoolController {
       services: services.list().map((service) => this.allocationFacts(service)),
       pools: this.pools,
       exclusions: this.exclusions,
-      claimClassless: this.options.config.claimClassless,
+      served: this.options.config,
     });
     this.options.metrics.allocateSeconds.observe((performance.now() - started) / 1000);
     const before = this.result;
@@ -429,6 +430,7 @@ export class PoolController {
       const allocation = result.services.get(facts.key);
       if (allocation?.action !== "allocate" || facts.deleting || facts.ingress.join() !== allocation.ips.join())
         continue;
+      if (announcing(facts) === "every-node") continue; // BGP: no announcer to assign
       const { local, announcer, nodeSelector, releasedFrom } = announcedFacts(service);
       // The removal's own version when this process wrote it; else the cached one, which is no earlier.
       const releaseVersion = this.releaseVersions.get(facts.key) ?? service.metadata?.resourceVersion;
@@ -608,7 +610,7 @@ export class PoolController {
   }
 
   private decide(facts: L2ServiceFacts, allocation: Allocation | undefined): Decision {
-    const ours = isOurs(facts, this.options.config.claimClassless);
+    const ours = isOurs(facts, this.options.config);
     // Released only when surely ours: the allocated-from annotation is this controller's signature, and the
     // finalizer is shared with every controller built on k8s.io/cloud-provider.
     if (facts.deleting && ours) return release("deleted", "the Service is being deleted");

@@ -1,7 +1,7 @@
 // The address pool controller as node-lifecycle-controller hosts it (manager/registry.ts): its flags, metrics,
 // RBAC, the watches it reads (Services, Nodes, LoadBalancerIPPools, EndpointSlices, ServiceCIDRs, and the announcer
 // Leases in their namespace, each trimmed to what it decides on) and how it is created from the program's shared parts. Off
-// by default: the chart turns it on with loadBalancer.l2.enabled, ships the LoadBalancerIPPool CRD
+// by default: the chart turns it on with loadBalancer.l2.enabled or bgp.enabled (which also passes --lb-bgp), ships the LoadBalancerIPPool CRD
 // (charts/local-ccm/crds/), and grants the Leases' list and watch in the release namespace (nlc-rbac.yaml: a
 // namespace the registry's rules cannot name).
 import type { Lease } from "kubernetes-types/coordination/v1.js";
@@ -53,11 +53,12 @@ const watches = ({ leaseNamespace }: PoolsConfig) => ({
 export const servicePools = defineController({
   name: "service-l2-pools",
   enabledByDefault: false,
-  helmEnabled: "loadBalancer.l2.enabled",
+  helmEnabled: ["loadBalancer.l2.enabled", "bgp.enabled"],
   summary:
-    "Gives LoadBalancer Services of class local-ccm.io/l2 addresses from LoadBalancerIPPools (requested, shared " +
-    "or the lowest free), recorded on the Service so that a restart never hands one out twice; writes the " +
-    "pools' status; assigns each address to one live announcer (the agents' Leases) and records it on the Service.",
+    "Gives LoadBalancer Services of class local-ccm.io/l2 (and, with --lb-bgp, local-ccm.io/bgp) addresses from " +
+    "LoadBalancerIPPools (requested, shared or the lowest free), recorded on the Service so that a restart never " +
+    "hands one out twice; writes the pools' status; assigns each l2 address to one live announcer (the agents' " +
+    "Leases) and records it on the Service.",
   flags: poolsFlagTable,
   classlessFlag: "lb-l2-claim-classless",
   parse: poolsConfig,

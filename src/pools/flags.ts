@@ -2,10 +2,9 @@
 // under loadBalancer.l2.
 import { type FlagValues, flag } from "../cli/flags.ts";
 import { dnsLabel } from "../cli/validate.ts";
+import type { ServedClasses } from "./allocate.ts";
 
-export interface PoolsConfig {
-  /** Give pool addresses to LoadBalancer Services without a loadBalancerClass too. */
-  claimClassless: boolean;
+export interface PoolsConfig extends ServedClasses {
   /** Where the agents keep their announcer Leases (announcement.ts). */
   leaseNamespace: string;
 }
@@ -22,6 +21,16 @@ export const poolsFlagTable = [
     helm: "loadBalancer.l2.pools.claimClassless",
   }),
   flag({
+    name: "lb-bgp",
+    type: "bool",
+    default: "false",
+    help:
+      "Address pool controller: also give pool addresses to LoadBalancer Services of class local-ccm.io/bgp, " +
+      "as to local-ccm.io/l2 but with no announcer to assign (every eligible node's BGP speaker announces them). " +
+      "Off, it leaves them alone as another controller's class.",
+    helm: "bgp.enabled",
+  }),
+  flag({
     name: "lb-l2-lease-namespace",
     type: "string",
     default: "kube-system",
@@ -33,5 +42,9 @@ export const poolsFlagTable = [
 ] as const;
 
 export function poolsConfig(values: FlagValues<typeof poolsFlagTable>): PoolsConfig {
-  return { claimClassless: values["lb-l2-claim-classless"], leaseNamespace: values["lb-l2-lease-namespace"] };
+  return {
+    claimClassless: values["lb-l2-claim-classless"],
+    bgp: values["lb-bgp"],
+    leaseNamespace: values["lb-l2-lease-namespace"],
+  };
 }

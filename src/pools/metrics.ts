@@ -7,8 +7,8 @@ export function createPoolsMetrics(registry: Registry, prefix: string) {
       name: `${prefix}syncs_total`,
       help:
         "Services of ours synced, by action (allocate, refuse, release) and rule (kept, allocated; bad-request, " +
-        "no-pool, pool-exhausted, address-in-no-pool, address-held, port-overlap, sharing-namespace, and the " +
-        "exclusions: gateway, network-address, broadcast-address, service-cidr, pod-cidr, api-server, node-address; " +
+        "no-pool, pool-exhausted, address-in-no-pool, address-held, port-overlap, sharing-namespace, sharing-class, " +
+        "and the exclusions: gateway, network-address, broadcast-address, service-cidr, pod-cidr, api-server, node-address; " +
         "deleted, not-ours).",
       labels: ["action", "rule"],
     }),

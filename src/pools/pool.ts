@@ -5,7 +5,7 @@
 // being deleted serves no new allocation; it is kept (POOL_FINALIZER) until no Service holds an address of it.
 import type { LabelSelector as KubeLabelSelector } from "kubernetes-types/meta/v1.js";
 import type { KubeObject, ResourceRef } from "../kube/resource.ts";
-import type { LabelSelector, Operator, Requirement } from "../kube/labelselector.ts";
+import { type LabelSelector, labelSelectorFrom } from "../kube/labelselector.ts";
 import { type AddressRange, mergeRanges, parseAddressEntry } from "./ranges.ts";
 
 export const POOL_RESOURCE: ResourceRef = { group: "local-ccm.io", version: "v1alpha1", plural: "loadbalancerippools" };
@@ -19,6 +19,8 @@ export interface LoadBalancerIPPool extends KubeObject {
     namespaces?: string[];
     autoAssign?: boolean;
     avoidBuggyIPs?: boolean;
+    /** For Services of class local-ccm.io/bgp: what the speaker attaches to the routes (communities "AA:NN"). */
+    bgp?: { communities?: string[]; localPref?: number };
   };
   status?: PoolStatus;
 }
@@ -68,28 +70,11 @@ export interface PoolFacts {
   generation: number | undefined;
 }
 
-const OPERATORS: Record<string, Operator> = { In: "in", NotIn: "notin", Exists: "exists", DoesNotExist: "!" };
-
-/** A metav1.LabelSelector as the text selectors' requirements (the same matching rules); a reason when it is bad. */
-export function labelSelectorFrom(selector: KubeLabelSelector): LabelSelector | string {
-  const requirements: Requirement[] = Object.entries(selector.matchLabels ?? {}).map(([key, value]) => ({
-    key,
-    operator: "=",
-    values: [value],
-  }));
-  for (const { key, operator, values = [] } of selector.matchExpressions ?? []) {
-    const mapped = OPERATORS[operator];
-    if (!mapped) return `serviceSelector: unknown operator ${JSON.stringify(operator)}`;
-    requirements.push({ key, operator: mapped, values });
-  }
-  return { text: JSON.stringify(selector), requirements };
-}
-
 export function poolFacts(pool: LoadBalancerIPPool): PoolFacts {
   const { addresses = [], serviceSelector, namespaces = [], autoAssign = true, avoidBuggyIPs = false } =
     pool.spec ?? {};
   const parsed = addresses.map(parseAddressEntry);
-  const selector = serviceSelector ? labelSelectorFrom(serviceSelector) : undefined;
+  const selector = serviceSelector ? labelSelectorFrom(serviceSelector, "serviceSelector") : undefined;
   const problems = [
     ...(typeof selector === "string" ? [selector] : []),
     ...(addresses.length ? [] : ["spec.addresses is empty"]),

@@ -27,7 +27,7 @@ export const serviceLoadBalancer = defineController({
   name: "service",
   // It acts only on its own loadBalancerClass unless told to claim class-less Services too.
   enabledByDefault: true,
-  helmEnabled: "loadBalancer.nodeAddress.enabled",
+  helmEnabled: ["loadBalancer.nodeAddress.enabled"],
   summary:
     "Gives LoadBalancer Services of class local-ccm.io/node-address the addresses of healthy nodes " +
     "(ExternalIP, else InternalIP), with the standard finalizer; refuses ports the nodes serve, the NodePort " +

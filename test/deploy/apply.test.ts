@@ -40,6 +40,7 @@ describe("server-side dry-run apply", () => {
       "clusterrole.rbac.authorization.k8s.io/node-lifecycle-controller",
       "clusterrolebinding.rbac.authorization.k8s.io/local-ccm",
       "clusterrolebinding.rbac.authorization.k8s.io/node-lifecycle-controller",
+      "customresourcedefinition.apiextensions.k8s.io/bgppeers.local-ccm.io",
       "customresourcedefinition.apiextensions.k8s.io/loadbalancerippools.local-ccm.io",
       "daemonset.apps/local-ccm",
       "deployment.apps/node-lifecycle-controller",

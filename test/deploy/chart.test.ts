@@ -304,10 +304,17 @@ const REFUSALS: { values: Record<string, unknown>; line: string; program?: Progr
       "deletion alone)",
   },
   {
+    values: { "nodeLifecycleController.enabled": false, "bgp.enabled": true },
+    line:
+      "bgp.enabled needs nodeLifecycleController.enabled: the pool controller runs in the " +
+      "node-lifecycle-controller Deployment (nodeLifecycleController.nodeDeletion.enabled=false turns off node " +
+      "deletion alone)",
+  },
+  {
     values: { "nodeLifecycleController.nodeDeletion.enabled": false, "loadBalancer.nodeAddress.enabled": false },
     line:
-      "nodeLifecycleController.nodeDeletion.enabled, csrApproval.enabled, loadBalancer.nodeAddress.enabled and " +
-      "loadBalancer.l2.enabled are all off: set nodeLifecycleController.enabled=false",
+      "nodeLifecycleController.nodeDeletion.enabled, csrApproval.enabled, loadBalancer.nodeAddress.enabled, " +
+      "loadBalancer.l2.enabled and bgp.enabled are all off: set nodeLifecycleController.enabled=false",
     program: "node-lifecycle-controller",
     args: ["--controllers=*,-node-lifecycle,-service"],
   },
@@ -415,7 +422,8 @@ describe("Helm chart", () => {
     const inFlagSections = leafPaths(values).filter(
       (leaf) => flagParents.has(leaf.replace(/\.[^.]+$/, "")) && !(switches.has(leaf) && !flagValues.includes(leaf)),
     );
-    assert.deepEqual(inFlagSections.sort(), flagValues.sort());
+    // One value may switch flags of both programs (bgp.enabled: --lb-bgp and --bgp-speaker).
+    assert.deepEqual(inFlagSections.sort(), [...new Set(flagValues)].sort());
   });
 
   test("values.schema.json types each flag value as its flag and closes the flag sections", () => {
@@ -703,7 +711,16 @@ describe("Helm chart", () => {
           const text = nonDefaultValue(program, spec);
           const objects = await render(setJson({ [spec.helm as string]: helmValue(spec, text) }));
           const args = valueArgs(objects, program);
-          assert.deepEqual(args, [`--${spec.name}=${text}`], spec.helm);
+          // A value that also runs a controller (bgp.enabled: the pool controller) brings its --controllers item
+          // and the pool controller's Lease namespace.
+          const runs = CONTROLLERS.filter(
+            (each) => !each.enabledByDefault && each.helmEnabled?.includes(spec.helm as string),
+          );
+          const switched =
+            runs.length && program === "node-lifecycle-controller"
+              ? [`--controllers=*,${runs.map(({ name }) => name).join(",")}`, "--lb-l2-lease-namespace=kube-system"]
+              : [];
+          assert.deepEqual(args, [`--${spec.name}=${text}`, ...switched], spec.helm);
           const parsed = parseFlags(PROGRAM_FLAGS[program], expand(program, args ?? []), POD_ENV[program]).values as Values;
           const defaults = parseFlags(PROGRAM_FLAGS[program], [], POD_ENV[program]).values as Values;
           assert.notDeepEqual(parsed[spec.name], defaults[spec.name], `${spec.helm} changes --${spec.name}`);

@@ -89,6 +89,23 @@ describe("LoadBalancerIPPool CRD", () => {
     assert.match((await refusal({ addresses: ["198.51.100.0/24"], namespaces })) ?? "", /namespaces\[0\]/);
   });
 
+  test("BGP attributes: AA:NN communities of 16-bit numbers and a uint32 local-pref are taken, others refused", async () => {
+    const bgp = { communities: ["64512:100", "0:0", "65535:65535"], localPref: 4_294_967_295 };
+    assert.equal(await refusal({ addresses: ["192.0.2.0/24"], bgp }), undefined);
+    assert.deepEqual((await pools.get(`pool-${created}`)).spec?.bgp, bgp);
+    for (const community of ["65536:1", "1:65536", "64512", "a:b", "1:2:3", "-1:2", " 1:2", "no-export"]) {
+      const message = await refusal({ addresses: ["192.0.2.0/24"], bgp: { communities: [community] } });
+      assert.ok(message?.includes("a community is AA:NN, two numbers from 0 to 65535 (RFC 1997)"), `${community}: ${message}`);
+    }
+    const twice = await refusal({ addresses: ["192.0.2.0/24"], bgp: { communities: ["1:2", "1:2"] } });
+    assert.match(twice ?? "", /spec\.bgp\.communities\[1\]: Duplicate value/);
+    for (const localPref of [-1, 4_294_967_296])
+      assert.match(
+        (await refusal({ addresses: ["192.0.2.0/24"], bgp: { localPref } })) ?? "",
+        /spec\.bgp\.localPref: Invalid value/,
+      );
+  });
+
   test("kubectl get shows addresses, auto, size, used, free, ready and age; the status keeps every field", async () => {
     const name = `pool-${++created}`;
     await pools.create({ ...POOL_TYPE, metadata: { name }, spec: { addresses: ["192.0.2.0/30"] } });

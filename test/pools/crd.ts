@@ -1,13 +1,17 @@
-// The LoadBalancerIPPool CRD as the chart ships it (charts/local-ccm/crds/), installed into a test control plane.
+// The chart's CRDs (charts/local-ccm/crds/), installed into a test control plane.
 import path from "node:path";
 import type { ControlPlane } from "../../localcluster/controlplane.ts";
 import { CHART_DIR } from "../../localcluster/chart.ts";
 
 export const POOL_CRD_FILE = path.join(CHART_DIR, "crds", "loadbalancerippools.yaml");
+export const BGP_PEER_CRD_FILE = path.join(CHART_DIR, "crds", "bgppeers.yaml");
 
-/** Applies the chart's CRD and waits until the apiserver serves it. */
-export async function installPoolCrd(plane: ControlPlane): Promise<void> {
-  await plane.kubectl(["apply", "-f", POOL_CRD_FILE]);
-  const crd = "crd/loadbalancerippools.local-ccm.io";
-  await plane.kubectl(["wait", "--for=condition=Established", "--timeout=120s", crd]);
+/** Applies a CRD file of the chart and waits until the apiserver serves it (`name`: plural.group). */
+export async function installCrd(plane: ControlPlane, file: string, name: string): Promise<void> {
+  await plane.kubectl(["apply", "-f", file]);
+  await plane.kubectl(["wait", "--for=condition=Established", "--timeout=120s", `crd/${name}`]);
 }
+
+export const installPoolCrd = (plane: ControlPlane) =>
+  installCrd(plane, POOL_CRD_FILE, "loadbalancerippools.local-ccm.io");
+export const installBgpPeerCrd = (plane: ControlPlane) => installCrd(plane, BGP_PEER_CRD_FILE, "bgppeers.local-ccm.io");

@@ -46,11 +46,19 @@ switch is on; as JSON (fromJsonArray). */}}
 {{- define "local-ccm.hostedControllers" -}}
 {{- $running := list }}
 {{- range (.Files.Get "controllers.yaml" | fromYaml).controllers }}
-{{- if or (not .helmEnabled) (eq (include "local-ccm.value" (dict "root" $ "path" .helmEnabled)) "true") }}
+{{- if or (not .helmEnabled) (eq (include "local-ccm.anyTrue" (dict "root" $ "paths" .helmEnabled)) "true") }}
 {{- $running = append $running . }}
 {{- end }}
 {{- end }}
 {{- toJson $running }}
+{{- end }}
+
+{{/* "true" when any of the values at these dotted paths is true (a controller's helmEnabled), else "false".
+Input: dict "root" $ "paths" <list>. */}}
+{{- define "local-ccm.anyTrue" -}}
+{{- $on := false }}
+{{- range .paths }}{{ if eq (include "local-ccm.value" (dict "root" $.root "path" .)) "true" }}{{ $on = true }}{{ end }}{{ end }}
+{{- $on }}
 {{- end }}
 
 {{/* Whether values set anything at a dotted path ("true" or ""). Input: dict "values" <map> "path" <dotted>. */}}
@@ -234,17 +242,19 @@ the schema has checked each value's form.
 {{- end }}
 {{- /* src/manager/flags.ts: of the controllers that run, one at most claims Services without a class. */}}
 {{- $lb := .Values.loadBalancer }}
-{{- if and $lb.nodeAddress.enabled $lb.l2.enabled $lb.claimClassless $lb.l2.pools.claimClassless }}
+{{- if and $lb.nodeAddress.enabled (or $lb.l2.enabled .Values.bgp.enabled) $lb.claimClassless $lb.l2.pools.claimClassless }}
 {{- fail "loadBalancer.claimClassless and loadBalancer.l2.pools.claimClassless both claim Services without a loadBalancerClass: set one" }}
 {{- end }}
 {{- /* src/manager/flags.ts: "no controller enabled". */}}
 {{- if not (include "local-ccm.hostedControllers" . | fromJsonArray) }}
-{{- fail "nodeLifecycleController.nodeDeletion.enabled, csrApproval.enabled, loadBalancer.nodeAddress.enabled and loadBalancer.l2.enabled are all off: set nodeLifecycleController.enabled=false" }}
+{{- fail "nodeLifecycleController.nodeDeletion.enabled, csrApproval.enabled, loadBalancer.nodeAddress.enabled, loadBalancer.l2.enabled and bgp.enabled are all off: set nodeLifecycleController.enabled=false" }}
 {{- end }}
 {{- else if .Values.csrApproval.enabled }}
 {{- fail "csrApproval.enabled needs nodeLifecycleController.enabled: the approver runs in the node-lifecycle-controller Deployment (nodeLifecycleController.nodeDeletion.enabled=false turns off node deletion alone)" }}
 {{- else if .Values.loadBalancer.l2.enabled }}
 {{- fail "loadBalancer.l2.enabled needs nodeLifecycleController.enabled: the pool controller runs in the node-lifecycle-controller Deployment (nodeLifecycleController.nodeDeletion.enabled=false turns off node deletion alone)" }}
+{{- else if .Values.bgp.enabled }}
+{{- fail "bgp.enabled needs nodeLifecycleController.enabled: the pool controller runs in the node-lifecycle-controller Deployment (nodeLifecycleController.nodeDeletion.enabled=false turns off node deletion alone)" }}
 {{- end }}
 {{- end }}
 
