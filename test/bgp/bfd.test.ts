@@ -17,7 +17,7 @@ import { createNetwork, type Network } from "../netns/netns.ts";
 import { type FrrBfdPeer, type Router, type RouterOptions, startFrr } from "./routers.ts";
 import { startSpeaker } from "./speaker.ts";
 
-const SUBNET = 243;
+const SUBNET = 245;
 const MY_ASN = 4200000001;
 const ROUTER_ASN = 65010;
 /** The "≤ 1 s failover" timers: 300 ms × 3. */
