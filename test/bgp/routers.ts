@@ -6,10 +6,12 @@
 // neighbor's BFD session with bfdd; zebra installs nothing of ours (bgpd runs with -n).
 // Nothing leaves the machine: the namespaces have no routes but their links, and the routers install no routes.
 import { type ChildProcess, spawn } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
 import { chown, mkdtemp, rm, writeFile } from "node:fs/promises";
 import os from "node:os";
 import path from "node:path";
 import { onExit } from "../../localcluster/cleanup.ts";
+import { alive } from "../../localcluster/exec.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { type BfdConfig } from "../../src/agent/announcer/bfd/fsm.ts";
 import { type Family, ipFromBytes, ipToBytes } from "../../src/net/ip.ts";
@@ -230,9 +232,35 @@ ${options.gracefulRestart ? "    [neighbors.afi-safis.mp-graceful-restart.config
   return router;
 }
 
+/**
+ * FRR's zebra and bfdd switch to FRR's user, which clears the parent-death signal: a killed test leaves them running
+ * (and its namespace alive with them). Each fixture's folder names the test process that made it, so a later start
+ * kills the daemons of folders whose test process is gone, and only those.
+ */
+function killLeftoverFrr(): void {
+  for (const entry of readdirSync("/proc")) {
+    const pid = Number(entry);
+    if (!Number.isInteger(pid)) continue;
+    let cmdline: string;
+    try {
+      cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+    } catch {
+      continue; // exited meanwhile
+    }
+    const owner = Number(/\/frr-(\d+)-/.exec(cmdline)?.[1]);
+    if (!cmdline.startsWith("/usr/lib/frr/") || !owner || alive(owner)) continue;
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // exited meanwhile
+    }
+  }
+}
+
 export async function startFrr(net: Network, options: RouterOptions): Promise<Router> {
   const { host, ours, address } = await linkToRoot(net, options);
-  const dir = await mkdtemp(path.join(os.tmpdir(), "frr-"));
+  killLeftoverFrr();
+  const dir = await mkdtemp(path.join(os.tmpdir(), `frr-${process.pid}-`));
   const neighbor = ours[options.transport];
   const connecting = options.active
     ? ` neighbor ${neighbor} port ${options.active.port}\n neighbor ${neighbor} timers connect 1`
