@@ -58,14 +58,17 @@ export class LeaderElector {
   /** Campaigns, leads, and campaigns again after a loss, until `signal` aborts; then releases. */
   async run(signal: AbortSignal): Promise<void> {
     while (!signal.aborted) {
-      if (!(await this.acquire(signal))) break;
+      if (!(await this.acquire(signal)) || signal.aborted) break;
       await this.lead(signal);
     }
+    await this.release();
   }
 
   private async acquire(signal: AbortSignal): Promise<boolean> {
     while (!signal.aborted) {
-      if (await this.tryAcquireOrRenew(signal)) return true;
+      // An attempt runs to its end even when we are stopped meanwhile: a write cut off in flight may still have
+      // taken the lease, which then nobody would release (run() releases what an attempt took).
+      if (await this.tryAcquireOrRenew(AbortSignal.timeout(this.options.renewDeadlineMs))) return true;
       await sleep(jittered(this.options.retryPeriodMs), signal);
     }
     return false;
@@ -97,7 +100,6 @@ export class LeaderElector {
       work.abort();
       this.options.onStoppedLeading();
     }
-    if (signal.aborted) await this.release();
   }
 
   /** Retries renewal until it succeeds or the renew deadline (since the last renewal) passes. */
@@ -180,6 +182,7 @@ export class LeaderElector {
     }
   }
 
+  /** Hands the lease back if we hold it as last seen, so that a successor need not wait for it to expire. */
   private async release(): Promise<void> {
     const current = this.observed?.lease;
     if (current?.spec?.holderIdentity !== this.options.identity) return;

@@ -1,6 +1,6 @@
 // Leader election between real processes on a real Lease: one leader at a time, takeover after the leader is
 // killed (never before its last renewal has expired), takeover after a graceful release long before the lease would
-// have expired, and a leader that cannot renew stops leading before anyone else could take over. How long each
+// have expired, a lease taken by a write whose answer a stop cut off is still released, and a leader that cannot renew stops leading before anyone else could take over. How long each
 // step took goes to the diagnostics: on a loaded two-core machine only the ordering is a fact.
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
@@ -23,7 +23,7 @@ const LONG: Timing = { leaseMs: 60_000, renewMs: 15_000, retryMs: 500 };
 const STEP_LIMIT_MS = 60_000;
 
 interface Line {
-  event: "started" | "stopped" | "released";
+  event: "started" | "stopped" | "released" | "writing";
   identity: string;
   at: number;
   leader: boolean;
@@ -33,7 +33,8 @@ class Candidate {
   readonly lines: Line[] = [];
   readonly child: ChildProcess;
   readonly identity: string;
-  constructor(plane: ControlPlane, identity: string, { leaseMs, renewMs, retryMs }: Timing = SHORT) {
+  /** `lateAnswerMs`: how late the answers to its Lease writes come (elector-fixture.ts). */
+  constructor(plane: ControlPlane, identity: string, { leaseMs, renewMs, retryMs }: Timing = SHORT, lateAnswerMs = 0) {
     this.identity = identity;
     this.child = spawn(
       process.execPath,
@@ -44,6 +45,7 @@ class Candidate {
         String(leaseMs),
         String(renewMs),
         String(retryMs),
+        String(lateAnswerMs),
       ],
       { stdio: ["ignore", "pipe", "inherit"] },
     );
@@ -175,6 +177,18 @@ describe("LeaderElector with real processes and a real Lease", () => {
     assertOneLeaderAtATime(pair, new Map());
     other.child.kill("SIGTERM");
     await waitFor("the other to release", () => other.has("released"), STEP_LIMIT_MS);
+  });
+
+  test("stopped while the answer to the write that took the lease is on its way: that lease is released", async () => {
+    await leases.delete("fixture").catch(() => {});
+    const slow = new Candidate(plane, "f", LONG, 2000);
+    candidates.push(slow);
+    await waitFor("its first write to go out", () => slow.has("writing"), STEP_LIMIT_MS);
+    slow.child.kill("SIGTERM");
+    await waitFor("it to end", () => slow.has("released"), STEP_LIMIT_MS);
+    assert.equal(slow.has("started"), undefined, "it never led");
+    // Left held, no other replica could lead for a whole lease duration.
+    assert.equal((await leases.get("fixture")).spec?.holderIdentity, "");
   });
 
   test("a leader whose renewals fail (apiserver frozen) stops leading before its lease could expire", async (t) => {
