@@ -4,8 +4,9 @@
 // second, each time after flushing its neighbour entry (a fresh ARP resolution, as a new client makes), while a
 // prober on its link (arp-prober.ts) asks for the address five times a second and records every answer.
 // - kube-apiserver stopped (SIGSTOP) for 60 s: no request fails, only the announcer answers; and after the API is
-//   back nothing moves (kube-controller-manager marks every Node Ready=Unknown for a while: a node renewing its
-//   announcer Lease keeps announcing, src/pools/announcers.ts);
+//   back nothing moves (kube-controller-manager may mark every Node Ready=Unknown for a while: a node renewing its
+//   announcer Lease keeps announcing, src/pools/announcers.ts), and a request fails only while kube-controller-manager
+//   left the Service no ready endpoint (ready-endpoints.ts);
 // - the announcer's watches black-holed (a DROP of their connections in the node's namespace; its Lease renewals go
 //   on over another) and its Service then excluded from that node: the address moves only once the agent learnt
 //   the release and stopped answering, and the client is answered again within the failover budget;
@@ -29,6 +30,7 @@ import { sleep } from "../../src/time/backoff.ts";
 import { watchAnnouncer } from "../announce/announcer-watch.ts";
 import type { ProbeLine } from "./arp-prober.ts";
 import { containerCgroup } from "./cluster-objects.ts";
+import { type ReadySample, sampleReadyEndpoints, startedWhileUnready, unready } from "./ready-endpoints.ts";
 import {
   answeringMacs,
   type ClientRequest,
@@ -105,12 +107,13 @@ function faultSuite(mode: ProxyMode): void {
      * case asserts.
      */
     const watched = async (ip: string, mac: string) => {
-      const [prober, requests] = [startProber(cluster, ip), startRequests(cluster, ip)];
-      running.push(prober, requests);
+      const [prober, requests, endpoints] = [startProber(cluster, ip), startRequests(cluster, ip),
+        sampleReadyEndpoints(cluster, "web")];
+      running.push(prober, requests, endpoints);
       await waitFor(`the prober hearing ${mac}`, () => answeringMacs(prober.lines()).includes(mac), WAIT_MS, 100);
       return {
         async stop(t: TestContext) {
-          const [lines, made] = [await prober.stop(), await requests.stop()];
+          const [lines, made, samples] = [await prober.stop(), await requests.stop(), await endpoints.stop()];
           const findings = probeFindings(lines);
           const unansweredMs = longestUnanswered(made);
           t.diagnostic(
@@ -119,7 +122,7 @@ function faultSuite(mode: ProxyMode): void {
               `${answeringMacs(lines).join(" then ")}; dual answers ${findings.dualAnswers.length}`,
           );
           assert.deepEqual(findings, { dualAnswers: [], returns: [] });
-          return { lines, made, unansweredMs };
+          return { lines, made, samples, unansweredMs };
         },
       };
     };
@@ -139,8 +142,22 @@ function faultSuite(mode: ProxyMode): void {
       ];
     };
 
+    /** What `node`'s agent said of announcing (its Lease, holding, withdrawals): how it saw a fault. */
+    const agentAccount = async (node: string) => {
+      const pod = (await listPods(cluster, AGENT_APP)).find((pod) => pod.spec?.nodeName === node);
+      const log = await cluster.kubectl(["logs", "-n", NAMESPACE, pod?.metadata?.name ?? ""]).catch(() => "");
+      return log.split("\n").filter((line) => /L2|announc/.test(line));
+    };
+
     /** What the outage case saw, for the case after it. */
-    let outage: { announcer: string; mac: string; resumedAt: number; lines: ProbeLine[]; made: ClientRequest[] };
+    let outage: {
+      announcer: string;
+      mac: string;
+      resumedAt: number;
+      lines: ProbeLine[];
+      made: ClientRequest[];
+      samples: ReadySample[];
+    };
 
     test("kube-apiserver stopped for 60 s: every request answered, by the announcer alone", async (t) => {
       const { ip, announcer, mac } = await settled();
@@ -163,9 +180,10 @@ function faultSuite(mode: ProxyMode): void {
         await Promise.race([moves.moved, renewedPast(announcer, resumedAt + 5 * LEASE_DURATION_SECONDS * 1000)]);
       } finally {
         moves.stop();
+        for (const line of [...(await agentAccount(announcer)), ...(await controllerAccount())]) t.diagnostic(line);
       }
-      const { lines, made } = await watching.stop(t);
-      outage = { announcer, mac, resumedAt, lines, made };
+      const { lines, made, samples } = await watching.stop(t);
+      outage = { announcer, mac, resumedAt, lines, made, samples };
       const during = made.filter((request) => request.startedMs >= stoppedAt && request.endedMs <= resumedAt);
       t.diagnostic(`${during.length} requests during the outage, ${failed(during).length} failed`);
       assert.ok(during.length >= OUTAGE_MS / 1000 / 2, `only ${during.length} requests during the outage`);
@@ -175,14 +193,17 @@ function faultSuite(mode: ProxyMode): void {
     });
 
     test("kube-apiserver back after 60 s: nothing moves", async (t) => {
-      const { announcer, mac, resumedAt, lines, made } = outage;
-      for (const line of await controllerAccount()) t.diagnostic(line);
+      const { announcer, mac, resumedAt, lines, made, samples } = outage;
+      const afterReturn = (atMs: number) => `${((atMs - resumedAt) / 1000).toFixed(1)} s after`;
       const after = made.filter((request) => request.startedMs >= resumedAt);
-      for (const request of failed(after))
-        t.diagnostic(`failed ${((request.startedMs - resumedAt) / 1000).toFixed(1)} s after: ${request.error}`);
+      for (const request of failed(after)) t.diagnostic(`failed ${afterReturn(request.startedMs)}: ${request.error}`);
+      const [firstUnready, lastUnready] = [unready(samples)[0], unready(samples).at(-1)];
+      if (firstUnready && lastUnready)
+        t.diagnostic(`no ready endpoint from ${afterReturn(firstUnready.atMs)} to ${afterReturn(lastUnready.atMs)}`);
       const moved = lines.find((line) => line.kind !== "request" && line.mac !== mac);
-      if (moved) t.diagnostic(`another MAC answered ${((moved.atMs - resumedAt) / 1000).toFixed(1)} s after`);
-      assert.deepEqual(failed(after), [], "requests failed after the outage");
+      if (moved) t.diagnostic(`another MAC answered ${afterReturn(moved.atMs)}`);
+      const whileReady = failed(after).filter(({ startedMs }) => !startedWhileUnready(samples, startedMs));
+      assert.deepEqual(whileReady, [], "requests failed after the outage while the Service had a ready endpoint");
       assert.deepEqual(answeringMacs(lines), [mac], "only the announcer answered");
       assert.equal((await waitForAnnouncer(cluster, "web")).announcer, announcer, "the announcer never changed");
     });

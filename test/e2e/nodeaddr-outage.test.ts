@@ -6,14 +6,11 @@
 // kube-controller-manager, its own view as stale, may mark the Nodes Ready=Unknown for a few seconds (when its node
 // monitor runs before it sees the kubelets' renewals: not in every run, which the diagnostics say, from the Nodes'
 // Ready transitions and the controller's log): the service controller takes that for no news (src/service/outage.ts),
-// so no node leaves the ingress and kube-proxy keeps every address. kube-controller-manager also marks every pod on
-// those Nodes NotReady then (its node lifecycle controller's MarkPodsNotReady), until their kubelets correct it: while
-// the Service has no ready endpoint, kube-proxy rejects its connections on every address. That is upstream's data
-// path, not the ingress: a request may fail only then (a poll of the EndpointSlices records when).
+// so no node leaves the ingress and kube-proxy keeps every address. A request may fail only while the Service had no
+// ready endpoint (ready-endpoints.ts: kube-controller-manager marks the pods NotReady too, until kubelet corrects it).
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { Event, Service } from "kubernetes-types/core/v1.js";
-import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { NETEXEC_PORT, netexecBackends } from "../../localcluster/agnhost.ts";
 import { type Cluster, startCluster } from "../../localcluster/cluster.ts";
 import {
@@ -32,6 +29,7 @@ import { NODE_ADDRESS_CLASS } from "../../src/service/decide.ts";
 import { serviceLoadBalancer } from "../../src/service/definition.ts";
 import { sleep } from "../../src/time/backoff.ts";
 import { addressesOf } from "./cluster-objects.ts";
+import { sampleReadyEndpoints, startedWhileUnready, unready } from "./ready-endpoints.ts";
 
 const WORKERS = ["node-1", "node-2", "node-3"];
 const OUTAGE_MS = 60_000;
@@ -49,14 +47,6 @@ const SERVICE = {
     ports: [{ port: 80, targetPort: NETEXEC_PORT }],
   },
 };
-
-/** The Service's ready endpoints as a poll saw them. */
-interface ReadySample {
-  atMs: number;
-  ready: number;
-}
-/** kube-proxy applies an EndpointSlice change within a second or so; a request's connect attempt lasts up to 5 s. */
-const PROXY_LAG_MS = 6000;
 
 interface Request {
   ip: string;
@@ -116,22 +106,8 @@ describe("a node-address LoadBalancer through a 60 s kube-apiserver outage", () 
     await serviceWatch.waitForSync();
 
     const requests: Request[] = [];
-    const samples: ReadySample[] = [];
+    const sampling = sampleReadyEndpoints(cluster, "web");
     let on = true;
-    const slicesPath = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=" +
-      encodeURIComponent("kubernetes.io/service-name=web");
-    const polling = (async () => {
-      while (on) {
-        const slices = await cluster.admin
-          .request<{ items: EndpointSlice[] }>({ method: "GET", path: slicesPath })
-          .catch(() => undefined); // the API is away
-        // A slice with no endpoint has none in its JSON, though the type says an array.
-        const endpoints = slices?.items.flatMap((slice) => (slice.endpoints as EndpointSlice["endpoints"] | null) ?? []);
-        const ready = endpoints?.filter((endpoint) => endpoint.conditions?.ready !== false).length;
-        if (ready !== undefined) samples.push({ atMs: Date.now(), ready });
-        await sleep(250);
-      }
-    })();
     const loop = (async () => {
       while (on) {
         const startedMs = Date.now();
@@ -160,8 +136,9 @@ describe("a node-address LoadBalancer through a 60 s kube-apiserver outage", () 
       await sleep(AFTER_MS); // after it: kube-controller-manager's marks come and go within this
     } finally {
       on = false;
-      await Promise.all([loop, polling]);
+      await loop;
     }
+    const samples = await sampling.stop();
     const resumedAt = stoppedAt + OUTAGE_MS;
 
     const failed = requests.filter((request) => request.error !== undefined);
@@ -178,16 +155,14 @@ describe("a node-address LoadBalancer through a 60 s kube-apiserver outage", () 
       const log = await cluster.kubectl(["logs", "-n", NAMESPACE, pod.metadata?.name ?? ""]).catch(() => "");
       for (const line of log.split("\n").filter((line) => line.includes("Unknown"))) t.diagnostic(line);
     }
-    const unready = samples.filter((sample) => sample.ready === 0);
-    const [firstUnready, lastUnready] = [unready[0], unready.at(-1)];
+    const [firstUnready, lastUnready] = [unready(samples)[0], unready(samples).at(-1)];
     if (firstUnready && lastUnready)
       t.diagnostic(`no ready endpoint from ${afterReturn(firstUnready.atMs)} to ${afterReturn(lastUnready.atMs)}`);
     t.diagnostic(`${requests.length} requests, ${failed.length} failed`);
     // Rounds of three requests take a second or more on a loaded machine: at least one each 4 s.
     assert.ok(requests.length >= ((OUTAGE_MS + AFTER_MS) / 4000) * publicIPs.length, "too few requests");
-    const whileUnready = ({ startedMs }: Request) =>
-      unready.some(({ atMs }) => atMs - 1000 <= startedMs && startedMs <= atMs + PROXY_LAG_MS);
-    assert.deepEqual(failed.filter((request) => !whileUnready(request)), [], "failed while endpoints were ready");
+    const whileReady = failed.filter(({ startedMs }) => !startedWhileUnready(samples, startedMs));
+    assert.deepEqual(whileReady, [], "failed while endpoints were ready");
     const changed = ingresses.filter((ingress) => JSON.stringify([...ingress].sort()) !== JSON.stringify(publicIPs));
     assert.deepEqual(changed, [], "the ingress changed");
     // The controller wrote no new ingress either: it Events each (UpdatedLoadBalancer).
