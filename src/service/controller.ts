@@ -158,7 +158,22 @@ export class ServiceController {
   /** Syncs every cached Service (call once the caches have synced). */
   start(): void {
     this.started = true;
+    this.adoptCarriers();
     this.resync();
+  }
+
+  /**
+   * A controller that starts while Nodes are already Unknown (its pod moved during an outage) never saw them carry
+   * traffic: the ingress its predecessor wrote says which did, and the guard takes those as carriers. It adds none.
+   */
+  private adoptCarriers(): void {
+    const ingress = new Set([...this.planned.values()].flatMap(({ ingress }) => ingress.flatMap(({ ip }) => ip ?? [])));
+    const ipsOf = ({ ips }: LoadBalancerNode) => Object.values(ips).flatMap((byType) => Object.values(byType));
+    const adopted = [...this.unknown.values()].filter(
+      (entry) => !entry.carried && ipsOf(entry.ifReady).some((ip) => ingress.has(ip)),
+    );
+    for (const entry of adopted) entry.carried = true;
+    if (adopted.length) this.guardUnknown();
   }
 
   /** Syncs every cached Service again: at start, and when this replica starts leading. */

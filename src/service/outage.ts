@@ -10,7 +10,8 @@
 // marks are not taken for single deaths before the rest arrive, and the last not dropped as the fraction falls back,
 // a node keeps carrying for --lb-unknown-grace after it turned Unknown and after a mass Unknown ended (rule grace).
 // A node alone Unknown past its grace leaves, as before. Only a node that carried traffic is held: the guard never
-// brings back a node it dropped, or one that was ineligible before it turned Unknown.
+// brings back a node it dropped, or one that was ineligible before it turned Unknown (a controller starting amid the
+// Unknown reads that from the ingress written before it: controller.ts adoptCarriers).
 import type { Node } from "kubernetes-types/core/v1.js";
 import { formatDuration } from "../cli/duration.ts";
 

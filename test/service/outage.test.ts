@@ -2,7 +2,7 @@
 // the Nodes' Ready flipped one write at a time as kube-controller-manager marks them after an API outage, and back as
 // their kubelets correct it, while an informer records every ingress the Service ever had. A world of its own: the
 // guard counts every Node of the cluster, so no other test's Nodes may be there. Five nodes: a-d carry the Service,
-// e registered Unknown (it never carried anything, and counts).
+// e registered Unknown (it never carried anything, and counts). Last, a controller started amid the Unknown.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { Service } from "kubernetes-types/core/v1.js";
@@ -97,5 +97,22 @@ describe("service controller: Ready=Unknown on many Nodes at once is no news", (
     await waitForEqual("a out of the ingress", async () => current(), ALL.slice(1), WAIT_MS);
     for (const node of CARRIERS) await world.setReady(node, "True");
     await waitForEqual("every node back", async () => current(), ALL, WAIT_MS);
+  });
+
+  test("a controller started while the Nodes are Unknown holds those its predecessor's ingress has, adds none", async () => {
+    // Its pod moved during the outage: it never saw a-d carry. The ingress written before says they did; e, Unknown
+    // too, is not in it and stays out.
+    await running.stop();
+    const from = seen.length;
+    for (const node of CARRIERS) await world.setReady(node, "Unknown");
+    running = await world.startController({ config: { unknownGuard: { threshold: 0.55, graceMs: GRACE_MS } } });
+    await waitFor("the mass Unknown held", () => held("mass-unknown") === 4, WAIT_MS);
+    await sleep(2 * GRACE_MS);
+    await running.controller.idle();
+    assert.deepEqual(since(from).filter((ingress) => ingress.join() !== ALL.join()), [], "the ingress changed");
+    for (const node of CARRIERS) await world.setReady(node, "True");
+    await waitFor("nothing held", () => held("mass-unknown") + held("grace") === 0, WAIT_MS);
+    await running.controller.idle();
+    assert.deepEqual(current(), ALL);
   });
 });
