@@ -18,9 +18,6 @@ import type { BGPPeer } from "./peer.ts";
 import { SESSION_STATES, SESSIONS_ANNOTATION } from "./sessions.ts";
 import { decidePeerStatus, type NodeSessionFacts, nodeSessionFacts, sameStatus, type SessionRule } from "./status.ts";
 
-/** The Event reason on a Node whose report is refused. */
-export const REPORT_REFUSED_REASON = "BGPSessionReportRefused";
-
 const RULES: readonly SessionRule[] = [...SESSION_STATES, "not-ready", "no-report", "report-refused"];
 const REFUSAL_RULES = ["report-too-long", "report-malformed", "report-unknown-state"] as const;
 
@@ -149,7 +146,7 @@ export class PeerStatusController {
       this.told.set(name, message);
       options.log.warn("BGP session report refused", { node: name, rule, reason });
       const node = options.nodes.get(name);
-      if (node) options.events.record(nodeReference(node), "Warning", REPORT_REFUSED_REASON, message);
+      if (node) options.events.record(nodeReference(node), "Warning", "BGPSessionReportRefused", message);
     }
     for (const rule of REFUSAL_RULES)
       options.metrics.refusedReports.with({ rule }).set([...refused.values()].filter((r) => r.rule === rule).length);

@@ -10,7 +10,7 @@ import { after, before, describe, test } from "node:test";
 import type { Node } from "kubernetes-types/core/v1.js";
 import { BGP_PEER_RESOURCE, BGP_PEER_TYPE, type BGPPeer } from "../../src/bgppeers/peer.ts";
 import { bgpPeerStatus } from "../../src/bgppeers/definition.ts";
-import { type PeerStatusController, REPORT_REFUSED_REASON } from "../../src/bgppeers/controller.ts";
+import type { PeerStatusController } from "../../src/bgppeers/controller.ts";
 import type { PeerStatusMetrics } from "../../src/bgppeers/metrics.ts";
 import { SESSIONS_ANNOTATION, type SessionState, sessionReportText } from "../../src/bgppeers/sessions.ts";
 import { NODE_RESOURCE, Resource } from "../../src/kube/resource.ts";
@@ -163,7 +163,7 @@ describe("bgppeer-status", () => {
         ({ type, reason, message, count }) => `${type} ${reason} ${count}: ${message}`,
       );
     await waitForEqual("the Event on node-1", told, [
-      `Warning ${REPORT_REFUSED_REASON} 1: ${SESSIONS_ANNOTATION} refused (report-unknown-state): peer tor-r1: "Up" ` +
+      `Warning BGPSessionReportRefused 1: ${SESSIONS_ANNOTATION} refused (report-unknown-state): peer tor-r1: "Up" ` +
         "is not one of Idle, Connect, Active, OpenSent, OpenConfirm, Established",
     ]);
 
