@@ -255,7 +255,7 @@ describe("--controllers, as kube-controller-manager's", () => {
   test("unknown names and an empty choice are usage errors", () => {
     rejects(
       ["--controllers=*,csr"],
-      'invalid value "*,csr" for --controllers: unknown controller "csr" (known: node-lifecycle, kubelet-serving-csr, service, service-l2-pools)',
+      'invalid value "*,csr" for --controllers: unknown controller "csr" (known: node-lifecycle, kubelet-serving-csr, service, service-l2-pools, bgppeer-status)',
     );
     rejects(
       ["--controllers=-node-lifecycle,-service"],

@@ -1,5 +1,6 @@
 // The controllers node-lifecycle-controller hosts: one line each. Their order is the order of their flags in
 // --help and docs/reference.md, of their metrics, and of their start.
+import { bgpPeerStatus } from "../bgppeers/definition.ts";
 import { markdownTable } from "../cli/markdown.ts";
 import { kubeletServingCsr } from "../csr/definition.ts";
 import { nodeLifecycle } from "../lifecycle/definition.ts";
@@ -12,6 +13,7 @@ export const CONTROLLERS: readonly AnyController[] = [
   kubeletServingCsr,
   serviceLoadBalancer,
   servicePools,
+  bgpPeerStatus,
 ];
 
 /**

@@ -2,7 +2,7 @@
 // the RBAC we ship, and what its ServiceAccount used (from the audit log) must be exactly what the
 // shipped Roles and ClusterRoles grant it: no grant left unused, no request outside the grants.
 // The programs run as the image runs them: their bundles, with the manifests' Node flags. The default install
-// (deploy/), then the chart with what its values turn on (csrApproval, layer-2 announcement) and its args for it.
+// (deploy/), then the chart with what its values turn on (csrApproval, layer-2 announcement, BGP) and its args for it.
 import assert from "node:assert/strict";
 import { readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -39,7 +39,9 @@ import {
   type World as LifecycleWorld,
 } from "../lifecycle/world.ts";
 import { approverRbac, nodeClient, requestCertificate } from "../csr/world.ts";
-import { installPoolCrd } from "../pools/crd.ts";
+import { installBgpPeerCrd, installPoolCrd } from "../pools/crd.ts";
+import { BGP_PEER_RESOURCE, BGP_PEER_TYPE, type BGPPeer } from "../../src/bgppeers/peer.ts";
+import { SESSIONS_ANNOTATION, sessionReportText } from "../../src/bgppeers/sessions.ts";
 import { keepAnnouncerLease } from "../pools/world.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { metricsScraperToken, scrapeSecure } from "../../localcluster/metrics.ts";
@@ -594,6 +596,36 @@ describe("the node-lifecycle-controller under deploy/nlc-rbac.yaml", () => {
     } finally {
       announcer.stop();
     }
+    await assertLeastPrivilege(world.plane.auditLogPath, rbacFile, NLC_ACCOUNT);
+  });
+
+  // After the runs above, in the same audit log: with bgp.enabled too, the bgppeer-status controller runs (as the
+  // Deployment runs it then) and lists and watches the BGPPeers (the chart's CRD) and writes one's status from a
+  // Node's session report, written as an agent writes it.
+  test("with BGP too (bgp.enabled), a run that also writes a BGPPeer's status uses exactly its grants", async () => {
+    const values = ["csrApproval.enabled=true", "loadBalancer.l2.enabled=true", "bgp.enabled=true"];
+    const chart = await renderChart(world.plane.binaries.helm, values);
+    const rbacFile = await chart.writeTemplate("nlc-rbac.yaml", world.plane.dir);
+    await world.plane.kubectl(["apply", "-f", rbacFile]);
+    await installBgpPeerCrd(world.plane);
+    const args = chart.args("node-lifecycle-controller");
+    assert.ok(args.some((arg) => arg.includes("bgppeer-status")), `the Deployment runs bgppeer-status: ${args.join(" ")}`);
+    const peers = new Resource<BGPPeer>(world.plane.admin, BGP_PEER_RESOURCE);
+    const spec = { peerAddress: "192.0.2.1", peerASN: 64512, myASN: 64513 };
+    await peers.create({ ...BGP_PEER_TYPE, metadata: { name: "least-privilege" }, spec });
+    const annotations = { [SESSIONS_ANNOTATION]: sessionReportText({ "least-privilege": "Established" }) };
+    await world.nodes.patch("healthy-a", "merge", { metadata: { annotations } });
+    nlc = new ControllerProcess(
+      world,
+      controllerFlags(world, { notReadyTimeout: "3s", reconcileInterval: "1s" }, ...args),
+      await asShipped("node-lifecycle-controller"),
+    );
+    await nlc.waitForLog("started leading");
+    await waitFor("the BGPPeer's status: healthy-a established", async () => {
+      const status = (await peers.get("least-privilege")).status;
+      return status?.established === 1 && status.notEstablished.every((line) => !line.startsWith("healthy-a:"));
+    });
+    assert.equal(await nlc.stop(), 0);
     await assertLeastPrivilege(world.plane.auditLogPath, rbacFile, NLC_ACCOUNT);
   });
 });

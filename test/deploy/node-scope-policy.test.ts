@@ -3,7 +3,8 @@
 // providerID while it is empty and add or change A's region, zone and instance-type labels, and
 // nothing else — not on node B, not another field or label of A, not a providerID A already has. The
 // policy is rendered with node init rules, whose label and taint keys the agent may add (never change)
-// while its Node is uninitialised, and at no other time.
+// while its Node is uninitialised, and at no other time. Rendered with bgp.enabled (the last test), it may also write
+// its own Node's local-ccm.io/bgp-sessions annotation, up to 16384 characters, and still no other annotation.
 // Other field managers' ownership (managedFields) may change only as the apiserver changes it for the
 // fields written; Events only about its own Node, reported by local-ccm. Requests expected to be denied
 // are sent as dry runs, so a policy that wrongly allows one cannot change the state the other tests rely on.
@@ -26,6 +27,7 @@ import { type ControlPlane, startControlPlane } from "../../localcluster/control
 import { agentPodKubeconfig } from "../agent/harness.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { helmTemplate } from "../../scripts/render-manifests.ts";
+import { SESSIONS_ANNOTATION, sessionReportText } from "../../src/bgppeers/sessions.ts";
 
 const DEPLOY = path.resolve(import.meta.dirname, "../../deploy");
 const NODES = { a: "node-a", b: "node-b", c: "node-c" } as const;
@@ -706,5 +708,51 @@ describe("node-scope admission policy", () => {
     const labels = { "example.com/admin": "yes" };
     const updated = await admin.patch(NODES.b, "merge", { metadata: { labels } });
     assert.equal(updated.metadata?.labels?.["example.com/admin"], "yes");
+  });
+
+  // Last: it replaces the policy with the one bgp.enabled renders.
+  test("the BGP session report: refused by default; with bgp.enabled that one annotation of its own Node, ≤ 16384 characters", async () => {
+    const report = (annotations: Record<string, string | null>, name: string = NODES.a) => () =>
+      agent.patch(name, "merge", { metadata: { annotations } }, { dryRun });
+    const established = sessionReportText({ "tor-a": "Established" });
+    assert.ok((await denial(report({ [SESSIONS_ANNOTATION]: established }))).endsWith(`${ONLY_ALLOWED}metadata.annotations`));
+
+    const policy = await helmTemplate(plane.binaries.helm, [
+      "--show-only=templates/node-scope-policy.yaml",
+      ...INIT_RULES,
+      "--set=bgp.enabled=true",
+    ]);
+    const policyFile = path.join(plane.dir, "node-scope-policy-bgp.yaml");
+    await writeFile(policyFile, policy);
+    await plane.kubectl(["apply", "-f", policyFile]);
+    await waitFor(
+      "the policy to allow the report",
+      () => report({ [SESSIONS_ANNOTATION]: established })().then(() => true, () => false),
+      30_000,
+      200,
+    );
+    const write = (text: string | null) =>
+      agent.patch(NODES.a, "merge", { metadata: { annotations: { [SESSIONS_ANNOTATION]: text } } });
+    assert.equal((await write(established)).metadata?.annotations?.[SESSIONS_ANNOTATION], established);
+    const active = sessionReportText({ "tor-a": "Active" });
+    assert.equal((await write(active)).metadata?.annotations?.[SESSIONS_ANNOTATION], active);
+
+    const onlyAllowed = ONLY_ALLOWED.replace(" labels and remove", ` labels, the ${SESSIONS_ANNOTATION} annotation and remove`);
+    const tooLong = `metadata.annotations[${SESSIONS_ANNOTATION}] (at most 16384 characters)`;
+    const cases: [string, () => Promise<unknown>][] = [
+      ["metadata.annotations", report({ "example.com/x": "y" })],
+      ["metadata.annotations", report({ [SESSIONS_ANNOTATION]: established, "example.com/x": "y" })],
+      [tooLong, report({ [SESSIONS_ANNOTATION]: `{"tor-a":"Idle"${" ".repeat(16_384)}}` })],
+    ];
+    for (const [field, request] of cases) {
+      const text = await denial(request);
+      assert.ok(text.endsWith(`${onlyAllowed}${field}`), `${field}: ${text}`);
+    }
+    assert.match(
+      await denial(report({ [SESSIONS_ANNOTATION]: established }, NODES.b)),
+      /local-ccm on node node-a may not change node node-b: only its own Node$/,
+    );
+    // Removed, as by an agent that no longer peers.
+    assert.equal((await write(null)).metadata?.annotations?.[SESSIONS_ANNOTATION], undefined);
   });
 });
