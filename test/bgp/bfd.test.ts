@@ -14,12 +14,10 @@ import { type BgpSession, startSession } from "../../src/agent/announcer/bgp/ses
 import { type ControlPacket, Diag, encodeControl } from "../../src/net/bfd/control.ts";
 import { type Family } from "../../src/net/ip.ts";
 import { createNetwork, type Network } from "../netns/netns.ts";
-import { type FrrBfdPeer, type Router, type RouterOptions, startFrr } from "./routers.ts";
+import { type FrrBfdPeer, MY_ASN, ROUTER_ASN, type Router, type RouterOptions, startFrr } from "./routers.ts";
 import { startSpeaker } from "./speaker.ts";
 
 const SUBNET = 245;
-const MY_ASN = 4200000001;
-const ROUTER_ASN = 65010;
 /** The "≤ 1 s failover" timers: 300 ms × 3. */
 const BFD: BfdConfig = { minTx: 300, minRx: 300, multiplier: 3 };
 const DETECTION_MS = BFD.minRx * BFD.multiplier;

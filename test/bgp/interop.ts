@@ -12,10 +12,8 @@ import { canonicalCommunities, type Route } from "../../src/agent/announcer/bgp/
 import { type BgpSession, startSession } from "../../src/agent/announcer/bgp/session.ts";
 import { type Family, ipFromBytes } from "../../src/net/ip.ts";
 import { createNetwork, type Network } from "../netns/netns.ts";
-import { type LearnedRoute, type Router, type RouterOptions } from "./routers.ts";
+import { type LearnedRoute, MY_ASN, ROUTER_ASN, type Router, type RouterOptions } from "./routers.ts";
 
-export const MY_ASN = 4200000001; // 4-octet: the OPEN carries AS_TRANS
-const ROUTER_ASN = 65010;
 const WAIT_MS = 60_000;
 
 interface Peering {

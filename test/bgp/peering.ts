@@ -14,10 +14,8 @@ import { type BgpListener, listenBgp } from "../../src/agent/announcer/bgp/liste
 import { type BgpSession, startSession } from "../../src/agent/announcer/bgp/session.ts";
 import { type Family } from "../../src/net/ip.ts";
 import { createNetwork, md5Drops, type Network } from "../netns/netns.ts";
-import { MY_ASN } from "./interop.ts";
-import { type Router, type RouterOptions } from "./routers.ts";
+import { MY_ASN, ROUTER_ASN, type Router, type RouterOptions } from "./routers.ts";
 
-const ROUTER_ASN = 65010;
 const PASSWORD = "lccm-peering-test"; // FRR reads one word
 const WAIT_MS = 60_000;
 /** Rules of a session that took, or considered, a connection the peer opened. */
