@@ -14,7 +14,7 @@ import { type BgpListener, listenBgp } from "../../src/agent/announcer/bgp/liste
 import { type BgpSession, startSession } from "../../src/agent/announcer/bgp/session.ts";
 import { type Family } from "../../src/net/ip.ts";
 import { createNetwork, md5Drops, type Network } from "../netns/netns.ts";
-import { MY_ASN, ROUTER_ASN, type Router, type RouterOptions } from "./routers.ts";
+import { MY_ASN, ROUTER_ASN, type Router, type RouterOptions, sessionTo } from "./routers.ts";
 
 const PASSWORD = "lccm-peering-test"; // FRR reads one word
 const WAIT_MS = 60_000;
@@ -77,16 +77,8 @@ export function peeringSuite(start: (net: Network, options: RouterOptions) => Pr
     });
     const decisions: Decision[] = [];
     const session = startSession({
-      config: {
-        myAsn: MY_ASN,
-        peerAsn: asn,
-        routerId: router.ours[4],
-        holdTime: 30,
-        families: [4, 6],
-      },
-      peerAddress: router.address[transport],
+      ...sessionTo(router, transport, { peerAsn: asn }),
       ...(options.peerPort ? { peerPort: options.peerPort } : {}),
-      localAddress: router.ours[transport],
       password: ours,
       onDecision: (decision) => decisions.push(decision),
     });

@@ -14,6 +14,7 @@ import { onExit } from "../../localcluster/cleanup.ts";
 import { alive } from "../../localcluster/exec.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { type BfdConfig } from "../../src/agent/announcer/bfd/fsm.ts";
+import { type SessionConfig } from "../../src/agent/announcer/bgp/fsm.ts";
 import { type SessionOptions } from "../../src/agent/announcer/bgp/session.ts";
 import { type Family, ipFromBytes, ipToBytes } from "../../src/net/ip.ts";
 import { type Host, type Network } from "../netns/netns.ts";
@@ -240,8 +241,20 @@ ${options.gracefulRestart ? "    [neighbors.afi-safis.mp-graceful-restart.config
 }
 
 /**
- * GoBGP as the graceful-restart helper of one eBGP session over IPv4 carrying IPv4 and IPv6 unicast, and the options
- * of our session to it; `restarting` sets the R bit (RFC 4724: a speaker back within the restart time).
+ * The options of our session to `router` over `transport`: from our end of its link, with our IPv4 address there as
+ * BGP identifier; eBGP with IPv4 and IPv6 unicast and a 30 s hold time unless `config` says otherwise.
+ */
+export function sessionTo(router: Router, transport: Family, config: Partial<SessionConfig> = {}): SessionOptions {
+  return {
+    config: { myAsn: MY_ASN, peerAsn: ROUTER_ASN, routerId: router.ours[4], holdTime: 30, families: [4, 6], ...config },
+    peerAddress: router.address[transport],
+    localAddress: router.ours[transport],
+  };
+}
+
+/**
+ * GoBGP as the graceful-restart helper of one eBGP session over IPv4, and the options of our session to it;
+ * `restarting` sets the R bit (RFC 4724: a speaker back within the restart time).
  */
 export async function startGracefulGobgp(
   net: Network,
@@ -255,21 +268,9 @@ export async function startGracefulGobgp(
     transport: 4,
     gracefulRestart: true,
   });
-  return {
-    router,
-    session: (restarting) => ({
-      config: {
-        myAsn: MY_ASN,
-        peerAsn: ROUTER_ASN,
-        routerId: router.ours[4],
-        holdTime: 30,
-        families: [4, 6],
-        gracefulRestart: { restartTime: RESTART_TIME, restarting },
-      },
-      peerAddress: router.address[4],
-      localAddress: router.ours[4],
-    }),
-  };
+  const session = (restarting: boolean) =>
+    sessionTo(router, 4, { gracefulRestart: { restartTime: RESTART_TIME, restarting } });
+  return { router, session };
 }
 
 /**
