@@ -178,7 +178,7 @@ function startDriver(
   let config = options.config;
   const machine = runMachine({
     initial: initialBfdState(config, discriminator),
-    decide: (state: BfdSessionState, event: BfdEvent) => decideBfd(config, state, event, random()),
+    decide: (current: BfdSessionState, event: BfdEvent) => decideBfd(config, current, event, random()),
     onDecision,
     perform(action) {
       switch (action.type) {

@@ -54,7 +54,7 @@ export function startSession(options: SessionOptions): BgpSession {
   let incoming: net.Socket | undefined;
   const { apply, state } = runMachine({
     initial: initialState(),
-    decide: (state: SessionState, event: SessionEvent) => decide(config, state, event, random()),
+    decide: (current: SessionState, event: SessionEvent) => decide(config, current, event, random()),
     onDecision,
     perform(action) {
       switch (action.type) {
