@@ -14,12 +14,18 @@ import { type BgpSession, startSession } from "../../src/agent/announcer/bgp/ses
 import { type ControlPacket, Diag, encodeControl } from "../../src/net/bfd/control.ts";
 import { type Family } from "../../src/net/ip.ts";
 import { createNetwork, type Network } from "../netns/netns.ts";
-import { type FrrBfdPeer, type Router, type RouterOptions, startFrr } from "./routers.ts";
+import {
+  type FrrBfdPeer,
+  MY_ASN,
+  ROUTER_ASN,
+  type Router,
+  type RouterOptions,
+  sessionTo,
+  startFrr,
+} from "./routers.ts";
 import { startSpeaker } from "./speaker.ts";
 
 const SUBNET = 245;
-const MY_ASN = 4200000001;
-const ROUTER_ASN = 65010;
 /** The "≤ 1 s failover" timers: 300 ms × 3. */
 const BFD: BfdConfig = { minTx: 300, minRx: 300, multiplier: 3 };
 const DETECTION_MS = BFD.minRx * BFD.multiplier;
@@ -56,9 +62,7 @@ before(async () => {
   net = await createNetwork();
   router = await startFrr(net, frrOptions(0));
   bgp = startSession({
-    config: { myAsn: MY_ASN, peerAsn: ROUTER_ASN, routerId: router.ours[4], holdTime: 90, families: [4, 6] },
-    peerAddress: router.address[4],
-    localAddress: router.ours[4],
+    ...sessionTo(router, 4, { holdTime: 90 }),
     onDecision: (decision) => bgpDecisions.push(decision),
   });
   bgp.setRoutes([{ prefix: "198.51.100.7/32", nextHop: router.ours[4] }]);
@@ -260,11 +264,7 @@ test("hostile packets from the link are dropped and the sessions stay Up", async
 test("our speaker stopped: FRR withdraws our routes within its BFD detection time, far below the hold time", async (t) => {
   const other = await startFrr(net, frrOptions(1));
   const speaker = startSpeaker({
-    options: {
-      config: { myAsn: MY_ASN, peerAsn: ROUTER_ASN, routerId: other.ours[4], holdTime: 90, families: [4] },
-      peerAddress: other.address[4],
-      localAddress: other.ours[4],
-    },
+    options: sessionTo(other, 4, { holdTime: 90, families: [4] }),
     routes: [{ prefix: "198.51.100.9/32", nextHop: other.ours[4] }],
     bfd: BFD,
   });

@@ -6,7 +6,7 @@ import { after, test } from "node:test";
 import { waitFor, waitForEqual } from "../../localcluster/wait.ts";
 import { type Route } from "../../src/agent/announcer/bgp/ribout.ts";
 import { createNetwork, type Network } from "../netns/netns.ts";
-import { startGobgp } from "./routers.ts";
+import { startGracefulGobgp } from "./routers.ts";
 import { startSpeaker } from "./speaker.ts";
 
 let net: Network | undefined;
@@ -14,32 +14,13 @@ after(() => net?.remove());
 
 test("GoBGP keeps our routes while the speaker restarts within the restart time, then holds the new table", async () => {
   net = await createNetwork();
-  const router = await startGobgp(net, {
-    index: 0,
-    subnet: 242,
-    asn: 65010,
-    peerAsn: 65001,
-    transport: 4,
-    gracefulRestart: true,
-  });
+  const { router, session } = await startGracefulGobgp(net, 242);
   try {
-    const options = (restarting: boolean) => ({
-      config: {
-        myAsn: 65001,
-        peerAsn: 65010,
-        routerId: router.ours[4],
-        holdTime: 30,
-        families: [4, 6],
-        gracefulRestart: { restartTime: 120, restarting },
-      },
-      peerAddress: router.address[4],
-      localAddress: router.ours[4],
-    });
     const routes: Route[] = [
       { prefix: "198.51.100.1/32", nextHop: router.ours[4] },
       { prefix: "198.51.100.2/32", nextHop: router.ours[4] },
     ];
-    const first = startSpeaker({ options: options(false), routes });
+    const first = startSpeaker({ options: session(false), routes });
     await waitFor("the first speaker established", () => first.rules.includes("established"), 30_000);
     const prefixes = async () => [...(await router.routes(4)).keys()].sort();
     await waitForEqual("GoBGP has both routes", prefixes, ["198.51.100.1/32", "198.51.100.2/32"], 30_000);
@@ -59,7 +40,7 @@ test("GoBGP keeps our routes while the speaker restarts within the restart time,
     })();
     await new Promise((resolve) => setTimeout(resolve, 2000)); // the restart takes a while
     const second = startSpeaker({
-      options: options(true),
+      options: session(true),
       routes: [routes[0]!, { prefix: "198.51.100.3/32", nextHop: router.ours[4] }],
     });
     try {

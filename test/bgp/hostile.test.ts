@@ -32,6 +32,15 @@ const OPEN = encodeMessage({
   },
 });
 const KEEPALIVE = encodeMessage({ type: "keepalive" });
+
+/** Our session to the peer (the server on loopback), its decisions kept in `decisions`. */
+const startSessionToPeer = (decisions: Decision[]) =>
+  startSession({
+    config: { myAsn: 65001, peerAsn: 65010, routerId: "198.18.0.1", holdTime: 90, families: [4, 6] },
+    peerAddress: "127.0.0.1",
+    peerPort: (server.address() as net.AddressInfo).port,
+    onDecision: (decision) => decisions.push(decision),
+  });
 const header = (length: number, type: number) => {
   const bytes = Buffer.alloc(19, 0xff);
   bytes.writeUInt16BE(length, 16);
@@ -98,13 +107,7 @@ for (const [name, bytes, expected] of cases) {
       worstLag = Math.max(worstLag, now - last - 20);
       last = now;
     }, 20);
-    const { port } = server.address() as net.AddressInfo;
-    const session = startSession({
-      config: { myAsn: 65001, peerAsn: 65010, routerId: "198.18.0.1", holdTime: 90, families: [4, 6] },
-      peerAddress: "127.0.0.1",
-      peerPort: port,
-      onDecision: (decision) => decisions.push(decision),
-    });
+    const session = startSessionToPeer(decisions);
     try {
       session.setRoutes([{ prefix: "198.51.100.7/32", nextHop: "198.18.0.1" }]);
       await waitFor("the first connection closed by us", () => connections[0]?.closed, 20_000);
@@ -136,14 +139,8 @@ test("a second connection from the peer's address to our listener cannot reset a
   connections = [];
   malformed = Buffer.alloc(0); // a well-behaved peer this time
   const decisions: Decision[] = [];
-  const { port } = server.address() as net.AddressInfo;
   const listener = await listenBgp({ host: "127.0.0.1", port: 0 });
-  const session = startSession({
-    config: { myAsn: 65001, peerAsn: 65010, routerId: "198.18.0.1", holdTime: 90, families: [4, 6] },
-    peerAddress: "127.0.0.1",
-    peerPort: port,
-    onDecision: (decision) => decisions.push(decision),
-  });
+  const session = startSessionToPeer(decisions);
   listener.add("127.0.0.1", session);
   try {
     await waitFor("established", () => session.state().phase === "established", 20_000);

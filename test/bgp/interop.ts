@@ -12,10 +12,8 @@ import { canonicalCommunities, type Route } from "../../src/agent/announcer/bgp/
 import { type BgpSession, startSession } from "../../src/agent/announcer/bgp/session.ts";
 import { type Family, ipFromBytes } from "../../src/net/ip.ts";
 import { createNetwork, type Network } from "../netns/netns.ts";
-import { type LearnedRoute, type Router, type RouterOptions } from "./routers.ts";
+import { type LearnedRoute, MY_ASN, ROUTER_ASN, type Router, type RouterOptions, sessionTo } from "./routers.ts";
 
-export const MY_ASN = 4200000001; // 4-octet: the OPEN carries AS_TRANS
-const ROUTER_ASN = 65010;
 const WAIT_MS = 60_000;
 
 interface Peering {
@@ -131,9 +129,7 @@ export function interopSuite(start: (net: Network, options: RouterOptions) => Pr
       });
       const decisions: Decision[] = [];
       const session = startSession({
-        config: { myAsn: MY_ASN, peerAsn: setup.asn, routerId: router.ours[4], holdTime: 30, families: [4, 6] },
-        peerAddress: router.address[setup.transport],
-        localAddress: router.ours[setup.transport],
+        ...sessionTo(router, setup.transport, { peerAsn: setup.asn }),
         onDecision: (decision) => decisions.push(decision),
       });
       peerings.push({

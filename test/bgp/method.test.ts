@@ -13,7 +13,7 @@ import type { Decision } from "../../src/agent/announcer/bgp/fsm.ts";
 import { startBgpMethod } from "../../src/agent/announcer/bgp/method.ts";
 import type { Family } from "../../src/net/ip.ts";
 import { createNetwork, type Network } from "../netns/netns.ts";
-import { type Router, startGobgp } from "./routers.ts";
+import { type Router, startGracefulGobgp } from "./routers.ts";
 
 const WAIT_MS = 60_000;
 let net: Network | undefined;
@@ -33,32 +33,13 @@ async function learned(router: Router, family: Family): Promise<Record<string, s
 
 test("GoBGP learns the desired set as host routes, hears each change as UPDATEs, nothing once we stop", async () => {
   net = await createNetwork();
-  const router = await startGobgp(net, {
-    index: 0,
-    subnet: 246,
-    asn: 65010,
-    peerAsn: 65001,
-    transport: 4,
-    gracefulRestart: true,
-  });
+  const { router, session } = await startGracefulGobgp(net, 246);
   const decisions: Decision[] = [];
   const method = startBgpMethod({
     log: createLogger({ verbosity: 0, format: "text", write: () => {} }),
     peers: [
       {
-        session: {
-          config: {
-            myAsn: 65001,
-            peerAsn: 65010,
-            routerId: router.ours[4],
-            holdTime: 30,
-            families: [4, 6],
-            gracefulRestart: { restartTime: 120, restarting: false },
-          },
-          peerAddress: router.address[4],
-          localAddress: router.ours[4],
-          onDecision: (decision) => decisions.push(decision),
-        },
+        session: { ...session(false), onDecision: (decision) => decisions.push(decision) },
         nextHops: router.ours,
       },
     ],

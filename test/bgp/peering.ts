@@ -14,10 +14,8 @@ import { type BgpListener, listenBgp } from "../../src/agent/announcer/bgp/liste
 import { type BgpSession, startSession } from "../../src/agent/announcer/bgp/session.ts";
 import { type Family } from "../../src/net/ip.ts";
 import { createNetwork, md5Drops, type Network } from "../netns/netns.ts";
-import { MY_ASN } from "./interop.ts";
-import { type Router, type RouterOptions } from "./routers.ts";
+import { MY_ASN, ROUTER_ASN, type Router, type RouterOptions, sessionTo } from "./routers.ts";
 
-const ROUTER_ASN = 65010;
 const PASSWORD = "lccm-peering-test"; // FRR reads one word
 const WAIT_MS = 60_000;
 /** Rules of a session that took, or considered, a connection the peer opened. */
@@ -79,16 +77,8 @@ export function peeringSuite(start: (net: Network, options: RouterOptions) => Pr
     });
     const decisions: Decision[] = [];
     const session = startSession({
-      config: {
-        myAsn: MY_ASN,
-        peerAsn: asn,
-        routerId: router.ours[4],
-        holdTime: 30,
-        families: [4, 6],
-      },
-      peerAddress: router.address[transport],
+      ...sessionTo(router, transport, { peerAsn: asn }),
       ...(options.peerPort ? { peerPort: options.peerPort } : {}),
-      localAddress: router.ours[transport],
       password: ours,
       onDecision: (decision) => decisions.push(decision),
     });
@@ -141,7 +131,7 @@ export function peeringSuite(start: (net: Network, options: RouterOptions) => Pr
     const timedOut = () => wrong.decisions.some((d) => d.rule === "connect-timeout");
     await waitFor(`a connect timeout (${rules(wrong)})`, timedOut, WAIT_MS);
     const timeout = wrong.decisions.find((d) => d.rule === "connect-timeout")!;
-    assert.ok(timeout.actions.some((a) => a.type === "arm" && a.timer === "retry" && a.seconds >= 0.75), rules(wrong));
+    assert.ok(timeout.actions.some((a) => a.type === "arm" && a.timer === "retry" && a.ms >= 750), rules(wrong));
     assert.ok(!wrong.decisions.some((d) => INCOMING_RULES.test(d.rule)), `no connection reached us: ${rules(wrong)}`);
     assert.ok(!wrong.decisions.some((d) => d.rule === "established"), rules(wrong));
     assert.doesNotMatch(await wrong.router.sessionState(), /^established$/i);

@@ -14,8 +14,16 @@ import { onExit } from "../../localcluster/cleanup.ts";
 import { alive } from "../../localcluster/exec.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { type BfdConfig } from "../../src/agent/announcer/bfd/fsm.ts";
+import { type SessionConfig } from "../../src/agent/announcer/bgp/fsm.ts";
+import { type SessionOptions } from "../../src/agent/announcer/bgp/session.ts";
 import { type Family, ipFromBytes, ipToBytes } from "../../src/net/ip.ts";
 import { type Host, type Network } from "../netns/netns.ts";
+
+/** Our speaker's AS in these tests (4-octet: the OPEN carries AS_TRANS), and the routers' AS on eBGP sessions. */
+export const MY_ASN = 4200000001;
+export const ROUTER_ASN = 65010;
+/** Seconds a router with graceful restart keeps the routes of a peer that went away, and what our speaker asks. */
+const RESTART_TIME = 120;
 
 /** A route as a router reports it. */
 export interface LearnedRoute {
@@ -158,7 +166,7 @@ ${options.password ? `    auth-password = "${options.password}"\n` : ""}  [neigh
     connect-retry = 1
   [neighbors.transport.config]
     passive-mode = ${!options.active}
-${remotePort}${options.gracefulRestart ? "  [neighbors.graceful-restart.config]\n    enabled = true\n    restart-time = 120\n" : ""}${(
+${remotePort}${options.gracefulRestart ? `  [neighbors.graceful-restart.config]\n    enabled = true\n    restart-time = ${RESTART_TIME}\n` : ""}${(
     ["ipv4-unicast", "ipv6-unicast"] as const
   )
     .map(
@@ -233,6 +241,39 @@ ${options.gracefulRestart ? "    [neighbors.afi-safis.mp-graceful-restart.config
 }
 
 /**
+ * The options of our session to `router` over `transport`: from our end of its link, with our IPv4 address there as
+ * BGP identifier; eBGP with IPv4 and IPv6 unicast and a 30 s hold time unless `config` says otherwise.
+ */
+export function sessionTo(router: Router, transport: Family, config: Partial<SessionConfig> = {}): SessionOptions {
+  return {
+    config: { myAsn: MY_ASN, peerAsn: ROUTER_ASN, routerId: router.ours[4], holdTime: 30, families: [4, 6], ...config },
+    peerAddress: router.address[transport],
+    localAddress: router.ours[transport],
+  };
+}
+
+/**
+ * GoBGP as the graceful-restart helper of one eBGP session over IPv4, and the options of our session to it;
+ * `restarting` sets the R bit (RFC 4724: a speaker back within the restart time).
+ */
+export async function startGracefulGobgp(
+  net: Network,
+  subnet: number,
+): Promise<{ router: Router; session: (restarting: boolean) => SessionOptions }> {
+  const router = await startGobgp(net, {
+    index: 0,
+    subnet,
+    asn: ROUTER_ASN,
+    peerAsn: MY_ASN,
+    transport: 4,
+    gracefulRestart: true,
+  });
+  const session = (restarting: boolean) =>
+    sessionTo(router, 4, { gracefulRestart: { restartTime: RESTART_TIME, restarting } });
+  return { router, session };
+}
+
+/**
  * FRR's zebra and bfdd switch to FRR's user, which clears the parent-death signal: a killed test leaves them running
  * (and its namespace alive with them). Each fixture's folder names the test process that made it, so a later start
  * kills the daemons of folders whose test process is gone, and only those.
@@ -272,7 +313,7 @@ router bgp ${options.asn}
  bgp router-id ${address[4]}
  no bgp ebgp-requires-policy
  no bgp network import-check
-${options.gracefulRestart ? " bgp graceful-restart\n bgp graceful-restart restart-time 120\n" : ""} neighbor ${neighbor} remote-as ${options.peerAsn}
+${options.gracefulRestart ? ` bgp graceful-restart\n bgp graceful-restart restart-time ${RESTART_TIME}\n` : ""} neighbor ${neighbor} remote-as ${options.peerAsn}
 ${connecting}
 ${options.password ? ` neighbor ${neighbor} password ${options.password}\n` : ""} neighbor ${neighbor} timers ${Math.floor((options.holdTime ?? 90) / 3)} ${options.holdTime ?? 90}
  neighbor ${neighbor} update-source ${address[options.transport]}

@@ -4,6 +4,7 @@
 // the next state, the actions for the UDP adapter (session.ts) and a rule id and reason for the log. The session's
 // client (the BGP session to the same peer) hears of it through the "up" and "down" actions.
 import { type BfdState, type ControlPacket, Diag } from "../../../net/bfd/control.ts";
+import type { TimerAction, TimerEvent } from "../fsm-runner.ts";
 
 /** The BGPPeer's `bfd` settings, in milliseconds. */
 export interface BfdConfig {
@@ -45,12 +46,11 @@ export type BfdEvent =
   | { type: "stop" }
   | { type: "configure"; config: BfdConfig }
   | { type: "received"; packet: ControlPacket }
-  | { type: "timer"; timer: BfdTimer };
+  | TimerEvent<BfdTimer>;
 
 export type BfdAction =
   | { type: "send"; packet: ControlPacket }
-  | { type: "arm"; timer: BfdTimer; ms: number }
-  | { type: "disarm"; timer: BfdTimer }
+  | TimerAction<BfdTimer>
   /**
    * The session came Up / left Up (diag: why). `pathFailure` is what the client acts on: not when the peer
    * signalled AdminDown or we stopped, which say nothing of the path (RFC 5882 §3.2).

@@ -16,12 +16,12 @@ import {
   sockaddrIp,
   SocketType,
 } from "../../../net/sockets.ts";
+import { runMachine } from "../fsm-runner.ts";
 import {
   type BfdConfig,
   type BfdDecision,
   type BfdEvent,
   type BfdSessionState,
-  type BfdTimer,
   decideBfd,
   initialBfdState,
 } from "./fsm.ts";
@@ -176,14 +176,11 @@ function startDriver(
   const { peerAddress, client, onDecision } = options;
   const to = ipSockaddr(peerAddress, BFD_PORT);
   let config = options.config;
-  let state = initialBfdState(config, discriminator);
-  const timers = new Map<BfdTimer, NodeJS.Timeout>();
-
-  const apply = (event: BfdEvent) => {
-    const decision = decideBfd(config, state, event, random());
-    state = decision.state;
-    onDecision?.(decision, event);
-    for (const action of decision.actions) {
+  const machine = runMachine({
+    initial: initialBfdState(config, discriminator),
+    decide: (current: BfdSessionState, event: BfdEvent) => decideBfd(config, current, event, random()),
+    onDecision,
+    perform(action) {
       switch (action.type) {
         case "send":
           try {
@@ -192,16 +189,6 @@ function startDriver(
             // no route or a full buffer: the peer's detection, not ours, decides what a lost packet means
           }
           break;
-        case "arm": {
-          clearTimeout(timers.get(action.timer));
-          const timer = setTimeout(() => apply({ type: "timer", timer: action.timer }), action.ms);
-          timers.set(action.timer, timer.unref());
-          break;
-        }
-        case "disarm":
-          clearTimeout(timers.get(action.timer));
-          timers.delete(action.timer);
-          break;
         case "up":
           client?.bfd(true);
           break;
@@ -209,25 +196,25 @@ function startDriver(
           if (action.pathFailure) client?.bfd(false);
           break;
       }
-    }
-  };
+    },
+  });
 
   const driver: Driver = {
     discriminator,
     peerAddress,
-    receive: (packet) => apply({ type: "received", packet }),
+    receive: (packet) => machine.apply({ type: "received", packet }),
     session: {
       configure(next) {
         config = next;
-        apply({ type: "configure", config: next });
+        machine.apply({ type: "configure", config: next });
       },
-      state: () => state,
+      state: machine.state,
       stop() {
-        apply({ type: "stop" });
+        machine.apply({ type: "stop" });
         forget(driver);
       },
     },
   };
-  apply({ type: "start" });
+  machine.apply({ type: "start" });
   return driver;
 }

@@ -74,7 +74,7 @@ test("the handshake: connect, OPEN, KEEPALIVE, then the table and End-of-RIB for
     }
     if (rule === "open-accepted") {
       assert.deepEqual(decision.state.negotiated?.holdTime, 30, "the lesser hold time");
-      assert.ok(decision.actions.some((a) => a.type === "arm" && a.timer === "keepalive" && a.seconds === 10));
+      assert.ok(decision.actions.some((a) => a.type === "arm" && a.timer === "keepalive" && a.ms === 10_000));
     }
   }
   const withRoutes = run([{ type: "routes", routes: ROUTES }, ...UP]);

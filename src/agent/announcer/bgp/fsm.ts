@@ -10,6 +10,7 @@ import { type BgpError, notification, notificationName } from "../../../net/bgp/
 import { type Message, type Open } from "../../../net/bgp/message.ts";
 import { endOfRib, type Update } from "../../../net/bgp/update.ts";
 import { type Family, ipToBytes } from "../../../net/ip.ts";
+import type { TimerAction, TimerEvent } from "../fsm-runner.ts";
 import { type Advertised, planUpdates, type Route } from "./ribout.ts";
 
 export interface SessionConfig {
@@ -68,7 +69,7 @@ export type SessionEvent =
   /** `on: "incoming"`: of the peer's connection that waits for collision resolution; else the session's. */
   | { type: "closed"; reason: string; on?: "incoming" }
   | { type: "received"; message: Message | BgpError; on?: "incoming" }
-  | { type: "timer"; timer: Timer }
+  | TimerEvent<Timer>
   | { type: "routes"; routes: readonly Route[] }
   /** The BFD session to the peer left Up (false) or came Up again (true). */
   | { type: "bfd"; up: boolean };
@@ -80,8 +81,7 @@ export type SessionAction =
   /** `on: "incoming"`: on the peer's connection that waits (or was just offered); else on the session's. */
   | { type: "send"; message: Message; on?: "incoming" }
   | { type: "close"; on?: "incoming" }
-  | { type: "arm"; timer: Timer; seconds: number }
-  | { type: "disarm"; timer: Timer };
+  | TimerAction<Timer>;
 
 export interface Decision {
   state: SessionState;
@@ -107,6 +107,9 @@ export function initialState(): SessionState {
     incoming: false,
   };
 }
+
+/** Arms a timer: BGP counts its timers in seconds (RFC 4271), the runner in milliseconds. */
+const arm = (timer: Timer, seconds: number): SessionAction => ({ type: "arm", timer, ms: seconds * 1000 });
 
 /** Seconds before the next attempt after `failures` failures in a row: doubling from 1 s to 60 s, ±25 % jitter. */
 export function backoffSeconds(failures: number, jitter: number): number {
@@ -188,7 +191,7 @@ function fail(
         ...notify,
         { type: "accept" },
         { type: "disarm", timer: "keepalive" },
-        { type: "arm", timer: "hold", seconds: OPEN_HOLD_TIME },
+        arm("hold", OPEN_HOLD_TIME),
       ],
       rule,
       reason: `${reason}; carried on with the peer's own connection`,
@@ -197,7 +200,7 @@ function fail(
   const seconds = backoffSeconds(failures, jitter);
   return {
     state: { ...state, phase: "idle", failures, negotiated: undefined, advertised: new Map(), accepted: false },
-    actions: [...notify, { type: "close" }, ...disarmAll, { type: "arm", timer: "retry", seconds }],
+    actions: [...notify, { type: "close" }, ...disarmAll, arm("retry", seconds)],
     rule,
     reason: `${reason}; next attempt in ${seconds.toFixed(1)} s`,
   };
@@ -208,7 +211,7 @@ function keep(state: SessionState, rule: string, reason: string, actions: Sessio
 }
 
 const armHold = (negotiated: Negotiated): SessionAction[] =>
-  negotiated.holdTime > 0 ? [{ type: "arm", timer: "hold", seconds: negotiated.holdTime }] : [];
+  negotiated.holdTime > 0 ? [arm("hold", negotiated.holdTime)] : [];
 
 const sendUpdates = (plan: { updates: Update[] }): SessionAction[] =>
   plan.updates.map((update) => ({ type: "send", message: { type: "update", update } }));
@@ -226,7 +229,7 @@ function opening(
       ...first,
       { type: "disarm", timer: "retry" },
       { type: "send", message: openMessage(config, state) },
-      { type: "arm", timer: "hold", seconds: OPEN_HOLD_TIME },
+      arm("hold", OPEN_HOLD_TIME),
     ],
     rule,
     reason,
@@ -247,7 +250,7 @@ function confirmed(
       ...first,
       { type: "send", message: { type: "keepalive" } },
       ...(negotiated.holdTime > 0
-        ? [...armHold(negotiated), { type: "arm", timer: "keepalive", seconds: negotiated.keepaliveTime } as const]
+        ? [...armHold(negotiated), arm("keepalive", negotiated.keepaliveTime)]
         : [{ type: "disarm", timer: "hold" } as const]),
     ],
     rule,
@@ -355,7 +358,7 @@ function received(config: SessionConfig, state: SessionState, message: Message |
           collisionCease(),
           { type: "accept" },
           { type: "disarm", timer: "keepalive" },
-          { type: "arm", timer: "hold", seconds: OPEN_HOLD_TIME },
+          arm("hold", OPEN_HOLD_TIME),
         ],
         rule: "collision-took-peers",
         reason: collisionReason(config, peer),
@@ -451,7 +454,7 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
       if (state.bfdDown) return keep(state, "bfd-down", "no attempt while BFD to the peer is down");
       return {
         state: { ...state, phase: "connecting", accepted: false },
-        actions: [{ type: "connect" }, { type: "arm", timer: "hold", seconds: CONNECT_TIMEOUT }],
+        actions: [{ type: "connect" }, arm("hold", CONNECT_TIMEOUT)],
         rule: "connect",
         reason: "",
       };
@@ -495,7 +498,7 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
             return keep(state, "stale-timer", "keepalive");
           return keep(state, "keepalive-sent", "", [
             { type: "send", message: { type: "keepalive" } },
-            { type: "arm", timer: "keepalive", seconds: state.negotiated!.keepaliveTime },
+            arm("keepalive", state.negotiated!.keepaliveTime),
           ]);
         case "hold":
           if (state.phase === "connecting")

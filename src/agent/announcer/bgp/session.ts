@@ -5,6 +5,7 @@
 import type net from "node:net";
 import { decodeMessage, encodeMessage, splitMessages } from "../../../net/bgp/message.ts";
 import { connectTcp, passwordProblem } from "../../../net/tcpmd5.ts";
+import { runMachine } from "../fsm-runner.ts";
 import {
   type Decision,
   decide,
@@ -12,7 +13,6 @@ import {
   type SessionConfig,
   type SessionEvent,
   type SessionState,
-  type Timer,
 } from "./fsm.ts";
 import { type Route } from "./ribout.ts";
 
@@ -50,16 +50,13 @@ export function startSession(options: SessionOptions): BgpSession {
   const random = options.random ?? Math.random;
   const problem = password === undefined ? undefined : passwordProblem(password);
   if (problem) throw new Error(`BGP peer ${peerAddress}: ${problem}`);
-  let state = initialState();
   let socket: net.Socket | undefined;
   let incoming: net.Socket | undefined;
-  const timers = new Map<Timer, NodeJS.Timeout>();
-
-  const apply = (event: SessionEvent) => {
-    const decision = decide(config, state, event, random());
-    state = decision.state;
-    onDecision?.(decision, event);
-    for (const action of decision.actions) {
+  const { apply, state } = runMachine({
+    initial: initialState(),
+    decide: (current: SessionState, event: SessionEvent) => decide(config, current, event, random()),
+    onDecision,
+    perform(action) {
       switch (action.type) {
         case "connect":
           socket = connectTcp({ host: peerAddress, port: peerPort, localAddress, password });
@@ -82,19 +79,9 @@ export function startSession(options: SessionOptions): BgpSession {
             socket = undefined;
           }
           break;
-        case "arm": {
-          clearTimeout(timers.get(action.timer));
-          const timer = setTimeout(() => apply({ type: "timer", timer: action.timer }), action.seconds * 1000);
-          timers.set(action.timer, timer.unref());
-          break;
-        }
-        case "disarm":
-          clearTimeout(timers.get(action.timer));
-          timers.delete(action.timer);
-          break;
       }
-    }
-  };
+    },
+  });
 
   /** Ends a connection: what was written (a NOTIFICATION) is flushed, and the socket cut if that takes too long. */
   function drop(old: net.Socket | undefined) {
@@ -148,7 +135,7 @@ export function startSession(options: SessionOptions): BgpSession {
       apply({ type: "incoming" });
       if (role(peerSocket)) peerSocket.resume(); // read only once the session kept it
     },
-    state: () => state,
+    state,
     stop: () => apply({ type: "stop" }),
     bfd: (up) => apply({ type: "bfd", up }),
   };
