@@ -127,8 +127,8 @@ export async function runAgent(ctx: MainContext): Promise<void> {
       return node && (node.metadata?.labels ?? {});
     };
     const method = l2Method(options);
-    const { nodeSelector } = announce;
-    const l2 = announceWhileSelected({ client, node, nodeSelector, log, metrics: metrics.announcer, method }, labels);
+    const selection = metrics.announcer.selection;
+    const l2 = announceWhileSelected({ client, node, log, selection, method }, labels);
     informer.addHandlers({ onAdd: l2.update, onUpdate: l2.update, onDelete: l2.update });
     ctx.onShutdown(() => l2.stop());
   }

@@ -125,10 +125,10 @@ test("method: each peer gets the desired set with its own next hops; stopping wi
   assert.deepEqual(fake.calls.splice(0), ["192.0.2.2 routes ", "192.0.2.6 routes "]);
   method.apply(desired("198.51.100.8"));
   fake.calls.splice(0);
-  await method.stop();
+  await method.stop(false);
   const withdrawn = ["192.0.2.2 routes ", "192.0.2.6 routes "];
   assert.deepEqual(fake.calls.splice(0), [...withdrawn, "192.0.2.2 stop", "192.0.2.6 stop"], "withdrawn first");
   method.apply(desired("198.51.100.9"));
-  await method.stop();
+  await method.stop(false);
   assert.deepEqual(fake.calls, [], "after stop, neither apply nor a second stop reaches a session");
 });
