@@ -203,7 +203,7 @@ function startRunning(
     attributes: (entry) => poolAttributes(byKey.get(entry.services[0] ?? ""), entry.address, (name) => pools.get(name)),
     onRoutes: (peer, routes) => metrics.routes.with({ peer }).set(routes),
   });
-  /** Why a selected peer has no session, logged once per change. */
+  /** Why a selected peer has no session (or runs without BFD), logged once per change. */
   let lastLeftOut = "";
 
   /** The sessions the selected peers need now: next hops over netlink, passwords from their Secrets. */
@@ -230,6 +230,8 @@ function startRunning(
           continue;
         }
       }
+      // Said once per peer (with the left-out ones below): its bfd section is accepted, and not acted on yet.
+      if (peer.bfd) leftOut.push({ peer: peer.name, rule: "bfd-not-run", reason: "bfd is not run by this agent yet" });
       const session = { ...peerSession(peer, nextHop, password, nodeHash), onDecision: sessionsGauge };
       const nextHops = ipFamily(nextHop) === 6 ? { 6: nextHop } : { 4: nextHop };
       wanted.push({ name: peer.name, session, nextHops });
@@ -237,7 +239,7 @@ function startRunning(
     const text = JSON.stringify(leftOut);
     if (text !== lastLeftOut)
       for (const { peer, rule, reason } of leftOut)
-        log.warn(`BGP: no session with BGPPeer ${peer}: ${reason}`, { rule });
+        log.warn(`BGP: BGPPeer ${peer}: ${rule === "bfd-not-run" ? "" : "no session: "}${reason}`, { rule });
     lastLeftOut = text;
     return wanted;
   }
