@@ -12,7 +12,6 @@ import { openNetlink } from "../net/netlink.ts";
 import { Agent, type ReconcileResult } from "./agent.ts";
 import { announceWhileSelected } from "./announcer/announcing.ts";
 import { l2Method } from "./announcer/arp-ndp/method.ts";
-import { bgpMethod } from "./announcer/bgp/definition.ts";
 import { PROGRAM, parseAgentFlags } from "./flags.ts";
 import { metadataOptions } from "./metadata/options.ts";
 import { createMetrics } from "./metrics.ts";
@@ -136,6 +135,8 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   }
   if (flags.bgp) {
     // Both methods may run at once: l2 Services by ARP/NDP, bgp Services by BGP, each with its own Service watch.
+    // Loaded only when on: an agent without BGP never loads the speaker (its memory budget).
+    const { bgpMethod } = await import("./announcer/bgp/definition.ts");
     const { secretNamespace } = flags.bgp;
     const bgp = bgpMethod({ client, netlink, node, secretNamespace, log, metrics: metrics.bgp, nodeObject: cached });
     const method = bgp.definition;

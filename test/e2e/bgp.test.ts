@@ -1,0 +1,145 @@
+// BGP pool addresses as users run them: `helm install` of charts/local-ccm with bgp.enabled on four real kubelets
+// with kube-proxy (iptables mode), node-0 the control-plane node (kubeadm's exclusion label: not eligible), the
+// cluster's FRR router (localcluster/router.ts, dynamic neighbors, ECMP, the client host's default route), a BGPPeer
+// for it and a pool outside every network of the slot, so that only the router's routes reach it. From the client:
+// - a Service of class local-ccm.io/bgp: the router holds its /32 with one next hop per eligible node, curl answers;
+// - a worker labelled excluded: its path is withdrawn, the others stay, no request fails meanwhile;
+// - externalTrafficPolicy Local: only the nodes with an endpoint;
+// - the Service deleted: the route goes.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { NETEXEC_PORT, netexecBackends } from "../../localcluster/agnhost.ts";
+import { type Cluster, startCluster } from "../../localcluster/cluster.ts";
+import * as layer2 from "../../localcluster/layer2.ts";
+import { helmInstallArgs, initialised, listNodes } from "../../localcluster/project.ts";
+import { type ClusterRouter, NODE_ASN, startRouter } from "../../localcluster/router.ts";
+import { waitFor } from "../../localcluster/wait.ts";
+import { EXCLUDE_LABEL } from "../../src/loadbalancer/nodes.ts";
+import { BGP_CLASS } from "../../src/pools/allocate.ts";
+
+const WAIT_MS = 180_000;
+const WORKERS = ["node-1", "node-2", "node-3"];
+const INGRESS_IP = "{.status.loadBalancer.ingress[0].ip}";
+let cluster: Cluster;
+let router: ClusterRouter;
+before(async () => {
+  cluster = await startCluster({ nodes: 4, proxyMode: "iptables" });
+  router = await startRouter(cluster);
+  await cluster.helm(helmInstallArgs({ "bgp.enabled": "true" }));
+  await waitFor(
+    "every Node initialised by its agent",
+    async () => (await listNodes(cluster)).filter(initialised).length === cluster.nodes.length,
+    WAIT_MS,
+    500,
+  );
+  const peer = {
+    apiVersion: "local-ccm.io/v1alpha1",
+    kind: "BGPPeer",
+    metadata: { name: "router" },
+    spec: { peerAddress: router.ip, peerASN: router.asn, myASN: NODE_ASN, holdTime: "9s" },
+  };
+  // In no network of the slot: the client reaches it only through the router's routes.
+  const pool = {
+    apiVersion: "local-ccm.io/v1alpha1",
+    kind: "LoadBalancerIPPool",
+    metadata: { name: "routed" },
+    spec: { addresses: [`198.19.${200 + cluster.slot}.240/28`] },
+  };
+  for (const object of [peer, pool, netexecBackends(2)])
+    await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(object));
+  await cluster.kubectl(["rollout", "status", "deployment/netexec", "--timeout=180s"]);
+});
+after(async () => {
+  await router?.stop();
+  await cluster?.stop();
+});
+
+function bgpService(name: string, local = false) {
+  return {
+    apiVersion: "v1",
+    kind: "Service",
+    metadata: { name, namespace: "default" },
+    spec: {
+      type: "LoadBalancer",
+      loadBalancerClass: BGP_CLASS,
+      externalTrafficPolicy: local ? "Local" : "Cluster",
+      selector: { app: "netexec" },
+      ports: [{ port: 80, targetPort: NETEXEC_PORT }],
+    },
+  };
+}
+
+async function ingressIp(name: string): Promise<string> {
+  return waitFor(
+    `${name}'s address`,
+    async () => (await cluster.kubectl(["get", "service", name, "-o", `jsonpath=${INGRESS_IP}`])) || undefined,
+    WAIT_MS,
+    500,
+  );
+}
+
+/** The router's next hops for `ip`/32, as node names, sorted; [] without a route. */
+async function nextHops(ip: string): Promise<string[]> {
+  const route = (await router.routes()).find((r) => r.prefix === `${ip}/32`);
+  const byIp = new Map(cluster.nodes.map((node) => [node.publicIP, node.name]));
+  return (route?.via ?? []).map((via) => byIp.get(via) ?? via).sort();
+}
+
+const waitForHops = (ip: string, expected: string[], what: string) =>
+  waitFor(what, async () => JSON.stringify(await nextHops(ip)) === JSON.stringify(expected), WAIT_MS, 250).catch(
+    async (err: unknown) => {
+      throw new Error(`${(err as Error).message}: the router has ${JSON.stringify(await nextHops(ip))}`);
+    },
+  );
+
+const get = (ip: string, path: string) =>
+  cluster.client.exec("curl", ["-sS", "--max-time", "3", `http://${ip}${path}`]);
+
+let ip: string;
+
+test("a bgp Service: the router has its /32 over every eligible node (ECMP), and the client is answered", async () => {
+  await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(bgpService("web")));
+  ip = await ingressIp("web");
+  await waitForHops(ip, WORKERS, "an ECMP route over the three workers (node-0 is excluded)");
+  const answered = () => get(ip, "/hostname").catch(() => undefined);
+  const answer = await waitFor(`${ip} answering the client`, answered, WAIT_MS);
+  assert.ok((await layer2.backendNodes(cluster)).has(answer), `${ip} answered ${answer}`);
+});
+
+test("a worker labelled excluded: its path is withdrawn, the others stay, no request fails", async () => {
+  const failures: string[] = [];
+  let sent = 0;
+  let probing = true;
+  const probe = (async () => {
+    while (probing) {
+      sent++;
+      await get(ip, "/hostname").catch((err: Error) => failures.push(err.message));
+    }
+  })();
+  try {
+    await cluster.kubectl(["label", "node", "node-1", `${EXCLUDE_LABEL}=true`]);
+    await waitForHops(ip, ["node-2", "node-3"], "node-1's path withdrawn");
+    const more = sent + 10;
+    await waitFor("ten more requests", () => sent >= more, WAIT_MS, 100);
+  } finally {
+    probing = false;
+    await probe;
+    await cluster.kubectl(["label", "node", "node-1", `${EXCLUDE_LABEL}-`]);
+  }
+  assert.deepEqual(failures, [], `${failures.length} of ${sent} requests failed`);
+  await waitForHops(ip, WORKERS, "node-1 back");
+});
+
+test("externalTrafficPolicy Local: only the nodes with a ready endpoint announce", async () => {
+  await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(bgpService("local", true)));
+  const local = await ingressIp("local");
+  const withEndpoint = [...new Set((await layer2.backendNodes(cluster)).values())].sort();
+  assert.ok(withEndpoint.length >= 1 && withEndpoint.length < WORKERS.length + 1, JSON.stringify(withEndpoint));
+  await waitForHops(local, withEndpoint, "a route over the backends' nodes only");
+  await waitFor(`${local} answering`, () => get(local, "/hostname").catch(() => undefined), WAIT_MS);
+});
+
+test("the Service deleted: the route goes", async () => {
+  await cluster.kubectl(["delete", "service", "web"]);
+  await waitForHops(ip, [], "the route withdrawn");
+});
