@@ -8,14 +8,13 @@
 // - the Service deleted: the route goes.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { NETEXEC_PORT, netexecBackends } from "../../localcluster/agnhost.ts";
-import { type Cluster, startCluster } from "../../localcluster/cluster.ts";
+import type { Cluster } from "../../localcluster/cluster.ts";
 import * as layer2 from "../../localcluster/layer2.ts";
-import { helmInstallArgs, initialised, listNodes } from "../../localcluster/project.ts";
-import { type ClusterRouter, NODE_ASN, startRouter } from "../../localcluster/router.ts";
+import { type ClusterRouter, NODE_ASN, ROUTER_ASN, routerLayout, startRouter } from "../../localcluster/router.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { EXCLUDE_LABEL } from "../../src/loadbalancer/nodes.ts";
 import { BGP_CLASS } from "../../src/pools/allocate.ts";
+import { netexecService, startPoolCluster } from "./l2-cluster.ts";
 
 const WAIT_MS = 180_000;
 const WORKERS = ["node-1", "node-2", "node-3"];
@@ -23,51 +22,31 @@ const INGRESS_IP = "{.status.loadBalancer.ingress[0].ip}";
 let cluster: Cluster;
 let router: ClusterRouter;
 before(async () => {
-  cluster = await startCluster({ nodes: 4, proxyMode: "iptables" });
-  router = await startRouter(cluster);
-  await cluster.helm(helmInstallArgs({ "bgp.enabled": "true" }));
-  await waitFor(
-    "every Node initialised by its agent",
-    async () => (await listNodes(cluster)).filter(initialised).length === cluster.nodes.length,
-    WAIT_MS,
-    500,
-  );
-  const peer = {
+  const peer = (routerIp: string) => ({
     apiVersion: "local-ccm.io/v1alpha1",
     kind: "BGPPeer",
     metadata: { name: "router" },
-    spec: { peerAddress: router.ip, peerASN: router.asn, myASN: NODE_ASN, holdTime: "9s" },
-  };
+    spec: { peerAddress: routerIp, peerASN: ROUTER_ASN, myASN: NODE_ASN, holdTime: "9s" },
+  });
   // In no network of the slot: the client reaches it only through the router's routes.
-  const pool = {
+  const pool = (slot: number) => ({
     apiVersion: "local-ccm.io/v1alpha1",
     kind: "LoadBalancerIPPool",
     metadata: { name: "routed" },
-    spec: { addresses: [`198.19.${200 + cluster.slot}.240/28`] },
-  };
-  for (const object of [peer, pool, netexecBackends(2)])
-    await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(object));
-  await cluster.kubectl(["rollout", "status", "deployment/netexec", "--timeout=180s"]);
+    spec: { addresses: [`198.19.${200 + slot}.240/28`] },
+  });
+  cluster = await startPoolCluster("iptables", { "bgp.enabled": "true" }, (slot) => [
+    peer(routerLayout(slot).ip),
+    pool(slot),
+  ]);
+  router = await startRouter(cluster);
 });
 after(async () => {
   await router?.stop();
   await cluster?.stop();
 });
 
-function bgpService(name: string, local = false) {
-  return {
-    apiVersion: "v1",
-    kind: "Service",
-    metadata: { name, namespace: "default" },
-    spec: {
-      type: "LoadBalancer",
-      loadBalancerClass: BGP_CLASS,
-      externalTrafficPolicy: local ? "Local" : "Cluster",
-      selector: { app: "netexec" },
-      ports: [{ port: 80, targetPort: NETEXEC_PORT }],
-    },
-  };
-}
+const bgpService = (name: string, local = false) => netexecService(name, BGP_CLASS, local);
 
 async function ingressIp(name: string): Promise<string> {
   return waitFor(
