@@ -5,15 +5,18 @@
 // - a Service of class local-ccm.io/bgp: the router holds its /32 with one next hop per eligible node, curl answers;
 // - a worker labelled excluded: its path is withdrawn, the others stay, no request fails meanwhile;
 // - externalTrafficPolicy Local: only the nodes with an endpoint;
+// - with gracefulRestart on the BGPPeer, the agents restarted one by one (rollout restart): no request fails;
 // - the Service deleted: the route goes.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import type { Cluster } from "../../localcluster/cluster.ts";
 import * as layer2 from "../../localcluster/layer2.ts";
+import { NAMESPACE } from "../../localcluster/project.ts";
 import { type ClusterRouter, NODE_ASN, ROUTER_ASN, routerLayout, startRouter } from "../../localcluster/router.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { EXCLUDE_LABEL } from "../../src/loadbalancer/nodes.ts";
 import { BGP_CLASS } from "../../src/pools/allocate.ts";
+import { sleep } from "../../src/time/backoff.ts";
 import { netexecService, startPoolCluster } from "./l2-cluster.ts";
 
 const WAIT_MS = 180_000;
@@ -116,6 +119,43 @@ test("externalTrafficPolicy Local: only the nodes with a ready endpoint announce
   assert.ok(withEndpoint.length >= 1 && withEndpoint.length < WORKERS.length + 1, JSON.stringify(withEndpoint));
   await waitForHops(local, withEndpoint, "a route over the backends' nodes only");
   await waitFor(`${local} answering`, () => get(local, "/hostname").catch(() => undefined), WAIT_MS);
+});
+
+test("graceful restart: the agents restarted (rollout restart) drop no request", async (t) => {
+  // A session setting: each node's session restarts once, with graceful restart negotiated.
+  const spec = { spec: { gracefulRestart: { restartTime: "60s" } } };
+  await cluster.kubectl(["patch", "bgppeer", "router", "--type=merge", "-p", JSON.stringify(spec)]);
+  await waitForHops(ip, WORKERS, "the route over the three workers again");
+  await waitFor(`${ip} answering`, () => get(ip, "/hostname").catch(() => undefined), WAIT_MS);
+  const failures: string[] = [];
+  let sent = 0;
+  let probing = true;
+  const probe = (async () => {
+    while (probing) {
+      sent++;
+      await get(ip, "/hostname").catch((err: Error) => failures.push(err.message));
+    }
+  })();
+  // What the router holds meanwhile: with graceful restart it keeps a restarting node's path (stale) until the new
+  // agent's End-of-RIB, so no path ever goes; without it, each agent withdraws at SIGTERM.
+  const seen = new Set<string>();
+  const watching = (async () => {
+    while (probing) {
+      seen.add(JSON.stringify(await nextHops(ip)));
+      await sleep(200); // a poll of the router, not a wait for a condition
+    }
+  })();
+  try {
+    await cluster.kubectl(["rollout", "restart", "daemonset/local-ccm", "--namespace", NAMESPACE]);
+    await cluster.kubectl(["rollout", "status", "daemonset/local-ccm", "--namespace", NAMESPACE, "--timeout=300s"]);
+    await waitForHops(ip, WORKERS, "every worker's path after the restart");
+  } finally {
+    probing = false;
+    await Promise.all([probe, watching]);
+  }
+  t.diagnostic(`${sent} requests through the restart`);
+  assert.deepEqual(failures, [], `${failures.length} of ${sent} requests failed`);
+  assert.deepEqual([...seen], [JSON.stringify(WORKERS)], "the router kept every worker's path throughout");
 });
 
 test("the Service deleted: the route goes", async () => {
