@@ -5,7 +5,8 @@
 // - a Service of class local-ccm.io/bgp: the router holds its /32 with one next hop per eligible node, curl answers;
 // - a worker labelled excluded: its path is withdrawn, the others stay, no request fails meanwhile;
 // - externalTrafficPolicy Local: only the nodes with an endpoint;
-// - with gracefulRestart on the BGPPeer, the agents restarted one by one (rollout restart): no request fails;
+// - with gracefulRestart on the BGPPeer, the agents restarted one by one (rollout restart): no request fails, and
+//   the router keeps every path;
 // - the Service deleted: the route goes.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -29,7 +30,9 @@ before(async () => {
     apiVersion: "local-ccm.io/v1alpha1",
     kind: "BGPPeer",
     metadata: { name: "router" },
-    spec: { peerAddress: routerIp, peerASN: ROUTER_ASN, myASN: NODE_ASN, holdTime: "9s" },
+    // Graceful restart from the start: withdrawals below go by UPDATE all the same, and the agents' restart keeps
+    // the routes.
+    spec: { peerAddress: routerIp, peerASN: ROUTER_ASN, myASN: NODE_ASN, holdTime: "9s", gracefulRestart: {} },
   });
   // In no network of the slot: the client reaches it only through the router's routes.
   const pool = (slot: number) => ({
@@ -77,6 +80,27 @@ const waitForHops = (ip: string, expected: string[], what: string) =>
 const get = (ip: string, path: string) =>
   cluster.client.exec("curl", ["-sS", "--max-time", "3", `http://${ip}${path}`]);
 
+/** Requests from the client to `ip`, one after another until stopped: how many went, and which failed. */
+function requestsTo(ip: string) {
+  const failures: string[] = [];
+  let sent = 0;
+  let on = true;
+  const loop = (async () => {
+    while (on) {
+      sent++;
+      await get(ip, "/hostname").catch((err: Error) => failures.push(err.message));
+    }
+  })();
+  return {
+    sent: () => sent,
+    async stop() {
+      on = false;
+      await loop;
+      return { sent, failures };
+    },
+  };
+}
+
 let ip: string;
 
 test("a bgp Service: the router has its /32 over every eligible node (ECMP), and the client is answered", async () => {
@@ -89,25 +113,17 @@ test("a bgp Service: the router has its /32 over every eligible node (ECMP), and
 });
 
 test("a worker labelled excluded: its path is withdrawn, the others stay, no request fails", async () => {
-  const failures: string[] = [];
-  let sent = 0;
-  let probing = true;
-  const probe = (async () => {
-    while (probing) {
-      sent++;
-      await get(ip, "/hostname").catch((err: Error) => failures.push(err.message));
-    }
-  })();
+  const requests = requestsTo(ip);
   try {
     await cluster.kubectl(["label", "node", "node-1", `${EXCLUDE_LABEL}=true`]);
     await waitForHops(ip, ["node-2", "node-3"], "node-1's path withdrawn");
-    const more = sent + 10;
-    await waitFor("ten more requests", () => sent >= more, WAIT_MS, 100);
+    const more = requests.sent() + 10;
+    await waitFor("ten more requests", () => requests.sent() >= more, WAIT_MS, 100);
   } finally {
-    probing = false;
-    await probe;
+    await requests.stop();
     await cluster.kubectl(["label", "node", "node-1", `${EXCLUDE_LABEL}-`]);
   }
+  const { sent, failures } = await requests.stop();
   assert.deepEqual(failures, [], `${failures.length} of ${sent} requests failed`);
   await waitForHops(ip, WORKERS, "node-1 back");
 });
@@ -121,26 +137,14 @@ test("externalTrafficPolicy Local: only the nodes with a ready endpoint announce
   await waitFor(`${local} answering`, () => get(local, "/hostname").catch(() => undefined), WAIT_MS);
 });
 
-test("graceful restart: the agents restarted (rollout restart) drop no request", async (t) => {
-  // A session setting: each node's session restarts once, with graceful restart negotiated.
-  const spec = { spec: { gracefulRestart: { restartTime: "60s" } } };
-  await cluster.kubectl(["patch", "bgppeer", "router", "--type=merge", "-p", JSON.stringify(spec)]);
-  await waitForHops(ip, WORKERS, "the route over the three workers again");
-  await waitFor(`${ip} answering`, () => get(ip, "/hostname").catch(() => undefined), WAIT_MS);
-  const failures: string[] = [];
-  let sent = 0;
-  let probing = true;
-  const probe = (async () => {
-    while (probing) {
-      sent++;
-      await get(ip, "/hostname").catch((err: Error) => failures.push(err.message));
-    }
-  })();
+test("graceful restart: a rollout restart of the agents fails no request; the router keeps each path", async (t) => {
+  const requests = requestsTo(ip);
   // What the router holds meanwhile: with graceful restart it keeps a restarting node's path (stale) until the new
   // agent's End-of-RIB, so no path ever goes; without it, each agent withdraws at SIGTERM.
   const seen = new Set<string>();
-  const watching = (async () => {
-    while (probing) {
+  let watching = true;
+  const watch = (async () => {
+    while (watching) {
       seen.add(JSON.stringify(await nextHops(ip)));
       await sleep(200); // a poll of the router, not a wait for a condition
     }
@@ -150,9 +154,10 @@ test("graceful restart: the agents restarted (rollout restart) drop no request",
     await cluster.kubectl(["rollout", "status", "daemonset/local-ccm", "--namespace", NAMESPACE, "--timeout=300s"]);
     await waitForHops(ip, WORKERS, "every worker's path after the restart");
   } finally {
-    probing = false;
-    await Promise.all([probe, watching]);
+    watching = false;
+    await Promise.all([requests.stop(), watch]);
   }
+  const { sent, failures } = await requests.stop();
   t.diagnostic(`${sent} requests through the restart`);
   assert.deepEqual(failures, [], `${failures.length} of ${sent} requests failed`);
   assert.deepEqual([...seen], [JSON.stringify(WORKERS)], "the router kept every worker's path throughout");
