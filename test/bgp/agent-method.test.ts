@@ -98,7 +98,14 @@ test("the agent's BGP method announces what the cluster says, to the peers that 
   };
   const netlink = openNetlink();
   const metrics = createMetrics();
-  const log = createLogger({ verbosity: 0, format: "text", write: () => {} });
+  const lines: string[] = [];
+  const log = createLogger({ verbosity: 0, format: "json", write: (line: string) => void lines.push(line) });
+  /** The rules of the agent's "not announcing" lines so far. */
+  const notAnnouncing = () =>
+    lines
+      .map((line) => JSON.parse(line) as { msg: string; rule?: string; service?: string })
+      .filter((line) => line.msg.startsWith("BGP: not announcing"))
+      .map((line) => `${line.service} ${line.rule}`);
   const bgp = bgpMethod({
     client: admin,
     netlink,
@@ -129,6 +136,7 @@ test("the agent's BGP method announces what the cluster says, to the peers that 
 
     setNode({ ...node, metadata: { ...node.metadata, labels: { role: "edge", [EXCLUDE_LABEL]: "true" } } });
     await waitForEqual("withdrawn once the node is excluded", routes, {}, WAIT_MS);
+    assert.ok(notAnnouncing().includes(`${NAMESPACE}/web not-eligible`), "the log names the rule");
     setNode({ ...node, metadata: { ...node.metadata, labels: { role: "edge" } } });
     await waitForEqual("back once it is not", routes, { "198.51.100.7/32": `${ours} 65000:7` }, WAIT_MS);
 
@@ -145,6 +153,8 @@ test("the agent's BGP method announces what the cluster says, to the peers that 
     await waitForEqual("Local: announced with a ready endpoint here", routes, both, WAIT_MS);
     await slices.delete("local-here");
     await waitForEqual("Local: withdrawn without one", routes, { "198.51.100.7/32": `${ours} 65000:7` }, WAIT_MS);
+    assert.ok(notAnnouncing().includes(`${NAMESPACE}/local no-ready-endpoint`), "the log names the rule");
+    assert.ok(!notAnnouncing().some((line) => line.endsWith("other-class")), "other classes are no news");
 
     // A BGPPeer change that is no session setting (a label): nothing resets.
     await peers.patch("tor", "merge", { metadata: { labels: { team: "net" } } });

@@ -203,6 +203,8 @@ function startRunning(
     attributes: (entry) => poolAttributes(byKey.get(entry.services[0] ?? ""), entry.address, (name) => pools.get(name)),
     onRoutes: (peer, routes) => metrics.routes.with({ peer }).set(routes),
   });
+  /** The Services left out (besides other classes), logged once per change. */
+  let lastSkipped = "";
   /** Why a selected peer has no session (or runs without BFD), logged once per change. */
   let lastLeftOut = "";
 
@@ -280,6 +282,13 @@ function startRunning(
     redecide,
     apply(desired) {
       byKey = new Map(services.list().map((service) => [objectKey(service), service]));
+      // Services of other classes are no news: every other Service is one.
+      const skipped = desired.skipped.filter((skip) => skip.rule !== "other-class");
+      const text = JSON.stringify(skipped);
+      if (text !== lastSkipped)
+        for (const { service, address, rule, reason } of skipped)
+          log.info(`BGP: not announcing: ${reason}`, { service, address, rule });
+      lastSkipped = text;
       method.apply(desired);
     },
     async stop(shutdown) {
