@@ -47,7 +47,7 @@ test("the agent's BGP method announces what the cluster says, to the peers that 
   await installPoolCrd(plane);
   net = await createNetwork();
   const password = "s3cret-md5";
-  const router = await startGobgp(net, { index: 0, subnet: 244, asn: 64512, peerAsn: 64513, transport: 4, password });
+  const router = await startGobgp(net, { index: 0, subnet: 253, asn: 64512, peerAsn: 64513, transport: 4, password });
   const admin = plane.admin;
   await new Resource<Namespace>(admin, { group: "", version: "v1", plural: "namespaces" }).create({
     metadata: { name: NAMESPACE },
