@@ -26,7 +26,7 @@ describe("parseAgentFlags", () => {
       runOnce: false,
       metadata: { mode: "none", timeoutMs: 10_000, updateLabels: false, initRules: [], rules: { providerIDTemplate: "", rules: [] } },
       announce: undefined,
-      bgpSpeaker: false,
+      bgp: undefined,
       kubeconfig: "",
       verbosity: 0,
       logFormat: "text",
@@ -35,13 +35,13 @@ describe("parseAgentFlags", () => {
     });
   });
 
-  test("--bgp-speaker: off by default, parsed as a bool (no effect yet), its help says so", () => {
-    const env = { NODE_NAME: "node-1" };
-    assert.equal(parse([], env).bgpSpeaker, false);
-    assert.equal(parse(["--bgp-speaker"], env).bgpSpeaker, true);
+  test("--bgp-speaker: off by default; the Secret namespace from the flag or POD_NAMESPACE, refused without one", () => {
+    const env = { NODE_NAME: "node-1", POD_NAMESPACE: "kube-system" };
+    assert.equal(parse([], env).bgp, undefined);
+    assert.deepEqual(parse(["--bgp-speaker"], env).bgp, { secretNamespace: "kube-system" });
+    assert.deepEqual(parse(["--bgp-speaker", "--bgp-secret-namespace=ops"], env).bgp, { secretNamespace: "ops" });
     rejects(["--bgp-speaker=maybe"], 'invalid value "maybe" for --bgp-speaker: not a boolean (true or false)', env);
-    const spec = agentFlagTable.find(({ name }) => name === "bgp-speaker");
-    assert.match(spec?.help ?? "", /^\(experimental; no effect yet\)/);
+    rejects(["--bgp-speaker"], "--bgp-speaker needs --bgp-secret-namespace (or env POD_NAMESPACE)", { NODE_NAME: "n" });
   });
 
   test("announcing: the Lease namespace from the flag or POD_NAMESPACE; refused without one or for a long name", () => {
@@ -106,6 +106,7 @@ describe("parseAgentFlags", () => {
         "--lb-l2-interfaces=eth1,bond0",
         "--lb-l2-node-selector=node-role.kubernetes.io/edge",
         "--bgp-speaker",
+        "--bgp-secret-namespace=ops",
         "--kubeconfig=/etc/kubeconfig",
         "--v=4",
         "--log-format=json",
@@ -157,7 +158,7 @@ describe("parseAgentFlags", () => {
           requirements: [{ key: "node-role.kubernetes.io/edge", operator: "exists", values: [] }],
         },
       },
-      bgpSpeaker: true,
+      bgp: { secretNamespace: "ops" },
       kubeconfig: "/etc/kubeconfig",
       verbosity: 4,
       logFormat: "json",
@@ -418,6 +419,7 @@ describe("the agent's flag table", () => {
         "lb-l2-interfaces",
         "lb-l2-node-selector",
         "bgp-speaker",
+        "bgp-secret-namespace",
         "kubeconfig",
         "v",
         "log-format",
@@ -463,6 +465,8 @@ describe("the agent's flag table", () => {
       "lb-l2-interfaces": "loadBalancer.l2.interfaces",
       "lb-l2-node-selector": "loadBalancer.l2.announcerNodes",
       "bgp-speaker": "bgp.enabled",
+      // The release namespace, from POD_NAMESPACE: not a value.
+      "bgp-secret-namespace": undefined,
       kubeconfig: undefined,
       v: "agent.verbosity",
       "log-format": "agent.logFormat",

@@ -32,8 +32,13 @@ export interface AgentFlags extends CommonFlags {
   metadata: MetadataFlags;
   /** Set when the agent announces the LoadBalancer addresses assigned to its node (layer 2). */
   announce: AnnounceFlags | undefined;
-  /** --bgp-speaker: parsed, not acted on yet (the speaker joins the announcing loop in a later change). */
-  bgpSpeaker: boolean;
+  /** Set when the agent speaks BGP (--bgp-speaker). */
+  bgp: BgpFlags | undefined;
+}
+
+export interface BgpFlags {
+  /** Where the Secrets the BGPPeers' passwordSecretRef name live. */
+  secretNamespace: string;
 }
 
 export interface AnnounceFlags {
@@ -207,11 +212,21 @@ const announceFlags = [
     type: "bool",
     default: "false",
     help:
-      "(experimental; no effect yet) Peer with the routers of the BGPPeers that select this node and announce " +
-      "the addresses of LoadBalancer Services of class local-ccm.io/bgp. This release parses it only: the " +
-      "speaker is not yet part of the agent, and nothing is announced over BGP.",
+      "(experimental) Peer with the routers of the BGPPeers that select this node (their nodeSelector) and " +
+      "announce there the addresses of LoadBalancer Services of class local-ccm.io/bgp while this node is " +
+      "eligible (Ready, initialised, not excluded; for externalTrafficPolicy Local, while it has a ready endpoint).",
     // One switch for both halves of BGP mode: the pool controller serves the class, and the agents speak.
     helm: "bgp.enabled",
+  }),
+  flag({
+    name: "bgp-secret-namespace",
+    type: "string",
+    default: "",
+    env: "POD_NAMESPACE",
+    help:
+      "Namespace of the Secrets that BGPPeers' passwordSecretRef name (the chart: the release namespace); needed " +
+      "with --bgp-speaker.",
+    validate: (value) => (value === "" ? undefined : dnsLabel(value)),
   }),
 ] as const;
 
@@ -342,9 +357,16 @@ export function parseAgentFlags(argv: readonly string[], env: Env): AgentFlags {
       interfaces: values["lb-l2-interfaces"],
       nodeSelector: values["lb-l2-node-selector"] ? parseLabelSelector(values["lb-l2-node-selector"]) : undefined,
     }),
-    bgpSpeaker: values["bgp-speaker"],
+    bgp: bgp(values["bgp-speaker"], values["bgp-secret-namespace"]),
     ...commonFlags(values),
   };
+}
+
+/** The speaker's settings when it is on; refused without a Secret namespace. */
+function bgp(on: boolean, secretNamespace: string): BgpFlags | undefined {
+  if (!on) return undefined;
+  if (secretNamespace === "") throw new UsageError("--bgp-speaker needs --bgp-secret-namespace (or env POD_NAMESPACE)");
+  return { secretNamespace };
 }
 
 /** Announcing's settings when it is on; its bad input (no namespace, a node name too long for a Lease) refused. */

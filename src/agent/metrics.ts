@@ -117,6 +117,31 @@ export function createAnnouncerMetrics(registry: Registry) {
 
 export type AnnouncerMetrics = ReturnType<typeof createAnnouncerMetrics>;
 
+/** What the BGP speaker counts (announcer/bgp/); all stay 0 without --bgp-speaker. */
+export function createBgpMetrics(registry: Registry) {
+  return {
+    selection: registry.gauge({
+      name: "local_ccm_bgp_node_selection",
+      help:
+        "1 for the rule that decides whether this node speaks BGP (a BGPPeer's nodeSelector), 0 for the others: " +
+        "node-unknown, peer-selects, no-peer-selects.",
+      labels: ["rule"],
+    }),
+    routes: registry.gauge({
+      name: "local_ccm_bgp_routes",
+      help: "Routes this node's speaker asks each peer (by BGPPeer name) to have now; 0 once the peer is gone.",
+      labels: ["peer"],
+    }),
+    sessions: registry.gauge({
+      name: "local_ccm_bgp_sessions",
+      help: "BGP sessions of this node by state: idle, connecting, open-sent, open-confirm, established, stopped.",
+      labels: ["state"],
+    }),
+  };
+}
+
+export type BgpMetrics = ReturnType<typeof createBgpMetrics>;
+
 /** Everything local-ccm serves: the program's part, then the agent's (run.ts and docs/reference.md use this). */
 export function createMetrics() {
   const program = createProgramMetrics(PROGRAM);
@@ -124,5 +149,6 @@ export function createMetrics() {
     ...program,
     agent: createAgentMetrics(program.registry),
     announcer: createAnnouncerMetrics(program.registry),
+    bgp: createBgpMetrics(program.registry),
   };
 }

@@ -113,24 +113,42 @@ export async function runAgent(ctx: MainContext): Promise<void> {
   // Stops run in reverse (see cli/main.ts): the triggers first, then the agent's queue (a reconcile in flight
   // is awaited).
   ctx.onShutdown(() => agent.stop());
+  // undefined while the Node is not known: nothing selects it then.
+  const labels = () => {
+    const node = cached();
+    return node && (node.metadata?.labels ?? {});
+  };
+  const { nodeName: node } = flags;
   if (flags.announce) {
     const nodeEvent = (type: EventType, reason: string, message: string) => {
       const node = cached();
       const about = node ? nodeReference(node) : { apiVersion: "v1", kind: "Node", name: flags.nodeName };
       events.record(about, type, reason, message);
     };
-    const { nodeName: node, announce } = flags;
+    const { announce } = flags;
     const options = { client, netlink, node, flags: announce, log, metrics: metrics.announcer, nodeEvent };
-    // undefined while the Node is not known: a selector then selects nothing.
-    const labels = () => {
-      const node = cached();
-      return node && (node.metadata?.labels ?? {});
-    };
     const method = l2Method(options);
-    const { nodeSelector } = announce;
-    const l2 = announceWhileSelected({ client, node, nodeSelector, log, metrics: metrics.announcer, method }, labels);
+    const selection = metrics.announcer.selection;
+    const l2 = announceWhileSelected({ client, node, log, selection, method }, labels);
     informer.addHandlers({ onAdd: l2.update, onUpdate: l2.update, onDelete: l2.update });
     ctx.onShutdown(() => l2.stop());
+  }
+  if (flags.bgp) {
+    // Both methods may run at once: l2 Services by ARP/NDP, bgp Services by BGP, each with its own Service watch.
+    // Loaded only when on: an agent without BGP never loads the speaker (its memory budget).
+    const { bgpMethod } = await import("./announcer/bgp/definition.ts");
+    const { secretNamespace } = flags.bgp;
+    const bgp = bgpMethod({ client, netlink, node, secretNamespace, log, metrics: metrics.bgp, nodeObject: cached });
+    const method = bgp.definition;
+    const speaking = announceWhileSelected({ client, node, log, selection: metrics.bgp.selection, method }, labels);
+    const nodeChanged = () => {
+      speaking.update();
+      bgp.nodeChanged();
+    };
+    informer.addHandlers({ onAdd: nodeChanged, onUpdate: nodeChanged, onDelete: nodeChanged });
+    bgp.start(speaking.update);
+    ctx.onShutdown(() => bgp.stop());
+    ctx.onShutdown(() => speaking.stop());
   }
   informer.start();
   ctx.onShutdown(() => informer.stop());

@@ -34,7 +34,18 @@ const REASON_BY_CODE: Record<number, ApiReason> = {
   504: "Timeout",
 };
 
+/**
+ * An ApiError made by one copy of this module is one to every other: the agent's lazy parts are bundles of their own
+ * (localcluster/bundle.ts), each with its copy of this class, and an informer there reads the errors of the
+ * program's client. The registry symbol is the same in every copy.
+ */
+const API_ERROR = Symbol.for("local-ccm.io/ApiError");
+
 export class ApiError extends Error {
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return typeof value === "object" && value !== null && (value as { [API_ERROR]?: unknown })[API_ERROR] === true;
+  }
+  readonly [API_ERROR] = true;
   readonly code: number;
   readonly reason: ApiReason;
   readonly status: Status | undefined;

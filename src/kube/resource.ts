@@ -21,6 +21,8 @@ export interface ResourceRef {
 /** The resources more than one controller or program reads: one definition each. */
 export const NODE_RESOURCE: ResourceRef = { group: "", version: "v1", plural: "nodes" };
 export const SERVICE_RESOURCE: ResourceRef = { group: "", version: "v1", plural: "services" };
+/** Secrets of a namespace: add it (`{ ...SECRET_RESOURCE, namespace }`). */
+export const SECRET_RESOURCE: ResourceRef = { group: "", version: "v1", plural: "secrets" };
 /** coordination.k8s.io Leases of one namespace (leader election, the L2 announcers'). */
 export const leaseResource = (namespace: string): ResourceRef => ({
   group: "coordination.k8s.io",

@@ -1,5 +1,6 @@
 // The agent's memory budget holds without BGP: the bundle the image runs (localcluster/bundle.ts) holds the ARP/NDP
-// method but no module of the BGP speaker, which the program is to load with import() only when BGP is on.
+// method but no module of the BGP speaker, which the program loads with import() only when BGP is on, from a bundle
+// of its own beside the agent's (local-ccm-bgp.cjs).
 import assert from "node:assert/strict";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import os from "node:os";
@@ -20,6 +21,9 @@ test("the agent's bundle carries the announcing loop and ARP/NDP, and nothing of
       [],
       "no BGP module on the agent's static import path",
     );
+    assert.match(code, /require\("\.\/local-ccm-bgp\.cjs"\)/, "the speaker is required from its own bundle");
+    const part = await readFile(path.join(dir, "local-ccm-bgp.cjs"), "utf8");
+    assert.match(part, /^\/\/ src\/agent\/announcer\/bgp\/definition\.ts$/m, "which holds the BGP method");
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

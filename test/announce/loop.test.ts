@@ -1,13 +1,15 @@
 // The method-neutral announcing loop (src/agent/announcer/announcing.ts) against a real kube-apiserver, a recording
 // method in place of ARP/NDP or BGP: the loop watches only the Services the method names, hands it on each change
-// what this node must announce (the method's rule, then the shared ones), runs it only while the node is selected,
-// stops it when the node is no longer selected and when the loop stops, and clears leftovers on a node never selected.
+// what this node must announce (the method's rule, then the shared ones), runs it only while the method selects the
+// node, stops it when the node is no longer selected and when the loop stops, and clears leftovers on a node never
+// selected.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { waitFor, waitForEqual } from "../../localcluster/wait.ts";
 import { announceWhileSelected } from "../../src/agent/announcer/announcing.ts";
+import { decideSelection, SELECTION_RULES } from "../../src/agent/announcer/arp-ndp/selection.ts";
 import type { Desired } from "../../src/agent/announcer/desired.ts";
 import type { MethodDefinition } from "../../src/agent/announcer/method.ts";
 import { createMetrics } from "../../src/agent/metrics.ts";
@@ -27,6 +29,8 @@ function recordingMethod() {
   const method: MethodDefinition<"not-mine"> = {
     name: "test",
     watch: { labelSelector: "loop-test=node-a", annotations: [MINE] },
+    select: (labels) => decideSelection(parseLabelSelector("role=edge"), labels),
+    selectionRules: SELECTION_RULES,
     refuse: (service) =>
       service.metadata?.annotations?.[MINE] === "yes" ? undefined : { rule: "not-mine", reason: "not this node's" },
     async start() {
@@ -64,9 +68,8 @@ test("the loop hands the method what its watch shows, only while the node is sel
   const options = (node: string, method: MethodDefinition) => ({
     client: plane!.admin,
     node,
-    nodeSelector: parseLabelSelector("role=edge"),
     log,
-    metrics: createMetrics().announcer,
+    selection: createMetrics().announcer.selection,
     method,
   });
 

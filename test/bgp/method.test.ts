@@ -68,10 +68,10 @@ test("GoBGP learns the desired set as host routes, hears each change as UPDATEs,
     );
     assert.equal(await router.drops(), drops, "the change reset no session");
     assert.equal(decisions.filter((d) => d.rule === "established").length, 1, "one session throughout");
-    await method.stop();
+    await method.stop(false);
     await waitForEqual("GoBGP has nothing of ours", both, { 4: {}, 6: {} }, WAIT_MS);
   } finally {
-    await method.stop();
+    await method.stop(false);
     await router.stop();
   }
 });

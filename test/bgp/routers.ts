@@ -62,7 +62,7 @@ export interface Router {
 export interface RouterOptions {
   /** 0-63: which /30 of the test file's 198.19.<subnet>.0/24 the link uses, and which /64 of fd00:198:<subnet>::/48. */
   index: number;
-  /** 240-247: one per test file, as the root namespace is shared with other test files. */
+  /** 240-247 and 253: one per test file, as the root namespace is shared with other test files. */
   subnet: number;
   asn: number;
   peerAsn: number;

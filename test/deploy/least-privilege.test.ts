@@ -8,11 +8,14 @@ import { readFile, writeFile } from "node:fs/promises";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
-import type { Event, Namespace, Service } from "kubernetes-types/core/v1.js";
+import type { Event, Namespace, Secret, Service } from "kubernetes-types/core/v1.js";
 import { parseAllDocuments } from "yaml";
 import { bundleProgram } from "../../localcluster/bundle.ts";
 import { isApiError } from "../../src/kube/errors.ts";
-import { leaseResource, Resource } from "../../src/kube/resource.ts";
+import { leaseResource, Resource, SECRET_RESOURCE } from "../../src/kube/resource.ts";
+import { KubeClient } from "../../src/kube/client.ts";
+import { loadClientConfig } from "../../src/kube/config.ts";
+import { type BGPPeer, BGP_PEER_RESOURCE, BGP_PEER_TYPE } from "../../src/bgppeers/peer.ts";
 import { LB_FINALIZER } from "../../src/loadbalancer/service.ts";
 import { L2_CLASS } from "../../src/pools/allocate.ts";
 import { ANNOUNCER_ANNOTATION, announcerLeaseName } from "../../src/pools/announcement.ts";
@@ -40,7 +43,6 @@ import {
 } from "../lifecycle/world.ts";
 import { approverRbac, nodeClient, requestCertificate } from "../csr/world.ts";
 import { installBgpPeerCrd, installPoolCrd } from "../pools/crd.ts";
-import { BGP_PEER_RESOURCE, BGP_PEER_TYPE, type BGPPeer } from "../../src/bgppeers/peer.ts";
 import { SESSIONS_ANNOTATION, sessionReportText } from "../../src/bgppeers/sessions.ts";
 import { keepAnnouncerLease } from "../pools/world.ts";
 import { waitFor } from "../../localcluster/wait.ts";
@@ -469,6 +471,74 @@ describe("the agent under deploy/rbac.yaml", () => {
     }
     assert.equal(await readLease(), undefined, "SIGTERM deletes the announcer Lease");
     await assertLeastPrivilege(world.plane.auditLogPath, rbacFile, AGENT_ACCOUNT);
+  });
+
+  // After the runs above, in the same audit log: all of them together must use exactly what the chart grants with
+  // loadBalancer.l2.enabled and bgp.enabled. The BGP speaker lists and watches the BGPPeers, pools, Services and
+  // EndpointSlices, and gets the one Secret bgp.peers.passwordSecrets names; the agent's token reads no other Secret.
+  test("with the BGP speaker (bgp.enabled), a run that also reads a peer's password uses exactly its grants", async () => {
+    const chart = await renderChart(world.plane.binaries.helm, [
+      "loadBalancer.l2.enabled=true",
+      "bgp.enabled=true",
+      "bgp.peers.passwordSecrets={tor-md5}",
+    ]);
+    const rbacFile = await chart.writeTemplate("rbac.yaml", world.plane.dir);
+    await world.plane.kubectl(["apply", "-f", rbacFile]);
+    await installBgpPeerCrd(world.plane);
+    await installPoolCrd(world.plane);
+    const args = chart.args("local-ccm");
+    assert.ok(args.includes("--bgp-speaker=true"), `the DaemonSet speaks BGP: ${args.join(" ")}`);
+    const secrets = new Resource<Secret>(world.plane.admin, { ...SECRET_RESOURCE, namespace: AGENT_ACCOUNT.namespace });
+    await secrets.create({ metadata: { name: "tor-md5" }, stringData: { password: "s3cret" } });
+    await secrets.create({ metadata: { name: "other" }, stringData: { token: "not-the-agent's" } });
+    // The node's gateway, in a namespace of this test: a connection to port 179 there is refused, nothing leaves.
+    const gateway = node.external.v4.replace(/\.10$/, ".1");
+    await new Resource<BGPPeer>(world.plane.admin, BGP_PEER_RESOURCE).create({
+      ...BGP_PEER_TYPE,
+      metadata: { name: "tor" },
+      spec: { peerAddress: gateway, peerASN: 64512, myASN: 64513, passwordSecretRef: { name: "tor-md5" } },
+    });
+    const agent = startAgent(node, [`--node-name=${name}`, ...args], {
+      ...(await asShipped("local-ccm")),
+      env: { POD_NAMESPACE: AGENT_ACCOUNT.namespace },
+    });
+    const user = `system:serviceaccount:${AGENT_ACCOUNT.namespace}:${AGENT_ACCOUNT.name}`;
+    const wanted = [
+      "get secrets named tor-md5 in kube-system",
+      "watch local-ccm.io/bgppeers cluster-wide",
+      "watch local-ccm.io/loadbalancerippools cluster-wide",
+      "watch discovery.k8s.io/endpointslices cluster-wide",
+    ];
+    try {
+      const used = async () =>
+        usedPermissions(await readFile(world.plane.auditLogPath as string, "utf8"), user).map(describePermission);
+      const all = async () => {
+        const permissions = await used();
+        return wanted.every((p) => permissions.includes(p));
+      };
+      await waitFor("the speaker's reads", all, 60_000).catch(async (err: unknown) => {
+        throw new Error(`${(err as Error).message}\nused: ${(await used()).join(", ")}\nagent:\n${agent.output()}`);
+      });
+      assert.equal(await agent.stop(), 0, agent.output());
+    } finally {
+      await agent.stop();
+    }
+    await assertLeastPrivilege(world.plane.auditLogPath, rbacFile, AGENT_ACCOUNT);
+    // The agent's own token (its ServiceAccount), after the check above (a denied request counts as used): the
+    // listed Secret only, by name.
+    const token = await world.plane.serviceAccountKubeconfig(AGENT_ACCOUNT);
+    const asAgent = new KubeClient(await loadClientConfig({ kubeconfig: token }), { component: "least-privilege" });
+    try {
+      const theirs = new Resource<Secret>(asAgent, { ...SECRET_RESOURCE, namespace: AGENT_ACCOUNT.namespace });
+      const forbidden = (err: unknown) => isApiError(err, "Forbidden");
+      await assert.rejects(theirs.get("other"), forbidden, "another Secret of the release namespace");
+      await assert.rejects(theirs.list(), forbidden, "a list of Secrets");
+      const elsewhere = new Resource<Secret>(asAgent, { ...SECRET_RESOURCE, namespace: "default" });
+      await assert.rejects(elsewhere.get("tor-md5"), forbidden, "a Secret of that name elsewhere");
+      assert.equal((await theirs.get("tor-md5")).metadata?.name, "tor-md5");
+    } finally {
+      asAgent.close();
+    }
   });
 });
 

@@ -22,14 +22,18 @@ export const WORKERS = ["node-1", "node-2", "node-3"];
 export const WAIT_MS = 120_000;
 const PROBE_INTERVAL_MS = 200;
 
-export function l2Service(name: string, local = false) {
+/** A LoadBalancer Service of class local-ccm.io/l2 in front of the netexec backends. */
+export const l2Service = (name: string, local = false) => netexecService(name, L2_CLASS, local);
+
+/** A LoadBalancer Service of `loadBalancerClass` in front of the netexec backends (test/e2e/bgp.test.ts too). */
+export function netexecService(name: string, loadBalancerClass: string, local = false) {
   return {
     apiVersion: "v1",
     kind: "Service",
     metadata: { name, namespace: "default" },
     spec: {
       type: "LoadBalancer",
-      loadBalancerClass: L2_CLASS,
+      loadBalancerClass,
       externalTrafficPolicy: local ? "Local" : "Cluster",
       selector: { app: "netexec" },
       ports: [{ port: 80, targetPort: NETEXEC_PORT }],
@@ -38,18 +42,29 @@ export function l2Service(name: string, local = false) {
 }
 
 /** A 4-node cluster in `mode` with the chart (L2 on), every Node initialised, the public pool and two backends. */
-export async function startL2Cluster(mode: ProxyMode): Promise<Cluster> {
+export const startL2Cluster = (mode: ProxyMode) =>
+  startPoolCluster(mode, { "loadBalancer.l2.enabled": "true" }, (slot) => [publicPool(slot)]);
+
+/**
+ * A 4-node cluster in `mode` with the chart installed with `values`, every Node initialised, `objects(slot)` applied
+ * (pools, peers) and two netexec backends.
+ */
+export async function startPoolCluster(
+  mode: ProxyMode,
+  values: Record<string, string>,
+  objects: (slot: number) => object[],
+): Promise<Cluster> {
   const cluster = await startCluster({ nodes: 4, proxyMode: mode });
   try {
-    await cluster.helm(helmInstallArgs({ "loadBalancer.l2.enabled": "true" }));
+    await cluster.helm(helmInstallArgs(values));
     await waitFor(
       "every Node initialised by its agent",
       async () => (await listNodes(cluster)).filter(initialised).length === cluster.nodes.length,
       WAIT_MS,
       500,
     );
-    await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(publicPool(cluster.slot)));
-    await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(netexecBackends(2)));
+    for (const object of [...objects(cluster.slot), netexecBackends(2)])
+      await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(object));
     await cluster.kubectl(["rollout", "status", "deployment/netexec", "--timeout=180s"]);
     return cluster;
   } catch (err) {

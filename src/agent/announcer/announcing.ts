@@ -1,43 +1,40 @@
-// Announcing on this node, whatever the method: whether it announces at all (its Node's labels, selection.ts),
-// one watch of the Services the method names, and what the node must announce from them (desired.ts), handed to
+// Announcing on this node, whatever the method: whether it announces at all (the method's select(), from its Node's
+// labels), one watch of the Services the method names, and what the node must announce from them (desired.ts), handed to
 // the method (method.ts) on every change. How and where an address is announced, and everything the method needs
 // besides (links, a Lease, peers), is the method's own: see arp-ndp/ and bgp/.
 import type { Service } from "kubernetes-types/core/v1.js";
 import type { Logger } from "../../cli/log.ts";
 import type { KubeClient } from "../../kube/client.ts";
 import { Informer } from "../../kube/informer.ts";
-import type { LabelSelector } from "../../kube/labelselector.ts";
 import { Resource, SERVICE_RESOURCE } from "../../kube/resource.ts";
 import { WorkQueue } from "../../kube/workqueue.ts";
-import type { AnnouncerMetrics } from "../metrics.ts";
+import type { Gauge } from "../../cli/metrics.ts";
 import { decideDesired } from "./desired.ts";
-import type { MethodDefinition } from "./method.ts";
-import { decideSelection, SELECTION_RULES, type Selection, type SelectionRule } from "./selection.ts";
+import { type AnnouncementMethod, type MethodDefinition, NODE_UNKNOWN, type Selection } from "./method.ts";
 
 export interface AnnouncingOptions {
   client: KubeClient;
   node: string;
-  /** Announce only while the Node's labels match; undefined: on every node. */
-  nodeSelector: LabelSelector | undefined;
   log: Logger;
-  metrics: Pick<AnnouncerMetrics, "selection">;
+  /** The method's selection gauge: 1 for the rule that decides, 0 for its others. */
+  selection: Gauge<"rule">;
   method: MethodDefinition;
 }
 
 interface Announcing {
-  /** Withdraws everything (the method stops), then stops watching. */
-  stop(): Promise<void>;
+  /** Withdraws everything (the method stops; see AnnouncementMethod.stop), then stops watching. */
+  stop(shutdown: boolean): Promise<void>;
 }
 
 export interface SelectedAnnouncing {
-  /** Decides again from the Node's labels (its watch saw a change). */
+  /** Decides again (the Node's watch saw a change, or what the method's select() reads did). */
   update(): void;
   /** Stops deciding, then stops announcing as on SIGTERM (everything withdrawn first). */
   stop(): Promise<void>;
 }
 
 /**
- * Announcing only while this node is selected (selection.ts, from `nodeLabels()`): started when the decision turns
+ * Announcing only while this node is selected (the method's select(), from `nodeLabels()`): started when the decision turns
  * to announce; when it turns away, the method withdraws everything at once and lets go (ARP/NDP deletes its Lease, so
  * the pool controller moves the node's addresses without waiting for it to expire). Not selected, the node opens no
  * Service watch and the method starts nothing (what a crashed earlier run left is removed). Decisions run one at a
@@ -47,10 +44,10 @@ export function announceWhileSelected(
   options: AnnouncingOptions,
   nodeLabels: () => Record<string, string> | undefined,
 ): SelectedAnnouncing {
-  const { node, nodeSelector, metrics, method } = options;
+  const { node, selection: gauge, method } = options;
   const log = options.log.with({ node });
   let announcing: Announcing | undefined;
-  let lastRule: SelectionRule | undefined;
+  let lastRule: string | undefined;
   /** Until this run first announces or looks: something of an earlier run may be left. */
   let leftoverPossible = true;
   /** Logs a change of rule once, and sets the gauge. */
@@ -60,7 +57,7 @@ export function announceWhileSelected(
       log.info(`${method.name}: ${what}: ${selection.reason}`, { rule: selection.rule });
     }
     lastRule = selection.rule;
-    for (const rule of SELECTION_RULES) metrics.selection.with({ rule }).set(rule === selection.rule ? 1 : 0);
+    for (const rule of method.selectionRules) gauge.with({ rule }).set(rule === selection.rule ? 1 : 0);
   };
   const follow = async (selection: Selection) => {
     if (selection.announce) {
@@ -70,15 +67,15 @@ export function announceWhileSelected(
     }
     const stopping = announcing;
     announcing = undefined;
-    await stopping?.stop();
-    if (selection.rule === "not-selected" && leftoverPossible) {
+    await stopping?.stop(false);
+    if (selection.rule !== NODE_UNKNOWN && leftoverPossible) {
       await method.clearLeftovers();
       leftoverPossible = false;
     }
   };
   const queue = new WorkQueue({
     async sync() {
-      const selection = decideSelection(nodeSelector, nodeLabels());
+      const selection = method.select(nodeLabels());
       report(selection);
       await follow(selection);
     },
@@ -90,19 +87,26 @@ export function announceWhileSelected(
     update: () => queue.add(node),
     async stop() {
       await queue.stop();
-      await announcing?.stop();
+      await announcing?.stop(true);
     },
   };
 }
 
-/** What desired.ts reads of a Service (and the method's annotations): the rest is never cached. */
+/**
+ * What desired.ts and the methods read of a Service (its class and traffic policy for BGP, the method's
+ * annotations): the rest is never cached.
+ */
 function trimmer(annotations: readonly string[]): (service: Service) => Service {
   return (service) => {
     const { namespace, name, resourceVersion, deletionTimestamp } = service.metadata ?? {};
     const kept = Object.entries(service.metadata?.annotations ?? {}).filter(([key]) => annotations.includes(key));
     return {
       metadata: { namespace, name, resourceVersion, deletionTimestamp, annotations: Object.fromEntries(kept) },
-      spec: { type: service.spec?.type },
+      spec: {
+        type: service.spec?.type,
+        loadBalancerClass: service.spec?.loadBalancerClass,
+        externalTrafficPolicy: service.spec?.externalTrafficPolicy,
+      },
       status: { loadBalancer: { ingress: (service.status?.loadBalancer?.ingress ?? []).map(({ ip }) => ({ ip })) } },
     };
   };
@@ -120,17 +124,18 @@ async function startAnnouncing(options: AnnouncingOptions): Promise<Announcing> 
     watchTimeoutSeconds: { min: 60, max: 120 },
     onError: (err) => log.error("watching the Services to announce failed", { err }),
   });
-  const method = await definition.start(services);
   let stopped = false;
+  let method: AnnouncementMethod | undefined = undefined; // redecide may be called while it starts
   const apply = () => {
-    if (!stopped) method.apply(decideDesired(services.list(), definition.refuse));
+    if (!stopped) method?.apply(decideDesired(services.list(), definition.refuse));
   };
+  method = await definition.start(services, apply);
   services.addHandlers({ onAdd: apply, onUpdate: apply, onDelete: apply });
   services.start();
   return {
-    async stop() {
+    async stop(shutdown) {
       stopped = true;
-      await method.stop();
+      await method?.stop(shutdown);
       await services.stop();
     },
   };

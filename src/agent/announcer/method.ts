@@ -17,20 +17,44 @@ export interface AnnouncementMethod<Rule extends string = string> {
    * never throws, never waits (what it sends goes out in the background).
    */
   apply(desired: Desired<Rule>): void;
-  /** Withdraws everything first, then lets go of what it holds (sockets, sessions, a Lease); no apply() follows. */
-  stop(): Promise<void>;
+  /**
+   * Withdraws everything first, then lets go of what it holds (sockets, sessions, a Lease); no apply() follows.
+   * `shutdown`: the agent is stopping (SIGTERM), not the node leaving the method: a method whose peers keep its
+   * routes across a restart (BGP graceful restart) may leave them in place.
+   */
+  stop(shutdown: boolean): Promise<void>;
 }
+
+/** Whether this node announces by a method at all: its decision, with a rule id (metrics) and a reason (logs). */
+export interface Selection<Rule extends string = string> {
+  announce: boolean;
+  rule: Rule;
+  reason: string;
+}
+
+/** The rule every method returns while this node's Node is not known (not registered yet, or deleted). */
+export const NODE_UNKNOWN = "node-unknown";
 
 /** How the loop starts a method and which Services it watches for it. */
 export interface MethodDefinition<Rule extends string = string> {
   /** The prefix of the loop's log lines ("L2"). */
   name: string;
+  /**
+   * Whether this node announces by the method, from its Node's labels (undefined while the Node is not known:
+   * rule NODE_UNKNOWN) and whatever else the method reads (ARP/NDP: its flag; BGP: the BGPPeers).
+   */
+  select(labels: Record<string, string> | undefined): Selection;
+  /** Every rule select() returns: the values of the method's selection gauge. */
+  selectionRules: readonly string[];
   /** The Services this node watches (by label), and the annotations of theirs that `refuse` reads. */
   watch: { labelSelector?: string; annotations: readonly string[] };
   /** The method's own reason not to announce a Service here, checked before the shared ones (desired.ts). */
   refuse(service: Service): Refusal<Rule> | undefined;
-  /** Starts the method (what it must announce: nothing yet); `apply` follows each change the watch sees. */
-  start(services: ServiceView): Promise<AnnouncementMethod<Rule>>;
+  /**
+   * Starts the method (what it must announce: nothing yet); `apply` follows each change the watch sees, and each
+   * call of `redecide` (what `refuse` reads of the method's own changed: the Node, endpoints).
+   */
+  start(services: ServiceView, redecide: () => void): Promise<AnnouncementMethod<Rule>>;
   /** This node does not announce: removes what a crashed earlier run of the method may have left (a Lease). */
   clearLeftovers(): Promise<void>;
 }

@@ -50,6 +50,7 @@ import {
   shouldProbe,
 } from "./holding.ts";
 import { AnnouncerLease, deleteLeftoverLease } from "./lease.ts";
+import { decideSelection, SELECTION_RULES } from "./selection.ts";
 import { type AnnouncedLink, nodeSegments, type Segment, segmentsAnnotation, unusableInterfaces } from "./segments.ts";
 
 export interface L2Options {
@@ -64,8 +65,9 @@ export interface L2Options {
 }
 
 /**
- * Layer 2: the Services whose announcer label names this node (its hash), announced when the annotation does too.
- * Started, it opens the Lease; when this node does not announce, a Lease an earlier run left is deleted.
+ * Layer 2: the Services whose announcer label names this node (its hash), announced when the annotation does too,
+ * on nodes --lb-l2-node-selector selects (selection.ts). Started, it opens the Lease; when this node does not
+ * announce, a Lease an earlier run left is deleted.
  */
 export function l2Method(options: L2Options): MethodDefinition<"other-announcer"> {
   const log = options.log.with({ node: options.node });
@@ -76,6 +78,8 @@ export function l2Method(options: L2Options): MethodDefinition<"other-announcer"
       annotations: [ANNOUNCER_ANNOTATION],
     },
     refuse: assignedHere(options.node),
+    select: (labels) => decideSelection(options.flags.nodeSelector, labels),
+    selectionRules: SELECTION_RULES,
     start: (services) => startL2(options, services),
     clearLeftovers: () => deleteLeftoverLease(leaseAccess(options, log)),
   };

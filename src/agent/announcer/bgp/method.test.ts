@@ -109,7 +109,8 @@ test("method: each peer gets the desired set with its own next hops; stopping wi
       { session: { config, peerAddress: "192.0.2.6" }, nextHops: { 4: "192.0.2.5", 6: "2001:db8::5" } },
     ],
   });
-  assert.deepEqual(fake.calls.splice(0), ["192.0.2.2 start", "192.0.2.6 start"]);
+  const started = ["192.0.2.2 start", "192.0.2.2 routes ", "192.0.2.6 start", "192.0.2.6 routes "];
+  assert.deepEqual(fake.calls.splice(0), started);
   // What the loop hands over: the Services of the watch through desired.ts.
   const service = (name: string, ips: string[]) => ({
     metadata: { namespace: "default", name },
@@ -125,10 +126,74 @@ test("method: each peer gets the desired set with its own next hops; stopping wi
   assert.deepEqual(fake.calls.splice(0), ["192.0.2.2 routes ", "192.0.2.6 routes "]);
   method.apply(desired("198.51.100.8"));
   fake.calls.splice(0);
-  await method.stop();
-  const withdrawn = ["192.0.2.2 routes ", "192.0.2.6 routes "];
-  assert.deepEqual(fake.calls.splice(0), [...withdrawn, "192.0.2.2 stop", "192.0.2.6 stop"], "withdrawn first");
+  await method.stop(false);
+  const withdrawn = ["192.0.2.2 routes ", "192.0.2.2 stop", "192.0.2.6 routes ", "192.0.2.6 stop"];
+  assert.deepEqual(fake.calls.splice(0), withdrawn, "each peer withdrawn first, then Ceased");
   method.apply(desired("198.51.100.9"));
-  await method.stop();
+  await method.stop(false);
   assert.deepEqual(fake.calls, [], "after stop, neither apply nor a second stop reaches a session");
+});
+
+test("method: a change of peers touches only its sessions; graceful restart keeps routes at shutdown", async () => {
+  const fake = fakeSessions();
+  const peer = (address: string, nextHop: string, holdTime = 9, gracefulRestart = false) => ({
+    name: address,
+    session: {
+      config: {
+        ...config,
+        holdTime,
+        ...(gracefulRestart ? { gracefulRestart: { restartTime: 120, restarting: true } } : {}),
+      },
+      peerAddress: address,
+    },
+    nextHops: { 4: nextHop },
+  });
+  const method = startBgpMethod({ log, startSession: fake.start, peers: [peer("192.0.2.2", "192.0.2.1")] });
+  method.apply(desired("198.51.100.7"));
+  fake.calls.splice(0);
+  const cases: [string, ReturnType<typeof peer>[], string[]][] = [
+    ["the same peers again: nothing", [peer("192.0.2.2", "192.0.2.1")], []],
+    [
+      "a peer added: only it starts, with the routes",
+      [peer("192.0.2.2", "192.0.2.1"), peer("192.0.2.6", "192.0.2.5")],
+      ["192.0.2.6 start", "192.0.2.6 routes 198.51.100.7/32>192.0.2.5"],
+    ],
+    [
+      "a peer's hold time changed: only its session restarts (withdrawn, Ceased, started)",
+      [peer("192.0.2.2", "192.0.2.1"), peer("192.0.2.6", "192.0.2.5", 30)],
+      ["192.0.2.6 routes ", "192.0.2.6 stop", "192.0.2.6 start", "192.0.2.6 routes 198.51.100.7/32>192.0.2.5"],
+    ],
+    [
+      "a next hop changed: that session restarts",
+      [peer("192.0.2.2", "192.0.2.9"), peer("192.0.2.6", "192.0.2.5", 30)],
+      ["192.0.2.2 routes ", "192.0.2.2 stop", "192.0.2.2 start", "192.0.2.2 routes 198.51.100.7/32>192.0.2.9"],
+    ],
+    [
+      "a peer gone: withdrawn, then Ceased",
+      [peer("192.0.2.6", "192.0.2.5", 30)],
+      ["192.0.2.2 routes ", "192.0.2.2 stop"],
+    ],
+    [
+      "graceful restart turned on: a restart",
+      [peer("192.0.2.6", "192.0.2.5", 30, true), peer("192.0.2.10", "192.0.2.9")],
+      [
+        "192.0.2.6 routes ",
+        "192.0.2.6 stop",
+        "192.0.2.6 start",
+        "192.0.2.6 routes 198.51.100.7/32>192.0.2.5",
+        "192.0.2.10 start",
+        "192.0.2.10 routes 198.51.100.7/32>192.0.2.9",
+      ],
+    ],
+  ];
+  for (const [name, peers, calls] of cases) {
+    method.setPeers(peers);
+    assert.deepEqual(fake.calls.splice(0), calls, name);
+  }
+  await method.stop(true);
+  assert.deepEqual(
+    fake.calls.splice(0),
+    ["192.0.2.10 routes ", "192.0.2.10 stop"],
+    "at shutdown, the peer with graceful restart keeps our routes (no withdrawal, no Cease); the other is withdrawn",
+  );
 });

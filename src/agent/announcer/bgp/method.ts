@@ -1,9 +1,8 @@
 // The BGP method behind the announcing loop's interface (../method.ts): every address this node must announce
 // becomes a host route (/32, /128) in the RIB-out of each configured session (session.ts), its next hop this node's
 // own address towards that peer; ribout.ts turns each change into UPDATEs only, so a change of Services never resets
-// a session. Stopping withdraws every route first, then ends the sessions (Cease): a peer that keeps routes of a
-// closed session for a while (graceful restart) has none left to keep. Peers are plain config here; which Services
-// a node announces over BGP (its class, the node's eligibility) and the peers themselves come with their own work.
+// a session, and a change of peers touches only the sessions it concerns. Peers are plain config here: definition.ts
+// builds them from the cluster's BGPPeers, and decides which Services this node announces.
 import type { Logger } from "../../../cli/log.ts";
 import { ipFamily } from "../../../net/ip.ts";
 import type { Desired, DesiredAddress, Skip } from "../desired.ts";
@@ -51,22 +50,57 @@ export function routesFor(
 }
 
 export interface BgpMethodOptions {
+  /** The peers at start; setPeers() changes them. */
   peers: readonly BgpPeer[];
   log: Logger;
   /** session.ts's startSession unless given (a fake, in pure tests). */
   startSession?: (options: SessionOptions) => BgpSession;
   /** The attributes of an address's routes; none unless given. */
   attributes?: (entry: DesiredAddress) => RouteAttributes;
+  /** Each peer's routes after a change (and 0 once it is gone), by the peer's name: a gauge. */
+  onRoutes?: (peer: string, routes: number) => void;
+}
+
+export interface BgpMethod extends AnnouncementMethod {
+  /**
+   * The peers from now on, by name: a new one gets a session and the routes; one whose session settings or next
+   * hops changed is withdrawn, Ceased and started again; one gone is withdrawn and Ceased; the others are untouched.
+   */
+  setPeers(peers: readonly BgpPeer[]): void;
+  /** Each session's phase, by peer name. */
+  phases(): Map<string, string>;
 }
 
 /** What a session decides every few seconds while up: logged only at -v=6. */
 const ROUTINE_RULES = new Set(["keepalive-sent", "keepalive", "update-ignored", "stale-timer"]);
 
-/** Starts a session with each peer (they connect in the background); apply() hands each its routes. */
-export function startBgpMethod(options: BgpMethodOptions): AnnouncementMethod {
-  const { log, attributes, startSession: start = startSession } = options;
-  const peers = options.peers.map((peer) => {
-    const name = peer.name ?? peer.session.peerAddress;
+const peerName = (peer: BgpPeer) => peer.name ?? peer.session.peerAddress;
+/** What restarts a peer's session when it changes (the log hook aside). */
+const peerKey = ({ session: { onDecision: _, random: __, ...session }, nextHops }: BgpPeer) =>
+  JSON.stringify([session, nextHops]);
+
+interface Running {
+  peer: BgpPeer;
+  key: string;
+  log: Logger;
+  session: BgpSession;
+  lastSkipped: string;
+}
+
+/**
+ * Starts a session with each peer (they connect in the background); apply() hands each its routes. Stopping
+ * withdraws every route first, then ends the sessions (Cease), except at the agent's shutdown towards a peer that
+ * negotiates graceful restart: its session is left to end with the process, no withdrawal and no Cease, so that the
+ * peer keeps our routes for restartTime while the next agent comes up (RFC 4724; a Cease would make it drop them).
+ */
+export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
+  const { log, attributes, onRoutes, startSession: start = startSession } = options;
+  const running = new Map<string, Running>();
+  let desired: Desired = { addresses: [], skipped: [] };
+  let stopped = false;
+
+  const begin = (peer: BgpPeer): Running => {
+    const name = peerName(peer);
     const peerLog = log.with({ peer: name });
     const session = start({
       ...peer.session,
@@ -76,29 +110,61 @@ export function startBgpMethod(options: BgpMethodOptions): AnnouncementMethod {
         peerLog.v(ROUTINE_RULES.has(rule) ? 6 : 2)?.(`BGP: session ${rule}${reason ? `: ${reason}` : ""}`, { rule });
       },
     });
-    return { peer, log: peerLog, session, lastSkipped: "" };
-  });
-  let stopped = false;
+    return { peer, key: peerKey(peer), log: peerLog, session, lastSkipped: "" };
+  };
+  const end = (name: string, entry: Running) => {
+    // The withdrawals are written before the Cease on the same connection: the peer reads them first.
+    entry.session.setRoutes([]);
+    entry.session.stop();
+    onRoutes?.(name, 0);
+  };
+  const hand = (name: string, entry: Running) => {
+    const { routes, skipped } = routesFor(desired, entry.peer, attributes);
+    const text = JSON.stringify(skipped);
+    if (text !== entry.lastSkipped)
+      for (const { address, rule, reason } of skipped)
+        entry.log.info(`BGP: not announcing: ${reason}`, { address, rule });
+    entry.lastSkipped = text;
+    entry.session.setRoutes(routes);
+    onRoutes?.(name, routes.length);
+  };
+  const setPeers = (peers: readonly BgpPeer[]) => {
+    if (stopped) return;
+    const wanted = new Map(peers.map((peer) => [peerName(peer), peer]));
+    for (const [name, entry] of running) {
+      const next = wanted.get(name);
+      if (next && peerKey(next) === entry.key) continue;
+      end(name, entry);
+      running.delete(name);
+      entry.log.info(next ? "BGP: the peer's session settings changed: restarting its session" : "BGP: peer gone");
+    }
+    for (const [name, peer] of wanted) {
+      if (running.has(name)) continue;
+      const entry = begin(peer);
+      running.set(name, entry);
+      hand(name, entry);
+    }
+  };
+  setPeers(options.peers);
   return {
-    apply(desired) {
+    setPeers,
+    phases: () => new Map([...running].map(([name, { session }]) => [name, session.state().phase])),
+    apply(next) {
       if (stopped) return;
-      for (const entry of peers) {
-        const { routes, skipped } = routesFor(desired, entry.peer, attributes);
-        const text = JSON.stringify(skipped);
-        if (text !== entry.lastSkipped)
-          for (const { address, rule, reason } of skipped)
-            entry.log.info(`BGP: not announcing: ${reason}`, { address, rule });
-        entry.lastSkipped = text;
-        entry.session.setRoutes(routes);
-      }
+      desired = next;
+      for (const [name, entry] of running) hand(name, entry);
     },
-    async stop() {
+    async stop(shutdown) {
       if (stopped) return;
       stopped = true;
-      // The withdrawals are written before the Cease on the same connection: the peer reads them first.
-      for (const { session } of peers) session.setRoutes([]);
-      for (const { session } of peers) session.stop();
-      log.info("BGP: withdrawn everything (stopping)", { peers: peers.length });
+      let kept = 0;
+      for (const [name, entry] of running) {
+        if (shutdown && entry.peer.session.config.gracefulRestart) kept++;
+        else end(name, entry);
+      }
+      const except = kept ? `, except from ${kept} peer(s) with graceful restart` : "";
+      log.info(`BGP: withdrawn everything (stopping)${except}`, { peers: running.size });
+      running.clear();
     },
   };
 }

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { parseLabelSelector } from "../../kube/labelselector.ts";
+import { parseLabelSelector } from "../../../kube/labelselector.ts";
 import { decideSelection, type SelectionRule } from "./selection.ts";
 
 test("selection: only nodes whose labels match --lb-l2-node-selector announce; no selector, every node", () => {

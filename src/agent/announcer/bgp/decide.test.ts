@@ -1,0 +1,132 @@
+// The BGP method's decisions from plain data: which nodes a BGPPeer selects, which Services a node announces (rule
+// by rule), a pool's attributes on its addresses' routes, a peer's session settings and what restarts a session.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import fc from "fast-check";
+import type { Node, Service } from "kubernetes-types/core/v1.js";
+import { type BGPPeer, peerFacts } from "../../../bgppeers/peer.ts";
+import { loadBalancerNode } from "../../../loadbalancer/nodes.ts";
+import {
+  type BgpRefusalRule,
+  type BgpSelectionRule,
+  bgpRefusal,
+  decideBgpSelection,
+  peerSession,
+  poolAttributes,
+  routerId,
+  selectedPeers,
+} from "./decide.ts";
+
+const peer = (name: string, spec: Partial<NonNullable<BGPPeer["spec"]>> = {}) =>
+  peerFacts({ metadata: { name }, spec: { peerAddress: "192.0.2.1", peerASN: 64512, myASN: 64513, ...spec } });
+
+test("selection: a node speaks BGP while a sound BGPPeer's nodeSelector matches its labels (unset: every node)", () => {
+  const edge = peer("edge", { nodeSelector: { matchLabels: { role: "edge" } } });
+  const all = peer("all");
+  const broken = peer("broken", { peerASN: 0 });
+  const cases: [string, ReturnType<typeof peer>[], Record<string, string> | undefined, BgpSelectionRule, string[]][] =
+    [
+      ["no peers", [], { role: "edge" }, "no-peer-selects", []],
+      ["the Node not known", [all], undefined, "node-unknown", []],
+      ["a peer without selector", [all], {}, "peer-selects", ["all"]],
+      ["the selector matches", [edge], { role: "edge" }, "peer-selects", ["edge"]],
+      ["the selector does not match", [edge], { role: "core" }, "no-peer-selects", []],
+      ["an unsound peer selects nobody", [broken], {}, "no-peer-selects", []],
+      ["one of two", [edge, all, broken], { role: "core" }, "peer-selects", ["all"]],
+    ];
+  for (const [name, peers, labels, rule, selected] of cases) {
+    const selection = decideBgpSelection(peers, labels);
+    assert.equal(selection.rule, rule, name);
+    assert.equal(selection.announce, rule === "peer-selects", name);
+    assert.deepEqual(
+      selectedPeers(peers, labels).map((p) => p.name),
+      selected,
+      name,
+    );
+  }
+});
+
+const readyNode = (extra: Partial<Node> = {}): Node => ({
+  metadata: { name: "n1", labels: {} },
+  status: { conditions: [{ type: "Ready", status: "True" }] },
+  ...extra,
+});
+const service = (name: string, loadBalancerClass: string | undefined, policy = "Cluster"): Service => ({
+  metadata: { namespace: "default", name },
+  spec: { type: "LoadBalancer", ...(loadBalancerClass ? { loadBalancerClass } : {}), externalTrafficPolicy: policy },
+});
+
+test("refusal: the class, then this node's eligibility, then (Local) a ready endpoint here", () => {
+  const bgp = "local-ccm.io/bgp";
+  const excluded = readyNode({
+    metadata: { name: "n1", labels: { "node.kubernetes.io/exclude-from-external-load-balancers": "true" } },
+  });
+  const notReady = readyNode({ status: { conditions: [{ type: "Ready", status: "False" }] } });
+  const deleting = readyNode({ metadata: { name: "n1", deletionTimestamp: "2026-01-01T00:00:00Z" } });
+  const autoscaler = readyNode({ spec: { taints: [{ key: "ToBeDeletedByClusterAutoscaler", effect: "NoSchedule" }] } });
+  const cases: [string, Service, Node | undefined, boolean, BgpRefusalRule | undefined][] = [
+    ["class l2", service("a", "local-ccm.io/l2"), readyNode(), true, "other-class"],
+    ["no class", service("a", undefined), readyNode(), true, "other-class"],
+    ["bgp, Cluster, eligible", service("a", bgp), readyNode(), false, undefined],
+    ["bgp, the Node not known", service("a", bgp), undefined, true, "not-eligible"],
+    ["bgp, excluded", service("a", bgp), excluded, true, "not-eligible"],
+    ["bgp, NotReady (also: shutting down)", service("a", bgp), notReady, true, "not-eligible"],
+    ["bgp, Node being deleted", service("a", bgp), deleting, true, "not-eligible"],
+    ["bgp, autoscaler taint", service("a", bgp), autoscaler, true, "not-eligible"],
+    ["bgp, Local, endpoint here", service("a", bgp, "Local"), readyNode(), true, undefined],
+    ["bgp, Local, no endpoint here", service("a", bgp, "Local"), readyNode(), false, "no-ready-endpoint"],
+    ["bgp, Local, ineligible first", service("a", bgp, "Local"), notReady, true, "not-eligible"],
+  ];
+  for (const [name, svc, node, ready, rule] of cases) {
+    const readyHere = (key: string) => ready && key === "default/a";
+    const view = { node: node && loadBalancerNode(node, undefined), readyHere };
+    assert.equal(bgpRefusal(svc, view)?.rule, rule, name);
+  }
+});
+
+test("attributes: the pool of each ingress address (allocated-from, same order) gives communities and localPref", () => {
+  const svc: Service = {
+    metadata: { annotations: { "local-ccm.io/allocated-from": "blue,green" } },
+    status: { loadBalancer: { ingress: [{ ip: "198.51.100.7" }, { ip: "2001:DB8::7" }] } },
+  };
+  const pools: Record<string, { spec: { bgp?: { communities?: string[]; localPref?: number } } }> = {
+    blue: { spec: { bgp: { communities: ["65000:1"], localPref: 200 } } },
+    green: { spec: {} },
+  };
+  const pool = (name: string) => pools[name];
+  assert.deepEqual(poolAttributes(svc, "198.51.100.7", pool), { communities: ["65000:1"], localPref: 200 });
+  assert.deepEqual(poolAttributes(svc, "2001:db8::7", pool), {}, "a pool without spec.bgp (canonical match)");
+  assert.deepEqual(poolAttributes(svc, "198.51.100.9", pool), {}, "an address not of the Service");
+  assert.deepEqual(poolAttributes(undefined, "198.51.100.7", pool), {}, "no Service");
+  assert.deepEqual(poolAttributes(svc, "198.51.100.7", () => undefined), {}, "the pool not known");
+});
+
+test("session: settings from the peer and this node's next hop; only session fields change the key", () => {
+  const facts = peer("tor", { holdTime: "9s", gracefulRestart: { restartTime: "60s" } });
+  const session = peerSession(facts, "198.19.136.10", "secret", 0x0a0b0c0d);
+  assert.deepEqual(session, {
+    config: {
+      myAsn: 64513,
+      peerAsn: 64512,
+      routerId: "198.19.136.10",
+      holdTime: 9,
+      families: [4],
+      gracefulRestart: { restartTime: 60, restarting: true },
+    },
+    peerAddress: "192.0.2.1",
+    peerPort: 179,
+    localAddress: "198.19.136.10",
+    password: "secret",
+  });
+  assert.equal(routerId("fd00::10", 0x0a0b0c0d), "10.11.12.13", "IPv6 only: from the node name's hash");
+  const key = (spec: Partial<NonNullable<BGPPeer["spec"]>>, nextHop = "198.19.136.10") =>
+    JSON.stringify(peerSession(peer("tor", spec), nextHop, undefined, 1));
+  assert.equal(key({}), key({ nodeSelector: { matchLabels: { a: "b" } } }), "the selector is no session setting");
+  assert.notEqual(key({}), key({ holdTime: "30s" }));
+  assert.notEqual(key({}), key({}, "198.19.136.11"));
+  fc.assert(
+    fc.property(fc.integer({ min: 3, max: 600 }), fc.integer({ min: 3, max: 600 }), (a, b) => {
+      assert.equal(key({ holdTime: `${a}s` }) === key({ holdTime: `${b}s` }), a === b);
+    }),
+  );
+});

@@ -1,0 +1,312 @@
+// The BGP method as the announcing loop runs it (../method.ts), built from the cluster. The BGPPeers are watched
+// while the agent runs (cluster-scoped, a handful, trimmed to their spec): a node speaks BGP while one selects it.
+// Running, the method also watches the LoadBalancerIPPools (their spec.bgp: the routes' attributes) and the
+// EndpointSlices, trimmed at the informer to those with an endpoint on this node (externalTrafficPolicy Local),
+// and brings the sessions in line with the selected peers whenever a peer, a Secret read or a route changes
+// (method.ts restarts only the sessions whose settings changed). The decisions are decide.ts's.
+import type { Node, Secret, Service } from "kubernetes-types/core/v1.js";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
+import { type BGPPeer, BGP_PEER_RESOURCE, type PeerFacts, peerFacts } from "../../../bgppeers/peer.ts";
+import type { Logger } from "../../../cli/log.ts";
+import type { KubeClient } from "../../../kube/client.ts";
+import { Informer, objectKey } from "../../../kube/informer.ts";
+import { ENDPOINT_SLICE_RESOURCE, Resource, SECRET_RESOURCE } from "../../../kube/resource.ts";
+import { endpointSliceFacts, ReadyEndpoints, SERVICE_NAME_LABEL } from "../../../loadbalancer/endpoints.ts";
+import { type LoadBalancerNode, loadBalancerNode } from "../../../loadbalancer/nodes.ts";
+import { hashString } from "../../../loadbalancer/rendezvous.ts";
+import { ipFamily } from "../../../net/ip.ts";
+import type { Netlink } from "../../../net/netlink.ts";
+import { ALLOCATED_FROM_ANNOTATION } from "../../../pools/allocate.ts";
+import { type LoadBalancerIPPool, POOL_RESOURCE } from "../../../pools/pool.ts";
+import type { BgpMetrics } from "../../metrics.ts";
+import type { AnnouncementMethod, MethodDefinition, ServiceView } from "../method.ts";
+import {
+  BGP_SELECTION_RULES,
+  bgpRefusal,
+  type BgpRefusalRule,
+  decideBgpSelection,
+  peerSession,
+  poolAttributes,
+  selectedPeers,
+} from "./decide.ts";
+import type { Phase } from "./fsm.ts";
+import { type BgpPeer, startBgpMethod } from "./method.ts";
+
+export interface BgpOptions {
+  client: KubeClient;
+  netlink: Netlink;
+  node: string;
+  /** Where the Secrets of the BGPPeers' passwordSecretRef live (the release namespace). */
+  secretNamespace: string;
+  log: Logger;
+  metrics: BgpMetrics;
+  /** This node's Node from the agent's watch; undefined while it is not known. */
+  nodeObject(): Node | undefined;
+}
+
+export interface Bgp {
+  definition: MethodDefinition<BgpRefusalRule>;
+  /** Watches the BGPPeers; `onChange` follows each change (the loop decides its selection again). */
+  start(onChange: () => void): void;
+  /** The Node changed: its eligibility is decided again while the method runs. */
+  nodeChanged(): void;
+  stop(): Promise<void>;
+}
+
+/** Netlink events come in bursts (an address add brings routes with it): one look at the next hops per burst. */
+const NETLINK_DEBOUNCE_MS = 200;
+
+/** What the agent keeps of a BGPPeer: its spec (peerFacts reads nothing else). */
+const trimPeer = (peer: BGPPeer): BGPPeer => ({
+  metadata: { name: peer.metadata?.name, resourceVersion: peer.metadata?.resourceVersion },
+  spec: peer.spec,
+});
+
+export function bgpMethod(options: BgpOptions): Bgp {
+  const { client, node, log } = options;
+  const nodeHash = hashString(node);
+  const peers = new Informer(new Resource<BGPPeer>(client, BGP_PEER_RESOURCE), {
+    transform: trimPeer,
+    onError: (err) => log.error("BGP: watching the BGPPeers failed", { err }),
+  });
+  /** Problems of unsound peers, logged once each. */
+  const reported = new Map<string, string>();
+  const facts = (): PeerFacts[] => {
+    const all = peers.list().map(peerFacts);
+    for (const peer of all) {
+      if (peer.problem && reported.get(peer.name) !== peer.problem)
+        log.warn(`BGP: BGPPeer ${peer.name} is not peered with: ${peer.problem}`, { rule: "peer-invalid" });
+      if (peer.problem) reported.set(peer.name, peer.problem);
+      else reported.delete(peer.name);
+    }
+    return all;
+  };
+  const labels = () => {
+    const object = options.nodeObject();
+    return object && (object.metadata?.labels ?? {});
+  };
+  /** The Node as the LoadBalancer rules see it, computed once per Node object. */
+  let nodeFacts: { object: Node; facts: LoadBalancerNode } | undefined;
+  const lbNode = () => {
+    const object = options.nodeObject();
+    if (!object) return undefined;
+    if (nodeFacts?.object !== object) nodeFacts = { object, facts: loadBalancerNode(object, undefined) };
+    return nodeFacts.facts;
+  };
+  let running: Running | undefined;
+
+  const definition: MethodDefinition<BgpRefusalRule> = {
+    name: "BGP",
+    // Every Service: nothing narrower exists on the server for a class (see docs/bgp.md, "API load"); the loop
+    // trims each to the few fields read.
+    watch: { annotations: [ALLOCATED_FROM_ANNOTATION] },
+    refuse: (service) =>
+      bgpRefusal(service, { node: lbNode(), readyHere: (key) => running?.ready.readyNodes(key).has(node) ?? false }),
+    select: (nodeLabels) => decideBgpSelection(facts(), nodeLabels),
+    selectionRules: BGP_SELECTION_RULES,
+    async start(services, redecide) {
+      const selected = () => selectedPeers(facts(), labels());
+      running = startRunning({ ...options, nodeHash, peers: selected }, services, redecide);
+      const method = running;
+      return {
+        apply: (desired) => method.apply(desired),
+        async stop(shutdown) {
+          if (running === method) running = undefined;
+          // A node shutting down (kubelet's graceful node shutdown marks it NotReady before it stops the pods),
+          // drained out or excluded withdraws at SIGTERM too: graceful restart is for an agent coming back.
+          const eligible = lbNode()?.ineligible === undefined && lbNode() !== undefined;
+          if (shutdown && !eligible) log.info("BGP: stopping on a node no longer eligible: withdrawing everything");
+          await method.stop(shutdown && eligible);
+        },
+      };
+    },
+    clearLeftovers: async () => {}, // a BGP session ends with its process: nothing outlives it
+  };
+  return {
+    definition,
+    start(onChange) {
+      const changed = () => {
+        onChange();
+        running?.peersChanged();
+      };
+      peers.addHandlers({ onAdd: changed, onUpdate: changed, onDelete: changed });
+      peers.start();
+    },
+    nodeChanged: () => running?.redecide(),
+    stop: () => peers.stop(),
+  };
+}
+
+interface Running extends AnnouncementMethod<BgpRefusalRule> {
+  ready: ReadyEndpoints;
+  /** The selected peers (or what they need: a next hop, a Secret) may have changed. */
+  peersChanged(): void;
+  redecide(): void;
+}
+
+/** What the EndpointSlice watch keeps: only this node's endpoints, and only slices that have one. */
+function trimSlice(node: string): (slice: EndpointSlice) => EndpointSlice | undefined {
+  return (slice) => {
+    const endpoints = (slice.endpoints ?? [])
+      .filter((endpoint) => endpoint.nodeName === node)
+      .map(({ nodeName, conditions }) => ({ addresses: [], nodeName, conditions: { ready: conditions?.ready } }));
+    if (endpoints.length === 0) return undefined;
+    const { namespace, name, resourceVersion, labels } = slice.metadata ?? {};
+    const service = labels?.[SERVICE_NAME_LABEL];
+    const kept: Record<string, string> = service === undefined ? {} : { [SERVICE_NAME_LABEL]: service };
+    return { addressType: slice.addressType, metadata: { namespace, name, resourceVersion, labels: kept }, endpoints };
+  };
+}
+
+/** What a pool's routes carry: its spec.bgp only. */
+const trimPool = (pool: LoadBalancerIPPool): LoadBalancerIPPool => ({
+  metadata: { name: pool.metadata?.name, resourceVersion: pool.metadata?.resourceVersion },
+  spec: pool.spec?.bgp ? { bgp: pool.spec.bgp } : {},
+});
+
+function startRunning(
+  options: BgpOptions & { nodeHash: number; peers: () => PeerFacts[] },
+  services: ServiceView,
+  redecide: () => void,
+): Running {
+  const { client, netlink, node, secretNamespace, metrics, nodeHash } = options;
+  const log = options.log.with({ node });
+  const secrets = new Resource<Secret>(client, { ...SECRET_RESOURCE, namespace: secretNamespace });
+  const ready = new ReadyEndpoints();
+  const slices = new Informer(new Resource<EndpointSlice>(client, ENDPOINT_SLICE_RESOURCE), {
+    transform: trimSlice(node),
+    onError: (err) => log.error("BGP: watching the EndpointSlices failed", { err }),
+  });
+  const take = (slice: EndpointSlice, deleted: boolean) => {
+    if (ready.update(endpointSliceFacts(slice), deleted).length > 0) redecide();
+  };
+  slices.addHandlers({
+    onAdd: (slice) => take(slice, false),
+    onUpdate: (_, slice) => take(slice, false),
+    onDelete: (slice) => take(slice, true),
+  });
+  const pools = new Informer(new Resource<LoadBalancerIPPool>(client, POOL_RESOURCE), {
+    transform: trimPool,
+    onError: (err) => log.error("BGP: watching the LoadBalancerIPPools failed", { err }),
+  });
+  pools.addHandlers({ onAdd: redecide, onUpdate: redecide, onDelete: redecide });
+  /** The Services of the loop's watch by key, as of the last apply (the attributes' lookup). */
+  let byKey = new Map<string, Service>();
+  const sessionsGauge = () => {
+    const counts = new Map<string, number>();
+    for (const phase of method.phases().values()) counts.set(phase, (counts.get(phase) ?? 0) + 1);
+    for (const phase of SESSION_PHASES) metrics.sessions.with({ state: phase }).set(counts.get(phase) ?? 0);
+  };
+  const method = startBgpMethod({
+    peers: [],
+    log,
+    attributes: (entry) => poolAttributes(byKey.get(entry.services[0] ?? ""), entry.address, (name) => pools.get(name)),
+    onRoutes: (peer, routes) => metrics.routes.with({ peer }).set(routes),
+  });
+  /** The Services left out (besides other classes), logged once per change. */
+  let lastSkipped = "";
+  /** Why a selected peer has no session (or runs without BFD), logged once per change. */
+  let lastLeftOut = "";
+
+  /** The sessions the selected peers need now: next hops over netlink, passwords from their Secrets. */
+  async function wantedPeers(): Promise<BgpPeer[]> {
+    const wanted: BgpPeer[] = [];
+    const leftOut: { peer: string; rule: string; reason: string }[] = [];
+    for (const peer of options.peers()) {
+      const nextHop = peer.sourceAddress ?? (await netlink.routeSource(peer.peerAddress));
+      if (nextHop === undefined) {
+        const reason = `no route from this node to ${peer.peerAddress}`;
+        leftOut.push({ peer: peer.name, rule: "no-next-hop", reason });
+        continue;
+      }
+      let password: string | undefined;
+      if (peer.password) {
+        const { secret, key } = peer.password;
+        try {
+          const data = (await secrets.get(secret)).data?.[key];
+          if (data === undefined) throw new Error(`the Secret has no key ${key}`);
+          password = Buffer.from(data, "base64").toString();
+        } catch (err) {
+          const reason = `passwordSecretRef ${secretNamespace}/${secret}: ${(err as Error).message}`;
+          leftOut.push({ peer: peer.name, rule: "no-password", reason });
+          continue;
+        }
+      }
+      // Said once per peer (with the left-out ones below): its bfd section is accepted, and not acted on yet.
+      if (peer.bfd) leftOut.push({ peer: peer.name, rule: "bfd-not-run", reason: "bfd is not run by this agent yet" });
+      const session = { ...peerSession(peer, nextHop, password, nodeHash), onDecision: sessionsGauge };
+      const nextHops = ipFamily(nextHop) === 6 ? { 6: nextHop } : { 4: nextHop };
+      wanted.push({ name: peer.name, session, nextHops });
+    }
+    const text = JSON.stringify(leftOut);
+    if (text !== lastLeftOut)
+      for (const { peer, rule, reason } of leftOut)
+        log.warn(`BGP: BGPPeer ${peer}: ${rule === "bfd-not-run" ? "" : "no session: "}${reason}`, { rule });
+    lastLeftOut = text;
+    return wanted;
+  }
+
+  let stopped = false;
+  /** One look at the peers at a time; a change meanwhile asks for one more. */
+  let refreshing: Promise<void> | undefined;
+  let again = false;
+  const refresh = () => {
+    if (stopped) return;
+    if (refreshing) {
+      again = true;
+      return;
+    }
+    refreshing = (async () => {
+      do {
+        again = false;
+        try {
+          const wanted = await wantedPeers();
+          if (!stopped) method.setPeers(wanted);
+          sessionsGauge();
+        } catch (err) {
+          log.error("BGP: bringing the sessions in line with the BGPPeers failed", { err });
+        }
+      } while (again && !stopped);
+      refreshing = undefined;
+    })();
+  };
+  const changes = netlink.watchChanges(refresh, NETLINK_DEBOUNCE_MS);
+  slices.start();
+  pools.start();
+  refresh();
+  log.info("BGP announcing started");
+
+  return {
+    ready,
+    peersChanged: refresh,
+    redecide,
+    apply(desired) {
+      byKey = new Map(services.list().map((service) => [objectKey(service), service]));
+      // Services of other classes are no news: every other Service is one.
+      const skipped = desired.skipped.filter((skip) => skip.rule !== "other-class");
+      const text = JSON.stringify(skipped);
+      if (text !== lastSkipped)
+        for (const { service, address, rule, reason } of skipped)
+          log.info(`BGP: not announcing: ${reason}`, { service, address, rule });
+      lastSkipped = text;
+      method.apply(desired);
+    },
+    async stop(shutdown) {
+      stopped = true;
+      changes.close();
+      await refreshing;
+      await method.stop(shutdown);
+      sessionsGauge();
+      await Promise.all([slices.stop(), pools.stop()]);
+    },
+  };
+}
+
+const SESSION_PHASES = [
+  "idle",
+  "connecting",
+  "open-sent",
+  "open-confirm",
+  "established",
+  "stopped",
+] as const satisfies Phase[];

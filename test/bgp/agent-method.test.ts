@@ -1,0 +1,176 @@
+// The BGP method as the agent runs it (src/agent/announcer/bgp/definition.ts behind the announcing loop) against a
+// real kube-apiserver and GoBGP (Debian's gobgpd) in a namespace: a BGPPeer that selects the node, its TCP MD5
+// password from a Secret, the next hop by the kernel's route lookup; GoBGP learns the host routes of the Services of
+// class local-ccm.io/bgp only, with their pool's communities; the node turning ineligible withdraws them (UPDATEs:
+// the session stays up), externalTrafficPolicy Local follows this node's ready endpoints, a change of a BGPPeer that
+// is no session setting resets nothing, a deleted Service is withdrawn, and a BGPPeer no longer selecting the node
+// ends the session with nothing left at the router.
+import assert from "node:assert/strict";
+import { after, test } from "node:test";
+import type { Namespace, Node, Secret, Service } from "kubernetes-types/core/v1.js";
+import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
+import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
+import { waitForEqual } from "../../localcluster/wait.ts";
+import { announceWhileSelected } from "../../src/agent/announcer/announcing.ts";
+import { bgpMethod } from "../../src/agent/announcer/bgp/definition.ts";
+import { createMetrics } from "../../src/agent/metrics.ts";
+import { type BGPPeer, BGP_PEER_RESOURCE, BGP_PEER_TYPE } from "../../src/bgppeers/peer.ts";
+import { createLogger } from "../../src/cli/log.ts";
+import { ENDPOINT_SLICE_RESOURCE, Resource, SECRET_RESOURCE, SERVICE_RESOURCE } from "../../src/kube/resource.ts";
+import { EXCLUDE_LABEL } from "../../src/loadbalancer/nodes.ts";
+import { openNetlink } from "../../src/net/netlink.ts";
+import { ALLOCATED_FROM_ANNOTATION, BGP_CLASS, L2_CLASS } from "../../src/pools/allocate.ts";
+import { type LoadBalancerIPPool, POOL_RESOURCE, POOL_TYPE } from "../../src/pools/pool.ts";
+import { createNetwork, type Network } from "../netns/netns.ts";
+import { installBgpPeerCrd, installPoolCrd } from "../pools/crd.ts";
+import { type Router, startGobgp } from "./routers.ts";
+
+const WAIT_MS = 60_000;
+const NAMESPACE = "bgp-agent";
+const NODE = "node-a";
+let plane: ControlPlane | undefined;
+let net: Network | undefined;
+after(async () => {
+  await net?.remove();
+  await plane?.stop();
+});
+
+/** What GoBGP learned, as prefix → "next hop communities". */
+async function learned(router: Router): Promise<Record<string, string>> {
+  const routes = [...(await router.routes(4)).values()].sort((a, b) => a.prefix.localeCompare(b.prefix));
+  return Object.fromEntries(routes.map((r) => [r.prefix, `${r.nextHop} ${r.communities.join(",")}`.trim()]));
+}
+
+test("the agent's BGP method announces what the cluster says, to the peers that select its node", async () => {
+  plane = await startControlPlane();
+  await installBgpPeerCrd(plane);
+  await installPoolCrd(plane);
+  net = await createNetwork();
+  const password = "s3cret-md5";
+  const router = await startGobgp(net, { index: 0, subnet: 253, asn: 64512, peerAsn: 64513, transport: 4, password });
+  const admin = plane.admin;
+  await new Resource<Namespace>(admin, { group: "", version: "v1", plural: "namespaces" }).create({
+    metadata: { name: NAMESPACE },
+  });
+  await new Resource<Secret>(admin, { ...SECRET_RESOURCE, namespace: NAMESPACE }).create({
+    metadata: { name: "tor-password" },
+    stringData: { password },
+  });
+  await new Resource<LoadBalancerIPPool>(admin, POOL_RESOURCE).create({
+    ...POOL_TYPE,
+    metadata: { name: "blue" },
+    spec: { addresses: ["198.51.100.0/24"], bgp: { communities: ["65000:7"] } },
+  });
+  const peers = new Resource<BGPPeer>(admin, BGP_PEER_RESOURCE);
+  await peers.create({
+    ...BGP_PEER_TYPE,
+    metadata: { name: "tor" },
+    spec: {
+      peerAddress: router.address[4],
+      peerASN: 64512,
+      myASN: 64513,
+      holdTime: "9s",
+      nodeSelector: { matchLabels: { role: "edge" } },
+      passwordSecretRef: { name: "tor-password", key: "password" },
+    },
+  });
+  const services = new Resource<Service>(admin, { ...SERVICE_RESOURCE, namespace: NAMESPACE });
+  const slices = new Resource<EndpointSlice>(admin, { ...ENDPOINT_SLICE_RESOURCE, namespace: NAMESPACE });
+  const createService = async (name: string, cls: string, ip: string, policy: "Cluster" | "Local" = "Cluster") => {
+    await services.create({
+      metadata: { name, annotations: { [ALLOCATED_FROM_ANNOTATION]: "blue" } },
+      spec: {
+        type: "LoadBalancer",
+        loadBalancerClass: cls,
+        externalTrafficPolicy: policy,
+        ports: [{ port: 80, nodePort: undefined }],
+      },
+    });
+    await services.patch(name, "merge", { status: { loadBalancer: { ingress: [{ ip, ipMode: "VIP" }] } } }, {
+      subresource: "status",
+    });
+  };
+
+  // This node's Node as the agent's watch would show it: Ready, labelled to be selected.
+  let node: Node = {
+    metadata: { name: NODE, labels: { role: "edge" } },
+    status: { conditions: [{ type: "Ready", status: "True" }] },
+  };
+  const netlink = openNetlink();
+  const metrics = createMetrics();
+  const lines: string[] = [];
+  const log = createLogger({ verbosity: 0, format: "json", write: (line: string) => void lines.push(line) });
+  /** The rules of the agent's "not announcing" lines so far. */
+  const notAnnouncing = () =>
+    lines
+      .map((line) => JSON.parse(line) as { msg: string; rule?: string; service?: string })
+      .filter((line) => line.msg.startsWith("BGP: not announcing"))
+      .map((line) => `${line.service} ${line.rule}`);
+  const bgp = bgpMethod({
+    client: admin,
+    netlink,
+    node: NODE,
+    secretNamespace: NAMESPACE,
+    log,
+    metrics: metrics.bgp,
+    nodeObject: () => node,
+  });
+  const loop = announceWhileSelected(
+    { client: admin, node: NODE, log, selection: metrics.bgp.selection, method: bgp.definition },
+    () => node.metadata?.labels ?? {},
+  );
+  const setNode = (next: Node) => {
+    node = next;
+    loop.update();
+    bgp.nodeChanged();
+  };
+  bgp.start(loop.update);
+  const ours = router.ours[4];
+  const routes = () => learned(router);
+  try {
+    await createService("web", BGP_CLASS, "198.51.100.7");
+    await createService("layer2", L2_CLASS, "198.51.100.8");
+    await waitForEqual("GoBGP has the bgp Service's route", routes, { "198.51.100.7/32": `${ours} 65000:7` }, WAIT_MS);
+    assert.equal(await router.sessionState(), "established");
+    const drops = await router.drops();
+
+    setNode({ ...node, metadata: { ...node.metadata, labels: { role: "edge", [EXCLUDE_LABEL]: "true" } } });
+    await waitForEqual("withdrawn once the node is excluded", routes, {}, WAIT_MS);
+    assert.ok(notAnnouncing().includes(`${NAMESPACE}/web not-eligible`), "the log names the rule");
+    setNode({ ...node, metadata: { ...node.metadata, labels: { role: "edge" } } });
+    await waitForEqual("back once it is not", routes, { "198.51.100.7/32": `${ours} 65000:7` }, WAIT_MS);
+
+    await createService("local", BGP_CLASS, "198.51.100.9", "Local");
+    const slice = (name: string, nodeName: string): EndpointSlice => ({
+      metadata: { name, labels: { "kubernetes.io/service-name": "local" } },
+      addressType: "IPv4",
+      endpoints: [{ addresses: ["10.0.0.1"], nodeName, conditions: { ready: true } }],
+      ports: [{ port: 80 }],
+    });
+    await slices.create(slice("local-elsewhere", "node-b"));
+    await slices.create(slice("local-here", NODE));
+    const both = { "198.51.100.7/32": `${ours} 65000:7`, "198.51.100.9/32": `${ours} 65000:7` };
+    await waitForEqual("Local: announced with a ready endpoint here", routes, both, WAIT_MS);
+    await slices.delete("local-here");
+    await waitForEqual("Local: withdrawn without one", routes, { "198.51.100.7/32": `${ours} 65000:7` }, WAIT_MS);
+    assert.ok(notAnnouncing().includes(`${NAMESPACE}/local no-ready-endpoint`), "the log names the rule");
+    assert.ok(!notAnnouncing().some((line) => line.endsWith("other-class")), "other classes are no news");
+
+    // A BGPPeer change that is no session setting (a label): nothing resets.
+    await peers.patch("tor", "merge", { metadata: { labels: { team: "net" } } });
+    await services.delete("web");
+    await waitForEqual("a deleted Service is withdrawn", routes, {}, WAIT_MS);
+    assert.equal(await router.drops(), drops, "no session reset through all of this");
+    assert.equal(await router.sessionState(), "established");
+
+    await createService("web2", BGP_CLASS, "198.51.100.10");
+    await waitForEqual("announced again", routes, { "198.51.100.10/32": `${ours} 65000:7` }, WAIT_MS);
+    await peers.patch("tor", "merge", { spec: { nodeSelector: { matchLabels: { role: "core" } } } });
+    await waitForEqual("no BGPPeer selects the node: withdrawn", routes, {}, WAIT_MS);
+  } finally {
+    await loop.stop();
+    await bgp.stop();
+    netlink.close();
+    await router.stop();
+  }
+});

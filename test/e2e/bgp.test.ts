@@ -1,0 +1,169 @@
+// BGP pool addresses as users run them: `helm install` of charts/local-ccm with bgp.enabled on four real kubelets
+// with kube-proxy (iptables mode), node-0 the control-plane node (kubeadm's exclusion label: not eligible), the
+// cluster's FRR router (localcluster/router.ts, dynamic neighbors, ECMP, the client host's default route), a BGPPeer
+// for it and a pool outside every network of the slot, so that only the router's routes reach it. From the client:
+// - a Service of class local-ccm.io/bgp: the router holds its /32 with one next hop per eligible node, curl answers;
+// - a worker labelled excluded: its path is withdrawn, the others stay, no request fails meanwhile;
+// - externalTrafficPolicy Local: only the nodes with an endpoint;
+// - with gracefulRestart on the BGPPeer, the agents restarted one by one (rollout restart): no request fails, and
+//   the router keeps every path;
+// - the Service deleted: the route goes.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import type { Cluster } from "../../localcluster/cluster.ts";
+import * as layer2 from "../../localcluster/layer2.ts";
+import { NAMESPACE } from "../../localcluster/project.ts";
+import { type ClusterRouter, NODE_ASN, ROUTER_ASN, routerLayout, startRouter } from "../../localcluster/router.ts";
+import { waitFor } from "../../localcluster/wait.ts";
+import { EXCLUDE_LABEL } from "../../src/loadbalancer/nodes.ts";
+import { BGP_CLASS } from "../../src/pools/allocate.ts";
+import { sleep } from "../../src/time/backoff.ts";
+import { netexecService, startPoolCluster } from "./l2-cluster.ts";
+
+const WAIT_MS = 180_000;
+const WORKERS = ["node-1", "node-2", "node-3"];
+const INGRESS_IP = "{.status.loadBalancer.ingress[0].ip}";
+let cluster: Cluster;
+let router: ClusterRouter;
+before(async () => {
+  const peer = (routerIp: string) => ({
+    apiVersion: "local-ccm.io/v1alpha1",
+    kind: "BGPPeer",
+    metadata: { name: "router" },
+    // Graceful restart from the start: withdrawals below go by UPDATE all the same, and the agents' restart keeps
+    // the routes.
+    spec: { peerAddress: routerIp, peerASN: ROUTER_ASN, myASN: NODE_ASN, holdTime: "9s", gracefulRestart: {} },
+  });
+  // In no network of the slot: the client reaches it only through the router's routes.
+  const pool = (slot: number) => ({
+    apiVersion: "local-ccm.io/v1alpha1",
+    kind: "LoadBalancerIPPool",
+    metadata: { name: "routed" },
+    spec: { addresses: [`198.19.${200 + slot}.240/28`] },
+  });
+  cluster = await startPoolCluster("iptables", { "bgp.enabled": "true" }, (slot) => [
+    peer(routerLayout(slot).ip),
+    pool(slot),
+  ]);
+  router = await startRouter(cluster);
+});
+after(async () => {
+  await router?.stop();
+  await cluster?.stop();
+});
+
+const bgpService = (name: string, local = false) => netexecService(name, BGP_CLASS, local);
+
+async function ingressIp(name: string): Promise<string> {
+  return waitFor(
+    `${name}'s address`,
+    async () => (await cluster.kubectl(["get", "service", name, "-o", `jsonpath=${INGRESS_IP}`])) || undefined,
+    WAIT_MS,
+    500,
+  );
+}
+
+/** The router's next hops for `ip`/32, as node names, sorted; [] without a route. */
+async function nextHops(ip: string): Promise<string[]> {
+  const route = (await router.routes()).find((r) => r.prefix === `${ip}/32`);
+  const byIp = new Map(cluster.nodes.map((node) => [node.publicIP, node.name]));
+  return (route?.via ?? []).map((via) => byIp.get(via) ?? via).sort();
+}
+
+const waitForHops = (ip: string, expected: string[], what: string) =>
+  waitFor(what, async () => JSON.stringify(await nextHops(ip)) === JSON.stringify(expected), WAIT_MS, 250).catch(
+    async (err: unknown) => {
+      throw new Error(`${(err as Error).message}: the router has ${JSON.stringify(await nextHops(ip))}`);
+    },
+  );
+
+const get = (ip: string, path: string) =>
+  cluster.client.exec("curl", ["-sS", "--max-time", "3", `http://${ip}${path}`]);
+
+/** Requests from the client to `ip`, one after another until stopped: how many went, and which failed. */
+function requestsTo(ip: string) {
+  const failures: string[] = [];
+  let sent = 0;
+  let on = true;
+  const loop = (async () => {
+    while (on) {
+      sent++;
+      await get(ip, "/hostname").catch((err: Error) => failures.push(err.message));
+    }
+  })();
+  return {
+    sent: () => sent,
+    async stop() {
+      on = false;
+      await loop;
+      return { sent, failures };
+    },
+  };
+}
+
+let ip: string;
+
+test("a bgp Service: the router has its /32 over every eligible node (ECMP), and the client is answered", async () => {
+  await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(bgpService("web")));
+  ip = await ingressIp("web");
+  await waitForHops(ip, WORKERS, "an ECMP route over the three workers (node-0 is excluded)");
+  const answered = () => get(ip, "/hostname").catch(() => undefined);
+  const answer = await waitFor(`${ip} answering the client`, answered, WAIT_MS);
+  assert.ok((await layer2.backendNodes(cluster)).has(answer), `${ip} answered ${answer}`);
+});
+
+test("a worker labelled excluded: its path is withdrawn, the others stay, no request fails", async () => {
+  const requests = requestsTo(ip);
+  try {
+    await cluster.kubectl(["label", "node", "node-1", `${EXCLUDE_LABEL}=true`]);
+    await waitForHops(ip, ["node-2", "node-3"], "node-1's path withdrawn");
+    const more = requests.sent() + 10;
+    await waitFor("ten more requests", () => requests.sent() >= more, WAIT_MS, 100);
+  } finally {
+    await requests.stop();
+    await cluster.kubectl(["label", "node", "node-1", `${EXCLUDE_LABEL}-`]);
+  }
+  const { sent, failures } = await requests.stop();
+  assert.deepEqual(failures, [], `${failures.length} of ${sent} requests failed`);
+  await waitForHops(ip, WORKERS, "node-1 back");
+});
+
+test("externalTrafficPolicy Local: only the nodes with a ready endpoint announce", async () => {
+  await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(bgpService("local", true)));
+  const local = await ingressIp("local");
+  const withEndpoint = [...new Set((await layer2.backendNodes(cluster)).values())].sort();
+  assert.ok(withEndpoint.length >= 1 && withEndpoint.length < WORKERS.length + 1, JSON.stringify(withEndpoint));
+  await waitForHops(local, withEndpoint, "a route over the backends' nodes only");
+  await waitFor(`${local} answering`, () => get(local, "/hostname").catch(() => undefined), WAIT_MS);
+});
+
+test("graceful restart: a rollout restart of the agents fails no request; the router keeps each path", async (t) => {
+  const requests = requestsTo(ip);
+  // What the router holds meanwhile: with graceful restart it keeps a restarting node's path (stale) until the new
+  // agent's End-of-RIB, so no path ever goes; without it, each agent withdraws at SIGTERM.
+  const seen = new Set<string>();
+  let watching = true;
+  const watch = (async () => {
+    while (watching) {
+      seen.add(JSON.stringify(await nextHops(ip)));
+      await sleep(200); // a poll of the router, not a wait for a condition
+    }
+  })();
+  try {
+    await cluster.kubectl(["rollout", "restart", "daemonset/local-ccm", "--namespace", NAMESPACE]);
+    await cluster.kubectl(["rollout", "status", "daemonset/local-ccm", "--namespace", NAMESPACE, "--timeout=300s"]);
+    await waitForHops(ip, WORKERS, "every worker's path after the restart");
+  } finally {
+    watching = false;
+    await Promise.all([requests.stop(), watch]);
+  }
+  const { sent, failures } = await requests.stop();
+  t.diagnostic(`${sent} requests through the restart`);
+  assert.deepEqual(failures, [], `${failures.length} of ${sent} requests failed`);
+  assert.deepEqual([...seen], [JSON.stringify(WORKERS)], "the router kept every worker's path throughout");
+});
+
+test("the Service deleted: the route goes", async () => {
+  await cluster.kubectl(["delete", "service", "web"]);
+  await waitForHops(ip, [], "the route withdrawn");
+});
