@@ -223,9 +223,12 @@ test("the announcer follows the status; it moves once its Lease is unrenewed a d
   await controller.idle();
   assert.deepEqual(writes.slice(2), [{ name: "a", announcer: "n1" }]);
   deliver();
-  // n2 renews at 2.9 s: n1, unrenewed since 0, is still live and stays.
-  nowMs = 2900;
-  renew("n2", "2026-01-01T00:00:02.900000Z");
+  // n2 renews each second (a gap of over 2 s without any renewal would be a stale view, leases.ts): at 2.9 s n1,
+  // unrenewed since 0, is still live and stays.
+  for (const [atMs, renewTime] of [[1000, "01.000"], [2000, "02.000"], [2900, "02.900"]] as const) {
+    nowMs = atMs;
+    renew("n2", `2026-01-01T00:00:${renewTime}000Z`);
+  }
   await controller.idle();
   assert.equal(writes.length, 3);
   // At 3 s n1's Lease has gone a duration unrenewed (by this controller's clock): n2 takes over at once, on the

@@ -72,12 +72,26 @@ test("the guard lifting gives every Lease a full duration from then", () => {
   assert.equal(leases.guard(60_100).rule, "fresh");
   assert.ok(leases.isLive("n3", 60_100 + 2_999));
   assert.ok(!leases.isLive("n3", 60_100 + 3_000));
-  // n2 and n3 never renew: they expire together, two of three: paused for the window, then moved.
-  leases.seen(lease("n1", "t3"), 63_000);
+  // n2 and n3 never renew (n1 does, each second): they expire together, two of three: paused for the window, then
+  // moved.
+  const renewN1 = (fromMs: number, toMs: number) => {
+    for (let atMs = fromMs; atMs <= toMs; atMs += 1000) leases.seen(lease("n1", `t${atMs}`), atMs);
+  };
+  renewN1(61_000, 63_000);
   assert.equal(leases.guard(63_200).rule, "mass-expiry");
-  leases.seen(lease("n1", "t4"), 69_000);
+  renewN1(64_000, 69_000);
   assert.equal(leases.guard(69_200).rule, "fresh");
   assert.ok(!leases.isLive("n3", 69_200), "no second life");
+});
+
+test("a silence the guard never looked at (a replica not leading plans nothing) lifts alike at the first renewal", () => {
+  const leases = new AnnouncerLeases();
+  for (const node of ["n1", "n2", "n3"]) leases.seen(lease(node, "t1"), 0);
+  // No guard() through the silence: the replica lost its leadership in the same outage, or was a follower.
+  assert.ok(leases.seen(lease("n1", "t2"), 60_100), "a renewal after a silence decides again");
+  assert.equal(leases.guard(60_100).rule, "fresh");
+  assert.ok(leases.isLive("n3", 60_100 + 2_999), "n3 counts from the renewal that ended the silence");
+  assert.ok(!leases.isLive("n3", 60_100 + 3_000));
 });
 
 test("the duration is this controller's own: a Lease asking for a day expires like any other", () => {
@@ -101,9 +115,9 @@ test("segments are proven by the Node's addresses; the rest is refused", () => {
 test("Leases long expired (nodes gone without deleting them) neither pause the guard nor come back when it lifts", () => {
   const leases = new AnnouncerLeases();
   for (const node of ["gone1", "gone2", "gone3"]) leases.seen(lease(node, "t1"), 0);
-  leases.seen(lease("a", "t1"), 60_000);
-  leases.seen(lease("b", "t1"), 60_000);
-  leases.seen(lease("b", "t2"), 62_000);
+  // a and b renew each second all along (a until 60 s, b until 62 s): the gone ones expired long before.
+  for (let atMs = 1000; atMs <= 62_000; atMs += 1000)
+    for (const node of atMs <= 60_000 ? ["a", "b"] : ["b"]) leases.seen(lease(node, `t${atMs}`), atMs);
   // 3 of 5 observed are long expired; of the two lately live, one expired: half, not over the fraction.
   assert.equal(leases.guard(63_500).rule, "fresh");
   assert.ok(!leases.isLive("a", 63_500));

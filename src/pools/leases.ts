@@ -106,9 +106,6 @@ export class AnnouncerLeases {
   /** By Lease name. */
   private readonly observed = new Map<string, Observed>();
   private lastRenewalSeenMs = -Infinity;
-  /** The guard's view was stale at the last ask, since the renewal seen at lastSilenceMs. */
-  private stale = false;
-  private lastSilenceMs = -Infinity;
 
   /**
    * Takes in a Lease seen at `nowMs`. True when the announcers change: a Lease new or not live until now, or other
@@ -123,13 +120,14 @@ export class AnnouncerLeases {
     const renewed = !before || before.renewTime !== renewTime;
     // The first renewal after a silence ends a stale view: the guard is decided again.
     const silence = renewed && nowMs - this.lastRenewalSeenMs > STALE_VIEW_MS;
+    if (silence) this.endSilence(nowMs);
     if (renewed) this.lastRenewalSeenMs = nowMs;
     const segmentsText = lease.metadata?.annotations?.[SEGMENTS_ANNOTATION];
     const conflictsText = lease.metadata?.annotations?.[CONFLICTS_ANNOTATION];
     const parsed = before !== undefined && before.conflictsText === conflictsText ? before : conflictsOf(conflictsText);
     const same =
       before !== undefined &&
-      nowMs < leaseExpiry(before.seenAtMs, LEASE_DURATION_SECONDS) &&
+      nowMs < expiryOf(before) &&
       before.segmentsText === segmentsText;
     this.observed.set(name, {
       node,
@@ -180,34 +178,33 @@ export class AnnouncerLeases {
 
   isLive(node: string, nowMs: number): boolean {
     const observed = this.observed.get(announcerLeaseName(node) ?? "");
-    return observed !== undefined && nowMs < leaseExpiry(observed.seenAtMs, LEASE_DURATION_SECONDS);
+    return observed !== undefined && nowMs < expiryOf(observed);
   }
 
   /**
-   * The guard at `nowMs`. When a stale view ends, every Lease live or lately expired when it began counts from
-   * `nowMs` as if renewed then: one that expired while the view was not fresh may have been renewed all along.
+   * The guard at `nowMs`. A mass expiry lifts as Leases renew, or as the expired ones leave the window: those are
+   * dead, and move. A stale view lifts at the first renewal seen (endSilence).
    */
   guard(nowMs: number): LeaseGuard {
-    const expiry = (each: Observed) => leaseExpiry(each.seenAtMs, LEASE_DURATION_SECONDS);
-    const lately = [...this.observed.values()].filter((each) => expiry(each) > nowMs - MASS_EXPIRY_WINDOW_MS);
-    const guard = decideLeaseGuard({
+    const lately = [...this.observed.values()].filter((each) => expiryOf(each) > nowMs - MASS_EXPIRY_WINDOW_MS);
+    return decideLeaseGuard({
       nowMs,
       observed: this.observed.size,
       leases: lately.length,
-      expired: lately.filter((each) => nowMs >= expiry(each)).length,
+      expired: lately.filter((each) => nowMs >= expiryOf(each)).length,
       lastRenewalSeenMs: this.lastRenewalSeenMs,
     });
-    // A stale view lifted: what was live or lately expired when the silence began counts from now, since it may have
-    // been renewed all along (not Leases long dead before). A mass expiry lifts as Leases renew, or as the expired
-    // ones leave the window: those are dead, and move.
-    if (this.stale && guard.rule !== "stale-view") {
-      const since = this.lastSilenceMs + STALE_VIEW_MS;
-      for (const each of this.observed.values())
-        if (expiry(each) > since - MASS_EXPIRY_WINDOW_MS) each.seenAtMs = nowMs;
-    }
-    if (guard.rule === "stale-view" && !this.stale) this.lastSilenceMs = this.lastRenewalSeenMs;
-    this.stale = guard.rule === "stale-view";
-    return guard;
+  }
+
+  /**
+   * A renewal seen at `nowMs` ends a silence: what was live or lately expired when the silence began counts from
+   * now as if renewed then, since it may have been renewed all along (not Leases long dead before). Here, not in
+   * guard(): a replica that did not lead through the silence never asked the guard, and must not move on it.
+   */
+  private endSilence(nowMs: number): void {
+    const began = this.lastRenewalSeenMs + STALE_VIEW_MS;
+    for (const each of this.observed.values())
+      if (expiryOf(each) > began - MASS_EXPIRY_WINDOW_MS) each.seenAtMs = nowMs;
   }
 
   /** Every announcer at `nowMs`, and when the first live one expires. */
@@ -223,6 +220,8 @@ export class AnnouncerLeases {
     return { announcers, nextExpiryMs };
   }
 }
+
+const expiryOf = (observed: Observed) => leaseExpiry(observed.seenAtMs, LEASE_DURATION_SECONDS);
 
 function conflictsOf(text: string | undefined): Pick<Observed, "conflicts" | "conflictsRefused"> {
   const parsed = parseConflicts(text);
