@@ -149,8 +149,10 @@ const armDetect = (s: BfdSessionState): BfdAction => ({ type: "arm", timer: "det
 
 function armTx(config: BfdConfig, s: BfdSessionState, jitter: number): BfdAction {
   const interval = txInterval(s);
-  // a peer asking for no packets (Required Min RX 0) is asked again at the slow rate
-  return { type: "arm", timer: "tx", ms: jittered(interval || SLOW_TX, config.multiplier, jitter) };
+  // a peer asking for no packets (Required Min RX 0) is asked again at the slow rate, never faster than our own
+  // Desired Min TX (§6.8.7: a minTx over 1 s is that interval)
+  const slow = Math.max(SLOW_TX, s.effectiveMinTx);
+  return { type: "arm", timer: "tx", ms: jittered(interval || slow, config.multiplier, jitter) };
 }
 
 /** §6.8.6's state table for a packet from the peer while we are not AdminDown. */
