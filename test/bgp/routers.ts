@@ -329,6 +329,7 @@ ${options.bfd ? ` neighbor ${neighbor} bfd\n neighbor ${neighbor} bfd profile lc
   const log: string[] = [];
   const children: ChildProcess[] = [];
   const zserv = path.join(dir, "zserv.api");
+  const vtysh = async (command: string) => JSON.parse(await host.exec("vtysh", ["--vty_socket", dir, "-c", command]));
   let bfdd: ChildProcess | undefined;
   if (options.bfd) {
     const { minRx, minTx, multiplier } = options.bfd;
@@ -349,6 +350,16 @@ ${options.bfd ? ` neighbor ${neighbor} bfd\n neighbor ${neighbor} bfd profile lc
     children.push(daemon(host, "/usr/lib/frr/zebra", common("zebra"), log));
     bfdd = daemon(host, "/usr/lib/frr/bfdd", [...common("bfdd"), "--bfdctl", path.join(dir, "bfdd.sock")], log);
     children.push(bfdd);
+    // bgpd registers its neighbor's BFD session through zebra, which passes it on only to a bfdd connected to it
+    // already: an early registration is lost now and then (CI: bgpd never saw BFD up), so bgpd starts after that.
+    await waitFor(
+      `bfdd in ${host.name} answers, connected to zebra (log: ${log.join("")})`,
+      async () => {
+        await vtysh("show bfd peers json");
+        return /\bbfd\b/.test(await host.exec("vtysh", ["--vty_socket", dir, "-c", "show zebra client summary"]));
+      },
+      20_000,
+    );
   }
   const child = daemon(
     host,
@@ -373,18 +384,11 @@ ${options.bfd ? ` neighbor ${neighbor} bfd\n neighbor ${neighbor} bfd profile lc
     log,
   );
   children.push(child);
-  const vtysh = async (command: string) => JSON.parse(await host.exec("vtysh", ["--vty_socket", dir, "-c", command]));
   await waitFor(
     `bgpd in ${host.name} answers (log: ${log.join("")})`,
     () => vtysh("show bgp summary json").then(() => true),
     20_000,
   );
-  if (bfdd)
-    await waitFor(
-      `bfdd in ${host.name} answers (log: ${log.join("")})`,
-      () => vtysh("show bfd peers json").then(() => true),
-      20_000,
-    );
 
   interface FrrPath {
     bestpath?: { overall?: boolean };

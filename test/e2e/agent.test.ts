@@ -182,14 +182,19 @@ describe("the agent on real kubelets", () => {
       { type: "ExternalIP", address: "198.18.0.7" },
       { type: "Hostname", address: node.name },
     ];
-    const putAddresses = async (node: ClusterNode) => {
+    // The Node is read again on a Conflict, as the agent does: kubelet may write it between our read and
+    // our write, and a Conflict is answered before admission runs (CI saw one).
+    const putAddresses = async (node: ClusterNode): Promise<string> => {
       const read = await getNode(cluster, node.name);
       const body = JSON.stringify({ ...read, status: { ...read.status, addresses: addresses(node) } });
       return run(
         cluster.controlPlane.binaries.kubectl,
         [...asPodFlags, "replace", "--raw", `/api/v1/nodes/${node.name}/status?dryRun=All&fieldManager=local-ccm`, "-f", "-"],
         { input: body },
-      );
+      ).catch((error: unknown) => {
+        if (/\(Conflict\)/.test(String(error))) return putAddresses(node);
+        throw error;
+      });
     };
     const written = JSON.parse(await putAddresses(own)) as Node;
     assert.deepEqual(written.status?.addresses, addresses(own));
