@@ -30,12 +30,3 @@ export async function watchAnnouncer(services: Resource<Service>, name: string, 
   await informer.waitForSync();
   return { moved, stop: () => informer.stop() };
 }
-
-/**
- * A known defect (issue 25, open), for the outage cases' todo: an agent that does not get to run for longer than its
- * peers' freshness (PEER_FRESH_MS; on a loaded machine CPU starvation looks like a SIGSTOP from inside) takes itself
- * for cut off from its link in the outage, withdraws, and stays withdrawn until the API is back, when its Lease no
- * longer lists the segment and its Services move. Seen in CI runs only (the agent's log says `rule=cut-off`); those
- * cases run and report, and do not fail the suite, until it is mended.
- */
-export const STARVED_AGENT_TODO = "a starved agent may take itself for cut off in the outage (issue 25, left open)";

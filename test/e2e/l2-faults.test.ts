@@ -12,8 +12,7 @@
 //   the release and stopped answering, and the client is answered again within the failover budget;
 // - the announcing agent stopped (SIGSTOP): another node takes over within the budget; resumed (SIGCONT), the old
 //   agent renews its Lease and never answers again.
-// Throughout, no ARP request is answered by two nodes and no node answers again after another did. The two outage
-// cases run as todos while a known defect is open (STARVED_AGENT_TODO, announcer-watch.ts).
+// Throughout, no ARP request is answered by two nodes and no node answers again after another did.
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 import path from "node:path";
@@ -28,7 +27,7 @@ import { Resource, SERVICE_RESOURCE } from "../../src/kube/resource.ts";
 import { NODE_SELECTOR_ANNOTATION } from "../../src/loadbalancer/service.ts";
 import { announcerLeaseName, LEASE_DURATION_SECONDS, RELEASED_FROM_ANNOTATION } from "../../src/pools/announcement.ts";
 import { sleep } from "../../src/time/backoff.ts";
-import { STARVED_AGENT_TODO, watchAnnouncer } from "../announce/announcer-watch.ts";
+import { watchAnnouncer } from "../announce/announcer-watch.ts";
 import type { ProbeLine } from "./arp-prober.ts";
 import { containerCgroup } from "./cluster-objects.ts";
 import { type ReadySample, sampleReadyEndpoints, startedWhileUnready, unready } from "./ready-endpoints.ts";
@@ -165,8 +164,7 @@ function faultSuite(mode: ProxyMode): void {
       samples: ReadySample[];
     };
 
-    const todo = STARVED_AGENT_TODO;
-    test("kube-apiserver stopped for 60 s: every request answered, by the announcer alone", { todo }, async (t) => {
+    test("kube-apiserver stopped for 60 s: every request answered, by the announcer alone", async (t) => {
       const { ip, announcer, mac } = await settled();
       const watching = await watched(ip, mac);
       const apiserver = cluster.controlPlane.pids().apiserver;
@@ -199,7 +197,7 @@ function faultSuite(mode: ProxyMode): void {
       assert.deepEqual(heard, [mac], "only the announcer answered during the outage");
     });
 
-    test("kube-apiserver back after 60 s: nothing moves", { todo }, async (t) => {
+    test("kube-apiserver back after 60 s: nothing moves", async (t) => {
       if (!outage) assert.fail("the outage case ended before it recorded what it saw");
       const { announcer, mac, resumedAt, lines, made, samples } = outage;
       const afterReturn = (atMs: number) => `${((atMs - resumedAt) / 1000).toFixed(1)} s after`;

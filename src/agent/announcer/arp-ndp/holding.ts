@@ -27,7 +27,7 @@ export const HOLDING_RULES = [
   "not-renewed", // this run has not renewed its Lease yet: nothing
   "lease-valid", // the Lease was renewed within its deadline: announce what is assigned
   "peers-reachable", // the API is out of reach, a peer on the link answered lately: announce on
-  "cut-off", // the API is out of reach and no peer on the link answered lately: withdraw there
+  "cut-off", // the API is out of reach and no peer on the link answered lately: withdraw there, ask on
 ] as const;
 export type HoldingRule = (typeof HOLDING_RULES)[number];
 
@@ -61,7 +61,7 @@ export function decideHolding({ nowMs, validUntilMs, peerAnsweredAtMs }: Holding
       announce: true,
       untilMs: peersUntil,
     };
-  const reason = `${ago}, and no peer on the link answered lately: withdrawn`;
+  const reason = `${ago}, and no peer on the link answered lately: withdrawn until one does (then probed afresh)`;
   return { rule: "cut-off", reason, announce: false, untilMs: Infinity };
 }
 

@@ -5,7 +5,7 @@
 // answer or foreign claim, the Lease's deadline) runs the same reconcile, which also keeps a timer at the next
 // deadline. Past the Lease's deadline (the API out of reach) a link keeps its addresses, IPv4 and IPv6 alike, while a
 // peer there answers the probes (ARP, NDP) sent every PEER_PROBE_INTERVAL_MS, and yields an address another MAC
-// claims; a link cut off too is withdrawn.
+// claims; a link cut off too is withdrawn, and its addresses probed afresh once a peer answers again.
 // Other hosts' claims the announcers meet (conflicts.ts) go to conflictreports.ts, which hands those of announced
 // addresses to onForeignClaim here: the one way a node whose view may be stale learns it is to yield.
 import { performance } from "node:perf_hooks";
@@ -208,6 +208,10 @@ async function startL2(options: L2Options, services: ServiceView): Promise<Annou
       }
       lastHolding.set(name, holding.rule);
       links.set(holding.rule, (links.get(holding.rule) ?? 0) + 1);
+      // Cut off, the link keeps its announcer with nothing announced: it goes on asking its peers, and once one
+      // answers, each address comes back as a new one, probed first (a node given it meanwhile answers the probe
+      // and keeps it). A process that did not run for a while (CPU starvation, SIGSTOP) looks cut off from inside.
+      if (holding.rule === "cut-off") byLink.set(name, { link: assigned.link, addresses: [] });
       if (!holding.announce) continue;
       const { kept, left } = restrictAnnouncements(assigned, yielded, rejoin?.kept);
       for (const { address, rule } of left) skipped.push(leftOut(address, rule));
