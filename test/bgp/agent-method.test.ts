@@ -210,7 +210,7 @@ test("the agent's BGP method announces what the cluster says, to the peers that 
   }
 });
 
-test("a BGPPeer with bfd: BFD beside the session, untouched by Services, and BFD down takes the session down", async (t) => {
+test("a BGPPeer with bfd: BFD beside its session, untouched by Services; BFD down takes it down", async (t) => {
   assert.ok(plane && net, "after the first test, on its control plane and network");
   const bfdTimers = { minRx: 300, minTx: 300, multiplier: 3 };
   const router = await startFrr(net, {
