@@ -45,7 +45,11 @@ export interface SessionReportOptions {
 export interface SessionReportWriter {
   /** The report should say this from now on: written within minIntervalMs when it differs. */
   set(text: string): void;
-  /** Stops writing, and removes the report (one attempt: a removal that fails is logged, clearLeftovers retries). */
+  /**
+   * Stops writing, and removes the report: one attempt, as it may run at SIGTERM; one that fails is logged, and the
+   * next agent on the node that does not peer removes it (clearLeftovers). Until then the controller counts it only
+   * while a BGPPeer selects the node.
+   */
   remove(): Promise<void>;
 }
 
