@@ -264,7 +264,8 @@ test("a BGPPeer with bfd: BFD beside its session, untouched by Services; BFD dow
   try {
     await waitForEqual("BGP established, reported", report, { "tor-bfd": "Established" }, WAIT_MS);
     await waitFor("FRR's BFD session with us Up", async () => (await frrPeer())?.status === "up", WAIT_MS);
-    assert.equal(await router.bfd!.bgpStatus(), "Up", "bgpd's neighbor is watched by BFD");
+    // bgpd learns of the BFD session from bfdd a moment after bfdd has it Up.
+    await waitForEqual("bgpd's neighbor watched by BFD", () => router.bfd!.bgpStatus(), "Up", WAIT_MS);
     const { id, "remote-id": remoteId } = (await frrPeer())!;
     assert.equal((await frrPeer())!["remote-receive-interval"], bfdTimers.minRx, "our timers, from the BGPPeer");
 
