@@ -731,23 +731,17 @@ describe("Helm chart", () => {
   }
 
   test("docs/security.md states the pods' users and capabilities as the chart renders them", async () => {
-    const [defaults, l2, bgp] = await Promise.all([
-      render(),
-      render(setJson({ "loadBalancer.l2.enabled": true })),
-      render(setJson({ "bgp.enabled": true })),
-    ]);
+    const [defaults, l2] = await Promise.all([render(), render(setJson({ "loadBalancer.l2.enabled": true }))]);
     const caps = (objects: KubeObject[], name: Program) =>
       (container(objects, name).securityContext?.capabilities?.add ?? []).map((cap) => `\`${cap}\``);
     const user = (objects: KubeObject[], name: Program) =>
       container(objects, name).securityContext?.runAsUser ?? podSpec(objects, name).securityContext?.runAsUser;
     assert.deepEqual(caps(defaults, "local-ccm"), []);
     assert.equal(caps(l2, "local-ccm").length, 1);
-    assert.equal(caps(bgp, "local-ccm").length, 1);
     assert.equal(caps(defaults, "node-lifecycle-controller").length, 1);
     const claims = [
       `The agent runs as non-root\n  (${user(defaults, "local-ccm")}) with no capabilities`,
       `with \`loadBalancer.l2.enabled\` it runs as uid ${user(l2, "local-ccm")} with ${caps(l2, "local-ccm")} as its only\n  capability`,
-      `With \`bgp.enabled\` it runs as uid ${user(bgp, "local-ccm")} with ${caps(bgp, "local-ccm")} (and \`NET_RAW\` with both)`,
       `The controller runs as non-root (${user(defaults, "node-lifecycle-controller")}) and adds only ` +
         `${caps(defaults, "node-lifecycle-controller")}, for ICMP.`,
     ];
@@ -768,22 +762,6 @@ describe("Helm chart", () => {
     });
     const announce = parseAgentFlags(expand("local-ccm", agent.args ?? []), POD_ENV["local-ccm"]).announce;
     assert.deepEqual(announce, { leaseNamespace: "kube-system", interfaces: [], nodeSelector: undefined });
-  });
-
-  test("bgp.enabled: the agent binds BFD's port 3784 with NET_BIND_SERVICE (both methods: NET_RAW too)", async () => {
-    for (const [values, add] of [
-      [{ "bgp.enabled": true }, ["NET_BIND_SERVICE"]],
-      [{ "bgp.enabled": true, "loadBalancer.l2.enabled": true }, ["NET_RAW", "NET_BIND_SERVICE"]],
-    ] as const) {
-      const agent = container(await render(setJson(values)), "local-ccm");
-      assert.deepEqual(agent.securityContext, {
-        allowPrivilegeEscalation: false,
-        readOnlyRootFilesystem: true,
-        runAsNonRoot: false,
-        runAsUser: 0,
-        capabilities: { drop: ["ALL"], add },
-      });
-    }
   });
 
   test("loadBalancer.l2.announcerNodes: only the nodes it selects announce, in kubectl's syntax", async () => {

@@ -126,8 +126,14 @@ test("kubectl get bgppeer: every node peers, and ESTABLISHED says so", async () 
   await waitFor("ESTABLISHED = NODES = every node", async () => {
     last = await columns();
     return JSON.stringify(last) === JSON.stringify({ established: all, nodes: all });
-  }, WAIT_MS, 500).catch((err: unknown) => {
-    throw new Error(`${(err as Error).message}: kubectl shows ${JSON.stringify(last)}`);
+  }, WAIT_MS, 500).catch(async (err: unknown) => {
+    const status = await cluster.kubectl(["get", "bgppeer", "router", "-o", "jsonpath={.status}"]).catch(String);
+    const logs = await cluster
+      .kubectl(["logs", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=node-lifecycle-controller", "--tail=-1"])
+      .catch(String);
+    const peerLines = logs.split("\n").filter((line) => /bgppeer|BGPPeer|leader|controller/i.test(line));
+    throw new Error(`${(err as Error).message}: kubectl shows ${JSON.stringify(last)}, status ${status}\n` +
+      peerLines.slice(-40).join("\n"));
   });
   const reports = await cluster.kubectl([
     "get",
