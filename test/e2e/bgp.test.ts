@@ -117,9 +117,9 @@ test("a bgp Service: the router has its /32 over every eligible node (ECMP), and
 test("kubectl get bgppeer: every node peers, and ESTABLISHED says so", async () => {
   const columns = async () => {
     const [header = "", row = ""] = (await cluster.kubectl(["get", "bgppeer", "router"])).trim().split("\n");
-    const names = header.split(/\s+/);
-    const values = row.split(/\s+/);
-    return { established: values[names.indexOf("ESTABLISHED")], nodes: values[names.indexOf("NODES")] };
+    // Read at each heading's offset: kubectl aligns columns left, and some headings have a space ("PEER ASN").
+    const column = (heading: string) => row.slice(header.indexOf(heading)).split(/\s+/)[0];
+    return { established: column("ESTABLISHED"), nodes: column("NODES") };
   };
   const all = String(cluster.nodes.length);
   let last: unknown;
