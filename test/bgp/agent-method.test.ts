@@ -4,26 +4,37 @@
 // class local-ccm.io/bgp only, with their pool's communities; the node turning ineligible withdraws them (UPDATEs:
 // the session stays up), externalTrafficPolicy Local follows this node's ready endpoints, a change of a BGPPeer that
 // is no session setting resets nothing, a deleted Service is withdrawn, and a BGPPeer no longer selecting the node
-// ends the session with nothing left at the router.
+// ends the session with nothing left at the router. Meanwhile the agent reports its session on its own Node
+// (local-ccm.io/bgp-sessions): Established while it is, gone once no BGPPeer selects the node, and no longer
+// Established when the router goes away. With FRR (bgpd and bfdd), a BGPPeer with `bfd` gets a BFD session beside
+// its BGP session: Up at the router, left alone by a change of Services, and FRR's bfdd stopped takes the BGP session
+// down within BFD's detection time (the hold time is 90 s), both coming back once bfdd runs again.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import type { Namespace, Node, Secret, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
-import { waitForEqual } from "../../localcluster/wait.ts";
+import { waitFor, waitForEqual } from "../../localcluster/wait.ts";
 import { announceWhileSelected } from "../../src/agent/announcer/announcing.ts";
 import { bgpMethod } from "../../src/agent/announcer/bgp/definition.ts";
 import { createMetrics } from "../../src/agent/metrics.ts";
 import { type BGPPeer, BGP_PEER_RESOURCE, BGP_PEER_TYPE } from "../../src/bgppeers/peer.ts";
+import { SESSIONS_ANNOTATION } from "../../src/bgppeers/sessions.ts";
 import { createLogger } from "../../src/cli/log.ts";
-import { ENDPOINT_SLICE_RESOURCE, Resource, SECRET_RESOURCE, SERVICE_RESOURCE } from "../../src/kube/resource.ts";
+import {
+  ENDPOINT_SLICE_RESOURCE,
+  NODE_RESOURCE,
+  Resource,
+  SECRET_RESOURCE,
+  SERVICE_RESOURCE,
+} from "../../src/kube/resource.ts";
 import { EXCLUDE_LABEL } from "../../src/loadbalancer/nodes.ts";
 import { openNetlink } from "../../src/net/netlink.ts";
 import { ALLOCATED_FROM_ANNOTATION, BGP_CLASS, L2_CLASS } from "../../src/pools/allocate.ts";
 import { type LoadBalancerIPPool, POOL_RESOURCE, POOL_TYPE } from "../../src/pools/pool.ts";
 import { createNetwork, type Network } from "../netns/netns.ts";
 import { installBgpPeerCrd, installPoolCrd } from "../pools/crd.ts";
-import { type Router, startGobgp } from "./routers.ts";
+import { MY_ASN, ROUTER_ASN, type Router, startFrr, startGobgp } from "./routers.ts";
 
 const WAIT_MS = 60_000;
 const NAMESPACE = "bgp-agent";
@@ -34,6 +45,14 @@ after(async () => {
   await net?.remove();
   await plane?.stop();
 });
+
+/** The session report on the Node `name` (null: none). */
+async function reportOn(name: string): Promise<Record<string, string> | null> {
+  const text = (await new Resource<Node>(plane!.admin, NODE_RESOURCE).get(name)).metadata?.annotations?.[
+    SESSIONS_ANNOTATION
+  ];
+  return text === undefined ? null : (JSON.parse(text) as Record<string, string>);
+}
 
 /** What GoBGP learned, as prefix → "next hop communities". */
 async function learned(router: Router): Promise<Record<string, string>> {
@@ -96,6 +115,8 @@ test("the agent's BGP method announces what the cluster says, to the peers that 
     metadata: { name: NODE, labels: { role: "edge" } },
     status: { conditions: [{ type: "Ready", status: "True" }] },
   };
+  // The Node the agent reports on (its labels and status are the local object's, as the agent's watch would show).
+  await new Resource<Node>(admin, NODE_RESOURCE).create({ metadata: { name: NODE } });
   const netlink = openNetlink();
   const metrics = createMetrics();
   const lines: string[] = [];
@@ -127,11 +148,14 @@ test("the agent's BGP method announces what the cluster says, to the peers that 
   bgp.start(loop.update);
   const ours = router.ours[4];
   const routes = () => learned(router);
+  const report = () => reportOn(NODE);
+  let routerStopped = false;
   try {
     await createService("web", BGP_CLASS, "198.51.100.7");
     await createService("layer2", L2_CLASS, "198.51.100.8");
     await waitForEqual("GoBGP has the bgp Service's route", routes, { "198.51.100.7/32": `${ours} 65000:7` }, WAIT_MS);
     assert.equal(await router.sessionState(), "established");
+    await waitForEqual("the Node reports the session", report, { tor: "Established" }, WAIT_MS);
     const drops = await router.drops();
 
     setNode({ ...node, metadata: { ...node.metadata, labels: { role: "edge", [EXCLUDE_LABEL]: "true" } } });
@@ -167,10 +191,115 @@ test("the agent's BGP method announces what the cluster says, to the peers that 
     await waitForEqual("announced again", routes, { "198.51.100.10/32": `${ours} 65000:7` }, WAIT_MS);
     await peers.patch("tor", "merge", { spec: { nodeSelector: { matchLabels: { role: "core" } } } });
     await waitForEqual("no BGPPeer selects the node: withdrawn", routes, {}, WAIT_MS);
+    await waitForEqual("and its report is gone", report, null, WAIT_MS);
+
+    await peers.patch("tor", "merge", { spec: { nodeSelector: { matchLabels: { role: "edge" } } } });
+    await waitForEqual("selected again: reported Established", report, { tor: "Established" }, WAIT_MS);
+    routerStopped = true;
+    await router.stop();
+    const down = await waitFor("the router gone: no longer Established", async () => {
+      const states = await report();
+      return states?.tor !== "Established" && states;
+    }, WAIT_MS);
+    assert.ok(["Idle", "Connect"].includes(down.tor ?? ""), JSON.stringify(down));
+  } finally {
+    await loop.stop();
+    await bgp.stop();
+    netlink.close();
+    if (!routerStopped) await router.stop();
+  }
+});
+
+test("a BGPPeer with bfd: BFD beside its session, untouched by Services; BFD down takes it down", async (t) => {
+  assert.ok(plane && net, "after the first test, on its control plane and network");
+  const bfdTimers = { minRx: 300, minTx: 300, multiplier: 3 };
+  const router = await startFrr(net, {
+    index: 1,
+    subnet: 253,
+    asn: ROUTER_ASN,
+    peerAsn: MY_ASN,
+    transport: 4,
+    holdTime: 90,
+    bfd: bfdTimers,
+  });
+  const admin = plane.admin;
+  const name = "node-bfd";
+  await new Resource<Node>(admin, NODE_RESOURCE).create({ metadata: { name } });
+  const node: Node = {
+    metadata: { name, labels: { bfd: "on" } },
+    status: { conditions: [{ type: "Ready", status: "True" }] },
+  };
+  await new Resource<BGPPeer>(admin, BGP_PEER_RESOURCE).create({
+    ...BGP_PEER_TYPE,
+    metadata: { name: "tor-bfd" },
+    spec: {
+      peerAddress: router.address[4],
+      peerASN: ROUTER_ASN,
+      myASN: MY_ASN,
+      holdTime: "90s",
+      nodeSelector: { matchLabels: { bfd: "on" } },
+      bfd: { minRx: "300ms", minTx: "300ms", multiplier: 3 },
+    },
+  });
+  const netlink = openNetlink();
+  const metrics = createMetrics();
+  const log = createLogger({ verbosity: 2, format: "json", write: () => {} });
+  const bgp = bgpMethod({
+    client: admin,
+    netlink,
+    node: name,
+    secretNamespace: NAMESPACE,
+    log,
+    metrics: metrics.bgp,
+    nodeObject: () => node,
+  });
+  const loop = announceWhileSelected(
+    { client: admin, node: name, log, selection: metrics.bgp.selection, method: bgp.definition },
+    () => node.metadata?.labels ?? {},
+  );
+  bgp.start(loop.update);
+  const frrPeer = async () => (await router.bfd!.peers()).find((peer) => peer.peer === router.ours[4]);
+  const report = () => reportOn(name);
+  const services = new Resource<Service>(admin, { ...SERVICE_RESOURCE, namespace: NAMESPACE });
+  try {
+    await waitForEqual("BGP established, reported", report, { "tor-bfd": "Established" }, WAIT_MS);
+    await waitFor("FRR's BFD session with us Up", async () => (await frrPeer())?.status === "up", WAIT_MS);
+    // bgpd learns of the BFD session from bfdd a moment after bfdd has it Up.
+    await waitForEqual("bgpd's neighbor watched by BFD", () => router.bfd!.bgpStatus(), "Up", WAIT_MS);
+    const { id, "remote-id": remoteId } = (await frrPeer())!;
+    assert.equal((await frrPeer())!["remote-receive-interval"], bfdTimers.minRx, "our timers, from the BGPPeer");
+
+    // A change of Services: UPDATEs only, BFD left alone (the same session at FRR, never down).
+    await services.create({
+      metadata: { name: "bfd-web", annotations: { [ALLOCATED_FROM_ANNOTATION]: "blue" } },
+      spec: { type: "LoadBalancer", loadBalancerClass: BGP_CLASS, ports: [{ port: 80 }] },
+    });
+    await services.patch("bfd-web", "merge", { status: { loadBalancer: { ingress: [{ ip: "198.51.100.20" }] } } }, {
+      subresource: "status",
+    });
+    await waitFor("FRR has the route", async () => (await router.routes(4)).has("198.51.100.20/32"), WAIT_MS);
+    const after = (await frrPeer())!;
+    assert.deepEqual([after.status, after.id, after["remote-id"]], ["up", id, remoteId], "the same BFD session, Up");
+
+    const stoppedAt = Date.now();
+    router.bfd!.pause();
+    try {
+      const established = async () => (await report())?.["tor-bfd"] === "Established";
+      await waitFor("BFD down took the BGP session down", async () => !(await established()), WAIT_MS);
+      const tookMs = Date.now() - stoppedAt;
+      t.diagnostic(`reported down ${tookMs} ms after bfdd stopped`);
+      // detection (900 ms) and the report's write (at most a second later), on a loaded machine: far below 90 s
+      assert.ok(tookMs < 15_000, `${tookMs} ms: BFD, not the hold time`);
+    } finally {
+      router.bfd!.resume();
+    }
+    await waitForEqual("both back", report, { "tor-bfd": "Established" }, WAIT_MS);
+    await waitFor("FRR has the route again", async () => (await router.routes(4)).has("198.51.100.20/32"), WAIT_MS);
   } finally {
     await loop.stop();
     await bgp.stop();
     netlink.close();
     await router.stop();
   }
+  assert.equal(await report(), null, "the report is removed when the agent stops");
 });

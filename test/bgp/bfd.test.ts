@@ -3,8 +3,11 @@
 // (SIGSTOP) is detected within the detection time and takes our BGP session down, which comes back with BFD; our
 // speaker stopped makes FRR withdraw our routes within its BFD detection time, long before the hold time; and
 // hostile packets from a host on the link (garbage, TTL 64, other discriminators, authentication) change nothing.
-// Each router has a namespace of its own linked to the root namespace, where our side runs.
+// The endpoint needs no privilege (the agent runs without capabilities). Each router has a namespace of its own
+// linked to the root namespace, where our side runs.
 import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
 import { after, before, test } from "node:test";
 import { waitFor } from "../../localcluster/wait.ts";
 import { type BfdConfig, type BfdDecision } from "../../src/agent/announcer/bfd/fsm.ts";
@@ -286,4 +289,21 @@ test("our speaker stopped: FRR withdraws our routes within its BFD detection tim
     speaker.child.kill("SIGKILL");
     await other.stop();
   }
+});
+
+test("BFD needs no privilege: the endpoint opens as the chart's agent runs with bgp.enabled alone (uid 65532, no capabilities)", async () => {
+  const session = new URL("../../src/agent/announcer/bfd/session.ts", import.meta.url).href;
+  const script =
+    `const { openBfdEndpoint } = await import(${JSON.stringify(session)});` +
+    `openBfdEndpoint("127.0.0.1").close(); console.log("opened as", process.getuid());`;
+  const unprivileged = ["--reuid=65532", "--regid=65532", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"];
+  const { stdout } = await promisify(execFile)("setpriv", [
+    ...unprivileged,
+    "--",
+    process.execPath,
+    "--input-type=module",
+    "-e",
+    script,
+  ]);
+  assert.equal(stdout.trim(), "opened as 65532");
 });

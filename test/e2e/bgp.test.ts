@@ -3,6 +3,8 @@
 // cluster's FRR router (localcluster/router.ts, dynamic neighbors, ECMP, the client host's default route), a BGPPeer
 // for it and a pool outside every network of the slot, so that only the router's routes reach it. From the client:
 // - a Service of class local-ccm.io/bgp: the router holds its /32 with one next hop per eligible node, curl answers;
+// - `kubectl get bgppeer`: ESTABLISHED equal to NODES, every node peering (node-0 too: excluded from announcing, not
+//   from peering), from the agents' reports on their Nodes;
 // - a worker labelled excluded: its path is withdrawn, the others stay, no request fails meanwhile;
 // - externalTrafficPolicy Local: only the nodes with an endpoint;
 // - with gracefulRestart on the BGPPeer, the agents restarted one by one (rollout restart): no request fails, and
@@ -110,6 +112,37 @@ test("a bgp Service: the router has its /32 over every eligible node (ECMP), and
   const answered = () => get(ip, "/hostname").catch(() => undefined);
   const answer = await waitFor(`${ip} answering the client`, answered, WAIT_MS);
   assert.ok((await layer2.backendNodes(cluster)).has(answer), `${ip} answered ${answer}`);
+});
+
+test("kubectl get bgppeer: every node peers, and ESTABLISHED says so", async () => {
+  const columns = async () => {
+    const [header = "", row = ""] = (await cluster.kubectl(["get", "bgppeer", "router"])).trim().split("\n");
+    // Read at each heading's offset: kubectl aligns columns left, and some headings have a space ("PEER ASN").
+    const column = (heading: string) => row.slice(header.indexOf(heading)).split(/\s+/)[0];
+    return { established: column("ESTABLISHED"), nodes: column("NODES") };
+  };
+  const all = String(cluster.nodes.length);
+  let last: unknown;
+  await waitFor("ESTABLISHED = NODES = every node", async () => {
+    last = await columns();
+    return JSON.stringify(last) === JSON.stringify({ established: all, nodes: all });
+  }, WAIT_MS, 500).catch(async (err: unknown) => {
+    const status = await cluster.kubectl(["get", "bgppeer", "router", "-o", "jsonpath={.status}"]).catch(String);
+    const logs = await cluster
+      .kubectl(["logs", "-n", NAMESPACE, "-l", "app.kubernetes.io/name=node-lifecycle-controller", "--tail=-1"])
+      .catch(String);
+    const peerLines = logs.split("\n").filter((line) => /bgppeer|BGPPeer|leader|controller/i.test(line));
+    throw new Error(`${(err as Error).message}: kubectl shows ${JSON.stringify(last)}, status ${status}\n` +
+      peerLines.slice(-40).join("\n"));
+  });
+  const reports = await cluster.kubectl([
+    "get",
+    "nodes",
+    "-o",
+    "jsonpath={range .items[*]}{.metadata.annotations.local-ccm\\.io/bgp-sessions}{\"\\n\"}{end}",
+  ]);
+  const each = cluster.nodes.map(() => '{"router":"Established"}');
+  assert.deepEqual(reports.trim().split("\n"), each, "each Node's report");
 });
 
 test("a worker labelled excluded: its path is withdrawn, the others stay, no request fails", async () => {

@@ -3,14 +3,17 @@
 // Running, the method also watches the LoadBalancerIPPools (their spec.bgp: the routes' attributes) and the
 // EndpointSlices, trimmed at the informer to those with an endpoint on this node (externalTrafficPolicy Local),
 // and brings the sessions in line with the selected peers whenever a peer, a Secret read or a route changes
-// (method.ts restarts only the sessions whose settings changed). The decisions are decide.ts's.
+// (method.ts restarts only the sessions whose settings changed). The decisions are decide.ts's. While it runs it
+// reports its sessions on its own Node (report.ts), and runs a BFD session beside each BGP session whose peer has
+// `bfd` (one BFD endpoint per local address, shared by its peers); the report goes when the method stops.
 import type { Node, Secret, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { type BGPPeer, BGP_PEER_RESOURCE, type PeerFacts, peerFacts } from "../../../bgppeers/peer.ts";
+import { SESSIONS_ANNOTATION } from "../../../bgppeers/sessions.ts";
 import type { Logger } from "../../../cli/log.ts";
 import type { KubeClient } from "../../../kube/client.ts";
 import { Informer, objectKey } from "../../../kube/informer.ts";
-import { ENDPOINT_SLICE_RESOURCE, Resource, SECRET_RESOURCE } from "../../../kube/resource.ts";
+import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, Resource, SECRET_RESOURCE } from "../../../kube/resource.ts";
 import { endpointSliceFacts, ReadyEndpoints, SERVICE_NAME_LABEL } from "../../../loadbalancer/endpoints.ts";
 import { type LoadBalancerNode, loadBalancerNode } from "../../../loadbalancer/nodes.ts";
 import { hashString } from "../../../loadbalancer/rendezvous.ts";
@@ -19,6 +22,7 @@ import type { Netlink } from "../../../net/netlink.ts";
 import { ALLOCATED_FROM_ANNOTATION } from "../../../pools/allocate.ts";
 import { type LoadBalancerIPPool, POOL_RESOURCE } from "../../../pools/pool.ts";
 import type { BgpMetrics } from "../../metrics.ts";
+import { type BfdEndpoint, type BfdSession, openBfdEndpoint } from "../bfd/session.ts";
 import type { AnnouncementMethod, MethodDefinition, ServiceView } from "../method.ts";
 import {
   BGP_SELECTION_RULES,
@@ -31,6 +35,7 @@ import {
 } from "./decide.ts";
 import type { Phase } from "./fsm.ts";
 import { type BgpPeer, startBgpMethod } from "./method.ts";
+import { sessionReport, sessionReportWriter } from "./report.ts";
 
 export interface BgpOptions {
   client: KubeClient;
@@ -52,6 +57,9 @@ export interface Bgp {
   nodeChanged(): void;
   stop(): Promise<void>;
 }
+
+/** What a BFD session decides several times a second while up: logged only at -v=6. */
+const ROUTINE_BFD_RULES = new Set(["tx", "keep", "stale-timer"]);
 
 /** Netlink events come in bursts (an address add brings routes with it): one look at the next hops per burst. */
 const NETLINK_DEBOUNCE_MS = 200;
@@ -120,7 +128,11 @@ export function bgpMethod(options: BgpOptions): Bgp {
         },
       };
     },
-    clearLeftovers: async () => {}, // a BGP session ends with its process: nothing outlives it
+    // A BGP session ends with its process; its report does not: an agent killed while it peered left one.
+    async clearLeftovers() {
+      const current = options.nodeObject()?.metadata?.annotations?.[SESSIONS_ANNOTATION];
+      if (current !== undefined) await sessionReportWriter({ ...reportOptions(options), current }).remove();
+    },
   };
   return {
     definition,
@@ -136,6 +148,13 @@ export function bgpMethod(options: BgpOptions): Bgp {
     stop: () => peers.stop(),
   };
 }
+
+const reportOptions = ({ client, node, log, nodeObject }: BgpOptions) => ({
+  nodes: new Resource<Node>(client, NODE_RESOURCE),
+  node,
+  log,
+  current: nodeObject()?.metadata?.annotations?.[SESSIONS_ANNOTATION],
+});
 
 interface Running extends AnnouncementMethod<BgpRefusalRule> {
   ready: ReadyEndpoints;
@@ -192,20 +211,29 @@ function startRunning(
   pools.addHandlers({ onAdd: redecide, onUpdate: redecide, onDelete: redecide });
   /** The Services of the loop's watch by key, as of the last apply (the attributes' lookup). */
   let byKey = new Map<string, Service>();
-  const sessionsGauge = () => {
+  const report = sessionReportWriter(reportOptions(options));
+  /** The selected peers that have no session (left out by wantedPeers): Idle in the report. */
+  let withoutSession: string[] = [];
+  /** A session's phase may have changed: the gauge, and the report (written when its text changed). */
+  const sessionsChanged = () => {
+    if (stopped) return;
+    const phases = method.phases();
     const counts = new Map<string, number>();
-    for (const phase of method.phases().values()) counts.set(phase, (counts.get(phase) ?? 0) + 1);
+    for (const phase of phases.values()) counts.set(phase, (counts.get(phase) ?? 0) + 1);
     for (const phase of SESSION_PHASES) metrics.sessions.with({ state: phase }).set(counts.get(phase) ?? 0);
+    report.set(sessionReport(phases, withoutSession));
   };
+  const bfd = bfdEndpoints(log);
   const method = startBgpMethod({
     peers: [],
     log,
     attributes: (entry) => poolAttributes(byKey.get(entry.services[0] ?? ""), entry.address, (name) => pools.get(name)),
     onRoutes: (peer, routes) => metrics.routes.with({ peer }).set(routes),
+    startBfd: bfd.session,
   });
   /** The Services left out (besides other classes), logged once per change. */
   let lastSkipped = "";
-  /** Why a selected peer has no session (or runs without BFD), logged once per change. */
+  /** Why a selected peer has no session, logged once per change. */
   let lastLeftOut = "";
 
   /** The sessions the selected peers need now: next hops over netlink, passwords from their Secrets. */
@@ -232,17 +260,16 @@ function startRunning(
           continue;
         }
       }
-      // Said once per peer (with the left-out ones below): its bfd section is accepted, and not acted on yet.
-      if (peer.bfd) leftOut.push({ peer: peer.name, rule: "bfd-not-run", reason: "bfd is not run by this agent yet" });
-      const session = { ...peerSession(peer, nextHop, password, nodeHash), onDecision: sessionsGauge };
+      const session = { ...peerSession(peer, nextHop, password, nodeHash), onDecision: sessionsChanged };
       const nextHops = ipFamily(nextHop) === 6 ? { 6: nextHop } : { 4: nextHop };
-      wanted.push({ name: peer.name, session, nextHops });
+      const timers = peer.bfd && { minRx: peer.bfd.minRxMs, minTx: peer.bfd.minTxMs, multiplier: peer.bfd.multiplier };
+      wanted.push({ name: peer.name, session, nextHops, ...(timers ? { bfd: timers } : {}) });
     }
     const text = JSON.stringify(leftOut);
     if (text !== lastLeftOut)
-      for (const { peer, rule, reason } of leftOut)
-        log.warn(`BGP: BGPPeer ${peer}: ${rule === "bfd-not-run" ? "" : "no session: "}${reason}`, { rule });
+      for (const { peer, rule, reason } of leftOut) log.warn(`BGP: BGPPeer ${peer}: no session: ${reason}`, { rule });
     lastLeftOut = text;
+    withoutSession = leftOut.map(({ peer }) => peer);
     return wanted;
   }
 
@@ -262,7 +289,7 @@ function startRunning(
         try {
           const wanted = await wantedPeers();
           if (!stopped) method.setPeers(wanted);
-          sessionsGauge();
+          sessionsChanged();
         } catch (err) {
           log.error("BGP: bringing the sessions in line with the BGPPeers failed", { err });
         }
@@ -296,8 +323,11 @@ function startRunning(
       changes.close();
       await refreshing;
       await method.stop(shutdown);
-      sessionsGauge();
-      await Promise.all([slices.stop(), pools.stop()]);
+      bfd.close();
+      for (const phase of SESSION_PHASES) metrics.sessions.with({ state: phase }).set(0);
+      // Removed at SIGTERM too, graceful restart or not: the sessions end with the process, and a report must not
+      // outlive its writer (a stale Established of an agent gone for good). The next agent reports within seconds.
+      await Promise.all([report.remove(), slices.stop(), pools.stop()]);
     },
   };
 }
@@ -310,3 +340,53 @@ const SESSION_PHASES = [
   "established",
   "stopped",
 ] as const satisfies Phase[];
+
+/**
+ * The BFD sessions beside the BGP sessions: one endpoint (port 3784 and a sender) per local address, opened with its
+ * first session and closed with its last. An endpoint that cannot be had (the address gone, port 3784 taken) leaves
+ * that peer's BGP session without BFD, logged: its hold time still detects a dead peer, only slower.
+ */
+function bfdEndpoints(log: Logger) {
+  const endpoints = new Map<string, { endpoint: BfdEndpoint; sessions: number }>();
+  return {
+    session(peer: BgpPeer, client: { bfd(up: boolean): void }): BfdSession | undefined {
+      const { bfd: config, session } = peer;
+      const local = session.localAddress;
+      if (!config || local === undefined) return undefined;
+      let entry = endpoints.get(local);
+      if (!entry) {
+        try {
+          entry = { endpoint: openBfdEndpoint(local), sessions: 0 };
+        } catch (err) {
+          const reason = `no BFD endpoint on ${local}: ${(err as Error).message}`;
+          log.warn(`BGP: BGPPeer ${peer.name}: running without BFD: ${reason}`, { rule: "bfd-unavailable" });
+          return undefined;
+        }
+        endpoints.set(local, entry);
+      }
+      const held = entry;
+      held.sessions++;
+      const bfdLog = log.with({ peer: peer.name });
+      const bfd = held.endpoint.session({
+        peerAddress: session.peerAddress,
+        config,
+        client,
+        onDecision: ({ rule, reason }) =>
+          bfdLog.v(ROUTINE_BFD_RULES.has(rule) ? 6 : 2)?.(`BFD: ${rule}${reason ? `: ${reason}` : ""}`, { rule }),
+      });
+      return {
+        ...bfd,
+        stop() {
+          bfd.stop();
+          if (--held.sessions > 0) return;
+          held.endpoint.close();
+          endpoints.delete(local);
+        },
+      };
+    },
+    close() {
+      for (const { endpoint } of endpoints.values()) endpoint.close();
+      endpoints.clear();
+    },
+  };
+}

@@ -6,7 +6,8 @@ import fc from "fast-check";
 import { createLogger } from "../../../cli/log.ts";
 import type { Update } from "../../../net/bgp/update.ts";
 import { type Desired, decideDesired } from "../desired.ts";
-import { routesFor, startBgpMethod } from "./method.ts";
+import type { BfdClient, BfdSession } from "../bfd/session.ts";
+import { type BgpPeer, routesFor, startBgpMethod } from "./method.ts";
 import { planUpdates, type Route } from "./ribout.ts";
 import type { BgpSession, SessionOptions } from "./session.ts";
 
@@ -88,7 +89,7 @@ function fakeSessions() {
         calls.push(`${peer} routes ${next.map((route) => `${route.prefix}>${route.nextHop}`).join(",")}`);
       },
       offer: () => assert.fail("the method takes no connections"),
-      bfd: () => assert.fail("the method does not speak for BFD"),
+      bfd: (up) => calls.push(`${peer} bfd ${up ? "up" : "down"}`),
       state: () => assert.fail("the method reads no state"),
       stop: () => calls.push(`${peer} stop`),
     };
@@ -196,4 +197,80 @@ test("method: a change of peers touches only its sessions; graceful restart keep
     ["192.0.2.10 routes ", "192.0.2.10 stop"],
     "at shutdown, the peer with graceful restart keeps our routes (no withdrawal, no Cease); the other is withdrawn",
   );
+});
+
+test("method: BFD beside the sessions of peers with bfd; new timers reconfigure it; Services never do", async () => {
+  const fake = fakeSessions();
+  const startBfd = (peer: BgpPeer, client: BfdClient): BfdSession => {
+    const address = peer.session.peerAddress;
+    fake.calls.push(`${address} bfd-start ${JSON.stringify(peer.bfd)}`);
+    // the BGP session it tells is that peer's
+    client.bfd(false);
+    return {
+      configure: (next) => void fake.calls.push(`${address} bfd-configure ${next.minTx}`),
+      state: () => assert.fail("the method reads no BFD state"),
+      stop: () => void fake.calls.push(`${address} bfd-stop`),
+    };
+  };
+  const timers = { minRx: 300, minTx: 300, multiplier: 3 };
+  const peer = (address: string, bfd?: typeof timers, holdTime = 9): BgpPeer => ({
+    name: address,
+    session: {
+      config: { ...config, holdTime, gracefulRestart: { restartTime: 120, restarting: true } },
+      peerAddress: address,
+    },
+    nextHops: { 4: "192.0.2.1" },
+    ...(bfd ? { bfd } : {}),
+  });
+  const peers = [peer("192.0.2.2", timers), peer("192.0.2.6")];
+  const method = startBgpMethod({ log, startSession: fake.start, startBfd, peers });
+  assert.deepEqual(fake.calls.splice(0), [
+    "192.0.2.2 start",
+    `192.0.2.2 bfd-start ${JSON.stringify(timers)}`,
+    "192.0.2.2 bfd down",
+    "192.0.2.2 routes ",
+    "192.0.2.6 start",
+    "192.0.2.6 routes ",
+  ]);
+  method.apply(desired("198.51.100.7"));
+  method.apply(desired("198.51.100.7", "198.51.100.8"));
+  assert.ok(!fake.calls.splice(0).some((call) => call.includes("bfd")), "a change of Services leaves BFD alone");
+  const cases: [string, BgpPeer[], string[]][] = [
+    ["the same again: nothing", [peer("192.0.2.2", timers), peer("192.0.2.6")], []],
+    [
+      "new timers: the BFD session is reconfigured, the BGP session untouched",
+      [peer("192.0.2.2", { ...timers, minTx: 100 }), peer("192.0.2.6")],
+      ["192.0.2.2 bfd-configure 100"],
+    ],
+    [
+      "bfd removed: BFD stops, and no longer holds the BGP session down",
+      [peer("192.0.2.2"), peer("192.0.2.6")],
+      ["192.0.2.2 bfd-stop", "192.0.2.2 bfd up"],
+    ],
+    [
+      "bfd added: BFD starts beside the running session",
+      [peer("192.0.2.2"), peer("192.0.2.6", timers)],
+      [`192.0.2.6 bfd-start ${JSON.stringify(timers)}`, "192.0.2.6 bfd down"],
+    ],
+    [
+      "a session setting changed: both restart",
+      [peer("192.0.2.2"), peer("192.0.2.6", timers, 30)],
+      [
+        "192.0.2.6 routes ",
+        "192.0.2.6 stop",
+        "192.0.2.6 bfd-stop",
+        "192.0.2.6 start",
+        `192.0.2.6 bfd-start ${JSON.stringify(timers)}`,
+        "192.0.2.6 bfd down",
+        "192.0.2.6 routes 198.51.100.7/32>192.0.2.1,198.51.100.8/32>192.0.2.1",
+      ],
+    ],
+  ];
+  for (const [name, peers, calls] of cases) {
+    method.setPeers(peers);
+    assert.deepEqual(fake.calls.splice(0), calls, name);
+  }
+  await method.stop(true);
+  const graceful = "graceful restart: BFD says AdminDown, BGP keeps the routes";
+  assert.deepEqual(fake.calls.splice(0), ["192.0.2.6 bfd-stop"], graceful);
 });

@@ -2,11 +2,16 @@
 // becomes a host route (/32, /128) in the RIB-out of each configured session (session.ts), its next hop this node's
 // own address towards that peer; ribout.ts turns each change into UPDATEs only, so a change of Services never resets
 // a session, and a change of peers touches only the sessions it concerns. Peers are plain config here: definition.ts
-// builds them from the cluster's BGPPeers, and decides which Services this node announces.
+// builds them from the cluster's BGPPeers, and decides which Services this node announces. A peer with `bfd` gets a
+// BFD session beside its BGP session, started and stopped with it and telling it when the path goes; new BFD timers
+// are applied to the running BFD session (a Poll Sequence), never by a restart of either.
 import type { Logger } from "../../../cli/log.ts";
+import type { BfdClient, BfdSession } from "../bfd/session.ts";
+import type { BfdConfig } from "../bfd/fsm.ts";
 import { ipFamily } from "../../../net/ip.ts";
 import type { Desired, DesiredAddress, Skip } from "../desired.ts";
 import type { AnnouncementMethod } from "../method.ts";
+import type { Phase } from "./fsm.ts";
 import type { Route } from "./ribout.ts";
 import { type BgpSession, type SessionOptions, startSession } from "./session.ts";
 
@@ -17,6 +22,8 @@ export interface BgpPeer {
   session: SessionOptions;
   /** This node's own address towards the peer, by family: the next hop of that family's routes. */
   nextHops: { 4?: string; 6?: string };
+  /** BFD's timers towards the peer: present means a BFD session runs beside the BGP session. */
+  bfd?: BfdConfig;
 }
 
 /** What routers are told about an address beside its next hop (a pool's spec.bgp). */
@@ -59,6 +66,8 @@ export interface BgpMethodOptions {
   attributes?: (entry: DesiredAddress) => RouteAttributes;
   /** Each peer's routes after a change (and 0 once it is gone), by the peer's name: a gauge. */
   onRoutes?: (peer: string, routes: number) => void;
+  /** Starts the BFD session of a peer that has `bfd`, telling `client` (its BGP session); undefined: none runs. */
+  startBfd?: (peer: BgpPeer, client: BfdClient) => BfdSession | undefined;
 }
 
 export interface BgpMethod extends AnnouncementMethod {
@@ -68,14 +77,14 @@ export interface BgpMethod extends AnnouncementMethod {
    */
   setPeers(peers: readonly BgpPeer[]): void;
   /** Each session's phase, by peer name. */
-  phases(): Map<string, string>;
+  phases(): Map<string, Phase>;
 }
 
 /** What a session decides every few seconds while up: logged only at -v=6. */
 const ROUTINE_RULES = new Set(["keepalive-sent", "keepalive", "update-ignored", "stale-timer"]);
 
 const peerName = (peer: BgpPeer) => peer.name ?? peer.session.peerAddress;
-/** What restarts a peer's session when it changes (the log hook aside). */
+/** What restarts a peer's session when it changes (the log hook and BFD's timers aside). */
 const peerKey = ({ session: { onDecision: _, random: __, ...session }, nextHops }: BgpPeer) =>
   JSON.stringify([session, nextHops]);
 
@@ -84,6 +93,7 @@ interface Running {
   key: string;
   log: Logger;
   session: BgpSession;
+  bfd: BfdSession | undefined;
   lastSkipped: string;
 }
 
@@ -94,7 +104,7 @@ interface Running {
  * peer keeps our routes for restartTime while the next agent comes up (RFC 4724; a Cease would make it drop them).
  */
 export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
-  const { log, attributes, onRoutes, startSession: start = startSession } = options;
+  const { log, attributes, onRoutes, startSession: start = startSession, startBfd } = options;
   const running = new Map<string, Running>();
   let desired: Desired = { addresses: [], skipped: [] };
   let stopped = false;
@@ -110,12 +120,26 @@ export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
         peerLog.v(ROUTINE_RULES.has(rule) ? 6 : 2)?.(`BGP: session ${rule}${reason ? `: ${reason}` : ""}`, { rule });
       },
     });
-    return { peer, key: peerKey(peer), log: peerLog, session, lastSkipped: "" };
+    const bfd = peer.bfd && startBfd?.(peer, session);
+    return { peer, key: peerKey(peer), log: peerLog, session, bfd, lastSkipped: "" };
+  };
+  /** The peer's BFD settings changed alone: new timers go to the running BFD session, without a flap. */
+  const rebfd = (entry: Running, next: BgpPeer) => {
+    const before = entry.peer.bfd;
+    entry.peer = next;
+    if (JSON.stringify(before) === JSON.stringify(next.bfd)) return;
+    if (entry.bfd && next.bfd) return entry.bfd.configure(next.bfd);
+    entry.bfd?.stop();
+    entry.bfd = next.bfd && startBfd?.(next, entry.session);
+    // BFD gone: nothing holds the BGP session down any more (a down BFD session kept it idle)
+    if (!next.bfd) entry.session.bfd(true);
+    entry.log.info(next.bfd ? "BGP: BFD started for the peer" : "BGP: BFD stopped for the peer");
   };
   const end = (name: string, entry: Running) => {
     // The withdrawals are written before the Cease on the same connection: the peer reads them first.
     entry.session.setRoutes([]);
     entry.session.stop();
+    entry.bfd?.stop();
     onRoutes?.(name, 0);
   };
   const hand = (name: string, entry: Running) => {
@@ -133,7 +157,10 @@ export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
     const wanted = new Map(peers.map((peer) => [peerName(peer), peer]));
     for (const [name, entry] of running) {
       const next = wanted.get(name);
-      if (next && peerKey(next) === entry.key) continue;
+      if (next && peerKey(next) === entry.key) {
+        rebfd(entry, next);
+        continue;
+      }
       end(name, entry);
       running.delete(name);
       entry.log.info(next ? "BGP: the peer's session settings changed: restarting its session" : "BGP: peer gone");
@@ -159,8 +186,11 @@ export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
       stopped = true;
       let kept = 0;
       for (const [name, entry] of running) {
-        if (shutdown && entry.peer.session.config.gracefulRestart) kept++;
-        else end(name, entry);
+        if (shutdown && entry.peer.session.config.gracefulRestart) {
+          kept++;
+          // AdminDown: the peer takes it for no path failure (RFC 5882 §3.2), and keeps the BGP session's routes
+          entry.bfd?.stop();
+        } else end(name, entry);
       }
       const except = kept ? `, except from ${kept} peer(s) with graceful restart` : "";
       log.info(`BGP: withdrawn everything (stopping)${except}`, { peers: running.size });
