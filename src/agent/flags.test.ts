@@ -38,8 +38,12 @@ describe("parseAgentFlags", () => {
   test("--bgp-speaker: off by default; the Secret namespace from the flag or POD_NAMESPACE, refused without one", () => {
     const env = { NODE_NAME: "node-1", POD_NAMESPACE: "kube-system" };
     assert.equal(parse([], env).bgp, undefined);
-    assert.deepEqual(parse(["--bgp-speaker"], env).bgp, { secretNamespace: "kube-system" });
-    assert.deepEqual(parse(["--bgp-speaker", "--bgp-secret-namespace=ops"], env).bgp, { secretNamespace: "ops" });
+    assert.deepEqual(parse(["--bgp-speaker"], env).bgp, { secretNamespace: "kube-system", claimClassless: false });
+    assert.deepEqual(parse(["--bgp-speaker", "--bgp-secret-namespace=ops", "--bgp-claim-classless"], env).bgp, {
+      secretNamespace: "ops",
+      claimClassless: true,
+    });
+    rejects(["--bgp-claim-classless"], "--bgp-claim-classless needs --bgp-speaker", env);
     rejects(["--bgp-speaker=maybe"], 'invalid value "maybe" for --bgp-speaker: not a boolean (true or false)', env);
     rejects(["--bgp-speaker"], "--bgp-speaker needs --bgp-secret-namespace (or env POD_NAMESPACE)", { NODE_NAME: "n" });
   });
@@ -158,7 +162,7 @@ describe("parseAgentFlags", () => {
           requirements: [{ key: "node-role.kubernetes.io/edge", operator: "exists", values: [] }],
         },
       },
-      bgp: { secretNamespace: "ops" },
+      bgp: { secretNamespace: "ops", claimClassless: false },
       kubeconfig: "/etc/kubeconfig",
       verbosity: 4,
       logFormat: "json",
@@ -420,6 +424,7 @@ describe("the agent's flag table", () => {
         "lb-l2-node-selector",
         "bgp-speaker",
         "bgp-secret-namespace",
+        "bgp-claim-classless",
         "kubeconfig",
         "v",
         "log-format",
@@ -467,6 +472,7 @@ describe("the agent's flag table", () => {
       "bgp-speaker": "bgp.enabled",
       // The release namespace, from POD_NAMESPACE: not a value.
       "bgp-secret-namespace": undefined,
+      "bgp-claim-classless": "bgp.claimClassless",
       kubeconfig: undefined,
       v: "agent.verbosity",
       "log-format": "agent.logFormat",

@@ -39,6 +39,8 @@ export interface AgentFlags extends CommonFlags {
 export interface BgpFlags {
   /** Where the Secrets the BGPPeers' passwordSecretRef name live. */
   secretNamespace: string;
+  /** Services without a loadBalancerClass are announced too (the pool controller's --lb-bgp-claim-classless). */
+  claimClassless: boolean;
 }
 
 export interface AnnounceFlags {
@@ -228,6 +230,15 @@ const announceFlags = [
       "with --bgp-speaker.",
     validate: (value) => (value === "" ? undefined : dnsLabel(value)),
   }),
+  flag({
+    name: "bgp-claim-classless",
+    type: "bool",
+    default: "false",
+    help:
+      "Also announce LoadBalancer Services without a loadBalancerClass, as class local-ccm.io/bgp: those the " +
+      "address pool controller gives addresses with --lb-bgp-claim-classless. Needs --bgp-speaker.",
+    helm: "bgp.claimClassless",
+  }),
 ] as const;
 
 type AddressType = "internal" | "external";
@@ -357,16 +368,19 @@ export function parseAgentFlags(argv: readonly string[], env: Env): AgentFlags {
       interfaces: values["lb-l2-interfaces"],
       nodeSelector: values["lb-l2-node-selector"] ? parseLabelSelector(values["lb-l2-node-selector"]) : undefined,
     }),
-    bgp: bgp(values["bgp-speaker"], values["bgp-secret-namespace"]),
+    bgp: bgp(values["bgp-speaker"], values["bgp-secret-namespace"], values["bgp-claim-classless"]),
     ...commonFlags(values),
   };
 }
 
 /** The speaker's settings when it is on; refused without a Secret namespace. */
-function bgp(on: boolean, secretNamespace: string): BgpFlags | undefined {
-  if (!on) return undefined;
+function bgp(on: boolean, secretNamespace: string, claimClassless: boolean): BgpFlags | undefined {
+  if (!on) {
+    if (claimClassless) throw new UsageError("--bgp-claim-classless needs --bgp-speaker");
+    return undefined;
+  }
   if (secretNamespace === "") throw new UsageError("--bgp-speaker needs --bgp-secret-namespace (or env POD_NAMESPACE)");
-  return { secretNamespace };
+  return { secretNamespace, claimClassless };
 }
 
 /** Announcing's settings when it is on; its bad input (no namespace, a node name too long for a Lease) refused. */

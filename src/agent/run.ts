@@ -137,8 +137,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
     // Both methods may run at once: l2 Services by ARP/NDP, bgp Services by BGP, each with its own Service watch.
     // Loaded only when on: an agent without BGP never loads the speaker (its memory budget).
     const { bgpMethod } = await import("./announcer/bgp/definition.ts");
-    const { secretNamespace } = flags.bgp;
-    const bgp = bgpMethod({ client, netlink, node, secretNamespace, log, metrics: metrics.bgp, nodeObject: cached });
+    const bgp = bgpMethod({ ...flags.bgp, client, netlink, node, log, metrics: metrics.bgp, nodeObject: cached });
     const method = bgp.definition;
     const speaking = announceWhileSelected({ client, node, log, selection: metrics.bgp.selection, method }, labels);
     const nodeChanged = () => {

@@ -84,10 +84,10 @@ export interface ControllerDefinition<
   /** Its flags, appended to the program's one table. */
   flags: F;
   /**
-   * Its bool flag that makes it serve LoadBalancer Services without a loadBalancerClass, if it has one: of the
-   * controllers that run, at most one may have it on, or two would write the same Services.
+   * Its bool flags that make it serve LoadBalancer Services without a loadBalancerClass, if it has any: of these
+   * flags of the controllers that run, at most one may be on, or two would write the same Services.
    */
-  classlessFlag?: F[number]["name"];
+  classlessFlags?: readonly F[number]["name"][];
   /** Its config from its flags' parsed values (their validate checks have passed). */
   parse(values: FlagValues<F>): C;
   /**

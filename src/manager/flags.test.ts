@@ -3,6 +3,7 @@ import { describe, test } from "node:test";
 import { HelpRequested, UsageError } from "../cli/flags.ts";
 import { kubeletServingCsr } from "../csr/definition.ts";
 import { nodeLifecycle } from "../lifecycle/definition.ts";
+import { servicePools } from "../pools/definition.ts";
 import { configOf, MANAGER_HEALTH_PORT, MANAGER_METRICS_PORT, managerFlagTable, parseManagerFlags } from "./flags.ts";
 
 const noServiceAccount = () => undefined;
@@ -247,6 +248,16 @@ describe("--controllers, as kube-controller-manager's", () => {
       ["--controllers=*,service-l2-pools", "--lb-claim-classless", "--lb-l2-claim-classless"],
       "--lb-claim-classless and --lb-l2-claim-classless both claim Services without a loadBalancerClass: turn on one",
     );
+    rejects(
+      ["--controllers=*,-service,service-l2-pools", "--lb-bgp", "--lb-l2-claim-classless", "--lb-bgp-claim-classless"],
+      "--lb-l2-claim-classless and --lb-bgp-claim-classless both claim Services without a loadBalancerClass: turn on one",
+    );
+    rejects(
+      ["--controllers=*,service-l2-pools", "--lb-bgp-claim-classless"],
+      "--lb-bgp-claim-classless needs --lb-bgp: class-less Services would go over BGP",
+    );
+    const overBgp = ["--controllers=*,-service,service-l2-pools", "--lb-bgp", "--lb-bgp-claim-classless"];
+    assert.equal(configOf(parseManagerFlags(overBgp, {}, noServiceAccount), servicePools).bgpClaimClassless, true);
     // A controller that does not run claims nothing.
     const flags = ["--lb-claim-classless", "--lb-l2-claim-classless"];
     assert.deepEqual(parse(["--controllers=*", ...flags]).controllers, new Set(["node-lifecycle", "service"]));
@@ -311,6 +322,7 @@ describe("the program's flag table", () => {
       "lb-unknown-grace": "loadBalancer.nodeAddress.unknownGrace",
       "lb-l2-claim-classless": "loadBalancer.l2.pools.claimClassless",
       "lb-bgp": "bgp.enabled",
+      "lb-bgp-claim-classless": "bgp.claimClassless",
       "lb-l2-lease-namespace": undefined,
       kubeconfig: undefined,
       v: `${prefix}verbosity`,

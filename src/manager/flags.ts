@@ -155,8 +155,8 @@ export function parseManagerFlags(
   const own = values as unknown as ProgramValues;
   // Checked by the table's parses(…): this parses without error.
   const controllers = parseControllers(own.controllers);
-  const classless = controllers.flatMap(({ classlessFlag }) =>
-    classlessFlag && (values as Record<string, unknown>)[classlessFlag] === true ? [`--${classlessFlag}`] : [],
+  const classless = controllers.flatMap(({ classlessFlags = [] }) =>
+    classlessFlags.filter((flag) => (values as Record<string, unknown>)[flag] === true).map((flag) => `--${flag}`),
   );
   if (classless.length > 1) {
     throw new UsageError(`${classless.join(" and ")} both claim Services without a loadBalancerClass: turn on one`);

@@ -18,8 +18,8 @@ import { ipNumber, ipText, isBuggyIp } from "./ranges.ts";
 import { poolStatus } from "./status.ts";
 
 /** The classes served: l2 only, or bgp too (--lb-bgp). */
-const L2_ONLY = { claimClassless: false, bgp: false };
-const WITH_BGP = { claimClassless: false, bgp: true };
+const L2_ONLY = { claimClassless: false, bgp: false, bgpClaimClassless: false };
+const WITH_BGP = { claimClassless: false, bgp: true, bgpClaimClassless: false };
 
 let seconds = 0;
 /** A Service of ours, created a second after the one before. */
@@ -232,10 +232,32 @@ describe("allocate", () => {
     assert.equal(isOurs(bgp("x"), L2_ONLY), false);
     assert.equal(isOurs(bgp("x", { class: "example.com/bgp" }), WITH_BGP), false);
     assert.equal(isOurs(bgp("x", { type: "NodePort" }), WITH_BGP), false);
-    assert.deepEqual([announcing(bgp("x")), announcing(service("y")), announcing(service("z", { class: undefined }))], [
+    const classless = service("z", { class: undefined });
+    assert.deepEqual([announcing(bgp("x"), L2_ONLY), announcing(service("y"), L2_ONLY), announcing(classless, L2_ONLY)], [
       "every-node",
       "assigned-node",
       "assigned-node",
+    ]);
+  });
+
+  test("class-less Services over BGP (bgpClaimClassless): ours, announced by every node, sharing with bgp only", () => {
+    const served = { ...WITH_BGP, bgpClaimClassless: true };
+    const classless = (name: string) => service(name, { class: undefined, sharingKey: "k" });
+    assert.equal(isOurs(classless("x"), served), true);
+    assert.equal(isOurs(classless("x"), WITH_BGP), false);
+    assert.equal(announcing(classless("x"), served), "every-node");
+    assert.equal(announcing(service("y"), served), "assigned-node", "class local-ccm.io/l2 stays layer 2");
+    const shared = { sharingKey: "k", requestedIps: "198.51.100.0" };
+    const world = [
+      classless("plain"),
+      service("routed", { ...shared, class: BGP_CLASS, ports: [{ protocol: "TCP", port: 81 }] }),
+      service("l2", { ...shared, ports: [{ protocol: "TCP", port: 82 }] }),
+    ];
+    assert.deepEqual(summary(run(world, [pool("a", ["198.51.100.0/30"])], {}, {}, served).services), [
+      "ns/plain → 198.51.100.0 (allocated)",
+      "ns/routed → 198.51.100.0 (allocated)",
+      "ns/l2 ✗ sharing-class: 198.51.100.0 is shared under key k by ns/plain, announced over BGP: an l2 and a bgp " +
+        "Service never share",
     ]);
   });
 

@@ -125,26 +125,32 @@ function withoutAnnouncerLabel(labels: Record<string, string>): Record<string, s
 
 /** Which Services the controller serves beside those of class local-ccm.io/l2. */
 export interface ServedClasses {
-  /** Class-less Services too (announced as l2). */
+  /** Class-less Services too, announced as l2. */
   claimClassless: boolean;
   /** Class local-ccm.io/bgp too; off, they are left alone as another controller's class is. */
   bgp: boolean;
+  /** Class-less Services too, announced as bgp (with `bgp` only; never with claimClassless: flags.ts). */
+  bgpClaimClassless: boolean;
 }
 
 /** Whether this controller serves the Service: of type LoadBalancer and of a class it serves (or class-less). */
 export function isOurs(facts: Pick<L2ServiceFacts, "type" | "class">, served: ServedClasses): boolean {
   if (facts.type !== "LoadBalancer") return false;
-  if (facts.class === undefined) return served.claimClassless;
+  if (facts.class === undefined) return served.claimClassless || served.bgpClaimClassless;
   return facts.class === L2_CLASS || (facts.class === BGP_CLASS && served.bgp);
 }
 
 /**
  * How a Service's addresses are announced: by one node the controller assigns (layer 2: class local-ccm.io/l2, or
- * class-less), or by the speaker of every eligible node (BGP; the routers spread the traffic): nothing to assign.
+ * class-less), or by the speaker of every eligible node (BGP, or class-less with bgpClaimClassless; the routers
+ * spread the traffic): nothing to assign.
  */
 export type Announcing = "assigned-node" | "every-node";
-export const announcing = ({ class: lbClass }: Pick<L2ServiceFacts, "class">): Announcing =>
-  lbClass === BGP_CLASS ? "every-node" : "assigned-node";
+export const announcing = (
+  { class: lbClass }: Pick<L2ServiceFacts, "class">,
+  { bgpClaimClassless }: Pick<ServedClasses, "bgpClaimClassless">,
+): Announcing =>
+  lbClass === BGP_CLASS || (lbClass === undefined && bgpClaimClassless) ? "every-node" : "assigned-node";
 
 export type RefusalRule =
   | "bad-request"
@@ -254,7 +260,7 @@ export function allocate(input: AllocateInput): AllocateResult {
   const heldBelow = new Map<string, bigint>();
 
   const hold = (facts: L2ServiceFacts, entry: Held) => {
-    holders.set(entry.ip, [...(holders.get(entry.ip) ?? []), holderOf(facts)]);
+    holders.set(entry.ip, [...(holders.get(entry.ip) ?? []), holderOf(facts, input.served)]);
     held.set(facts.key, [...(held.get(facts.key) ?? []), entry]);
   };
   const drop = (key: string, ip: string) => {
@@ -265,7 +271,7 @@ export function allocate(input: AllocateInput): AllocateResult {
     held.set(key, (held.get(key) ?? []).filter((entry) => entry.ip !== ip));
   };
   const conflict = (facts: L2ServiceFacts, ip: string) => {
-    const others = (holders.get(ip) ?? []).filter((other) => !compatible(holderOf(facts), other));
+    const others = (holders.get(ip) ?? []).filter((other) => !compatible(holderOf(facts, input.served), other));
     return others.length ? others.map(({ key }) => key).join(", ") : undefined;
   };
   const admits = (pool: PoolFacts, facts: L2ServiceFacts) =>
@@ -469,7 +475,7 @@ export function allocate(input: AllocateInput): AllocateResult {
         `${ip} is shared under key ${facts.sharingKey} by Services of namespace ${foreign.namespace} only, ` +
           `not ${facts.namespace}`,
       );
-    const mine = announcing(facts);
+    const mine = announcing(facts, input.served);
     const otherClass = sharer && others.find((other) => other.announcing !== mine);
     if (otherClass)
       return refusal(
@@ -528,7 +534,7 @@ export function allocate(input: AllocateInput): AllocateResult {
 
   /** The lowest address of a candidate pool held under this Service's sharing key, if it may join its holders. */
   function sharedAddress(facts: L2ServiceFacts, family: IpFamily, pools: PoolFacts[], taken: Set<string>) {
-    const me = holderOf(facts);
+    const me = holderOf(facts, input.served);
     let best: { held: Held; value: bigint } | undefined;
     for (const [ip, others] of holders) {
       const number = ipNumber(ip);
@@ -550,10 +556,10 @@ export function allocate(input: AllocateInput): AllocateResult {
   return { services: result, used, retained };
 }
 
-const holderOf = (facts: L2ServiceFacts): Holder => ({
+const holderOf = (facts: L2ServiceFacts, served: ServedClasses): Holder => ({
   key: facts.key,
   namespace: facts.namespace,
-  announcing: announcing(facts),
+  announcing: announcing(facts, served),
   sharingKey: facts.sharingKey,
   ports: facts.ports,
 });

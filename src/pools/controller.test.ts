@@ -57,7 +57,7 @@ function world(options: { failFirstStatus?: boolean; now?: () => number } = {}) 
   /** While set, the API answers no write (each is recorded in `writes` when sent). */
   let gate: Promise<void> | undefined;
   const controller = new PoolController({
-    config: { claimClassless: false, bgp: false, leaseNamespace: "kube-system" },
+    config: { claimClassless: false, bgp: false, bgpClaimClassless: false, leaseNamespace: "kube-system" },
     services,
     nodes,
     pools,

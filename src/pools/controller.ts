@@ -430,7 +430,7 @@ export class PoolController {
       const allocation = result.services.get(facts.key);
       if (allocation?.action !== "allocate" || facts.deleting || facts.ingress.join() !== allocation.ips.join())
         continue;
-      if (announcing(facts) === "every-node") continue; // BGP: no announcer to assign
+      if (announcing(facts, this.options.config) === "every-node") continue; // BGP: no announcer to assign
       const { local, announcer, nodeSelector, releasedFrom } = announcedFacts(service);
       // The removal's own version when this process wrote it; else the cached one, which is no earlier.
       const releaseVersion = this.releaseVersions.get(facts.key) ?? service.metadata?.resourceVersion;

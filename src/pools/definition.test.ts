@@ -30,7 +30,7 @@ import { AnnouncerLeases } from "./leases.ts";
 import { type LoadBalancerIPPool, POOL_FINALIZER, poolFacts } from "./pool.ts";
 import type { ServiceCIDR } from "./watches.ts";
 
-const watches = servicePools.watches({ claimClassless: false, bgp: false, leaseNamespace: "kube-system" });
+const watches = servicePools.watches({ claimClassless: false, bgp: false, bgpClaimClassless: false, leaseNamespace: "kube-system" });
 
 const trim = <T extends KubeObject>(watch: Watch<T>, obj: T) => keepTransform(watch.keep)(obj) as T;
 

@@ -60,7 +60,7 @@ export const servicePools = defineController({
     "hands one out twice; writes the pools' status; assigns each l2 address to one live announcer (the agents' " +
     "Leases) and records it on the Service.",
   flags: poolsFlagTable,
-  classlessFlag: "lb-l2-claim-classless",
+  classlessFlags: ["lb-l2-claim-classless", "lb-bgp-claim-classless"],
   parse: poolsConfig,
   metricsSubsystem: "service_l2_pools_",
   createMetrics: createPoolsMetrics,

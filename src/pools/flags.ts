@@ -1,6 +1,6 @@
 // The address pool controller's flags (lb-l2-*). They join the central program's one flag table; Helm values
 // under loadBalancer.l2.
-import { type FlagValues, flag } from "../cli/flags.ts";
+import { type FlagValues, flag, UsageError } from "../cli/flags.ts";
 import { dnsLabel } from "../cli/validate.ts";
 import type { ServedClasses } from "./allocate.ts";
 
@@ -31,6 +31,16 @@ export const poolsFlagTable = [
     helm: "bgp.enabled",
   }),
   flag({
+    name: "lb-bgp-claim-classless",
+    type: "bool",
+    default: "false",
+    help:
+      "Address pool controller: also give pool addresses to LoadBalancer Services without a loadBalancerClass, " +
+      "announced over BGP as class local-ccm.io/bgp (the agents' --bgp-claim-classless). Needs --lb-bgp; turn on " +
+      "at most one of this, --lb-l2-claim-classless and --lb-claim-classless.",
+    helm: "bgp.claimClassless",
+  }),
+  flag({
     name: "lb-l2-lease-namespace",
     type: "string",
     default: "kube-system",
@@ -42,9 +52,12 @@ export const poolsFlagTable = [
 ] as const;
 
 export function poolsConfig(values: FlagValues<typeof poolsFlagTable>): PoolsConfig {
+  if (values["lb-bgp-claim-classless"] && !values["lb-bgp"])
+    throw new UsageError("--lb-bgp-claim-classless needs --lb-bgp: class-less Services would go over BGP");
   return {
     claimClassless: values["lb-l2-claim-classless"],
     bgp: values["lb-bgp"],
+    bgpClaimClassless: values["lb-bgp-claim-classless"],
     leaseNamespace: values["lb-l2-lease-namespace"],
   };
 }

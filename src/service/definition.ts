@@ -33,7 +33,7 @@ export const serviceLoadBalancer = defineController({
     "(ExternalIP, else InternalIP), with the standard finalizer; refuses ports the nodes serve, the NodePort " +
     "range, and ports an older Service or pod holds on those nodes (NodePorts, hostPorts, hostNetwork pods).",
   flags: serviceFlagTable,
-  classlessFlag: "lb-claim-classless",
+  classlessFlags: ["lb-claim-classless"],
   parse: serviceConfig,
   metricsSubsystem: "service_",
   createMetrics: createServiceMetrics,

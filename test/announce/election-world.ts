@@ -36,7 +36,7 @@ export async function startElection(world: AnnounceWorld, addresses: string[]): 
   });
   const running = await startController(servicePools, {
     kubeconfig,
-    config: { claimClassless: false, bgp: false, leaseNamespace: NAMESPACE },
+    config: { claimClassless: false, bgp: false, bgpClaimClassless: false, leaseNamespace: NAMESPACE },
   });
   return { nodes, pools, running };
 }

@@ -141,9 +141,13 @@ const CANDIDATES: Record<FlagSpec["type"], (spec: FlagSpec) => string[]> = {
   ],
 };
 
-function nonDefaultValue(program: Program, spec: FlagSpec): string {
+/** Values that another value needs beside it (its program refuses it alone), by Helm path. */
+const NEEDS: Record<string, Record<string, unknown>> = { "bgp.claimClassless": { "bgp.enabled": true } };
+
+/** `beside`: the args the values it NEEDS render to. */
+function nonDefaultValue(program: Program, spec: FlagSpec, beside: string[] = []): string {
   const value = CANDIDATES[spec.type](spec).find(
-    (text) => text !== spec.default && accepts(program, [`--${spec.name}=${text}`]),
+    (text) => text !== spec.default && accepts(program, [...beside, `--${spec.name}=${text}`]),
   );
   assert.ok(value !== undefined, `no candidate value for --${spec.name}`);
   return value;
@@ -239,6 +243,20 @@ const REFUSALS: { values: Record<string, unknown>; line: string; program?: Progr
       "loadBalancerClass: set one",
     program: "node-lifecycle-controller",
     args: ["--controllers=*,service-l2-pools", "--lb-claim-classless", "--lb-l2-claim-classless"],
+  },
+  {
+    values: { "bgp.enabled": true, "loadBalancer.l2.pools.claimClassless": true, "bgp.claimClassless": true },
+    line:
+      "loadBalancer.l2.pools.claimClassless and bgp.claimClassless both claim Services without a loadBalancerClass: " +
+      "set one",
+    program: "node-lifecycle-controller",
+    args: ["--controllers=*,service-l2-pools", "--lb-bgp", "--lb-l2-claim-classless", "--lb-bgp-claim-classless"],
+  },
+  {
+    values: { "bgp.claimClassless": true },
+    line: "bgp.claimClassless needs bgp.enabled: class-less Services would go over BGP",
+    program: "local-ccm",
+    args: ["--bgp-claim-classless"],
   },
   {
     values: { "nodeLifecycleController.controller.pingTimeout": "0s" },
@@ -708,8 +726,10 @@ describe("Helm chart", () => {
     test(`${program}: each value reaches the program as its flag`, async () => {
       await Promise.all(
         helmFlags(program).map(async (spec) => {
-          const text = nonDefaultValue(program, spec);
-          const objects = await render(setJson({ [spec.helm as string]: helmValue(spec, text) }));
+          const needed = NEEDS[spec.helm as string];
+          const beside = needed ? (valueArgs(await render(setJson(needed)), program) ?? []) : [];
+          const text = nonDefaultValue(program, spec, beside);
+          const objects = await render(setJson({ ...needed, [spec.helm as string]: helmValue(spec, text) }));
           const args = valueArgs(objects, program);
           // A value that also runs a controller (bgp.enabled: the pool controller) brings its --controllers item
           // and the pool controller's Lease namespace.
@@ -720,7 +740,7 @@ describe("Helm chart", () => {
             runs.length && program === "node-lifecycle-controller"
               ? [`--controllers=*,${runs.map(({ name }) => name).join(",")}`, "--lb-l2-lease-namespace=kube-system"]
               : [];
-          assert.deepEqual(args, [`--${spec.name}=${text}`, ...switched], spec.helm);
+          assert.deepEqual([...(args ?? [])].sort(), [`--${spec.name}=${text}`, ...switched, ...beside].sort(), spec.helm);
           const parsed = parseFlags(PROGRAM_FLAGS[program], expand(program, args ?? []), POD_ENV[program]).values as Values;
           const defaults = parseFlags(PROGRAM_FLAGS[program], [], POD_ENV[program]).values as Values;
           assert.notDeepEqual(parsed[spec.name], defaults[spec.name], `${spec.helm} changes --${spec.name}`);
@@ -1134,6 +1154,8 @@ describe("Helm chart", () => {
         "loadBalancer.claimClassless": true,
       },
       { "nodeLifecycleController.enabled": false, "nodeLifecycleController.controller.leaderElection.renewDeadline": "1h" },
+      // Class-less Services over BGP alone.
+      { "bgp.enabled": true, "bgp.claimClassless": true, "loadBalancer.nodeAddress.enabled": false },
     ];
     await Promise.all(accepted.map((set) => render(setJson(set))));
   });

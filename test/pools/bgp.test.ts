@@ -1,7 +1,8 @@
 // Class local-ccm.io/bgp in the address pool controller, against a real kube-apiserver: with --lb-bgp its Services
 // get pool addresses by the l2 rules (recorded, shared by key) and no announcer (every node's speaker announces
 // them), an l2 Service beside them is served as before, the two classes never share an address; without --lb-bgp
-// a bgp Service is left alone, and one it served before is released as a Service of another class is.
+// a bgp Service is left alone, and one it served before is released as a Service of another class is. With
+// --lb-bgp-claim-classless, a Service without a class is served as a bgp one.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { Service } from "kubernetes-types/core/v1.js";
@@ -108,5 +109,38 @@ describe("class local-ccm.io/bgp in the address pool controller", () => {
         assert.deepEqual(await ingress(name), [], name);
       }
     });
+  });
+
+  test("class-less Services with --lb-bgp-claim-classless: addresses as bgp ones, no announcer", async () => {
+    const namespace = await world.namespace();
+    await world.createPool("plain-pool", { addresses: ["10.79.0.10-10.79.0.20"], namespaces: [namespace] });
+    await world.addNode("plain-node", [{ type: "InternalIP", address: "10.79.0.1" }]);
+    await world.announce("plain-node", ["10.79.0.0/24"]);
+    const services = world.services(namespace);
+    await services.create({
+      metadata: { name: "plain" },
+      spec: { type: "LoadBalancer", ports: [{ port: 80, protocol: "TCP" }] },
+    });
+    const running = await world.startController({ bgp: true, bgpClaimClassless: true });
+    try {
+      const read = async () => {
+        const { metadata = {}, status } = await services.get("plain");
+        return {
+          ingress: status?.loadBalancer?.ingress?.map(({ ip }) => ip) ?? [],
+          finalizers: metadata.finalizers ?? [],
+          announcer: metadata.annotations?.[ANNOUNCER_ANNOTATION] ?? metadata.labels?.[ANNOUNCER_LABEL],
+        };
+      };
+      await until("the class-less Service's address, and no announcer", read, {
+        ingress: ["10.79.0.10"],
+        finalizers: [LB_FINALIZER],
+        announcer: undefined,
+      });
+      const events = (await world.events(namespace, "plain")).map(({ reason }) => reason);
+      assert.ok(events.includes("EnsuredLoadBalancer"), String(events));
+      assert.ok(!events.includes("AnnouncerAssigned") && !events.includes("NoAnnouncer"), String(events));
+    } finally {
+      await running.stop();
+    }
   });
 });

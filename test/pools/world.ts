@@ -68,7 +68,7 @@ export interface PoolWorld {
   /** The reasons, messages and counts of the Events about a Service. */
   events(namespace: string, name: string): Promise<{ type: string; reason: string; message: string; count: number }[]>;
   /** It leads unless `leader` is false. */
-  startController(options?: { claimClassless?: boolean; bgp?: boolean; leader?: boolean }): Promise<RunningController>;
+  startController(options?: { claimClassless?: boolean; bgp?: boolean; bgpClaimClassless?: boolean; leader?: boolean }): Promise<RunningController>;
   /** Runs `body` with a leading controller started for it, and stops the controller after. */
   withController<T>(body: (running: RunningController) => Promise<T>): Promise<T>;
   stop(): Promise<void>;
@@ -172,7 +172,12 @@ export async function startPoolWorld(options: { controllerManager?: boolean } = 
     },
     events: (namespace, name) => eventsAbout(plane.admin, reportingComponent(servicePools), namespace, name),
     async startController(options = {}) {
-      const config = { claimClassless: options.claimClassless ?? false, bgp: options.bgp ?? false, leaseNamespace };
+      const config = {
+        claimClassless: options.claimClassless ?? false,
+        bgp: options.bgp ?? false,
+        bgpClaimClassless: options.bgpClaimClassless ?? false,
+        leaseNamespace,
+      };
       const run = await startController(servicePools, { kubeconfig, config, leader: options.leader });
       const handle: RunningController = {
         ...run,

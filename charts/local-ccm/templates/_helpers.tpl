@@ -227,6 +227,10 @@ the schema has checked each value's form.
 {{- fail (printf "%s both choose how %s are found: set one" (join " and " $chosen) (ternary "InternalIPs" "ExternalIPs" (eq $type "internal"))) }}
 {{- end }}
 {{- end }}
+{{- /* src/agent/flags.ts and src/pools/flags.ts: class-less Services over BGP need the speaker. */}}
+{{- if and .Values.bgp.claimClassless (not .Values.bgp.enabled) }}
+{{- fail "bgp.claimClassless needs bgp.enabled: class-less Services would go over BGP" }}
+{{- end }}
 {{- if .Values.nodeLifecycleController.enabled }}
 {{- /* src/manager/flags.ts, the elector's own rule: lease duration > renew deadline > retry period. */}}
 {{- $election := .Values.nodeLifecycleController.controller.leaderElection }}
@@ -242,8 +246,12 @@ the schema has checked each value's form.
 {{- end }}
 {{- /* src/manager/flags.ts: of the controllers that run, one at most claims Services without a class. */}}
 {{- $lb := .Values.loadBalancer }}
-{{- if and $lb.nodeAddress.enabled (or $lb.l2.enabled .Values.bgp.enabled) $lb.claimClassless $lb.l2.pools.claimClassless }}
-{{- fail "loadBalancer.claimClassless and loadBalancer.l2.pools.claimClassless both claim Services without a loadBalancerClass: set one" }}
+{{- $classless := list }}
+{{- if and $lb.nodeAddress.enabled $lb.claimClassless }}{{ $classless = append $classless "loadBalancer.claimClassless" }}{{ end }}
+{{- if and (or $lb.l2.enabled .Values.bgp.enabled) $lb.l2.pools.claimClassless }}{{ $classless = append $classless "loadBalancer.l2.pools.claimClassless" }}{{ end }}
+{{- if and .Values.bgp.enabled .Values.bgp.claimClassless }}{{ $classless = append $classless "bgp.claimClassless" }}{{ end }}
+{{- if gt (len $classless) 1 }}
+{{- fail (printf "%s %s claim Services without a loadBalancerClass: set one" (join " and " $classless) (ternary "both" "all" (eq (len $classless) 2))) }}
 {{- end }}
 {{- /* src/manager/flags.ts: "no controller enabled". */}}
 {{- if not (include "local-ccm.hostedControllers" . | fromJsonArray) }}

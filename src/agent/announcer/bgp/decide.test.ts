@@ -56,7 +56,7 @@ const service = (name: string, loadBalancerClass: string | undefined, policy = "
   spec: { type: "LoadBalancer", ...(loadBalancerClass ? { loadBalancerClass } : {}), externalTrafficPolicy: policy },
 });
 
-test("refusal: the class, then this node's eligibility, then (Local) a ready endpoint here", () => {
+test("refusal: the class (class-less only with --bgp-claim-classless), then this node's eligibility, then (Local) a ready endpoint here", () => {
   const bgp = "local-ccm.io/bgp";
   const excluded = readyNode({
     metadata: { name: "n1", labels: { "node.kubernetes.io/exclude-from-external-load-balancers": "true" } },
@@ -64,9 +64,12 @@ test("refusal: the class, then this node's eligibility, then (Local) a ready end
   const notReady = readyNode({ status: { conditions: [{ type: "Ready", status: "False" }] } });
   const deleting = readyNode({ metadata: { name: "n1", deletionTimestamp: "2026-01-01T00:00:00Z" } });
   const autoscaler = readyNode({ spec: { taints: [{ key: "ToBeDeletedByClusterAutoscaler", effect: "NoSchedule" }] } });
-  const cases: [string, Service, Node | undefined, boolean, BgpRefusalRule | undefined][] = [
+  const cases: [string, Service, Node | undefined, boolean, BgpRefusalRule | undefined, boolean?][] = [
     ["class l2", service("a", "local-ccm.io/l2"), readyNode(), true, "other-class"],
+    ["class l2, class-less claimed", service("a", "local-ccm.io/l2"), readyNode(), true, "other-class", true],
     ["no class", service("a", undefined), readyNode(), true, "other-class"],
+    ["no class, claimed", service("a", undefined), readyNode(), true, undefined, true],
+    ["no class, claimed, excluded", service("a", undefined), excluded, true, "not-eligible", true],
     ["bgp, Cluster, eligible", service("a", bgp), readyNode(), false, undefined],
     ["bgp, the Node not known", service("a", bgp), undefined, true, "not-eligible"],
     ["bgp, excluded", service("a", bgp), excluded, true, "not-eligible"],
@@ -77,10 +80,10 @@ test("refusal: the class, then this node's eligibility, then (Local) a ready end
     ["bgp, Local, no endpoint here", service("a", bgp, "Local"), readyNode(), false, "no-ready-endpoint"],
     ["bgp, Local, ineligible first", service("a", bgp, "Local"), notReady, true, "not-eligible"],
   ];
-  for (const [name, svc, node, ready, rule] of cases) {
+  for (const [name, svc, node, ready, rule, claimClassless = false] of cases) {
     const readyHere = (key: string) => ready && key === "default/a";
     const view = { node: node && loadBalancerNode(node, undefined), readyHere };
-    assert.equal(bgpRefusal(svc, view)?.rule, rule, name);
+    assert.equal(bgpRefusal(svc, view, claimClassless)?.rule, rule, name);
   }
 });
 

@@ -43,7 +43,7 @@ export function decideBgpSelection(
 
 /** Why a Service's addresses are not announced by this node over BGP (in order of the checks). */
 export const BGP_REFUSAL_RULES = [
-  "other-class", // not of class local-ccm.io/bgp
+  "other-class", // not of class local-ccm.io/bgp (nor class-less with --bgp-claim-classless)
   "not-eligible", // this node carries no LoadBalancer traffic (the node-address rules: loadbalancer/nodes.ts)
   "no-ready-endpoint", // externalTrafficPolicy Local, and no ready endpoint of the Service on this node
 ] as const;
@@ -56,9 +56,13 @@ export interface BgpNodeView {
   readyHere(service: string): boolean;
 }
 
-export function bgpRefusal(service: Service, view: BgpNodeView): Refusal<BgpRefusalRule> | undefined {
+export function bgpRefusal(
+  service: Service,
+  view: BgpNodeView,
+  claimClassless: boolean,
+): Refusal<BgpRefusalRule> | undefined {
   const loadBalancerClass = service.spec?.loadBalancerClass;
-  if (loadBalancerClass !== BGP_CLASS)
+  if (loadBalancerClass !== BGP_CLASS && !(loadBalancerClass === undefined && claimClassless))
     return { rule: "other-class", reason: `of class ${loadBalancerClass ?? "(none)"}, not ${BGP_CLASS}` };
   if (!view.node) return { rule: "not-eligible", reason: "this node's Node is not known" };
   if (view.node.ineligible) return { rule: "not-eligible", reason: `this node ${view.node.ineligible.reason}` };

@@ -43,6 +43,8 @@ export interface BgpOptions {
   node: string;
   /** Where the Secrets of the BGPPeers' passwordSecretRef live (the release namespace). */
   secretNamespace: string;
+  /** Services without a loadBalancerClass are announced too (--bgp-claim-classless). */
+  claimClassless: boolean;
   log: Logger;
   metrics: BgpMetrics;
   /** This node's Node from the agent's watch; undefined while it is not known. */
@@ -108,8 +110,10 @@ export function bgpMethod(options: BgpOptions): Bgp {
     // Every Service: nothing narrower exists on the server for a class (see docs/bgp.md, "API load"); the loop
     // trims each to the few fields read.
     watch: { annotations: [ALLOCATED_FROM_ANNOTATION] },
-    refuse: (service) =>
-      bgpRefusal(service, { node: lbNode(), readyHere: (key) => running?.ready.readyNodes(key).has(node) ?? false }),
+    refuse: (service) => {
+      const view = { node: lbNode(), readyHere: (key: string) => running?.ready.readyNodes(key).has(node) ?? false };
+      return bgpRefusal(service, view, options.claimClassless);
+    },
     select: (nodeLabels) => decideBgpSelection(facts(), nodeLabels),
     selectionRules: BGP_SELECTION_RULES,
     async start(services, redecide) {
