@@ -25,6 +25,25 @@ export const ROUTER_ASN = 64512;
 export const NODE_ASN = 64513;
 const FRR = "/usr/lib/frr";
 
+/**
+ * The BGPPeer for the router of slot `slot`: every node peers with it. Graceful restart from the start: withdrawals
+ * go by UPDATE all the same, and an agent's restart keeps the routes.
+ */
+export const routerPeer = (slot: number) => ({
+  apiVersion: "local-ccm.io/v1alpha1",
+  kind: "BGPPeer",
+  metadata: { name: "router" },
+  spec: { peerAddress: routerLayout(slot).ip, peerASN: ROUTER_ASN, myASN: NODE_ASN, holdTime: "9s", gracefulRestart: {} },
+});
+
+/** A LoadBalancerIPPool named `routed` in no network of the slot: the client reaches it only through the router. */
+export const routedPool = (slot: number) => ({
+  apiVersion: "local-ccm.io/v1alpha1",
+  kind: "LoadBalancerIPPool",
+  metadata: { name: "routed" },
+  spec: { addresses: [`198.19.${200 + slot}.240/28`] },
+});
+
 /** Names and addresses of the router of slot `slot`: pure, as clusterLayout() is. */
 export function routerLayout(slot: number) {
   const { prefix } = clusterLayout(slot);
@@ -99,6 +118,9 @@ export async function startRouter(
   await inRouter("link", "set", `lccm${slot}pr`, "name", "eth0");
   await inRouter("address", "add", `${layout.ip}/24`, "dev", "eth0");
   for (const link of ["lo", "eth0"]) await inRouter("link", "set", link, "up");
+  // Its own way out, as a top-of-rack router has: the client, whose default route comes here, reaches the control
+  // plane (upstream's e2e.test runs from it) through the slot's gateway.
+  await inRouter("route", "add", "default", "via", publicGateway);
   // Forwarding, and ECMP that spreads flows by ports (hash policy 1), not only by addresses, as routers do.
   for (const setting of ["net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1"])
     await run("nsenter", [`--net=/run/netns/${layout.netns}`, "sysctl", "-qw", setting]);

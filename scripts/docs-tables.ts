@@ -35,6 +35,7 @@ const TABLES = [
   ["metrics", "node-lifecycle-controller", () => metricsMarkdown(createManagerMetrics().registry)],
   ["upstream", "loadbalancer", () => notApplicableMarkdown("node-address")],
   ["upstream", "loadbalancer-l2", () => notApplicableMarkdown("l2")],
+  ["upstream", "loadbalancer-bgp", () => notApplicableMarkdown("bgp")],
 ] as const;
 
 /**

@@ -15,7 +15,7 @@ import { after, before, test } from "node:test";
 import type { Cluster } from "../../localcluster/cluster.ts";
 import * as layer2 from "../../localcluster/layer2.ts";
 import { NAMESPACE } from "../../localcluster/project.ts";
-import { type ClusterRouter, NODE_ASN, ROUTER_ASN, routerLayout, startRouter } from "../../localcluster/router.ts";
+import { type ClusterRouter, routedPool, routerPeer, startRouter } from "../../localcluster/router.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { EXCLUDE_LABEL } from "../../src/loadbalancer/nodes.ts";
 import { BGP_CLASS } from "../../src/pools/allocate.ts";
@@ -28,25 +28,7 @@ const INGRESS_IP = "{.status.loadBalancer.ingress[0].ip}";
 let cluster: Cluster;
 let router: ClusterRouter;
 before(async () => {
-  const peer = (routerIp: string) => ({
-    apiVersion: "local-ccm.io/v1alpha1",
-    kind: "BGPPeer",
-    metadata: { name: "router" },
-    // Graceful restart from the start: withdrawals below go by UPDATE all the same, and the agents' restart keeps
-    // the routes.
-    spec: { peerAddress: routerIp, peerASN: ROUTER_ASN, myASN: NODE_ASN, holdTime: "9s", gracefulRestart: {} },
-  });
-  // In no network of the slot: the client reaches it only through the router's routes.
-  const pool = (slot: number) => ({
-    apiVersion: "local-ccm.io/v1alpha1",
-    kind: "LoadBalancerIPPool",
-    metadata: { name: "routed" },
-    spec: { addresses: [`198.19.${200 + slot}.240/28`] },
-  });
-  cluster = await startPoolCluster("iptables", { "bgp.enabled": "true" }, (slot) => [
-    peer(routerLayout(slot).ip),
-    pool(slot),
-  ]);
+  cluster = await startPoolCluster("iptables", { "bgp.enabled": "true" }, (slot) => [routerPeer(slot), routedPool(slot)]);
   router = await startRouter(cluster);
 });
 after(async () => {
@@ -192,7 +174,7 @@ test("graceful restart: a rollout restart of the agents fails no request; the ro
   }
   const { sent, failures } = await requests.stop();
   t.diagnostic(`${sent} requests through the restart`);
-  assert.deepEqual(failures, [], `${failures.length} of ${sent} requests failed`);
+  assert.deepEqual(failures, [], `${failures.length} of ${sent} requests failed; the router's paths: ${[...seen].join(" ")}`);
   assert.deepEqual([...seen], [JSON.stringify(WORKERS)], "the router kept every worker's path throughout");
 });
 
