@@ -20,7 +20,8 @@ import { bgpMethod } from "../../src/agent/announcer/bgp/definition.ts";
 import { createMetrics } from "../../src/agent/metrics.ts";
 import { type BGPPeer, BGP_PEER_RESOURCE, BGP_PEER_TYPE } from "../../src/bgppeers/peer.ts";
 import { SESSIONS_ANNOTATION } from "../../src/bgppeers/sessions.ts";
-import { createLogger } from "../../src/cli/log.ts";
+import { createLogger, type Logger } from "../../src/cli/log.ts";
+import type { KubeClient } from "../../src/kube/client.ts";
 import {
   ENDPOINT_SLICE_RESOURCE,
   NODE_RESOURCE,
@@ -29,7 +30,7 @@ import {
   SERVICE_RESOURCE,
 } from "../../src/kube/resource.ts";
 import { EXCLUDE_LABEL } from "../../src/loadbalancer/nodes.ts";
-import { openNetlink } from "../../src/net/netlink.ts";
+import { type Netlink, openNetlink } from "../../src/net/netlink.ts";
 import { ALLOCATED_FROM_ANNOTATION, BGP_CLASS, L2_CLASS } from "../../src/pools/allocate.ts";
 import { type LoadBalancerIPPool, POOL_RESOURCE, POOL_TYPE } from "../../src/pools/pool.ts";
 import { createNetwork, type Network } from "../netns/netns.ts";
@@ -55,6 +56,24 @@ async function reportOn(name: string): Promise<Record<string, string> | null> {
 }
 
 /** What GoBGP learned, as prefix → "next hop communities". */
+/** The agent's BGP method for `name`, run by its announcing loop as the agent runs it (src/agent/run.ts). */
+function agentBgp(
+  client: KubeClient,
+  name: string,
+  node: () => Node,
+  netlink: Netlink,
+  metrics: ReturnType<typeof createMetrics>,
+  log: Logger,
+) {
+  const options = { client, netlink, node: name, secretNamespace: NAMESPACE, claimClassless: false, log };
+  const bgp = bgpMethod({ ...options, metrics: metrics.bgp, nodeObject: node });
+  const loop = announceWhileSelected(
+    { client, node: name, log, selection: metrics.bgp.selection, method: bgp.definition },
+    () => node().metadata?.labels ?? {},
+  );
+  return { bgp, loop };
+}
+
 async function learned(router: Router): Promise<Record<string, string>> {
   const routes = [...(await router.routes(4)).values()].sort((a, b) => a.prefix.localeCompare(b.prefix));
   return Object.fromEntries(routes.map((r) => [r.prefix, `${r.nextHop} ${r.communities.join(",")}`.trim()]));
@@ -127,20 +146,7 @@ test("the agent's BGP method announces what the cluster says, to the peers that 
       .map((line) => JSON.parse(line) as { msg: string; rule?: string; service?: string })
       .filter((line) => line.msg.startsWith("BGP: not announcing"))
       .map((line) => `${line.service} ${line.rule}`);
-  const bgp = bgpMethod({
-    client: admin,
-    netlink,
-    node: NODE,
-    secretNamespace: NAMESPACE,
-    claimClassless: false,
-    log,
-    metrics: metrics.bgp,
-    nodeObject: () => node,
-  });
-  const loop = announceWhileSelected(
-    { client: admin, node: NODE, log, selection: metrics.bgp.selection, method: bgp.definition },
-    () => node.metadata?.labels ?? {},
-  );
+  const { bgp, loop } = agentBgp(admin, NODE, () => node, netlink, metrics, log);
   const setNode = (next: Node) => {
     node = next;
     loop.update();
@@ -245,20 +251,7 @@ test("a BGPPeer with bfd: BFD beside its session, untouched by Services; BFD dow
   const netlink = openNetlink();
   const metrics = createMetrics();
   const log = createLogger({ verbosity: 2, format: "json", write: () => {} });
-  const bgp = bgpMethod({
-    client: admin,
-    netlink,
-    node: name,
-    secretNamespace: NAMESPACE,
-    claimClassless: false,
-    log,
-    metrics: metrics.bgp,
-    nodeObject: () => node,
-  });
-  const loop = announceWhileSelected(
-    { client: admin, node: name, log, selection: metrics.bgp.selection, method: bgp.definition },
-    () => node.metadata?.labels ?? {},
-  );
+  const { bgp, loop } = agentBgp(admin, name, () => node, netlink, metrics, log);
   bgp.start(loop.update);
   const frrPeer = async () => (await router.bfd!.peers()).find((peer) => peer.peer === router.ours[4]);
   const report = () => reportOn(name);
