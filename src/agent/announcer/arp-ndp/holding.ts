@@ -153,7 +153,8 @@ export interface Peer {
 
 /**
  * The peers heard on one link, most recent last, and when one last answered. An answer counts only within
- * PEER_FRESH_MS of a probe: one that waited in the socket while the process was stopped proves nothing now.
+ * PEER_FRESH_MS of a probe: one that waited in the socket through a longer stop proves nothing now. An answer
+ * only proves the link: a resumed node takes an address back after probing it afresh (method.ts).
  */
 export class LinkPeers {
   /** By address: its MAC. */
