@@ -8,7 +8,9 @@
 // (local-ccm.io/bgp-sessions): Established while it is, gone once no BGPPeer selects the node, and no longer
 // Established when the router goes away. With FRR (bgpd and bfdd), a BGPPeer with `bfd` gets a BFD session beside
 // its BGP session: Up at the router, left alone by a change of Services, and FRR's bfdd stopped takes the BGP session
-// down within BFD's detection time (the hold time is 90 s), both coming back once bfdd runs again.
+// down within BFD's detection time (the hold time is 90 s), both coming back once bfdd runs again. With GoBGP as
+// graceful-restart helper, an agent restarting while its lists of Services and endpoints are slow opens no session
+// until it has them, so its first table (then End-of-RIB) is complete and GoBGP never drops the routes it kept.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import type { Namespace, Node, Secret, Service } from "kubernetes-types/core/v1.js";
@@ -21,7 +23,7 @@ import { createMetrics } from "../../src/agent/metrics.ts";
 import { type BGPPeer, BGP_PEER_RESOURCE, BGP_PEER_TYPE } from "../../src/bgppeers/peer.ts";
 import { SESSIONS_ANNOTATION } from "../../src/bgppeers/sessions.ts";
 import { createLogger, type Logger } from "../../src/cli/log.ts";
-import type { KubeClient } from "../../src/kube/client.ts";
+import { KubeClient, type RequestOptions } from "../../src/kube/client.ts";
 import {
   ENDPOINT_SLICE_RESOURCE,
   NODE_RESOURCE,
@@ -35,7 +37,9 @@ import { ALLOCATED_FROM_ANNOTATION, BGP_CLASS, L2_CLASS } from "../../src/pools/
 import { type LoadBalancerIPPool, POOL_RESOURCE, POOL_TYPE } from "../../src/pools/pool.ts";
 import { createNetwork, type Network } from "../netns/netns.ts";
 import { installBgpPeerCrd, installPoolCrd } from "../pools/crd.ts";
-import { MY_ASN, ROUTER_ASN, type Router, startFrr, startGobgp } from "./routers.ts";
+import { sleep } from "../../src/time/backoff.ts";
+import { MY_ASN, RESTART_TIME, ROUTER_ASN, type Router, startFrr, startGobgp, startGracefulGobgp } from "./routers.ts";
+import { startSpeaker } from "./speaker.ts";
 
 const WAIT_MS = 60_000;
 const NAMESPACE = "bgp-agent";
@@ -55,7 +59,6 @@ async function reportOn(name: string): Promise<Record<string, string> | null> {
   return text === undefined ? null : (JSON.parse(text) as Record<string, string>);
 }
 
-/** What GoBGP learned, as prefix → "next hop communities". */
 /** The agent's BGP method for `name`, run by its announcing loop as the agent runs it (src/agent/run.ts). */
 function agentBgp(
   client: KubeClient,
@@ -74,6 +77,7 @@ function agentBgp(
   return { bgp, loop };
 }
 
+/** What GoBGP learned, as prefix → "next hop communities". */
 async function learned(router: Router): Promise<Record<string, string>> {
   const routes = [...(await router.routes(4)).values()].sort((a, b) => a.prefix.localeCompare(b.prefix));
   return Object.fromEntries(routes.map((r) => [r.prefix, `${r.nextHop} ${r.communities.join(",")}`.trim()]));
@@ -297,4 +301,123 @@ test("a BGPPeer with bfd: BFD beside its session, untouched by Services; BFD dow
     await router.stop();
   }
   assert.equal(await report(), null, "the report is removed when the agent stops");
+});
+
+/** A client whose first LISTs of Services and EndpointSlices wait until released: an agent whose lists are slow. */
+class SlowLists extends KubeClient {
+  private readonly gate = Promise.withResolvers<void>();
+  held = 0;
+  release(): void {
+    this.gate.resolve();
+  }
+  override async request<T>(options: RequestOptions): Promise<T> {
+    if (options.verb === "list" && /\/(services|endpointslices)$/.test(options.path)) {
+      this.held++;
+      await this.gate.promise;
+    }
+    return super.request<T>(options);
+  }
+}
+
+test("graceful restart: a new agent's first table is complete; the router never drops a kept route", async () => {
+  assert.ok(plane && net, "after the first test, on its control plane and network");
+  const admin = plane.admin;
+  const { router, session } = await startGracefulGobgp(net, 253, 2);
+  const name = "node-gr";
+  await new Resource<Node>(admin, NODE_RESOURCE).create({ metadata: { name } });
+  const node: Node = {
+    metadata: { name, labels: { gr: "on" } },
+    status: { conditions: [{ type: "Ready", status: "True" }] },
+  };
+  await new Resource<BGPPeer>(admin, BGP_PEER_RESOURCE).create({
+    ...BGP_PEER_TYPE,
+    metadata: { name: "tor-gr" },
+    spec: {
+      peerAddress: router.address[4],
+      peerASN: ROUTER_ASN,
+      myASN: MY_ASN,
+      nodeSelector: { matchLabels: { gr: "on" } },
+      gracefulRestart: { restartTime: `${RESTART_TIME}s` },
+    },
+  });
+  const services = new Resource<Service>(admin, { ...SERVICE_RESOURCE, namespace: NAMESPACE });
+  const table = { "gr-web": "198.51.100.30", "gr-local": "198.51.100.31" };
+  for (const [service, ip] of Object.entries(table)) {
+    await services.create({
+      metadata: { name: service, annotations: { [ALLOCATED_FROM_ANNOTATION]: "blue" } },
+      spec: {
+        type: "LoadBalancer",
+        loadBalancerClass: BGP_CLASS,
+        externalTrafficPolicy: service === "gr-local" ? "Local" : "Cluster",
+        ports: [{ port: 80 }],
+      },
+    });
+    await services.patch(service, "merge", { status: { loadBalancer: { ingress: [{ ip }] } } }, {
+      subresource: "status",
+    });
+  }
+  await new Resource<EndpointSlice>(admin, { ...ENDPOINT_SLICE_RESOURCE, namespace: NAMESPACE }).create({
+    metadata: { name: "gr-local-here", labels: { "kubernetes.io/service-name": "gr-local" } },
+    addressType: "IPv4",
+    endpoints: [{ addresses: ["10.0.0.2"], nodeName: name, conditions: { ready: true } }],
+    ports: [{ port: 80 }],
+  });
+  const prefixes = Object.values(table).map((ip) => `${ip}/32`).sort();
+  const held = async () => [...(await router.routes(4)).keys()].filter((prefix) => prefixes.includes(prefix)).sort();
+
+  // The agent before its restart: our speaker in a process of its own, killed as at the end of its SIGTERM (graceful
+  // restart: no withdrawal, no Cease), its routes kept at GoBGP as stale.
+  const before = startSpeaker({
+    options: session(false),
+    routes: prefixes.map((prefix) => ({ prefix, nextHop: router.ours[4] })),
+  });
+  const exited = new Promise((resolve) => before.child.once("exit", resolve));
+  const netlink = openNetlink();
+  const client = new SlowLists(admin.config, { component: "agent-method-test" });
+  const lines: string[] = [];
+  const log = createLogger({ verbosity: 2, format: "json", write: (line: string) => void lines.push(line) });
+  let polling = true;
+  let polls = 0;
+  const missing: string[][] = [];
+  let poll: Promise<void> | undefined;
+  const { bgp, loop } = agentBgp(client, name, () => node, netlink, createMetrics(), log);
+  try {
+    await waitForEqual("GoBGP has the agent's routes before its restart", held, prefixes, WAIT_MS);
+    before.child.kill("SIGKILL");
+    await exited;
+    // GoBGP refuses connections for a few seconds after a peer's loss; the new agent comes once it would accept one.
+    await waitForEqual("GoBGP waiting for the restarted agent", () => router.sessionState(), "active", WAIT_MS);
+    poll = (async () => {
+      while (polling) {
+        const seen = await held();
+        if (seen.length < prefixes.length) missing.push(seen);
+        polls++;
+        await sleep(100); // a poll of the router, not a wait for a condition
+      }
+    })();
+    // The new agent, its lists of Services and endpoints slow to come: its sessions wait for them.
+    bgp.start(loop.update);
+    await waitFor("the agent asked for its lists", () => client.held === 2, WAIT_MS);
+    const started = () => lines.some((line) => line.includes("BGP announcing started"));
+    await waitFor("the agent's BGP announcing started", started, WAIT_MS);
+    // The fault's length: a session connects in milliseconds here, so one that would not wait is up long before.
+    await sleep(3000);
+    assert.notEqual(await router.sessionState(), "established", "no session before the table is known");
+    client.release();
+    await waitForEqual("the new session established", () => router.sessionState(), "established", WAIT_MS);
+    await waitForEqual("reported Established", () => reportOn(name), { "tor-gr": "Established" }, WAIT_MS);
+    // End-of-RIB went with the table, and GoBGP drops what it lacks as it reads it: a second of polls after that.
+    const enough = polls + 10;
+    await waitFor("ten more polls of the router", () => polls >= enough, WAIT_MS);
+  } finally {
+    polling = false;
+    await poll;
+    client.release();
+    await loop.stop();
+    await bgp.stop();
+    netlink.close();
+    before.child.kill("SIGKILL");
+    await router.stop();
+  }
+  assert.deepEqual(missing, [], "a kept route was never missing");
 });

@@ -23,7 +23,7 @@ import { type Host, type Network } from "../netns/netns.ts";
 export const MY_ASN = 4200000001;
 export const ROUTER_ASN = 65010;
 /** Seconds a router with graceful restart keeps the routes of a peer that went away, and what our speaker asks. */
-const RESTART_TIME = 120;
+export const RESTART_TIME = 120;
 
 /** A route as a router reports it. */
 export interface LearnedRoute {
@@ -253,15 +253,16 @@ export function sessionTo(router: Router, transport: Family, config: Partial<Ses
 }
 
 /**
- * GoBGP as the graceful-restart helper of one eBGP session over IPv4, and the options of our session to it;
- * `restarting` sets the R bit (RFC 4724: a speaker back within the restart time).
+ * GoBGP as the graceful-restart helper of one eBGP session over IPv4 (on link `index` of `subnet`), and the options of
+ * our session to it; `restarting` sets the R bit (RFC 4724: a speaker back within the restart time).
  */
 export async function startGracefulGobgp(
   net: Network,
   subnet: number,
+  index = 0,
 ): Promise<{ router: Router; session: (restarting: boolean) => SessionOptions }> {
   const router = await startGobgp(net, {
-    index: 0,
+    index,
     subnet,
     asn: ROUTER_ASN,
     peerAsn: MY_ASN,

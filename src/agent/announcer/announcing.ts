@@ -126,12 +126,15 @@ async function startAnnouncing(options: AnnouncingOptions): Promise<Announcing> 
   });
   let stopped = false;
   let method: AnnouncementMethod | undefined = undefined; // redecide may be called while it starts
+  // Only the whole view, once the first list is in: a part of it (the list's first page, its events one by one)
+  // would read as the rest withdrawn, and a BGP session's first table is final for its peer (End-of-RIB).
   const apply = () => {
-    if (!stopped) method?.apply(decideDesired(services.list(), definition.refuse));
+    if (!stopped && services.hasSynced()) method?.apply(decideDesired(services.list(), definition.refuse));
   };
   method = await definition.start(services, apply);
   services.addHandlers({ onAdd: apply, onUpdate: apply, onDelete: apply });
   services.start();
+  void services.waitForSync().then(apply);
   return {
     async stop(shutdown) {
       stopped = true;

@@ -51,8 +51,9 @@ export interface MethodDefinition<Rule extends string = string> {
   /** The method's own reason not to announce a Service here, checked before the shared ones (desired.ts). */
   refuse(service: Service): Refusal<Rule> | undefined;
   /**
-   * Starts the method (what it must announce: nothing yet); `apply` follows each change the watch sees, and each
-   * call of `redecide` (what `refuse` reads of the method's own changed: the Node, endpoints).
+   * Starts the method (what it must announce: nothing yet); `apply` follows the watch's first full list, then each
+   * change it sees, and each call of `redecide` (what `refuse` reads of the method's own changed: the Node,
+   * endpoints). Before that first list, `redecide` applies nothing.
    */
   start(services: ServiceView, redecide: () => void): Promise<AnnouncementMethod<Rule>>;
   /** This node does not announce: removes what a crashed earlier run of the method may have left (a Lease). */

@@ -278,11 +278,17 @@ function startRunning(
   }
 
   let stopped = false;
+  /**
+   * Whether the table is known: an apply() came with the Services, this node's endpoints and the pools all listed.
+   * Until then no session starts: its first table is final for the peer (End-of-RIB), and one sent early is short
+   * (graceful restart: the router drops the restarting agent's kept routes that it lacks).
+   */
+  let tableKnown = false;
   /** One look at the peers at a time; a change meanwhile asks for one more. */
   let refreshing: Promise<void> | undefined;
   let again = false;
   const refresh = () => {
-    if (stopped) return;
+    if (stopped || !tableKnown) return;
     if (refreshing) {
       again = true;
       return;
@@ -304,7 +310,8 @@ function startRunning(
   const changes = netlink.watchChanges(refresh, NETLINK_DEBOUNCE_MS);
   slices.start();
   pools.start();
-  refresh();
+  // A node with no endpoints and no pools hears no event from their lists: their sync asks for the table itself.
+  void Promise.all([slices.waitForSync(), pools.waitForSync()]).then(redecide);
   log.info("BGP announcing started");
 
   return {
@@ -321,6 +328,10 @@ function startRunning(
           log.info(`BGP: not announcing: ${reason}`, { service, address, rule });
       lastSkipped = text;
       method.apply(desired);
+      if (tableKnown || !slices.hasSynced() || !pools.hasSynced()) return;
+      tableKnown = true;
+      log.info("BGP: the table is known: starting the sessions", { routes: desired.addresses.length });
+      refresh();
     },
     async stop(shutdown) {
       stopped = true;
