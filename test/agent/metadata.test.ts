@@ -53,6 +53,12 @@ describe("node metadata from instance metadata services and rules", () => {
   let slot = 10;
   const eventsFor = async (name: string) =>
     (await events.list({ fieldSelector: `involvedObject.name=${name}` })).items.map((e) => `${e.reason}: ${e.message}`);
+  /** The node's Events of `reason`, once there is one: a running agent writes them after the metric has counted. */
+  const eventsOnceThere = (name: string, reason: string) =>
+    waitFor(`a ${reason} Event of ${name}`, async () => {
+      const found = (await eventsFor(name)).filter((e) => e.startsWith(`${reason}: `));
+      return found.length > 0 && found;
+    }, 20_000, 250);
   // Air-gapped: no default route, so no request of the agent can leave the node's namespace.
   const nodeHost = () => world.nodeHost(slot++, { airGapped: true });
 
@@ -336,7 +342,7 @@ describe("node metadata from instance metadata services and rules", () => {
       const tainted = await world.nodes.get(name);
       assert.equal(isUninitialized(tainted), true);
       assert.deepEqual(metadataOf(tainted), { labels: {} });
-      const reported = (await eventsFor(name)).filter((e) => e.startsWith("MetadataUnavailable: "));
+      const reported = await eventsOnceThere(name, "MetadataUnavailable");
       const why = /aws instance metadata did not answer within 3000 ms \(aws: PUT \/latest\/api\/token: /;
       assert.match(reported.join("\n"), why);
       // Each failed lookup is counted; the same reason is reported once, not with every retry.
@@ -388,7 +394,7 @@ describe("node metadata from instance metadata services and rules", () => {
         const tainted = await world.nodes.get(name);
         assert.equal(isUninitialized(tainted), true, "a slow cloud VM is not initialised without its identity");
         assert.deepEqual(metadataOf(tainted), { labels: {} });
-        const reported = (await eventsFor(name)).filter((e) => e.startsWith("MetadataUnavailable: "));
+        const reported = await eventsOnceThere(name, "MetadataUnavailable");
         assert.match(reported.join("\n"), /an instance metadata service answered but failed or hung \(.*gce: /);
         assert.equal(await metricOf(node, 'local_ccm_metadata_lookups_total{provider="auto",result="skipped"}'), 0);
 

@@ -558,7 +558,7 @@ test("the rtnetlink decoder reads addresses and route sources as iproute2 does",
               );
               return on.length === 0 || on.some((entry) => entry.flags.dadFailed);
             },
-            10_000,
+            60_000, // a second or two of DAD, far longer on a loaded machine (CI once took more than 10 s)
           );
         // The kernel may still move (DAD, carrier changes reach IPv6 through linkwatch): compare a reading taken
         // between two equal iproute2 readings.
