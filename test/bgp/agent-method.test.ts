@@ -4,7 +4,8 @@
 // class local-ccm.io/bgp only, with their pool's communities; the node turning ineligible withdraws them (UPDATEs:
 // the session stays up), externalTrafficPolicy Local follows this node's ready endpoints, a change of a BGPPeer that
 // is no session setting resets nothing, a deleted Service is withdrawn, and a BGPPeer no longer selecting the node
-// ends the session with nothing left at the router. Meanwhile the agent reports its session on its own Node
+// ends the session with nothing left at the router. An IPv6 Service goes over the IPv4 session, its next hop the
+// node's IPv6 address on that link. Meanwhile the agent reports its session on its own Node
 // (local-ccm.io/bgp-sessions): Established while it is, gone once no BGPPeer selects the node, and no longer
 // Established when the router goes away. With FRR (bgpd and bfdd), a BGPPeer with `bfd` gets a BFD session beside
 // its BGP session: Up at the router, left alone by a change of Services, and FRR's bfdd stopped takes the BGP session
@@ -190,6 +191,14 @@ test("the agent's BGP method announces what the cluster says, to the peers that 
     await waitForEqual("Local: withdrawn without one", routes, { "198.51.100.7/32": `${ours} 65000:7` }, WAIT_MS);
     assert.ok(notAnnouncing().includes(`${NAMESPACE}/local no-ready-endpoint`), "the log names the rule");
     assert.ok(!notAnnouncing().some((line) => line.endsWith("other-class")), "other classes are no news");
+
+    // An IPv6 address over the IPv4 session (multiprotocol BGP): its next hop is this node's IPv6 address on the
+    // link the session runs over.
+    await createService("web6", BGP_CLASS, "2001:db8:100::7");
+    const routes6 = async () => Object.fromEntries([...(await router.routes(6))].map(([p, r]) => [p, r.nextHop]));
+    await waitForEqual("GoBGP has the IPv6 route", routes6, { "2001:db8:100::7/128": router.ours[6] }, WAIT_MS);
+    await services.delete("web6");
+    await waitForEqual("and withdrawn", routes6, {}, WAIT_MS);
 
     // A BGPPeer change that is no session setting (a label): nothing resets.
     await peers.patch("tor", "merge", { metadata: { labels: { team: "net" } } });

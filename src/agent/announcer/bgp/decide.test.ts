@@ -6,11 +6,13 @@ import fc from "fast-check";
 import type { Node, Service } from "kubernetes-types/core/v1.js";
 import { type BGPPeer, peerFacts } from "../../../bgppeers/peer.ts";
 import { loadBalancerNode } from "../../../loadbalancer/nodes.ts";
+import type { HostAddress } from "../../../net/rtnetlink.ts";
 import {
   type BgpRefusalRule,
   type BgpSelectionRule,
   bgpRefusal,
   decideBgpSelection,
+  nextHopsFor,
   peerSession,
   poolAttributes,
   routerId,
@@ -106,7 +108,7 @@ test("attributes: the pool of each ingress address (allocated-from, same order) 
 
 test("session: settings from the peer and this node's next hop; only session fields change the key", () => {
   const facts = peer("tor", { holdTime: "9s", gracefulRestart: { restartTime: "60s" } });
-  const session = peerSession(facts, "198.19.136.10", "secret", 0x0a0b0c0d);
+  const session = peerSession(facts, { 4: "198.19.136.10" }, "secret", 0x0a0b0c0d);
   assert.deepEqual(session, {
     config: {
       myAsn: 64513,
@@ -123,7 +125,7 @@ test("session: settings from the peer and this node's next hop; only session fie
   });
   assert.equal(routerId("fd00::10", 0x0a0b0c0d), "10.11.12.13", "IPv6 only: from the node name's hash");
   const key = (spec: Partial<NonNullable<BGPPeer["spec"]>>, nextHop = "198.19.136.10") =>
-    JSON.stringify(peerSession(peer("tor", spec), nextHop, undefined, 1));
+    JSON.stringify(peerSession(peer("tor", spec), { 4: nextHop }, undefined, 1));
   assert.equal(key({}), key({ nodeSelector: { matchLabels: { a: "b" } } }), "the selector is no session setting");
   assert.notEqual(key({}), key({ holdTime: "30s" }));
   assert.notEqual(key({}), key({}, "198.19.136.11"));
@@ -132,4 +134,50 @@ test("session: settings from the peer and this node's next hop; only session fie
       assert.equal(key({ holdTime: `${a}s` }) === key({ holdTime: `${b}s` }), a === b);
     }),
   );
+});
+
+/** A host address on interface `index`, settled and global unless `extra` says otherwise. */
+const hostAddress = (address: string, index: number, extra: Partial<HostAddress> = {}): HostAddress => ({
+  address,
+  prefixLength: address.includes(":") ? 64 : 24,
+  family: address.includes(":") ? 6 : 4,
+  interfaceName: `eth${index}`,
+  interfaceIndex: index,
+  scope: "global",
+  flags: { secondary: false, tentative: false, deprecated: false, dadFailed: false },
+  ...extra,
+});
+
+test("next hops: the other family's from the source's interface, only a settled global address", () => {
+  const flags = { secondary: false, tentative: false, deprecated: false, dadFailed: false };
+  const v4 = hostAddress("198.19.136.10", 2);
+  const v6 = (extra: Partial<HostAddress> = {}, address = "fd00::10") => hostAddress(address, 2, extra);
+  const alone = { 4: "198.19.136.10" };
+  const both = { 4: "198.19.136.10", 6: "fd00::10" };
+  const temporary = v6({ flags: { ...flags, secondary: true } }, "fd00::9");
+  const cases: [string, string, HostAddress[], { 4?: string; 6?: string }][] = [
+    ["IPv4 source, IPv6 beside it", "198.19.136.10", [v4, v6()], both],
+    ["IPv6 on another interface only", "198.19.136.10", [v4, hostAddress("fd00::10", 3)], alone],
+    ["link-local IPv6 only", "198.19.136.10", [v4, v6({ scope: "link" }, "fe80::1")], alone],
+    ["tentative (DAD under way)", "198.19.136.10", [v4, v6({ flags: { ...flags, tentative: true } })], alone],
+    ["DAD failed", "198.19.136.10", [v4, v6({ flags: { ...flags, dadFailed: true } })], alone],
+    ["deprecated", "198.19.136.10", [v4, v6({ flags: { ...flags, deprecated: true } })], alone],
+    ["a temporary address skipped", "198.19.136.10", [v4, temporary, v6()], both],
+    ["IPv6 source (as written), IPv4 beside it", "FD00::0010", [v4, v6()], both],
+    ["a source no interface holds", "198.19.136.99", [v4, v6()], { 4: "198.19.136.99" }],
+  ];
+  for (const [name, source, addresses, expected] of cases)
+    assert.deepEqual(nextHopsFor(source, addresses), expected, name);
+});
+
+test("session families: the peer's address's family first, the other where this node has a next hop of it", () => {
+  const families = (peerAddress: string, nextHops: { 4?: string; 6?: string }) =>
+    peerSession(peer("tor", { peerAddress }), nextHops, undefined, 0x0a0b0c0d).config;
+  assert.deepEqual(families("192.0.2.1", { 4: "198.19.136.10" }).families, [4]);
+  assert.deepEqual(families("192.0.2.1", { 4: "198.19.136.10", 6: "fd00::10" }).families, [4, 6]);
+  assert.deepEqual(families("2001:db8::1", { 6: "fd00::10" }).families, [6]);
+  const both = families("2001:db8::1", { 6: "fd00::10", 4: "198.19.136.10" });
+  assert.deepEqual([both.families, both.routerId], [[6, 4], "198.19.136.10"], "an IPv4 address is the identifier");
+  assert.equal(families("2001:db8::1", { 6: "fd00::10" }).routerId, "10.11.12.13", "IPv6 only: the hash");
+  assert.throws(() => families("2001:db8::1", { 4: "198.19.136.10" }), /no IPv6 next hop towards 2001:db8::1/);
 });

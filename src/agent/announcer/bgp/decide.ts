@@ -7,6 +7,7 @@ import type { PeerFacts } from "../../../bgppeers/peer.ts";
 import { matchesLabels } from "../../../kube/labelselector.ts";
 import type { LoadBalancerNode } from "../../../loadbalancer/nodes.ts";
 import { canonicalIp, ipFamily } from "../../../net/ip.ts";
+import type { HostAddress } from "../../../net/rtnetlink.ts";
 import { ALLOCATED_FROM_ANNOTATION, BGP_CLASS } from "../../../pools/allocate.ts";
 import type { LoadBalancerIPPool } from "../../../pools/pool.ts";
 import type { Refusal } from "../desired.ts";
@@ -100,25 +101,55 @@ export function routerId(nextHop: string, nodeHash: number): string {
 /** What a session is started with, besides its log hook: a change of any of it restarts the session (method.ts). */
 export type PeerSession = Omit<SessionOptions, "onDecision" | "random">;
 
+/** This node's next hop for each family a session towards a peer carries. */
+export type NextHops = { 4?: string; 6?: string };
+
 /**
- * A peer's session settings: the next hop (this node's address towards the peer, or its sourceAddress) is both the
- * source of our connection and our routes' next hop; the session carries the family of the peer's address.
+ * The next hops of a session whose source (and next hop of its own family) is `source`: the other family's is the
+ * first global address of that family on the interface that holds `source` (so IPv6 routes go over an IPv4 session
+ * with the node's IPv6 address on the same link, as multiprotocol BGP carries them; RFC 4760), if it has one that is
+ * settled (not tentative, not failed duplicate address detection, not deprecated, not a temporary one).
+ */
+export function nextHopsFor(source: string, addresses: readonly HostAddress[]): NextHops {
+  const family = ipFamily(source) === 6 ? 6 : 4;
+  const other = family === 4 ? 6 : 4;
+  const link = addresses.find((a) => a.address === canonicalIp(source))?.interfaceIndex;
+  const settled = addresses.find(
+    (a) =>
+      a.interfaceIndex === link &&
+      a.family === other &&
+      a.scope === "global" &&
+      !a.flags.tentative &&
+      !a.flags.dadFailed &&
+      !a.flags.deprecated &&
+      !(other === 6 && a.flags.secondary),
+  );
+  return { [family]: canonicalIp(source), ...(link !== undefined && settled ? { [other]: settled.address } : {}) };
+}
+
+/**
+ * A peer's session settings: the next hop of the peer address's family (this node's address towards the peer, or its
+ * sourceAddress) is both the source of our connection and our routes' next hop of that family; the session carries
+ * that family first, and the other one too where `nextHops` has one (nextHopsFor).
  */
 export function peerSession(
   peer: PeerFacts,
-  nextHop: string,
+  nextHops: NextHops,
   password: string | undefined,
   nodeHash: number,
 ): PeerSession {
   const family = ipFamily(peer.peerAddress) === 6 ? 6 : 4;
+  const nextHop = nextHops[family];
+  if (nextHop === undefined) throw new Error(`no IPv${family} next hop towards ${peer.peerAddress}`);
+  const ipv4 = nextHops[4];
   return {
     config: {
       myAsn: peer.myAsn,
       peerAsn: peer.peerAsn,
-      routerId: routerId(nextHop, nodeHash),
+      routerId: routerId(ipv4 ?? nextHop, nodeHash),
       holdTime: peer.holdTimeSeconds,
       ...(peer.keepaliveTimeSeconds === undefined ? {} : { keepaliveTime: peer.keepaliveTimeSeconds }),
-      families: [family],
+      families: family === 4 ? [4, ...(nextHops[6] ? [6 as const] : [])] : [6, ...(ipv4 ? [4 as const] : [])],
       // R set in the first OPEN after the process started: a peer that kept our routes (we restarted) waits for
       // our End-of-RIB before it drops the stale ones; one that kept none ignores it.
       ...(peer.gracefulRestart

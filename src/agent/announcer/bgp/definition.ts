@@ -17,7 +17,6 @@ import { ENDPOINT_SLICE_RESOURCE, NODE_RESOURCE, Resource, SECRET_RESOURCE } fro
 import { endpointSliceFacts, ReadyEndpoints, SERVICE_NAME_LABEL } from "../../../loadbalancer/endpoints.ts";
 import { type LoadBalancerNode, loadBalancerNode } from "../../../loadbalancer/nodes.ts";
 import { hashString } from "../../../loadbalancer/rendezvous.ts";
-import { ipFamily } from "../../../net/ip.ts";
 import type { Netlink } from "../../../net/netlink.ts";
 import { ALLOCATED_FROM_ANNOTATION } from "../../../pools/allocate.ts";
 import { type LoadBalancerIPPool, POOL_RESOURCE } from "../../../pools/pool.ts";
@@ -29,6 +28,7 @@ import {
   bgpRefusal,
   type BgpRefusalRule,
   decideBgpSelection,
+  nextHopsFor,
   peerSession,
   poolAttributes,
   selectedPeers,
@@ -244,7 +244,9 @@ function startRunning(
   async function wantedPeers(): Promise<BgpPeer[]> {
     const wanted: BgpPeer[] = [];
     const leftOut: { peer: string; rule: string; reason: string }[] = [];
-    for (const peer of options.peers()) {
+    const selected = options.peers();
+    const addresses = selected.length > 0 ? await netlink.listAddresses() : [];
+    for (const peer of selected) {
       const nextHop = peer.sourceAddress ?? (await netlink.routeSource(peer.peerAddress));
       if (nextHop === undefined) {
         const reason = `no route from this node to ${peer.peerAddress}`;
@@ -264,8 +266,8 @@ function startRunning(
           continue;
         }
       }
-      const session = { ...peerSession(peer, nextHop, password, nodeHash), onDecision: sessionsChanged };
-      const nextHops = ipFamily(nextHop) === 6 ? { 6: nextHop } : { 4: nextHop };
+      const nextHops = nextHopsFor(nextHop, addresses);
+      const session = { ...peerSession(peer, nextHops, password, nodeHash), onDecision: sessionsChanged };
       const timers = peer.bfd && { minRx: peer.bfd.minRxMs, minTx: peer.bfd.minTxMs, multiplier: peer.bfd.multiplier };
       wanted.push({ name: peer.name, session, nextHops, ...(timers ? { bfd: timers } : {}) });
     }
