@@ -166,6 +166,11 @@ export interface Cluster {
   node(name: string): ClusterNode;
   /** Power loss: kubelet, containerd, shims and pods killed, the node's link down. */
   killNode(name: string): Promise<void>;
+  /**
+   * The node's link to the bridge down (or up again): to the network (peers, routers, the API server), a power loss
+   * and the power's return; the node's own processes run on, cut off.
+   */
+  setNodeLink(name: string, state: "down" | "up"): Promise<void>;
   /** Stops the node's kubelet (SIGTERM, as systemd does) and starts it again with the same flags and
    * folders; containerd and the pods keep running. */
   restartKubelet(name: string): Promise<void>;
@@ -379,6 +384,11 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       async killNode(name) {
         byName(name);
         powerOff(dir, record.nodes.find((node) => node.name === name) as NodeLayout);
+      },
+      async setNodeLink(name, state) {
+        byName(name);
+        const node = record.nodes.find((n) => n.name === name) as NodeLayout;
+        await run("ip", ["link", "set", node.rootVeth, state]);
       },
       async restartKubelet(name) {
         byName(name);

@@ -9,7 +9,8 @@
 //   router 198.19.(136+slot).3 ──┼── bridge ── nodes 198.19.(136+slot).(10+i)
 //
 // The router accepts any node of the public /24 as a dynamic neighbor (`bgp listen range`), in ROUTER_ASN, the nodes
-// in any other; it sends the nodes nothing.
+// in any other; it sends the nodes nothing. A second router (index 1, at .4) can join as a second peer, as a rack's
+// second top-of-rack router; the client routes through the first only.
 //
 // Its daemons run from <cluster dir>/router (config, pid files, vty and zserv sockets): removeCluster() kills every
 // process whose command line names the cluster's folder and deletes the slot's namespaces, so a killed test or a
@@ -26,14 +27,20 @@ export const NODE_ASN = 64513;
 const FRR = "/usr/lib/frr";
 
 /**
- * The BGPPeer for the router of slot `slot`: every node peers with it. Graceful restart from the start: withdrawals
- * go by UPDATE all the same, and an agent's restart keeps the routes.
+ * The BGPPeer for router `index` of slot `slot` ("router", then "router-1"): every node peers with it. Graceful
+ * restart from the start: withdrawals go by UPDATE all the same, and an agent's restart keeps the routes.
  */
-export const routerPeer = (slot: number) => ({
+export const routerPeer = (slot: number, index = 0) => ({
   apiVersion: "local-ccm.io/v1alpha1",
   kind: "BGPPeer",
-  metadata: { name: "router" },
-  spec: { peerAddress: routerLayout(slot).ip, peerASN: ROUTER_ASN, myASN: NODE_ASN, holdTime: "9s", gracefulRestart: {} },
+  metadata: { name: index ? `router-${index}` : "router" },
+  spec: {
+    peerAddress: routerLayout(slot, index).ip,
+    peerASN: ROUTER_ASN,
+    myASN: NODE_ASN,
+    holdTime: "9s",
+    gracefulRestart: {},
+  },
 });
 
 /** A LoadBalancerIPPool named `routed` in no network of the slot: the client reaches it only through the router. */
@@ -44,15 +51,22 @@ export const routedPool = (slot: number) => ({
   spec: { addresses: [`198.19.${200 + slot}.240/28`] },
 });
 
-/** Names and addresses of the router of slot `slot`: pure, as clusterLayout() is. */
-export function routerLayout(slot: number) {
+/**
+ * Names and addresses of router `index` of slot `slot` (0: the one the client routes through; 1: a second peer, as
+ * a rack's second top-of-rack router): pure, as clusterLayout() is.
+ */
+export function routerLayout(slot: number, index = 0) {
+  if (index !== 0 && index !== 1) throw new Error(`router index 0 or 1, not ${index}`);
   const { prefix } = clusterLayout(slot);
+  const suffix = index ? String(index) : "";
   return {
-    netns: `${prefix}router`,
+    netns: `${prefix}router${suffix}`,
     /** Root-side veth of its link to the bridge. */
-    rootVeth: `lccm${slot}vr`,
+    rootVeth: `lccm${slot}vr${suffix}`,
+    /** Its folder under the cluster's. */
+    folder: `router${suffix}`,
     /** Its address on the nodes' public network: the nodes' BGP peer. */
-    ip: `198.19.${136 + slot}.3`,
+    ip: `198.19.${136 + slot}.${3 + index}`,
     publicNetwork: `198.19.${136 + slot}.0/24`,
   };
 }
@@ -69,6 +83,8 @@ export interface ClusterRouter {
   asn: number;
   /** `vtysh -c <command>` on the router, its JSON answer parsed. */
   vtysh<T>(command: string): Promise<T>;
+  /** BFD on every node session from now on (`neighbor NODES bfd`), or off again. */
+  setBfd(on: boolean): Promise<void>;
   /** The BGP neighbors the router has, by address, with their state ("Established", …). */
   neighbors(): Promise<Map<string, string>>;
   /** The router's kernel routes learned over BGP (IPv4). */
@@ -76,10 +92,10 @@ export interface ClusterRouter {
   stop(): Promise<void>;
 }
 
-function frrConfig(slot: number, bfd: boolean): string {
-  const layout = routerLayout(slot);
+function frrConfig(slot: number, index: number, bfd: boolean): string {
+  const layout = routerLayout(slot, index);
   return `frr defaults datacenter
-hostname lccm-router-${slot}
+hostname lccm-router-${slot}${index ? `-${index}` : ""}
 log stdout informational
 route-map NOTHING deny 10
 router bgp ${ROUTER_ASN}
@@ -98,24 +114,25 @@ ${bfd ? " neighbor NODES bfd\n" : ""} bgp listen range ${layout.publicNetwork} p
 }
 
 /**
- * Starts the router of a running cluster in slot `slot` kept in `dir`; with `bfd`, every node session asks for BFD
- * (bfdd runs either way).
+ * Starts router `index` (routerLayout) of a running cluster in slot `slot` kept in `dir`; with `bfd`, every node
+ * session asks for BFD (bfdd runs either way). The client's default route goes through router 0.
  */
 export async function startRouter(
   { slot, dir }: { slot: number; dir: string },
-  { bfd = false }: { bfd?: boolean } = {},
+  { bfd = false, index = 0 }: { bfd?: boolean; index?: number } = {},
 ): Promise<ClusterRouter> {
-  const layout = routerLayout(slot);
+  const layout = routerLayout(slot, index);
   const { bridge, clientNetns, publicGateway } = clusterLayout(slot);
-  const folder = path.join(dir, "router");
+  const folder = path.join(dir, layout.folder);
   await mkdir(folder, { recursive: true });
   const inRouter = (...args: string[]) => run("ip", ["-n", layout.netns, ...args]);
+  const peerVeth = `${layout.rootVeth}p`;
 
   await run("ip", ["netns", "add", layout.netns]);
-  await run("ip", ["link", "add", layout.rootVeth, "type", "veth", "peer", "name", `lccm${slot}pr`]);
-  await run("ip", ["link", "set", `lccm${slot}pr`, "netns", layout.netns]);
+  await run("ip", ["link", "add", layout.rootVeth, "type", "veth", "peer", "name", peerVeth]);
+  await run("ip", ["link", "set", peerVeth, "netns", layout.netns]);
   await run("ip", ["link", "set", layout.rootVeth, "master", bridge, "up"]);
-  await inRouter("link", "set", `lccm${slot}pr`, "name", "eth0");
+  await inRouter("link", "set", peerVeth, "name", "eth0");
   await inRouter("address", "add", `${layout.ip}/24`, "dev", "eth0");
   for (const link of ["lo", "eth0"]) await inRouter("link", "set", link, "up");
   // Its own way out, as a top-of-rack router has: the client, whose default route comes here, reaches the control
@@ -126,7 +143,7 @@ export async function startRouter(
     await run("nsenter", [`--net=/run/netns/${layout.netns}`, "sysctl", "-qw", setting]);
 
   const config = path.join(folder, "frr.conf");
-  await writeFile(config, frrConfig(slot, bfd));
+  await writeFile(config, frrConfig(slot, index, bfd));
   const zserv = path.join(folder, "zserv.api");
   // Each daemon: its own pid file and the shared vty folder and zserv socket under the cluster's folder; as root
   // (in FRR's vty group, which it requires; its folder is root's); no vty TCP port (-P 0); daemonised (-d), so a
@@ -150,12 +167,16 @@ export async function startRouter(
   const vtysh = async <T>(command: string): Promise<T> =>
     JSON.parse(await run("vtysh", ["--vty_socket", folder, "-c", command])) as T;
   await waitFor("the router's bgpd answering", () => vtysh("show bgp summary json").then(() => true), 30_000);
-  await run("ip", ["-n", clientNetns, "route", "replace", "default", "via", layout.ip]);
+  if (index === 0) await run("ip", ["-n", clientNetns, "route", "replace", "default", "via", layout.ip]);
 
   return {
     ip: layout.ip,
     asn: ROUTER_ASN,
     vtysh,
+    async setBfd(on) {
+      const line = `${on ? "" : "no "}neighbor NODES bfd`;
+      await run("vtysh", ["--vty_socket", folder, "-c", "configure terminal", "-c", `router bgp ${ROUTER_ASN}`, "-c", line]);
+    },
     async neighbors() {
       const summary = await vtysh<{ ipv4Unicast?: { peers?: Record<string, { state?: string }> } }>(
         "show bgp summary json",
@@ -182,7 +203,8 @@ export async function startRouter(
           // exited meanwhile
         }
       }
-      await run("ip", ["-n", clientNetns, "route", "replace", "default", "via", publicGateway]).catch(() => "");
+      if (index === 0)
+        await run("ip", ["-n", clientNetns, "route", "replace", "default", "via", publicGateway]).catch(() => "");
       await run("ip", ["netns", "delete", layout.netns]).catch(() => "");
     },
   };

@@ -9,6 +9,8 @@
 // - externalTrafficPolicy Local: only the nodes with an endpoint;
 // - with gracefulRestart on the BGPPeer, the agents restarted one by one (rollout restart): no request fails, and
 //   the router keeps every path;
+// - with BFD on the BGPPeer and the router: a worker's link cut, its path goes within BFD's time, not the hold time;
+//   its link back, its session and path come back;
 // - the Service deleted: the route goes.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
@@ -176,6 +178,33 @@ test("graceful restart: a rollout restart of the agents fails no request; the ro
   t.diagnostic(`${sent} requests through the restart`);
   assert.deepEqual(failures, [], `${failures.length} of ${sent} requests failed; the router's paths: ${[...seen].join(" ")}`);
   assert.deepEqual([...seen], [JSON.stringify(WORKERS)], "the router kept every worker's path throughout");
+});
+
+test("BFD: a worker's link cut, the router drops its path in BFD's time; back, its session and path return", async (t) => {
+  await router.setBfd(true);
+  const peer = routerPeer(cluster.slot);
+  await cluster.kubectl(["apply", "-f", "-"], JSON.stringify({ ...peer, spec: { ...peer.spec, bfd: {} } }));
+  const workerIps = WORKERS.map((name) => cluster.node(name).publicIP);
+  await waitFor("the router's BFD sessions Up with every worker", async () => {
+    const peers = await router.vtysh<{ peer: string; status: string }[]>("show bfd peers json");
+    const up = new Set(peers.filter((p) => p.status === "up").map((p) => p.peer));
+    return workerIps.every((address) => up.has(address));
+  }, WAIT_MS, 500);
+  await waitForHops(ip, WORKERS, "every worker's path, with BFD");
+  const cutAt = Date.now();
+  await cluster.setNodeLink("node-2", "down");
+  try {
+    await waitForHops(ip, ["node-1", "node-3"], "node-2's path dropped");
+    const tookMs = Date.now() - cutAt;
+    t.diagnostic(`dropped ${tookMs} ms after the cut`);
+    // BFD's 0.9 s and the router's route update, on a loaded machine: below the hold time (9 s) it is BFD's doing
+    assert.ok(tookMs < 8000, `${tookMs} ms: the hold time, not BFD`);
+  } finally {
+    await cluster.setNodeLink("node-2", "up");
+  }
+  // The router runs BFD for a dynamic neighbor only while its session lives: an agent that waited for BFD before
+  // connecting again would never come back.
+  await waitForHops(ip, WORKERS, "node-2's path back with its link");
 });
 
 test("the Service deleted: the route goes", async () => {

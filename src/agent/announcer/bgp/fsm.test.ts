@@ -172,22 +172,22 @@ test("timers: the hold timer's expiry sends its NOTIFICATION; hold time 0 arms n
   assert.equal(run([...UP, { type: "stop" }]).rule, "stopped");
 });
 
-test("BFD down (RFC 5882): the session closes at once without a NOTIFICATION, waits for BFD, then reconnects", () => {
+test("BFD down (RFC 5882): the session closes at once without a NOTIFICATION, and reconnects after its backoff", () => {
   const up = run(UP);
   const down = decide(CONFIG, up.state, { type: "bfd", up: false }, 0.5);
   assert.equal(down.rule, "bfd-down");
   assert.equal(down.state.phase, "idle");
   assert.deepEqual(sent(down.actions), []);
   assert.ok(down.actions.some((a) => a.type === "close"));
+  assert.ok(down.actions.some((a) => a.type === "arm" && a.timer === "retry"), "the backoff, as for any failure");
+  // BFD still down: the next attempt is made all the same (a router may run BFD only for a live session), and the
+  // peer's connection taken
   const retry = decide(CONFIG, down.state, { type: "timer", timer: "retry" }, 0.5);
-  assert.equal(retry.rule, "bfd-down");
-  assert.deepEqual(retry.actions, []);
-  assert.deepEqual(decide(CONFIG, retry.state, { type: "incoming" }, 0.5).actions, [{ type: "close", on: "incoming" }]);
-  const back = decide(CONFIG, retry.state, { type: "bfd", up: true }, 0.5);
-  assert.equal(back.rule, "connect");
-  assert.ok(back.actions.some((a) => a.type === "connect"));
-  // BFD coming up on an established session changes nothing
+  assert.equal(retry.rule, "connect");
+  assert.deepEqual(decide(CONFIG, down.state, { type: "incoming" }, 0.5).rule, "accepted");
+  // BFD coming up, or down again while idle, changes nothing
   assert.deepEqual(decide(CONFIG, up.state, { type: "bfd", up: true }, 0.5).actions, []);
+  assert.deepEqual(decide(CONFIG, down.state, { type: "bfd", up: false }, 0.5).actions, []);
 });
 
 test("graceful restart: the R bit only before the first session, forwarding kept for every family", () => {
@@ -254,9 +254,9 @@ test("any event sequence: no throw, every failure closes and arms the retry, est
       for (const e of events) {
         const before = state.phase;
         const decision = decide(CONFIG, state, e, 0.3);
-        // BFD down holds the session down: no connection made or taken until BFD is up again
-        if (state.bfdDown && e.type !== "bfd")
-          assert.ok(!decision.actions.some((a) => a.type === "connect" || a.type === "accept"), e.type);
+        // BFD down drops a session that is not idle, without a NOTIFICATION
+        if (e.type === "bfd" && !e.up && before !== "idle" && before !== "stopped")
+          assert.ok(decision.state.phase === "idle" && sent(decision.actions).length === 0, before);
         if (decision.state.phase === "established" && before !== "established") assert.equal(before, "open-confirm");
         if (decision.state.phase === "idle" && before !== "idle")
           assert.ok(

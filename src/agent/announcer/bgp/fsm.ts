@@ -44,8 +44,6 @@ export interface SessionState {
   /** Whether a session came up since the process started: the R bit is set only before. */
   established: boolean;
   negotiated?: Negotiated;
-  /** BFD to the peer went Down (RFC 5882 §4.3): the session stays down until BFD is Up again. */
-  bfdDown?: boolean;
   /** The routes the peer should have. */
   desired: readonly Route[];
   /** What the peer has been told in this session. */
@@ -411,10 +409,6 @@ function incoming(config: SessionConfig, state: SessionState): Decision {
       ...first,
       { type: "accept" },
     ]);
-  if (state.bfdDown)
-    return keep(state, "incoming-refused", "a connection from the peer while BFD is down", [
-      { type: "close", on: "incoming" },
-    ]);
   switch (state.phase) {
     case "idle":
       return take("accepted", "the peer connected; sent OPEN");
@@ -451,7 +445,6 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
   switch (event.type) {
     case "start":
       if (state.phase !== "idle" && state.phase !== "stopped") return keep(state, "already-started", "");
-      if (state.bfdDown) return keep(state, "bfd-down", "no attempt while BFD to the peer is down");
       return {
         state: { ...state, phase: "connecting", accepted: false },
         actions: [{ type: "connect" }, arm("hold", CONNECT_TIMEOUT)],
@@ -531,15 +524,14 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
       return event.on === "incoming"
         ? receivedOnIncoming(config, state, event.message)
         : received(config, state, event.message, jitter);
-    case "bfd": {
-      // the path is gone: no NOTIFICATION (it would not arrive), the routes go with the session at once
+    case "bfd":
+      // The path is gone: no NOTIFICATION (it would not arrive), the routes go with the session at once. The next
+      // attempt comes after the backoff, BFD up or not (RFC 5882 §3.2 leaves waiting for BFD optional; RFC 9384 calls
+      // it strict mode): a router that runs BFD only for live neighbors, as FRR does for dynamic ones, would never
+      // bring it back before the session.
       if (!event.up && state.phase !== "idle" && state.phase !== "stopped")
-        return fail({ ...state, bfdDown: true }, jitter, "bfd-down", "BFD to the peer went down");
-      const held = { ...state, bfdDown: !event.up };
-      return event.up && state.phase === "idle"
-        ? decide(config, held, { type: "start" }, jitter)
-        : keep(held, event.up ? "bfd-up" : "bfd-down", "");
-    }
+        return fail(state, jitter, "bfd-down", "BFD to the peer went down");
+      return keep(state, event.up ? "bfd-up" : "bfd-down", "");
   }
   return keep(state, "ignored", "");
 }

@@ -131,8 +131,6 @@ export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
     if (entry.bfd && next.bfd) return entry.bfd.configure(next.bfd);
     entry.bfd?.stop();
     entry.bfd = next.bfd && startBfd?.(next, entry.session);
-    // BFD gone: nothing holds the BGP session down any more (a down BFD session kept it idle)
-    if (!next.bfd) entry.session.bfd(true);
     entry.log.info(next.bfd ? "BGP: BFD started for the peer" : "BGP: BFD stopped for the peer");
   };
   const end = (name: string, entry: Running) => {
