@@ -4,7 +4,7 @@ import { test } from "node:test";
 import fc from "fast-check";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { canonicalIp, ipProblem } from "../../net/ip.ts";
-import { decideDesired, type Refusal } from "./desired.ts";
+import { decideDesired, newSkips, type Refusal } from "./desired.ts";
 
 function service(name: string, ips: string[], changes: { type?: string; deleting?: boolean; mine?: boolean } = {}) {
   return {
@@ -74,4 +74,21 @@ test("desired (property): every ingress IP of a Service kept is desired once, ca
       }
     }),
   );
+});
+
+test("newSkips: each skip logged once, when it first appears or its rule or reason changes", () => {
+  const unlogged = newSkips();
+  const skip = (service: string, rule = "not-eligible", reason = "excluded") => ({ service, rule, reason });
+  const many = Array.from({ length: 1000 }, (_, i) => skip(`default/s${i}`));
+  assert.equal(unlogged(many).length, 1000, "the first decision: all");
+  let lines = 0;
+  // a Service at a time, as 1,000 Services arrive: one line each, not the whole list again (O(n²) before)
+  for (let i = 1000; i < 1100; i++) lines += unlogged([...many, skip(`default/s${i}`)]).length;
+  assert.equal(lines, 100);
+  assert.deepEqual(unlogged([skip("default/s1", "no-ready-endpoint", "no endpoint")]), [
+    skip("default/s1", "no-ready-endpoint", "no endpoint"),
+  ]);
+  assert.deepEqual(unlogged([skip("default/s1", "no-ready-endpoint", "no endpoint")]), [], "unchanged: nothing");
+  assert.deepEqual(unlogged([]), []);
+  assert.equal(unlogged([skip("default/s1", "no-ready-endpoint", "no endpoint")]).length, 1, "skipped again: again");
 });

@@ -22,6 +22,21 @@ export interface Skip<Rule extends string = string> {
   reason: string;
 }
 
+/**
+ * What to log of each decision's skips: those that were not among the last decision's (a new Service, a new rule or
+ * reason). Logging the whole list on every change wrote O(Services²) lines: with 1,000 Services on an excluded node
+ * the agent was OOM-killed, its log lines queued on stdout.
+ */
+export function newSkips<S extends Skip>(): (skipped: readonly S[]) => S[] {
+  let last = new Set<string>();
+  return (skipped) => {
+    const keys = skipped.map(({ service, address, rule, reason }) => JSON.stringify([service, address, rule, reason]));
+    const fresh = skipped.filter((_, i) => !last.has(keys[i] as string));
+    last = new Set(keys);
+    return fresh;
+  };
+}
+
 /** A method's reason not to announce a Service's addresses here. */
 export interface Refusal<Rule extends string> {
   rule: Rule;

@@ -25,7 +25,7 @@ import {
 import type { AnnounceFlags } from "../../flags.ts";
 import type { AnnouncerMetrics } from "../../metrics.ts";
 import { type AddressConflict, hasApplied } from "../../../pools/announcement.ts";
-import type { Desired } from "../desired.ts";
+import { type Desired, newSkips } from "../desired.ts";
 import type { AnnouncementMethod, MethodDefinition, ServiceView } from "../method.ts";
 import { type Announcer, type Conflict, startAnnouncer } from "./announcer.ts";
 import {
@@ -145,7 +145,7 @@ async function startL2(options: L2Options, services: ServiceView): Promise<Annou
   let deadlineTimer: NodeJS.Timeout | undefined;
   let lastReason: string | undefined;
   const lastHolding = new Map<string, HoldingRule>();
-  let lastSkipped = "";
+  const unlogged = newSkips<Skip>();
   let lastUnusable = "";
   let stopped = false;
   /** Past the deadline of a Lease renewed before (a first renewal ends no lapse: the cache was just listed). */
@@ -229,11 +229,8 @@ async function startL2(options: L2Options, services: ServiceView): Promise<Annou
   function report(assignment: Assignment, skipped: Skip[]): void {
     if (assignment.reason !== lastReason) log.info(`L2: ${assignment.reason}`);
     lastReason = assignment.reason;
-    const text = JSON.stringify(skipped);
-    if (text !== lastSkipped)
-      for (const { service, address, rule, reason } of skipped)
-        log.info(`L2: not announcing: ${reason}`, { service, address, rule });
-    lastSkipped = text;
+    for (const { service, address, rule, reason } of unlogged(skipped))
+      log.info(`L2: not announcing: ${reason}`, { service, address, rule });
     for (const rule of SKIP_RULES)
       metrics.skipped.with({ rule }).set(skipped.filter((skip) => skip.rule === rule).length);
   }

@@ -22,6 +22,7 @@ import { ALLOCATED_FROM_ANNOTATION } from "../../../pools/allocate.ts";
 import { type LoadBalancerIPPool, POOL_RESOURCE } from "../../../pools/pool.ts";
 import type { BgpMetrics } from "../../metrics.ts";
 import { type BfdEndpoint, type BfdSession, openBfdEndpoint } from "../bfd/session.ts";
+import { newSkips } from "../desired.ts";
 import type { AnnouncementMethod, MethodDefinition, ServiceView } from "../method.ts";
 import {
   BGP_SELECTION_RULES,
@@ -235,8 +236,8 @@ function startRunning(
     onRoutes: (peer, routes) => metrics.routes.with({ peer }).set(routes),
     startBfd: bfd.session,
   });
-  /** The Services left out (besides other classes), logged once per change. */
-  let lastSkipped = "";
+  /** The Services left out (besides other classes): each logged once, when it is. */
+  const unlogged = newSkips();
   /** Why a selected peer has no session, logged once per change. */
   let lastLeftOut = "";
 
@@ -324,11 +325,8 @@ function startRunning(
       byKey = new Map(services.list().map((service) => [objectKey(service), service]));
       // Services of other classes are no news: every other Service is one.
       const skipped = desired.skipped.filter((skip) => skip.rule !== "other-class");
-      const text = JSON.stringify(skipped);
-      if (text !== lastSkipped)
-        for (const { service, address, rule, reason } of skipped)
-          log.info(`BGP: not announcing: ${reason}`, { service, address, rule });
-      lastSkipped = text;
+      for (const { service, address, rule, reason } of unlogged(skipped))
+        log.info(`BGP: not announcing: ${reason}`, { service, address, rule });
       method.apply(desired);
       if (tableKnown || !slices.hasSynced() || !pools.hasSynced()) return;
       tableKnown = true;

@@ -9,7 +9,7 @@ import type { Logger } from "../../../cli/log.ts";
 import type { BfdClient, BfdSession } from "../bfd/session.ts";
 import type { BfdConfig } from "../bfd/fsm.ts";
 import { ipFamily } from "../../../net/ip.ts";
-import type { Desired, DesiredAddress, Skip } from "../desired.ts";
+import { type Desired, type DesiredAddress, newSkips, type Skip } from "../desired.ts";
 import type { AnnouncementMethod } from "../method.ts";
 import type { Phase } from "./fsm.ts";
 import type { Route } from "./ribout.ts";
@@ -94,7 +94,8 @@ interface Running {
   log: Logger;
   session: BgpSession;
   bfd: BfdSession | undefined;
-  lastSkipped: string;
+  /** The addresses left out for this peer: each logged once, when it is. */
+  unlogged: (skipped: readonly Skip<PeerSkipRule>[]) => Skip<PeerSkipRule>[];
 }
 
 /**
@@ -121,7 +122,7 @@ export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
       },
     });
     const bfd = peer.bfd && startBfd?.(peer, session);
-    return { peer, key: peerKey(peer), log: peerLog, session, bfd, lastSkipped: "" };
+    return { peer, key: peerKey(peer), log: peerLog, session, bfd, unlogged: newSkips() };
   };
   /** The peer's BFD settings changed alone: new timers go to the running BFD session, without a flap. */
   const rebfd = (entry: Running, next: BgpPeer) => {
@@ -142,11 +143,8 @@ export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
   };
   const hand = (name: string, entry: Running) => {
     const { routes, skipped } = routesFor(desired, entry.peer, attributes);
-    const text = JSON.stringify(skipped);
-    if (text !== entry.lastSkipped)
-      for (const { address, rule, reason } of skipped)
-        entry.log.info(`BGP: not announcing: ${reason}`, { address, rule });
-    entry.lastSkipped = text;
+    for (const { address, rule, reason } of entry.unlogged(skipped))
+      entry.log.info(`BGP: not announcing: ${reason}`, { address, rule });
     entry.session.setRoutes(routes);
     onRoutes?.(name, routes.length);
   };
