@@ -17,36 +17,40 @@
 // "Answers" is timed by a curl from the client host started every PROBE_EVERY_MS, each bounded by 2 s: the first to
 // succeed ends the wait (a backend on a killed node still takes some connections until its endpoint goes). Figures,
 // never assertions; the load average is printed beside them (this machine is shared: 2 cores).
-import { loadavg } from "node:os";
-import { readFileSync } from "node:fs";
-import path from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
-import type { Pod, Service } from "kubernetes-types/core/v1.js";
-import { NETEXEC_PORT, netexecBackends } from "../localcluster/agnhost.ts";
-import { auditEvents, tokenPod } from "../localcluster/audit.ts";
-import { type Cluster, startCluster } from "../localcluster/cluster.ts";
+import type { Service } from "kubernetes-types/core/v1.js";
+import { netexecBackends } from "../localcluster/agnhost.ts";
+import { type Cluster } from "../localcluster/cluster.ts";
 import { clusterLayout } from "../localcluster/layout.ts";
 import { installMetallb, l2PoolObjects, METALLB_NAMESPACE } from "../localcluster/metallb.ts";
-import {
-  AGENT_APP,
-  AGENT_USER,
-  CONTROLLER_APP,
-  CONTROLLER_USER,
-  helmInstallArgs,
-  initialised,
-  listNodes,
-  listPods,
-  podReady,
-} from "../localcluster/project.ts";
 import { METALLB_VERSION } from "../localcluster/versions.ts";
 import { waitFor } from "../localcluster/wait.ts";
 import { UNINITIALIZED_TAINT } from "../src/kube/nodes.ts";
 import { L2_CLASS } from "../src/pools/allocate.ts";
 import { ANNOUNCER_ANNOTATION } from "../src/pools/announcement.ts";
 import { POOL_TYPE } from "../src/pools/pool.ts";
-import { containerCgroup } from "../test/e2e/cluster-objects.ts";
-import { processMemory } from "./proc.ts";
-import { quantile } from "./quantile.ts";
+import {
+  type Announcers,
+  applyJson,
+  atRest,
+  createService,
+  ingressIP,
+  installOurs,
+  latency,
+  loadAverage,
+  loadBalancer,
+  memorySpan,
+  METALLB_ANNOUNCERS,
+  mib,
+  OUR_ANNOUNCERS,
+  perNode,
+  pickImplementations,
+  type Rest,
+  sideBySide,
+  SKIPPED_REST,
+  startClusterRetrying,
+  total,
+} from "./loadbalancers.ts";
 
 const SERVICES = Number(process.env.BENCH_L2_SERVICES ?? 10);
 const REST_SERVICES = Number(process.env.BENCH_L2_REST_SERVICES ?? 200);
@@ -61,13 +65,10 @@ const REST_SECONDS = Number(process.env.BENCH_L2_REST_SECONDS ?? 60);
 const PARALLEL = process.env.BENCH_L2_PARALLEL === "1";
 /** Which phases run: "rest" (created → answers, at rest), "failover" (the kills); default both. */
 const PHASES = (process.env.BENCH_L2_PHASES ?? "rest,failover").split(",");
-/** A cluster start that hit the inotify limit (other clusters on the machine) is tried again this many times. */
-const START_TRIES = 5;
 const NODES = 4;
 const PROBE_EVERY_MS = 100;
 /** Generous: the machine runs other work too. */
 const WAIT_MS = 180_000;
-const MiB = 1024 * 1024;
 
 /** An address range of the slot's public /24 (nodes are .10 and up, the client .2, the gateway .1). */
 const publicRange = (cluster: Cluster, first: number, last: number) => {
@@ -81,7 +82,7 @@ const restRange = (cluster: Cluster) => publicRange(cluster, 20, 239);
 const serviceName = (i: number) => `l2-${String(i).padStart(3, "0")}`;
 
 /** What the bench needs of an implementation; everything else is the same for both. */
-interface Implementation {
+interface Implementation extends Announcers {
   label: string;
   /** The project image on the nodes (ours only). */
   projectImage: boolean;
@@ -92,21 +93,8 @@ interface Implementation {
   service(name: string): Service;
   /** The node announcing the Service's address, as the implementation records it; never one of `dead`. */
   announcer(cluster: Cluster, name: string, dead: ReadonlySet<string>): Promise<string | undefined>;
-  /** The announcers' ServiceAccount, and the central controller's. */
-  users: { announcer: string; controller: string };
-  announcerPods(cluster: Cluster): Promise<Pod[]>;
 }
 
-const loadBalancer = (name: string, spec: Service["spec"] = {}): Service => ({
-  apiVersion: "v1",
-  kind: "Service",
-  metadata: { name, namespace: "default" },
-  spec: { type: "LoadBalancer", selector: { app: "netexec" }, ports: [{ port: 80, targetPort: NETEXEC_PORT }], ...spec },
-});
-
-const applyJson = (cluster: Cluster, object: unknown) => cluster.kubectl(["apply", "-f", "-"], JSON.stringify(object));
-const createService = (cluster: Cluster, service: Service) =>
-  cluster.admin.request({ method: "POST", path: "/api/v1/namespaces/default/services", body: service });
 
 const metallb: Implementation = {
   label: `MetalLB ${METALLB_VERSION} (L2)`,
@@ -114,7 +102,7 @@ const metallb: Implementation = {
   async install(cluster, range) {
     // No cloud controller runs: the admin initialises the Nodes (MetalLB's speakers do not tolerate the taint).
     for (const node of cluster.nodes) await cluster.kubectl(["taint", "node", node.name, `${UNINITIALIZED_TAINT}-`]);
-    await installMetallb(cluster, { name: "l2", addresses: [range] });
+    await installMetallb(cluster, l2PoolObjects("l2", [range]));
   },
   async addPool(cluster, name, range) {
     await applyJson(cluster, { apiVersion: "v1", kind: "List", items: l2PoolObjects(name, [range]) });
@@ -130,27 +118,14 @@ const metallb: Implementation = {
       .map(({ status }) => status)
       .find((status) => status?.serviceName === name && status.node && !dead.has(status.node))?.node;
   },
-  users: {
-    announcer: `system:serviceaccount:${METALLB_NAMESPACE}:metallb-speaker`,
-    controller: `system:serviceaccount:${METALLB_NAMESPACE}:metallb-controller`,
-  },
-  async announcerPods(cluster) {
-    const selector = encodeURIComponent("app.kubernetes.io/component=speaker");
-    const path = `/api/v1/namespaces/${METALLB_NAMESPACE}/pods?labelSelector=${selector}`;
-    return (await cluster.admin.request<{ items: Pod[] }>({ method: "GET", path })).items;
-  },
+  ...METALLB_ANNOUNCERS,
 };
 
 const ours: Implementation = {
   label: "local-ccm (L2)",
   projectImage: true,
   async install(cluster, range) {
-    await cluster.helm(helmInstallArgs({ "loadBalancer.l2.enabled": "true" }));
-    await waitFor("every node initialised", async () => (await listNodes(cluster)).every(initialised), WAIT_MS, 250);
-    await waitFor("the agents and the controller Ready", async () => {
-      const pods = [...(await listPods(cluster, AGENT_APP)), ...(await listPods(cluster, CONTROLLER_APP))];
-      return pods.length > cluster.nodes.length && pods.every(podReady);
-    }, WAIT_MS, 250);
+    await installOurs(cluster, { "loadBalancer.l2.enabled": "true" });
     await this.addPool(cluster, "l2", range);
   },
   async addPool(cluster, name, range) {
@@ -165,24 +140,11 @@ const ours: Implementation = {
     const node = service.metadata?.annotations?.[ANNOUNCER_ANNOTATION];
     return node && !dead.has(node) ? node : undefined;
   },
-  users: { announcer: AGENT_USER, controller: CONTROLLER_USER },
-  announcerPods: (cluster) => listPods(cluster, AGENT_APP),
+  ...OUR_ANNOUNCERS,
 };
 
 const IMPLEMENTATIONS: Record<string, Implementation> = { metallb, ours };
 
-const loadAverage = () =>
-  loadavg()
-    .map((load) => load.toFixed(1))
-    .join(" / ");
-
-const ingressIP = async (cluster: Cluster, name: string) => {
-  const service = await cluster.admin.request<Service>({
-    method: "GET",
-    path: `/api/v1/namespaces/default/services/${name}`,
-  });
-  return service.status?.loadBalancer?.ingress?.[0]?.ip;
-};
 
 /**
  * When (performance.now()) `ip` first answered /hostname from the client host: a curl every PROBE_EVERY_MS, each
@@ -219,21 +181,7 @@ async function createTimed(cluster: Cluster, impl: Implementation, name: string)
 
 /** A cluster of `nodes` with the backends and the implementation installed; stopped if that fails. */
 async function clusterWith(impl: Implementation, nodes: number, audit: boolean): Promise<Cluster> {
-  let cluster: Cluster | undefined;
-  for (let attempt = 1; !cluster; attempt++) {
-    try {
-      cluster = await startCluster({
-        nodes,
-        audit,
-        projectImage: impl.projectImage,
-        log: (line) => console.error(`cluster: ${line}`),
-      });
-    } catch (err) {
-      if (attempt >= START_TRIES || !String((err as Error).message).includes("too many open files")) throw err;
-      console.error(`${impl.label}: a kubelet found no inotify instance left; starting again in 30 s`);
-      await delay(30_000);
-    }
-  }
+  const cluster = await startClusterRetrying(impl.label, { nodes, audit, projectImage: impl.projectImage });
   try {
     await applyJson(cluster, netexecBackends(nodes - 1));
     await impl.install(cluster, poolRange(cluster));
@@ -245,44 +193,6 @@ async function clusterWith(impl: Implementation, nodes: number, audit: boolean):
   }
 }
 
-interface Rest {
-  /** By user: requests per node (a pod-bound token's node; "-" without), each as "verb resource" → count. */
-  byUser: Map<string, Map<string, Map<string, number>>>;
-  /** The announcers' process RSS and its anonymous part, per pod. */
-  memory: { rss: number; anon: number }[];
-  load: string;
-}
-
-async function atRest(cluster: Cluster, impl: Implementation): Promise<Rest> {
-  await delay(10_000); // writes that follow the last change settle
-  const since = new Date();
-  await delay(REST_SECONDS * 1000);
-  const until = new Date();
-  const load = loadAverage();
-  const log = cluster.controlPlane.auditLogPath as string;
-  const byUser = new Map<string, Map<string, Map<string, number>>>();
-  for (const user of [impl.users.announcer, impl.users.controller]) {
-    const byNode = new Map<string, Map<string, number>>();
-    for (const event of await auditEvents(log, { user, since, until })) {
-      const node = tokenPod(event).node ?? "-";
-      const { resource = "?", subresource } = event.objectRef ?? {};
-      const key = `${event.verb} ${subresource ? `${resource}/${subresource}` : resource}`;
-      const counts = byNode.get(node) ?? new Map<string, number>();
-      counts.set(key, (counts.get(key) ?? 0) + 1);
-      byNode.set(node, counts);
-    }
-    byUser.set(user, byNode);
-  }
-  // Some request of theirs in the whole log, or the log is misread.
-  if ((await auditEvents(log, { user: impl.users.announcer })).length === 0)
-    throw new Error(`no request of ${impl.users.announcer} audited`);
-  const memory = (await impl.announcerPods(cluster)).map((pod) => {
-    const procs = readFileSync(path.join(containerCgroup(cluster, pod), "cgroup.procs"), "utf8");
-    const { rss, anon } = processMemory(Number(procs.split("\n")[0]));
-    return { rss, anon };
-  });
-  return { byUser, memory, load };
-}
 
 interface Figures {
   created: number[];
@@ -318,7 +228,7 @@ async function createAndRest(impl: Implementation): Promise<Pick<Figures, "creat
     }
     const createdLoad = loadAverage();
     console.error(`${impl.label}: ${REST_SECONDS} s at rest with ${SERVICES} Services`);
-    const rest10 = await atRest(cluster, impl);
+    const rest10 = await atRest(cluster, impl, REST_SECONDS);
     logRest(impl, SERVICES, rest10);
     await impl.addPool(cluster, "rest", restRange(cluster));
     for (let i = SERVICES; i < REST_SERVICES; i++) await createService(cluster, impl.service(serviceName(i)));
@@ -336,7 +246,7 @@ async function createAndRest(impl: Implementation): Promise<Pick<Figures, "creat
     );
     for (const ip of ips) await firstAnswer(cluster, ip);
     console.error(`${impl.label}: ${REST_SECONDS} s at rest with ${REST_SERVICES} Services`);
-    const rest200 = await atRest(cluster, impl);
+    const rest200 = await atRest(cluster, impl, REST_SECONDS);
     logRest(impl, REST_SERVICES, rest200);
     return { created: created.sort((a, b) => a - b), createdLoad, rest10, rest200 };
   } finally {
@@ -390,37 +300,6 @@ async function failovers(impl: Implementation): Promise<Pick<Figures, "failover"
   };
 }
 
-const latency = (sorted: number[]) =>
-  sorted.length ? `${quantile(sorted, 0.5).toFixed(2)} s / ${quantile(sorted, 0.99).toFixed(2)} s` : "—";
-const mib = (bytes: number) => (bytes / MiB).toFixed(1);
-const span = (values: number[], format: (value: number) => string) => {
-  if (values.length === 0) return "—";
-  const [low, high] = [Math.min(...values), Math.max(...values)].map(format);
-  return low === high ? `${low}` : `${low}–${high}`;
-};
-
-/** "n per node (what)", the busiest node's detail; requests of tokens without a node under "-". */
-function perNode(byNode: Map<string, Map<string, number>> | undefined, nodes: number): string {
-  if (!byNode) return "—";
-  const totals = [...(byNode ?? new Map<string, Map<string, number>>())].map(
-    ([node, counts]) => [node, [...counts.values()].reduce((a, b) => a + b, 0), counts] as const,
-  );
-  if (totals.length === 0) return "0";
-  const [, most, counts] = totals.reduce((a, b) => (b[1] > a[1] ? b : a));
-  const detail = [...counts].map(([what, n]) => `${n} ${what}`).join(", ");
-  const idle = nodes - totals.length;
-  const low = idle > 0 ? 0 : Math.min(...totals.map(([, n]) => n));
-  return `${low === most ? most : `${low}–${most}`} (busiest: ${detail})`;
-}
-
-function total(byNode: Map<string, Map<string, number>> | undefined): string {
-  if (!byNode) return "—";
-  const counts = new Map<string, number>();
-  for (const perKey of byNode?.values() ?? [])
-    for (const [what, n] of perKey) counts.set(what, (counts.get(what) ?? 0) + n);
-  const sum = [...counts.values()].reduce((a, b) => a + b, 0);
-  return sum ? `${sum} (${[...counts].map(([what, n]) => `${n} ${what}`).join(", ")})` : "0";
-}
 
 /** Both results; when one fails, its error once the other has ended too (and stopped its cluster). */
 async function bothSettled<A, B>(a: Promise<A>, b: Promise<B>): Promise<[A, B]> {
@@ -430,29 +309,20 @@ async function bothSettled<A, B>(a: Promise<A>, b: Promise<B>): Promise<[A, B]> 
   return [first.value, second.value];
 }
 
-const SKIPPED: Rest = { byUser: new Map(), memory: [], load: "not run" };
-const skipRest = async () => ({ created: [], createdLoad: "not run", rest10: SKIPPED, rest200: SKIPPED });
+const skipRest = async () => ({ created: [], createdLoad: "not run", rest10: SKIPPED_REST, rest200: SKIPPED_REST });
 const skipFailover = async () => ({ failover: [], failoverAll: [], failoverLoad: "not run", failoverClusters: 0 });
 
 async function main(): Promise<void> {
-  const picked = process.argv.slice(2);
-  const names = picked.length ? picked : Object.keys(IMPLEMENTATIONS);
-  const unknown = names.filter((name) => !(name in IMPLEMENTATIONS));
-  if (unknown.length) throw new Error(`unknown implementation ${unknown.join(", ")}: pick from metallb, ours`);
   const runs: [Implementation, Figures][] = [];
-  for (const name of names) {
-    const impl = IMPLEMENTATIONS[name] as Implementation;
+  for (const impl of pickImplementations(IMPLEMENTATIONS)) {
     const rest = () => (PHASES.includes("rest") ? createAndRest(impl) : skipRest());
     const failover = () => (PHASES.includes("failover") ? failovers(impl) : skipFailover());
     const [created, failed] = PARALLEL ? await bothSettled(rest(), failover()) : [await rest(), await failover()];
     runs.push([impl, { ...created, ...failed }]);
   }
-  const row = (figure: string, cell: (f: Figures, impl: Implementation) => string, note = "") =>
-    console.log(`| ${figure} | ${runs.map(([impl, f]) => cell(f, impl)).join(" | ")} | ${note} |`);
   const phases = PARALLEL ? "both phases at once" : "one phase after the other";
   console.log(`\nL2 announcement, ${NODES} nodes (node-0 control plane), ${REST_SECONDS} s at rest, ${phases}\n`);
-  console.log(`| figure | ${runs.map(([impl]) => impl.label).join(" | ")} | |`);
-  console.log(`|---|${runs.map(() => "---|").join("")}---|`);
+  const row = sideBySide(runs);
   row(`Service created → answers the client, p50 / p99 (${SERVICES})`, (f) => latency(f.created));
   row("load average then", (f) => f.createdLoad);
   row(
@@ -471,9 +341,7 @@ async function main(): Promise<void> {
     row(`controller requests in ${REST_SECONDS} s at rest, ${services} Services`, (f, impl) =>
       total(f[rest].byUser.get(impl.users.controller)),
     );
-    row(`announcer process RSS (anonymous), ${services} Services`, (f) =>
-      `${span(f[rest].memory.map((m) => m.rss), mib)} MiB (${span(f[rest].memory.map((m) => m.anon), mib)} MiB)`,
-    );
+    row(`announcer process RSS (anonymous), ${services} Services`, (f) => memorySpan(f[rest]));
     row(`load average at rest, ${services} Services`, (f) => f[rest].load);
   }
 }

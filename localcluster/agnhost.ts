@@ -79,9 +79,10 @@ export const NETEXEC_PORT = 8080;
 
 /**
  * The backend of the local cluster's Service tests, as upstream's e2e tests run one: a Deployment "netexec" in
- * "default" (pods labelled app=netexec) of agnhost netexec on NETEXEC_PORT, at most one replica per node.
+ * "default" (pods labelled app=netexec) of agnhost netexec on NETEXEC_PORT, at most one replica per node; only on
+ * the nodes `nodeSelector` selects, if given.
  */
-export function netexecBackends(replicas: number) {
+export function netexecBackends(replicas: number, nodeSelector?: Record<string, string>) {
   const labels = { app: "netexec" };
   return {
     apiVersion: "apps/v1",
@@ -101,6 +102,7 @@ export function netexecBackends(replicas: number) {
               labelSelector: { matchLabels: labels },
             },
           ],
+          ...(nodeSelector ? { nodeSelector } : {}),
           // The image's entrypoint is /agnhost.
           containers: [{ name: "netexec", image: AGNHOST_IMAGE, args: ["netexec", `--http-port=${NETEXEC_PORT}`] }],
         },

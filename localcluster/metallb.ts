@@ -1,12 +1,13 @@
-// MetalLB in L2 mode on the local cluster: the anchor our L2 announcement is measured against, installed as its
-// users install it. Its controller and speaker are built from the pinned module go.universe.tf/metallb like the
+// MetalLB on the local cluster, in L2 mode or native BGP mode: the anchor our announcements are measured against,
+// installed as its users install it. Its controller and speaker are built from the pinned module go.universe.tf/metallb like the
 // other upstream binaries (build.ts: static, CGO off, cached), but only on demand (ensureMetallbImages), not by
 // ensureBinaries: only the anchor's benchmark and test need them. Each goes into a single-layer image laid out as
 // upstream's Dockerfiles lay it out (the binary at /, LICENSE), without their distroless base.
 //
 // The objects are MetalLB's own: its Helm chart from the same module, rendered by the pinned helm with the values
-// that make it L2 only and point it at these images (metallbObjects), then a pool and its L2Advertisement
-// (l2PoolObjects). installMetallb does all of it on a cluster.
+// that leave FRR out (frr-k8s, the speaker's FRR container: images not built here) and point it at these images
+// (metallbObjects), then a pool and its L2Advertisement (l2PoolObjects), or a pool, its BGPAdvertisement and the
+// BGPPeers (bgpPoolObjects, metallbBgpPeer: native mode, MetalLB's own Go speaker). installMetallb does all of it.
 import { existsSync } from "node:fs";
 import { chmod, cp, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -133,10 +134,11 @@ export interface MetallbOptions {
 }
 
 /**
- * What `helm install metallb charts/metallb` of the pinned module installs for L2 mode, with these images:
+ * What `helm install metallb charts/metallb` of the pinned module installs without FRR, with these images:
  * its namespace (config/native/ns.yaml: privileged, for the speaker's host network and NET_RAW), CRDs, RBAC,
  * the webhook, the controller Deployment and the speaker DaemonSet (host network, NET_RAW only; memberlist on,
- * its secret made by the controller). FRR is off: the chart installs frr-k8s by default, for BGP.
+ * its secret made by the controller). FRR is off: the chart installs frr-k8s by default, for BGP; without it and
+ * without the speaker's FRR container (off by default), BGP is MetalLB's native speaker.
  */
 export async function metallbObjects(options: MetallbOptions = {}): Promise<KubeObject[]> {
   const { helm } = await ensureBinaries();
@@ -171,9 +173,21 @@ export function l2PoolObjects(name: string, addresses: string[]): KubeObject[] {
   ];
 }
 
-export interface MetallbPool {
-  name: string;
-  addresses: string[];
+/** A pool of `addresses` and the BGPAdvertisement that announces it (from every node) to every BGPPeer. */
+export function bgpPoolObjects(name: string, addresses: string[]): KubeObject[] {
+  const metadata = { name, namespace: METALLB_NAMESPACE };
+  return [
+    { apiVersion: "metallb.io/v1beta1", kind: "IPAddressPool", metadata, spec: { addresses } },
+    { apiVersion: "metallb.io/v1beta1", kind: "BGPAdvertisement", metadata, spec: { ipAddressPools: [name] } },
+  ];
+}
+
+/** A MetalLB BGPPeer (native mode: its own Go speaker; BFD would need its FRR mode). */
+export function metallbBgpPeer(
+  name: string,
+  spec: { myASN: number; peerASN: number; peerAddress: string; holdTime: string },
+): KubeObject {
+  return { apiVersion: "metallb.io/v1beta2", kind: "BGPPeer", metadata: { name, namespace: METALLB_NAMESPACE }, spec };
 }
 
 const ROLLOUT_TIMEOUT = "300s";
@@ -182,10 +196,15 @@ const WEBHOOK_WAIT_MS = 180_000;
 
 /**
  * Imports the images on every node, applies metallbObjects and waits for the controller and every speaker to be
- * ready, then applies the pool. Speakers run only on nodes without the uninitialized taint (they tolerate the
- * control-plane taint only): initialise the nodes first.
+ * ready, then applies `config` (a pool and its advertisement: l2PoolObjects, bgpPoolObjects; peers). Speakers run
+ * only on nodes without the uninitialized taint (they tolerate the control-plane taint only): initialise the nodes
+ * first. With frr-k8s off and the speaker's FRR off (metallbObjects), BGP runs in MetalLB's native mode.
  */
-export async function installMetallb(cluster: Cluster, pool: MetallbPool, options: MetallbOptions = {}): Promise<void> {
+export async function installMetallb(
+  cluster: Cluster,
+  config: KubeObject[],
+  options: MetallbOptions = {},
+): Promise<void> {
   const images = await ensureMetallbImages();
   for (const node of cluster.nodes) {
     for (const image of Object.values(images)) await node.ctr(["images", "import", image.tarball]);
@@ -196,8 +215,7 @@ export async function installMetallb(cluster: Cluster, pool: MetallbPool, option
   for (const workload of [`deployment/${RELEASE}-controller`, `daemonset/${RELEASE}-speaker`]) {
     await cluster.kubectl(["rollout", "status", "-n", METALLB_NAMESPACE, workload, `--timeout=${ROLLOUT_TIMEOUT}`]);
   }
-  await waitFor("MetalLB's webhook to accept the pool", () => apply(l2PoolObjects(pool.name, pool.addresses)),
-    WEBHOOK_WAIT_MS, 1_000);
+  await waitFor("MetalLB's webhook to accept the pool", () => apply(config), WEBHOOK_WAIT_MS, 1_000);
 }
 
 /** The node whose speaker announces the Service, as MetalLB records it (its ServiceL2Status), if one does. */

@@ -46,7 +46,7 @@ describe("MetalLB in L2 mode on the local cluster", () => {
     for (const node of cluster.nodes) await cluster.kubectl(["taint", "node", node.name, `${UNINITIALIZED_TAINT}-`]);
     await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(netexecBackends(WORKERS.length)));
     const started = Date.now();
-    await installMetallb(cluster, { name: "public", addresses: [poolRange(cluster.slot)] });
+    await installMetallb(cluster, l2PoolObjects("public", [poolRange(cluster.slot)]));
     installSeconds = ((Date.now() - started) / 1000).toFixed(1);
     await cluster.kubectl(["rollout", "status", "deployment/netexec", "--timeout=180s"]);
   });

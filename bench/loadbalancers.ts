@@ -1,0 +1,206 @@
+// What bench:l2 and bench:bgp share: the local clusters they start, the Services they create, what they measure at
+// rest (API requests from the audit log, the announcers' memory) and how they print figures.
+import { readFileSync } from "node:fs";
+import { loadavg } from "node:os";
+import path from "node:path";
+import { setTimeout as delay } from "node:timers/promises";
+import type { Pod, Service } from "kubernetes-types/core/v1.js";
+import { NETEXEC_PORT } from "../localcluster/agnhost.ts";
+import { auditEvents, tokenPod } from "../localcluster/audit.ts";
+import { type Cluster, type ClusterOptions, startCluster } from "../localcluster/cluster.ts";
+import { METALLB_NAMESPACE } from "../localcluster/metallb.ts";
+import {
+  AGENT_APP,
+  AGENT_USER,
+  CONTROLLER_APP,
+  CONTROLLER_USER,
+  helmInstallArgs,
+  initialised,
+  listNodes,
+  listPods,
+  podReady,
+} from "../localcluster/project.ts";
+import { waitFor } from "../localcluster/wait.ts";
+import { containerCgroup } from "../test/e2e/cluster-objects.ts";
+import { processMemory } from "./proc.ts";
+import { quantile } from "./quantile.ts";
+
+const MiB = 1024 * 1024;
+/** A cluster start that hit the inotify limit (other clusters on the machine) is tried again this many times. */
+const START_TRIES = 5;
+/** Generous: the machine runs other work too. */
+const WAIT_MS = 180_000;
+
+/** Who announces and who assigns, as the audit log names them, and the announcers' pods. */
+export interface Announcers {
+  users: { announcer: string; controller: string };
+  announcerPods(cluster: Cluster): Promise<Pod[]>;
+}
+
+export const METALLB_ANNOUNCERS: Announcers = {
+  users: {
+    announcer: `system:serviceaccount:${METALLB_NAMESPACE}:metallb-speaker`,
+    controller: `system:serviceaccount:${METALLB_NAMESPACE}:metallb-controller`,
+  },
+  async announcerPods(cluster) {
+    const selector = encodeURIComponent("app.kubernetes.io/component=speaker");
+    const path = `/api/v1/namespaces/${METALLB_NAMESPACE}/pods?labelSelector=${selector}`;
+    return (await cluster.admin.request<{ items: Pod[] }>({ method: "GET", path })).items;
+  },
+};
+
+export const OUR_ANNOUNCERS: Announcers = {
+  users: { announcer: AGENT_USER, controller: CONTROLLER_USER },
+  announcerPods: (cluster) => listPods(cluster, AGENT_APP),
+};
+
+/** The chart installed with `values`; resolves once every node is initialised and every agent and the controller Ready. */
+export async function installOurs(cluster: Cluster, values: Record<string, string>): Promise<void> {
+  await cluster.helm(helmInstallArgs(values));
+  await waitFor("every node initialised", async () => (await listNodes(cluster)).every(initialised), WAIT_MS, 250);
+  await waitFor("the agents and the controller Ready", async () => {
+    const pods = [...(await listPods(cluster, AGENT_APP)), ...(await listPods(cluster, CONTROLLER_APP))];
+    return pods.length > cluster.nodes.length && pods.every(podReady);
+  }, WAIT_MS, 250);
+}
+
+/**
+ * startCluster, tried again after 30 s when a kubelet found no inotify instance left: with other clusters on the
+ * machine, ten nodes of ours can exhaust them (128 per user here: kubelet exits, "inotify_init: too many open files").
+ */
+export async function startClusterRetrying(label: string, options: ClusterOptions): Promise<Cluster> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startCluster({ ...options, log: (line) => console.error(`cluster: ${line}`) });
+    } catch (err) {
+      if (attempt >= START_TRIES || !String((err as Error).message).includes("too many open files")) throw err;
+      console.error(`${label}: a kubelet found no inotify instance left; starting again in 30 s`);
+      await delay(30_000);
+    }
+  }
+}
+
+/** A LoadBalancer Service in "default" for the netexec backends. */
+export const loadBalancer = (name: string, spec: Service["spec"] = {}): Service => ({
+  apiVersion: "v1",
+  kind: "Service",
+  metadata: { name, namespace: "default" },
+  spec: { type: "LoadBalancer", selector: { app: "netexec" }, ports: [{ port: 80, targetPort: NETEXEC_PORT }], ...spec },
+});
+
+export const applyJson = (cluster: Cluster, object: unknown) =>
+  cluster.kubectl(["apply", "-f", "-"], JSON.stringify(object));
+export const createService = (cluster: Cluster, service: Service) =>
+  cluster.admin.request({ method: "POST", path: "/api/v1/namespaces/default/services", body: service });
+
+export const ingressIP = async (cluster: Cluster, name: string) => {
+  const service = await cluster.admin.request<Service>({
+    method: "GET",
+    path: `/api/v1/namespaces/default/services/${name}`,
+  });
+  return service.status?.loadBalancer?.ingress?.[0]?.ip;
+};
+
+export const loadAverage = () =>
+  loadavg()
+    .map((load) => load.toFixed(1))
+    .join(" / ");
+
+export interface Rest {
+  /** By user: requests per node (a pod-bound token's node; "-" without), each as "verb resource" → count. */
+  byUser: Map<string, Map<string, Map<string, number>>>;
+  /** The announcers' process RSS and its anonymous part, per pod. */
+  memory: { rss: number; anon: number }[];
+  load: string;
+}
+
+export const SKIPPED_REST: Rest = { byUser: new Map(), memory: [], load: "not run" };
+
+/** `seconds` at rest (after 10 s for the last writes to settle): the audited requests, then the announcers' memory. */
+export async function atRest(cluster: Cluster, impl: Announcers, seconds: number): Promise<Rest> {
+  await delay(10_000); // writes that follow the last change settle
+  const since = new Date();
+  await delay(seconds * 1000);
+  const until = new Date();
+  const load = loadAverage();
+  const log = cluster.controlPlane.auditLogPath as string;
+  const byUser = new Map<string, Map<string, Map<string, number>>>();
+  for (const user of [impl.users.announcer, impl.users.controller]) {
+    const byNode = new Map<string, Map<string, number>>();
+    for (const event of await auditEvents(log, { user, since, until })) {
+      const node = tokenPod(event).node ?? "-";
+      const { resource = "?", subresource } = event.objectRef ?? {};
+      const key = `${event.verb} ${subresource ? `${resource}/${subresource}` : resource}`;
+      const counts = byNode.get(node) ?? new Map<string, number>();
+      counts.set(key, (counts.get(key) ?? 0) + 1);
+      byNode.set(node, counts);
+    }
+    byUser.set(user, byNode);
+  }
+  // Some request of theirs in the whole log, or the log is misread.
+  if ((await auditEvents(log, { user: impl.users.announcer })).length === 0)
+    throw new Error(`no request of ${impl.users.announcer} audited`);
+  const memory = (await impl.announcerPods(cluster)).map((pod) => {
+    const procs = readFileSync(path.join(containerCgroup(cluster, pod), "cgroup.procs"), "utf8");
+    const { rss, anon } = processMemory(Number(procs.split("\n")[0]));
+    return { rss, anon };
+  });
+  return { byUser, memory, load };
+}
+
+/** "p50 / p99" of sorted seconds. */
+export const latency = (sorted: number[]) =>
+  sorted.length ? `${quantile(sorted, 0.5).toFixed(2)} s / ${quantile(sorted, 0.99).toFixed(2)} s` : "—";
+export const mib = (bytes: number) => (bytes / MiB).toFixed(1);
+export const span = (values: number[], format: (value: number) => string) => {
+  if (values.length === 0) return "—";
+  const [low, high] = [Math.min(...values), Math.max(...values)].map(format);
+  return low === high ? `${low}` : `${low}–${high}`;
+};
+
+/** The announcers' RSS and anonymous memory over their pods, "low–high MiB (low–high MiB)". */
+export const memorySpan = (rest: Rest) =>
+  `${span(rest.memory.map((m) => m.rss), mib)} MiB (${span(rest.memory.map((m) => m.anon), mib)} MiB)`;
+
+/** "n per node (what)", the busiest node's detail; requests of tokens without a node under "-". */
+export function perNode(byNode: Map<string, Map<string, number>> | undefined, nodes: number): string {
+  if (!byNode) return "—";
+  const totals = [...byNode].map(
+    ([node, counts]) => [node, [...counts.values()].reduce((a, b) => a + b, 0), counts] as const,
+  );
+  if (totals.length === 0) return "0";
+  const [, most, counts] = totals.reduce((a, b) => (b[1] > a[1] ? b : a));
+  const detail = [...counts].map(([what, n]) => `${n} ${what}`).join(", ");
+  const idle = nodes - totals.length;
+  const low = idle > 0 ? 0 : Math.min(...totals.map(([, n]) => n));
+  return `${low === most ? most : `${low}–${most}`} (busiest: ${detail})`;
+}
+
+/** All requests of a user, "n (what)". */
+export function total(byNode: Map<string, Map<string, number>> | undefined): string {
+  if (!byNode) return "—";
+  const counts = new Map<string, number>();
+  for (const perKey of byNode.values())
+    for (const [what, n] of perKey) counts.set(what, (counts.get(what) ?? 0) + n);
+  const sum = [...counts.values()].reduce((a, b) => a + b, 0);
+  return sum ? `${sum} (${[...counts].map(([what, n]) => `${n} ${what}`).join(", ")})` : "0";
+}
+
+/** The implementations named on the command line (all of them when none is), or a one-line error. */
+export function pickImplementations<T>(all: Record<string, T>, argv = process.argv.slice(2)): T[] {
+  const names = argv.length ? argv : Object.keys(all);
+  const unknown = names.filter((name) => !(name in all));
+  if (unknown.length) throw new Error(`unknown implementation ${unknown.join(", ")}: pick from ${Object.keys(all).join(", ")}`);
+  return names.map((name) => all[name] as T);
+}
+
+/**
+ * Prints the header of a Markdown table with a column per run, and returns the row printer: a figure's name, its
+ * cell for each run, and a note (a budget, a goal).
+ */
+export function sideBySide<I extends { label: string }, F>(runs: [I, F][]) {
+  console.log(`| figure | ${runs.map(([impl]) => impl.label).join(" | ")} | |`);
+  console.log(`|---|${runs.map(() => "---|").join("")}---|`);
+  return (figure: string, cell: (figures: F, impl: I) => string, note = "") =>
+    console.log(`| ${figure} | ${runs.map(([impl, f]) => cell(f, impl)).join(" | ")} | ${note} |`);
+}
