@@ -25,7 +25,7 @@
 // off from the API and from its peers hears none: it withdraws within PEER_FRESH_MS of its deadline, inside the
 // failover budget; a process that was stopped answers nothing until it has fresh proof. The controller acts on an
 // expired Lease only while its own view is fresh (pools/leases.ts: no stale-view, no mass-expiry; when the guard
-// lifts every Lease gets a full duration), so an API outage moves nothing. When it does move an address away from
+// lifts every Lease gets RECOVERY_GRACE_MS), so an API outage moves nothing. When it does move an address away from
 // an expired Lease, either that node has withdrawn (cut off: nobody on the link hears it anyway), or it hears the
 // new announcer's probe (which it would answer while its view is fresh, agent/announcer/arp-ndp/conflicts.ts's "held") or
 // gratuitous ARP, a claim, and yields before it answers: the new one's probes then find nobody, and one address

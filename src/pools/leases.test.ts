@@ -7,7 +7,9 @@ import {
   AnnouncerLeases,
   decideLeaseGuard,
   MASS_EXPIRY_FRACTION,
+  MASS_EXPIRY_WINDOW_MS,
   provenSegments,
+  RECOVERY_GRACE_MS,
   STALE_VIEW_MS,
 } from "./leases.ts";
 
@@ -59,7 +61,7 @@ test("the guard: paused while no renewal was seen lately, or too many Leases exp
   assert.equal(decideLeaseGuard({ ...view, observed: 0, leases: 0, lastRenewalSeenMs: -Infinity }).rule, "fresh");
 });
 
-test("the guard lifting gives every Lease a full duration from then", () => {
+test("the guard lifting gives every Lease the recovery grace from then; a renewal after it, a duration", () => {
   const leases = new AnnouncerLeases();
   leases.seen(lease("n1", "t1"), 0);
   leases.seen(lease("n2", "t1"), 0);
@@ -70,18 +72,23 @@ test("the guard lifting gives every Lease a full duration from then", () => {
   // The watch is back: one renewal seen ends the silence; the two others, not seen renewed yet, count from then.
   assert.ok(leases.seen(lease("n1", "t2"), 60_100), "a renewal after a silence decides again");
   assert.equal(leases.guard(60_100).rule, "fresh");
-  assert.ok(leases.isLive("n3", 60_100 + 2_999));
-  assert.ok(!leases.isLive("n3", 60_100 + 3_000));
-  // n2 and n3 never renew (n1 does, each second): they expire together, two of three: paused for the window, then
-  // moved.
+  const graceEnd = 60_100 + RECOVERY_GRACE_MS;
+  assert.ok(leases.isLive("n3", graceEnd - 1), "n3's renewal may be late while the API server catches up");
+  assert.ok(!leases.isLive("n3", graceEnd));
+  assert.equal(leases.announcers(60_100).nextExpiryMs, graceEnd, "the plan wakes when the grace ends");
+  // n1 renews each second from now on; n2 late, once, inside the grace: live until the later of the grace and a
+  // duration from then.
   const renewN1 = (fromMs: number, toMs: number) => {
     for (let atMs = fromMs; atMs <= toMs; atMs += 1000) leases.seen(lease("n1", `t${atMs}`), atMs);
   };
-  renewN1(61_000, 63_000);
-  assert.equal(leases.guard(63_200).rule, "mass-expiry");
-  renewN1(64_000, 69_000);
-  assert.equal(leases.guard(69_200).rule, "fresh");
-  assert.ok(!leases.isLive("n3", 69_200), "no second life");
+  renewN1(61_000, graceEnd - 1000);
+  leases.seen(lease("n2", "t3"), graceEnd - 1000);
+  assert.ok(leases.isLive("n2", graceEnd + 1999) && !leases.isLive("n2", graceEnd + 2000));
+  // n2 and n3 then renew no more: they expire together, two of three: paused for the window, then moved.
+  renewN1(graceEnd, graceEnd + 2000 + MASS_EXPIRY_WINDOW_MS);
+  assert.equal(leases.guard(graceEnd + 2200).rule, "mass-expiry");
+  assert.equal(leases.guard(graceEnd + 2200 + MASS_EXPIRY_WINDOW_MS).rule, "fresh");
+  assert.ok(!leases.isLive("n3", graceEnd + 2200 + MASS_EXPIRY_WINDOW_MS), "no second life");
 });
 
 test("a silence the guard never looked at (a replica not leading plans nothing) lifts alike at the first renewal", () => {
@@ -90,8 +97,8 @@ test("a silence the guard never looked at (a replica not leading plans nothing) 
   // No guard() through the silence: the replica lost its leadership in the same outage, or was a follower.
   assert.ok(leases.seen(lease("n1", "t2"), 60_100), "a renewal after a silence decides again");
   assert.equal(leases.guard(60_100).rule, "fresh");
-  assert.ok(leases.isLive("n3", 60_100 + 2_999), "n3 counts from the renewal that ended the silence");
-  assert.ok(!leases.isLive("n3", 60_100 + 3_000));
+  assert.ok(leases.isLive("n3", 60_100 + RECOVERY_GRACE_MS - 1), "n3 counts from the renewal that ended the silence");
+  assert.ok(!leases.isLive("n3", 60_100 + RECOVERY_GRACE_MS));
 });
 
 test("the duration is this controller's own: a Lease asking for a day expires like any other", () => {

@@ -10,7 +10,10 @@
 // it has seen no renewal at all for STALE_VIEW_MS (its Lease watch broken, the API server away), or more than
 // MASS_EXPIRY_FRACTION of the Leases live or lately expired (within MASS_EXPIRY_WINDOW_MS: a Lease left by a node
 // long gone counts for nothing) expired lately, it moves nothing away from an expired Lease; when a stale view ends,
-// each of those gets a full duration from then before anything moves (node-lifecycle's partition guard, for Leases).
+// each of those counts live for RECOVERY_GRACE_MS from then before anything moves (node-lifecycle's partition guard,
+// for Leases). Not one duration: a kube-apiserver back from a stall re-initialises its caches and takes every
+// client's queued requests at once, and on a loaded machine one agent's renewal came more than a duration after
+// another's (an agent whose write went through unanswered meets a conflict, reads, and writes again).
 //
 // A renewal of a Lease that is live changes no announcer: seen() says so, and the controller plans nothing for it
 // (every agent renews each second: with 5,000 nodes, a plan per renewal would keep a core busy), unless a Service
@@ -41,6 +44,8 @@ interface Observed {
   hash: number;
   renewTime: string | undefined;
   seenAtMs: number;
+  /** Live at least until then, whatever its renewals: the grace given when a stale view ended. */
+  graceUntilMs: number;
   /** The annotation as written: a change of it is a change of announcer. */
   segmentsText: string | undefined;
   segments: Cidr[];
@@ -67,6 +72,9 @@ export interface LeaseGuard {
   rule: GuardRule;
   reason: string;
 }
+
+/** When a stale view ends, each Lease that may have been renewed through it counts live this long from then. */
+export const RECOVERY_GRACE_MS = 5 * LEASE_DURATION_SECONDS * 1000;
 
 /** "At once": Leases that expired within this long count against those still live. */
 export const MASS_EXPIRY_WINDOW_MS = 2 * LEASE_DURATION_SECONDS * 1000;
@@ -134,6 +142,7 @@ export class AnnouncerLeases {
       hash: before?.hash ?? hashString(node),
       renewTime,
       seenAtMs: renewed ? nowMs : before.seenAtMs,
+      graceUntilMs: before?.graceUntilMs ?? -Infinity,
       segmentsText,
       segments: same ? before.segments : segments(segmentsText),
       gatewaysText: lease.metadata?.annotations?.[GATEWAYS_ANNOTATION],
@@ -197,22 +206,23 @@ export class AnnouncerLeases {
   }
 
   /**
-   * A renewal seen at `nowMs` ends a silence: what was live or lately expired when the silence began counts from
-   * now as if renewed then, since it may have been renewed all along (not Leases long dead before). Here, not in
-   * guard(): a replica that did not lead through the silence never asked the guard, and must not move on it.
+   * A renewal seen at `nowMs` ends a silence: what was live or lately expired when the silence began counts live
+   * for RECOVERY_GRACE_MS from now, since it may have been renewed all along (not Leases long dead before). Here,
+   * not in guard(): a replica that did not lead through the silence never asked the guard, and must not move on it.
    */
   private endSilence(nowMs: number): void {
     const began = this.lastRenewalSeenMs + STALE_VIEW_MS;
     for (const each of this.observed.values())
-      if (expiryOf(each) > began - MASS_EXPIRY_WINDOW_MS) each.seenAtMs = nowMs;
+      if (expiryOf(each) > began - MASS_EXPIRY_WINDOW_MS) each.graceUntilMs = nowMs + RECOVERY_GRACE_MS;
   }
 
   /** Every announcer at `nowMs`, and when the first live one expires. */
   announcers(nowMs: number): { announcers: Announcer[]; nextExpiryMs: number | undefined } {
     const announcers: Announcer[] = [];
     let nextExpiryMs: number | undefined;
-    for (const { node, hash, seenAtMs, segments, applied } of this.observed.values()) {
-      const expiresAtMs = leaseExpiry(seenAtMs, LEASE_DURATION_SECONDS);
+    for (const each of this.observed.values()) {
+      const { node, hash, segments, applied } = each;
+      const expiresAtMs = expiryOf(each);
       const live = nowMs < expiresAtMs;
       if (live) nextExpiryMs = Math.min(nextExpiryMs ?? Infinity, expiresAtMs);
       announcers.push({ name: node, hash, live, expiresAtMs, segments, ...(applied === undefined ? {} : { applied }) });
@@ -221,7 +231,8 @@ export class AnnouncerLeases {
   }
 }
 
-const expiryOf = (observed: Observed) => leaseExpiry(observed.seenAtMs, LEASE_DURATION_SECONDS);
+const expiryOf = (observed: Observed) =>
+  Math.max(leaseExpiry(observed.seenAtMs, LEASE_DURATION_SECONDS), observed.graceUntilMs);
 
 function conflictsOf(text: string | undefined): Pick<Observed, "conflicts" | "conflictsRefused"> {
   const parsed = parseConflicts(text);

@@ -131,7 +131,7 @@ function faultSuite(mode: ProxyMode): void {
         },
       };
     };
-    /** What the controller said about the Service: its Events, and its log lines naming it. */
+    /** What the controller said about the Service: its Events, its log lines naming it, its guard and leadership. */
     const controllerAccount = async () => {
       const events = JSON.parse(
         await cluster.kubectl(["get", "events", "--field-selector", "involvedObject.name=web", "-o", "json"]),
@@ -143,7 +143,7 @@ function faultSuite(mode: ProxyMode): void {
       );
       return [
         ...events.items.map((event) => `${event.lastTimestamp} ${event.reason}: ${event.message}`),
-        ...logs.flatMap((log) => log.split("\n")).filter((line) => line.includes("default/web")),
+        ...logs.flatMap((log) => log.split("\n")).filter((line) => /default\/web|Lease guard|leading/.test(line)),
       ];
     };
 
@@ -183,10 +183,14 @@ function faultSuite(mode: ProxyMode): void {
       const moves = await watchAnnouncer(services(), "web", announcer);
       try {
         await Promise.race([moves.moved, renewedPast(announcer, resumedAt + 5 * LEASE_DURATION_SECONDS * 1000)]);
+      } catch (err) {
+        // The accounts in the failure itself: CI's summary shows a failure's message, not its diagnostics.
+        const account = [...(await agentAccount(announcer)), ...(await controllerAccount())];
+        throw new Error(`${(err as Error).message}\n${account.join("\n")}`, { cause: err });
       } finally {
         moves.stop();
-        for (const line of [...(await agentAccount(announcer)), ...(await controllerAccount())]) t.diagnostic(line);
       }
+      for (const line of [...(await agentAccount(announcer)), ...(await controllerAccount())]) t.diagnostic(line);
       const { lines, made, samples } = await watching.stop(t);
       outage = { announcer, mac, resumedAt, lines, made, samples };
       const during = made.filter((request) => request.startedMs >= stoppedAt && request.endedMs <= resumedAt);
