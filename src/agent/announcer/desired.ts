@@ -69,20 +69,41 @@ export function decideDesired<Rule extends string>(
       skipped.push({ service: name, ...refusal });
       continue;
     }
-    for (const ingress of service.status?.loadBalancer?.ingress ?? []) {
-      if (ingress.ip === undefined) continue; // a hostname: nothing to announce
-      const problem = ipProblem(ingress.ip);
-      if (problem) {
-        skipped.push({ service: name, address: ingress.ip, rule: "not-an-ip", reason: problem });
+    for (const ingress of ingressIps(service)) {
+      if ("problem" in ingress) {
+        skipped.push({ service: name, address: ingress.ip, rule: "not-an-ip", reason: ingress.problem });
         continue;
       }
-      const address = canonicalIp(ingress.ip) as string;
+      const { address } = ingress;
       const entry = byAddress.get(address) ?? { address, services: [] };
       if (!entry.services.includes(name)) entry.services.push(name);
       byAddress.set(address, entry);
     }
   }
   return { addresses: [...byAddress.values()], skipped };
+}
+
+/** An ingress IP as read: canonical (canonicalIp), or why it is none (ipProblem). */
+export type IngressIp = { ip: string; address: string } | { ip: string; problem: string };
+
+const readIngress = new WeakMap<Service, readonly IngressIp[]>();
+
+/**
+ * A Service's ingress IPs (hostnames left out: nothing to announce), read once per object: the informer replaces an
+ * object on each change and never changes one. Reading every Service's addresses again on every change was most of
+ * an apply's time with 1,000 Services.
+ */
+export function ingressIps(service: Service): readonly IngressIp[] {
+  let read = readIngress.get(service);
+  if (!read) {
+    read = (service.status?.loadBalancer?.ingress ?? []).flatMap(({ ip }): IngressIp[] => {
+      if (ip === undefined) return [];
+      const problem = ipProblem(ip);
+      return [problem ? { ip, problem } : { ip, address: canonicalIp(ip) as string }];
+    });
+    readIngress.set(service, read);
+  }
+  return read;
 }
 
 function serviceRefusal(service: Service): Refusal<ServiceSkipRule> | undefined {

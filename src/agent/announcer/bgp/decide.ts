@@ -10,7 +10,7 @@ import { canonicalIp, ipFamily } from "../../../net/ip.ts";
 import type { HostAddress } from "../../../net/rtnetlink.ts";
 import { ALLOCATED_FROM_ANNOTATION, BGP_CLASS } from "../../../pools/allocate.ts";
 import type { LoadBalancerIPPool } from "../../../pools/pool.ts";
-import type { Refusal } from "../desired.ts";
+import { ingressIps, type Refusal } from "../desired.ts";
 import { NODE_UNKNOWN, type Selection } from "../method.ts";
 import type { RouteAttributes } from "./method.ts";
 import type { SessionOptions } from "./session.ts";
@@ -83,8 +83,10 @@ export function poolAttributes(
   pool: (name: string) => LoadBalancerIPPool | undefined,
 ): RouteAttributes {
   const ingress = (service?.status?.loadBalancer?.ingress ?? []).map(({ ip }) => ip);
+  const read = service ? ingressIps(service) : [];
   const pools = service?.metadata?.annotations?.[ALLOCATED_FROM_ANNOTATION]?.split(",") ?? [];
-  const name = pools[ingress.findIndex((ip) => ip !== undefined && canonicalIp(ip) === address)];
+  const ip = read.find((each) => "address" in each && each.address === address)?.ip;
+  const name = ip === undefined ? undefined : pools[ingress.indexOf(ip)];
   const bgp = name === undefined ? undefined : pool(name)?.spec?.bgp;
   return {
     ...(bgp?.communities?.length ? { communities: bgp.communities } : {}),

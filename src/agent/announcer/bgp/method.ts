@@ -8,7 +8,6 @@
 import type { Logger } from "../../../cli/log.ts";
 import type { BfdClient, BfdSession } from "../bfd/session.ts";
 import type { BfdConfig } from "../bfd/fsm.ts";
-import { ipFamily } from "../../../net/ip.ts";
 import { type Desired, type DesiredAddress, newSkips, type Skip } from "../desired.ts";
 import type { AnnouncementMethod } from "../method.ts";
 import type { Phase } from "./fsm.ts";
@@ -44,7 +43,7 @@ export function routesFor(
   const routes: Route[] = [];
   const skipped: Skip<PeerSkipRule>[] = [];
   for (const entry of desired.addresses) {
-    const family = ipFamily(entry.address) === 6 ? 6 : 4;
+    const family = entry.address.includes(":") ? 6 : 4; // canonical: IPv4 has no colon
     const nextHop = peer.nextHops[family];
     if (nextHop === undefined) {
       const reason = `no IPv${family} address of this node towards the peer to be ${entry.address}'s next hop`;

@@ -122,11 +122,22 @@ export function planUpdates(
 ): { updates: Update[]; advertised: Map<string, string> } {
   const next = new Map<string, string>();
   const byAttributes = new Map<string, { attributes: PathAttributes; prefixes: string[] }>();
+  // Routes share a few sets of attributes (a next hop, a pool's): each set is made, checked and keyed once, not once
+  // a route (with 1,000 routes, parsing each next hop and writing each key was most of a plan).
+  const made = new Map<string, { attributes: PathAttributes; key: string; family: Family | undefined }>();
   for (const route of desired) {
     const family = prefixFamily(route.prefix);
-    if (!peer.families.includes(family) || ipFamily(route.nextHop) !== family) continue;
-    const attributes = routeAttributes(route, peer);
-    const key = JSON.stringify(attributes);
+    if (!peer.families.includes(family)) continue;
+    const { nextHop, linkLocalNextHop = "", communities = [], localPref = "", med = "" } = route;
+    const sameAttributes = `${nextHop} ${linkLocalNextHop} ${communities.join(",")} ${localPref} ${med}`;
+    let set = made.get(sameAttributes);
+    if (!set) {
+      const attributes = routeAttributes(route, peer);
+      set = { attributes, key: JSON.stringify(attributes), family: ipFamily(nextHop) };
+      made.set(sameAttributes, set);
+    }
+    if (set.family !== family) continue;
+    const { attributes, key } = set;
     next.set(route.prefix, key);
     if (advertised.get(route.prefix) === key) continue;
     const group = byAttributes.get(key) ?? { attributes, prefixes: [] };
