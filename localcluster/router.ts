@@ -138,9 +138,16 @@ export async function startRouter(
   // Its own way out, as a top-of-rack router has: the client, whose default route comes here, reaches the control
   // plane (upstream's e2e.test runs from it) through the slot's gateway.
   await inRouter("route", "add", "default", "via", publicGateway);
-  // Forwarding, and ECMP that spreads flows by ports (hash policy 1), not only by addresses, as routers do.
-  for (const setting of ["net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1"])
-    await run("nsenter", [`--net=/run/netns/${layout.netns}`, "sysctl", "-qw", setting]);
+  // Forwarding, and ECMP that spreads flows by ports (hash policy 1), not only by addresses, as routers do. No ICMP
+  // redirects, as data-centre routers are set: the client shares the segment with the default route's next hop, so
+  // a packet for an address not yet (or no longer) announced made the router redirect the client there, and the
+  // client kept sending there for the redirect's 5 minutes after the route came (upstream's e2e.test failed so).
+  const settings = [
+    "net.ipv4.ip_forward=1",
+    "net.ipv4.fib_multipath_hash_policy=1",
+    ...["all", "eth0"].map((conf) => `net.ipv4.conf.${conf}.send_redirects=0`),
+  ];
+  for (const setting of settings) await run("nsenter", [`--net=/run/netns/${layout.netns}`, "sysctl", "-qw", setting]);
 
   const config = path.join(folder, "frr.conf");
   await writeFile(config, frrConfig(slot, index, bfd));

@@ -1,7 +1,8 @@
 // The local cluster's router (localcluster/router.ts) against our own BGP speaker: two nodes announce one address
 // with themselves as next hop (the speaker as a process in each node's namespace, test/bgp/speaker-fixture.ts, each
 // node serving the address on its loopback); the router learns both, installs an ECMP route, and the client host,
-// whose default route goes through the router, reaches the address on both nodes. One node's speaker stopped: the router withdraws that path
+// whose default route goes through the router, reaches the address on both nodes; before the route came, the router
+// redirected nobody. One node's speaker stopped: the router withdraws that path
 // when the hold time passes, and the client is still answered. Stopped, the router leaves nothing.
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
@@ -65,6 +66,16 @@ async function serve(node: ClusterNode, address: string): Promise<void> {
   inNode(node, process.execPath, ["-e", server]);
 }
 
+/** The router's IPv4 counters (/proc/net/snmp in its namespace): datagrams forwarded, ICMP redirects sent. */
+async function routerCounters(): Promise<{ forwarded: number; redirects: number }> {
+  const snmp = await run("ip", ["netns", "exec", routerLayout(cluster.slot).netns, "cat", "/proc/net/snmp"]);
+  const counter = (protocol: string, name: string) => {
+    const [names = "", values = ""] = snmp.split("\n").filter((line) => line.startsWith(`${protocol}:`));
+    return Number(values.split(/\s+/)[names.split(/\s+/).indexOf(name)]);
+  };
+  return { forwarded: counter("Ip", "ForwDatagrams"), redirects: counter("Icmp", "OutRedirects") };
+}
+
 /** Which nodes answered `count` requests from the client host, each from a fresh source port. */
 async function answering(address: string, count: number): Promise<Map<string, number>> {
   const seen = new Map<string, number>();
@@ -81,6 +92,13 @@ test("two nodes announce one address: the router holds an ECMP route, the client
   const address = `198.19.${200 + cluster.slot}.240`; // in no network of the slot: reached only by the route
   const [a, b] = cluster.nodes.slice(1) as [ClusterNode, ClusterNode];
   for (const node of [a, b]) await serve(node, address);
+  // Not announced yet: the client's request follows the router's default route (to the slot's blackhole), and the
+  // router redirects nobody there: a client that took the redirect kept sending there for minutes after the route
+  // came (upstream's e2e.test did).
+  await cluster.client.exec("curl", ["-sS", "--max-time", "1", `http://${address}:${PORT}/`]).catch(() => "");
+  const counters = await routerCounters();
+  assert.ok(counters.forwarded >= 1, "the request went through the router");
+  assert.equal(counters.redirects, 0, "ICMP redirects the router sent");
   const speakers = [announce(a, address), announce(b, address)];
 
   const both = [a.publicIP, b.publicIP].sort();
