@@ -188,6 +188,12 @@ test("BFD down (RFC 5882): the session closes at once without a NOTIFICATION, an
   // BFD coming up, or down again while idle, changes nothing
   assert.deepEqual(decide(CONFIG, up.state, { type: "bfd", up: true }, 0.5).actions, []);
   assert.deepEqual(decide(CONFIG, down.state, { type: "bfd", up: false }, 0.5).actions, []);
+  // The peer's connection waiting for the collision's outcome runs over the same path: closed too, not carried on
+  // (found by the property test below).
+  const waiting = run([{ type: "start" }, { type: "incoming" }]);
+  const both = decide(CONFIG, waiting.state, { type: "bfd", up: false }, 0.5);
+  assert.deepEqual([both.state.phase, both.state.incoming], ["idle", false]);
+  assert.deepEqual(both.actions.filter((a) => a.type === "close"), [{ type: "close", on: "incoming" }, { type: "close" }]);
 });
 
 test("graceful restart: the R bit only before the first session, forwarding kept for every family", () => {

@@ -529,8 +529,11 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
       // attempt comes after the backoff, BFD up or not (RFC 5882 §3.2 leaves waiting for BFD optional; RFC 9384 calls
       // it strict mode): a router that runs BFD only for live neighbors, as FRR does for dynamic ones, would never
       // bring it back before the session.
-      if (!event.up && state.phase !== "idle" && state.phase !== "stopped")
-        return fail(state, jitter, "bfd-down", "BFD to the peer went down");
+      if (!event.up && state.phase !== "idle" && state.phase !== "stopped") {
+        // The peer's connection waiting beside ours runs over the same path: it goes too, not carried on.
+        const failed = fail({ ...state, incoming: false }, jitter, "bfd-down", "BFD to the peer went down");
+        return state.incoming ? { ...failed, actions: [{ type: "close", on: "incoming" }, ...failed.actions] } : failed;
+      }
       return keep(state, event.up ? "bfd-up" : "bfd-down", "");
   }
   return keep(state, "ignored", "");
