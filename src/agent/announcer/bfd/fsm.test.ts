@@ -163,6 +163,21 @@ test("Down: the peer's Down or AdminDown (diag 3), detection (diag 1), our stop 
   assert.equal(last(run([peer("up")], CONFIG, stopped.state)).rule, "admin-down");
 });
 
+test("abandoned (a graceful restart's shutdown): nothing sent, timers gone, Down for the client but no path failure", () => {
+  const up = upState();
+  const abandoned = last(run([{ type: "abandon" }], CONFIG, up));
+  assert.equal(abandoned.rule, "abandoned");
+  assert.deepEqual(sent(abandoned.actions), [], "no AdminDown: the peer finds us gone at its detection time");
+  assert.deepEqual(
+    abandoned.actions.filter((a) => a.type === "disarm").map((a) => a.timer).sort(),
+    ["detect", "tx"],
+  );
+  assert.ok(abandoned.actions.some((a) => a.type === "down" && !a.pathFailure));
+  assert.equal(last(run([peer("up")], CONFIG, abandoned.state)).rule, "admin-down", "later packets change nothing");
+  assert.equal(last(run([{ type: "abandon" }], CONFIG, abandoned.state)).rule, "already-stopped");
+  assert.equal(last(run([{ type: "stop" }], CONFIG, abandoned.state)).rule, "already-stopped", "nor a later stop");
+});
+
 test("a packet for another discriminator changes nothing", () => {
   const up = upState();
   const d = last(run([peer("down", { yourDiscriminator: 0x9999 })], CONFIG, up));
@@ -206,7 +221,7 @@ const eventArb: fc.Arbitrary<BfdEvent> = fc.oneof(
   { weight: 1, arbitrary: fc.constant<BfdEvent>({ type: "timer", timer: "detect" }) },
   { weight: 2, arbitrary: fc.constant<BfdEvent>({ type: "timer", timer: "tx" }) },
   { weight: 1, arbitrary: configArb.map((config): BfdEvent => ({ type: "configure", config })) },
-  { weight: 1, arbitrary: fc.constantFrom<BfdEvent>({ type: "start" }, { type: "stop" }) },
+  { weight: 1, arbitrary: fc.constantFrom<BfdEvent>({ type: "start" }, { type: "stop" }, { type: "abandon" }) },
 );
 
 /** Runs arbitrary events (configure events change the config for what follows), checking each step. */

@@ -44,6 +44,12 @@ export type BfdEvent =
   | { type: "start" }
   /** AdminDown: we tell the peer, then stop sending. */
   | { type: "stop" }
+  /**
+   * We stop sending and tell the peer nothing: it finds us gone at its detection time, as after a crash. For a
+   * graceful restart, after the BGP connection closed: the router helping the restart by then keeps the routes (FRR
+   * 8.4 took an AdminDown sent while the session lived for a failure, and dropped them).
+   */
+  | { type: "abandon" }
   | { type: "configure"; config: BfdConfig }
   | { type: "received"; packet: ControlPacket }
   | TimerEvent<BfdTimer>;
@@ -226,21 +232,23 @@ export function decideBfd(config: BfdConfig, s: BfdSessionState, event: BfdEvent
         reason: "",
       };
     }
-    case "stop": {
+    case "stop":
+    case "abandon": {
       if (s.state === "admin-down") return { state: s, actions: [], rule: "already-stopped", reason: "" };
       const stopped = { ...retime(config, s, "admin-down"), diag: Diag.ADMINISTRATIVELY_DOWN, polling: false };
+      const tell = event.type === "stop";
       return {
         state: stopped,
         actions: [
-          { type: "send", packet: packet(config, stopped) },
+          ...(tell ? [{ type: "send", packet: packet(config, stopped) } as const] : []),
           { type: "disarm", timer: "tx" },
           { type: "disarm", timer: "detect" },
           ...(s.state === "up"
             ? [{ type: "down", diag: Diag.ADMINISTRATIVELY_DOWN, pathFailure: false } as const]
             : []),
         ],
-        rule: "admin-down",
-        reason: "",
+        rule: tell ? "admin-down" : "abandoned",
+        reason: tell ? "" : "stopped sending, AdminDown not sent: the peer detects it",
       };
     }
     case "configure": {

@@ -54,6 +54,8 @@ export interface BfdSession {
   state(): BfdSessionState;
   /** Sends AdminDown and ends the session. */
   stop(): void;
+  /** Ends the session without a word: the peer detects it, as after a crash (the "abandon" event). */
+  abandon(): void;
 }
 
 export interface BfdEndpoint {
@@ -211,6 +213,10 @@ function startDriver(
       state: machine.state,
       stop() {
         machine.apply({ type: "stop" });
+        forget(driver);
+      },
+      abandon() {
+        machine.apply({ type: "abandon" });
         forget(driver);
       },
     },

@@ -169,7 +169,15 @@ test("timers: the hold timer's expiry sends its NOTIFICATION; hold time 0 arms n
   const zero = run(UP.slice(0, 3), { ...CONFIG, holdTime: 0 });
   assert.ok(!zero.actions.some((a) => a.type === "arm"), "no timer with hold time 0");
   assert.equal(run([UP[0]!, { type: "timer", timer: "hold" }]).rule, "connect-timeout");
-  assert.equal(run([...UP, { type: "stop" }]).rule, "stopped");
+  const stopped = run([...UP, { type: "stop" }]);
+  assert.equal(stopped.rule, "stopped");
+  assert.equal(notificationName((sent(stopped.actions)[0] as { notification: { code: number; subcode: number } })
+    .notification), "cease/administrative-shutdown");
+  // A graceful restart's shutdown: closed without Cease, which would make the peer drop our routes (RFC 4724 §4.1).
+  const restarting = run([...UP, { type: "stop", restarting: true }]);
+  assert.deepEqual([restarting.rule, restarting.reason, sent(restarting.actions)],
+    ["stopped", "closed without Cease (restarting)", []]);
+  assert.ok(restarting.actions.some((a) => a.type === "close"));
 });
 
 test("BFD down (RFC 5882): the session closes at once without a NOTIFICATION, and reconnects after its backoff", () => {

@@ -59,7 +59,11 @@ export interface SessionState {
 
 export type SessionEvent =
   | { type: "start" }
-  | { type: "stop" }
+  /**
+   * Ends the session for good: Cease, then close. `restarting`: this process is going and another comes (graceful
+   * restart, RFC 4724 §4.1): no Cease, so that the peer keeps our routes for the restart time.
+   */
+  | { type: "stop"; restarting?: boolean }
   /** Our connection to the peer is up. */
   | { type: "connected" }
   /** The peer connected to us. */
@@ -453,18 +457,18 @@ export function decide(config: SessionConfig, state: SessionState, event: Sessio
       };
     case "stop": {
       const up = state.phase === "open-sent" || state.phase === "open-confirm" || state.phase === "established";
-      const cease = notification("cease", "administrative-shutdown");
+      const cease = up && !event.restarting && notification("cease", "administrative-shutdown");
       return {
         state: { ...state, phase: "stopped", negotiated: undefined, advertised: new Map(), incoming: false },
         actions: [
-          ...(up ? [{ type: "send", message: { type: "notification", notification: cease } } as const] : []),
+          ...(cease ? [{ type: "send", message: { type: "notification", notification: cease } } as const] : []),
           { type: "close" },
           ...(state.incoming ? [{ type: "close", on: "incoming" } as const] : []),
           ...disarmAll,
           { type: "disarm", timer: "retry" },
         ],
         rule: "stopped",
-        reason: up ? "sent Cease (administrative shutdown)" : "",
+        reason: cease ? "sent Cease (administrative shutdown)" : up ? "closed without Cease (restarting)" : "",
       };
     }
     case "connected":

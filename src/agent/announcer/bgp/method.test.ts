@@ -91,7 +91,7 @@ function fakeSessions() {
       offer: () => assert.fail("the method takes no connections"),
       bfd: (up) => calls.push(`${peer} bfd ${up ? "up" : "down"}`),
       state: () => assert.fail("the method reads no state"),
-      stop: () => calls.push(`${peer} stop`),
+      stop: (restarting) => calls.push(`${peer} stop${restarting ? " restarting" : ""}`),
     };
   };
   return { calls, routes, start };
@@ -194,7 +194,7 @@ test("method: a change of peers touches only its sessions; graceful restart keep
   await method.stop(true);
   assert.deepEqual(
     fake.calls.splice(0),
-    ["192.0.2.10 routes ", "192.0.2.10 stop"],
+    ["192.0.2.6 stop restarting", "192.0.2.10 routes ", "192.0.2.10 stop"],
     "at shutdown, the peer with graceful restart keeps our routes (no withdrawal, no Cease); the other is withdrawn",
   );
 });
@@ -210,6 +210,7 @@ test("method: BFD beside the sessions of peers with bfd; new timers reconfigure 
       configure: (next) => void fake.calls.push(`${address} bfd-configure ${next.minTx}`),
       state: () => assert.fail("the method reads no BFD state"),
       stop: () => void fake.calls.push(`${address} bfd-stop`),
+      abandon: () => void fake.calls.push(`${address} bfd-abandon`),
     };
   };
   const timers = { minRx: 300, minTx: 300, multiplier: 3 };
@@ -271,6 +272,10 @@ test("method: BFD beside the sessions of peers with bfd; new timers reconfigure 
     assert.deepEqual(fake.calls.splice(0), calls, name);
   }
   await method.stop(true);
-  const graceful = "graceful restart: BFD says AdminDown, BGP keeps the routes";
-  assert.deepEqual(fake.calls.splice(0), ["192.0.2.6 bfd-stop"], graceful);
+  const graceful = "graceful restart: the connection closes without Cease first, then BFD goes silent (no AdminDown)";
+  assert.deepEqual(
+    fake.calls.splice(0),
+    ["192.0.2.2 stop restarting", "192.0.2.6 stop restarting", "192.0.2.6 bfd-abandon"],
+    graceful,
+  );
 });

@@ -100,8 +100,9 @@ interface Running {
 /**
  * Starts a session with each peer (they connect in the background); apply() hands each its routes. Stopping
  * withdraws every route first, then ends the sessions (Cease), except at the agent's shutdown towards a peer that
- * negotiates graceful restart: its session is left to end with the process, no withdrawal and no Cease, so that the
- * peer keeps our routes for restartTime while the next agent comes up (RFC 4724; a Cease would make it drop them).
+ * negotiates graceful restart: its connection closes with no withdrawal and no Cease, so that the peer keeps our
+ * routes for restartTime while the next agent comes up (RFC 4724; a Cease would make it drop them), and its BFD
+ * stops without a word.
  */
 export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
   const { log, attributes, onRoutes, startSession: start = startSession, startBfd } = options;
@@ -183,8 +184,11 @@ export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
       for (const [name, entry] of running) {
         if (shutdown && entry.peer.session.config.gracefulRestart) {
           kept++;
-          // AdminDown: the peer takes it for no path failure (RFC 5882 §3.2), and keeps the BGP session's routes
-          entry.bfd?.stop();
+          // The connection closed first, without Cease: the peer starts helping our restart and keeps our routes.
+          // Then BFD goes silent, no AdminDown, as at a crash: the peer detects it once the session is gone (FRR
+          // 8.4 took an AdminDown sent first for a failure of the live session, and dropped the routes).
+          entry.session.stop(true);
+          entry.bfd?.abandon();
         } else end(name, entry);
       }
       const except = kept ? `, except from ${kept} peer(s) with graceful restart` : "";

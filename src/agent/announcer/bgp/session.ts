@@ -39,8 +39,11 @@ export interface BgpSession {
   /** A connection the peer made to us (from a listener that matched its address), paused and unread. */
   offer(socket: net.Socket): void;
   state(): SessionState;
-  /** Sends Cease when a session is up, closes, and stops retrying. */
-  stop(): void;
+  /**
+   * Sends Cease when a session is up, closes, and stops retrying. `restarting` (graceful restart): closes without
+   * Cease, so that the peer keeps our routes until the next process's End-of-RIB or the restart time.
+   */
+  stop(restarting?: boolean): void;
   /** The BFD session to the peer left Up (false: the session goes at once) or came Up again (true: it reconnects). */
   bfd(up: boolean): void;
 }
@@ -136,7 +139,7 @@ export function startSession(options: SessionOptions): BgpSession {
       if (role(peerSocket)) peerSocket.resume(); // read only once the session kept it
     },
     state,
-    stop: () => apply({ type: "stop" }),
+    stop: (restarting) => apply({ type: "stop", restarting: restarting === true }),
     bfd: (up) => apply({ type: "bfd", up }),
   };
 }
