@@ -1,7 +1,8 @@
-// `npm run bench:bgp [-- metallb|ours]`: LoadBalancer addresses over BGP side by side, MetalLB in BGP mode (native:
-// its own Go speaker; localcluster/metallb.ts, its chart without FRR) and ours (the chart with bgp.enabled), each on a
-// fresh local cluster of the same layout with the same peer: the cluster's router (localcluster/router.ts: FRR, eBGP,
-// ECMP hashed by ports), through which alone the client host reaches the addresses.
+// `npm run bench:bgp [-- metallb|metallb-frr|ours]`: LoadBalancer addresses over BGP side by side, MetalLB in BGP
+// mode (localcluster/metallb.ts, its own chart: native, its own Go speaker; and FRR, FRR's daemons in each speaker's
+// pod, FRR 8.4 from Debian: localcluster/frr-image.ts) and ours (the chart with bgp.enabled), each on a fresh local
+// cluster of the same layout with the same peer: the cluster's router (localcluster/router.ts: FRR, eBGP, ECMP hashed
+// by ports), through which alone the client host reaches the addresses.
 //
 // Layout: node-0 the control plane; node-1 runs the netexec backends and announces nothing (labelled
 // node.kubernetes.io/exclude-from-external-load-balancers, which both honour); node-2 to node-4 announce. A node lost
@@ -14,18 +15,25 @@
 //   every PROBE_EVERY_MS, each bounded by 2 s, check it: those started after the drop should all succeed (before it,
 //   those ECMP sends to the lost node fail). The link comes back, and the node's path with it, before the next trial. BENCH_BGP_TRIALS (10) trials per peer
 //   setting, in turn over the three announcing nodes: hold time 3 s alone, then with BFD (300 ms × 3) beside it.
-//   MetalLB's native mode has no BFD (its FRR modes have; their images are not built here).
+//   MetalLB's native mode has no BFD; its FRR mode has (a BFDProfile).
 // - agent restart (a rollout restart of the announcers' DaemonSet), between the two: requests failed of those sent
 //   meanwhile.
 // - BENCH_BGP_SERVICES (1,000) Services created, 10 requests in flight: until the router has a route to each.
 // - at rest with a second router as second peer and those prefixes: API requests per node and the controller's in
-//   BENCH_BGP_REST_SECONDS (60), from the audit log; the announcers' process RSS.
+//   BENCH_BGP_REST_SECONDS (60), from the audit log; the announcers' process RSS, and that of the processes beside it
+//   in its pod (MetalLB's FRR mode: FRR's daemons, the reloader, frr-metrics).
 // Figures, never assertions; the load average is printed beside them (this machine is shared: 2 cores).
 import { setTimeout as delay } from "node:timers/promises";
 import type { Service } from "kubernetes-types/core/v1.js";
 import { netexecBackends } from "../localcluster/agnhost.ts";
 import { type Cluster } from "../localcluster/cluster.ts";
-import { bgpPoolObjects, installMetallb, METALLB_NAMESPACE, metallbBgpPeer } from "../localcluster/metallb.ts";
+import {
+  bgpPoolObjects,
+  installMetallb,
+  METALLB_NAMESPACE,
+  metallbBfdProfile,
+  metallbBgpPeer,
+} from "../localcluster/metallb.ts";
 import { NAMESPACE } from "../localcluster/project.ts";
 import { type ClusterRouter, NODE_ASN, ROUTER_ASN, routerLayout, routerPeer, startRouter } from "../localcluster/router.ts";
 import { METALLB_VERSION } from "../localcluster/versions.ts";
@@ -98,26 +106,44 @@ interface Implementation extends Announcers {
 
 const PEER_ROUTER = (cluster: Cluster, index: number) => routerLayout(cluster.slot, index).ip;
 
-const metallb: Implementation = {
-  label: `MetalLB ${METALLB_VERSION} (BGP, native)`,
-  projectImage: false,
-  async install(cluster, range) {
-    // No cloud controller runs: the admin initialises the Nodes (MetalLB's speakers do not tolerate the taint).
-    for (const node of cluster.nodes) await cluster.kubectl(["taint", "node", node.name, `${UNINITIALIZED_TAINT}-`]);
-    await installMetallb(cluster, [...bgpPoolObjects("first", [range]), metallbPeer(cluster, 0)]);
-  },
-  async addPool(cluster, name, range) {
-    await applyJson(cluster, { apiVersion: "v1", kind: "List", items: bgpPoolObjects(name, [range]) });
-  },
-  addPeer: async (cluster, index) => void (await applyJson(cluster, metallbPeer(cluster, index))),
-  service: (name) => loadBalancer(name),
-  daemonSet: [METALLB_NAMESPACE, "metallb-speaker"],
-  ...METALLB_ANNOUNCERS,
-};
+/** MetalLB in native mode (its own Go speaker) or, with `frr`, in FRR mode: the same objects, and BFD. */
+function metallb(frr: boolean): Implementation {
+  const peer = (cluster: Cluster, index: number) => metallbPeer(cluster, index, frr ? FRR_PEER : {});
+  return {
+    label: `MetalLB ${METALLB_VERSION} (BGP, ${frr ? "FRR" : "native"})`,
+    projectImage: false,
+    async install(cluster, range) {
+      // No cloud controller runs: the admin initialises the Nodes (MetalLB's speakers do not tolerate the taint).
+      for (const node of cluster.nodes) await cluster.kubectl(["taint", "node", node.name, `${UNINITIALIZED_TAINT}-`]);
+      await installMetallb(cluster, [...bgpPoolObjects("first", [range]), peer(cluster, 0)], { frr });
+    },
+    async addPool(cluster, name, range) {
+      await applyJson(cluster, { apiVersion: "v1", kind: "List", items: bgpPoolObjects(name, [range]) });
+    },
+    addPeer: async (cluster, index) => void (await applyJson(cluster, peer(cluster, index))),
+    ...(frr ? { bfd: metallbBfd } : {}),
+    service: (name) => loadBalancer(name),
+    daemonSet: [METALLB_NAMESPACE, "metallb-speaker"],
+    ...METALLB_ANNOUNCERS,
+  };
+}
 
-function metallbPeer(cluster: Cluster, index: number) {
+/**
+ * FRR mode's peers: FRR waits its connect-retry time, 120 s unless MetalLB's connectTime says, before it tries a peer
+ * again, and a node whose link came back stayed apart that long (the native speaker tries again within seconds).
+ */
+const FRR_PEER = { connectTime: "5s" };
+
+function metallbPeer(cluster: Cluster, index: number, more: { connectTime?: string; bfdProfile?: string }) {
   const spec = { myASN: NODE_ASN, peerASN: ROUTER_ASN, peerAddress: PEER_ROUTER(cluster, index), holdTime: "3s" };
-  return metallbBgpPeer(index ? `router-${index}` : "router", spec);
+  return metallbBgpPeer(index ? `router-${index}` : "router", { ...spec, ...more });
+}
+
+/** A BFDProfile of 300 ms × 3 and router 0's peer naming it. */
+async function metallbBfd(cluster: Cluster): Promise<void> {
+  const profile = metallbBfdProfile("bench", { receiveInterval: 300, transmitInterval: 300, detectMultiplier: 3 });
+  const peer = metallbPeer(cluster, 0, { ...FRR_PEER, bfdProfile: "bench" });
+  await applyJson(cluster, { apiVersion: "v1", kind: "List", items: [profile, peer] });
 }
 
 const ourPeer = (cluster: Cluster, index: number, spec: object = { holdTime: "3s" }) => {
@@ -145,7 +171,7 @@ const ours: Implementation = {
   ...OUR_ANNOUNCERS,
 };
 
-const IMPLEMENTATIONS: Record<string, Implementation> = { metallb, ours };
+const IMPLEMENTATIONS: Record<string, Implementation> = { metallb: metallb(false), "metallb-frr": metallb(true), ours };
 
 /** The next hops the router has for `ip`, sorted. */
 async function hops(router: ClusterRouter, ip: string): Promise<string[]> {
@@ -328,7 +354,7 @@ async function run(impl: Implementation): Promise<Figures> {
     const announcerIps = announcers.map((name) => cluster.node(name).publicIP);
     console.error(`${impl.label}: ${ip} via ${(await everyPath(cluster, router, ip, announcers)).join(", ")}`);
     const hold = await failovers(cluster, router, impl, "hold time 3 s", ip, announcers);
-    // Before BFD: at SIGTERM our agent ends BFD with AdminDown, which FRR 8.4 takes for a path failure (docs/bgp.md)
+    // Before BFD, so that the restart row compares like with like: MetalLB's native mode has no BFD.
     const restarted = await restart(cluster, router, impl, ip, announcers);
     let bfd: Failover | undefined;
     if (impl.bfd) {
@@ -378,6 +404,8 @@ async function main(): Promise<void> {
     perNode(f.rest.byUser.get(impl.users.announcer), NODES));
   row(`controller requests in ${REST_SECONDS} s at rest`, (f, impl) => total(f.rest.byUser.get(impl.users.controller)));
   row("announcer process RSS (anonymous)", (f) => memorySpan(f.rest), "budget: ≤ 32 MiB");
+  row("… the processes beside it in its pod, summed", (f) =>
+    f.rest.besides.some((m) => m.rss > 0) ? memorySpan(f.rest, f.rest.besides) : "none");
   row("load average at rest", (f) => f.rest.load);
 }
 

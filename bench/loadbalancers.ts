@@ -31,10 +31,12 @@ const START_TRIES = 5;
 /** Generous: the machine runs other work too. */
 const WAIT_MS = 180_000;
 
-/** Who announces and who assigns, as the audit log names them, and the announcers' pods. */
+/** Who announces and who assigns, as the audit log names them, and the announcers' pods and container. */
 export interface Announcers {
   users: { announcer: string; controller: string };
   announcerPods(cluster: Cluster): Promise<Pod[]>;
+  /** The announcer's container in those pods; any others (MetalLB's FRR mode has three) are counted beside it. */
+  container: string;
 }
 
 export const METALLB_ANNOUNCERS: Announcers = {
@@ -47,11 +49,13 @@ export const METALLB_ANNOUNCERS: Announcers = {
     const path = `/api/v1/namespaces/${METALLB_NAMESPACE}/pods?labelSelector=${selector}`;
     return (await cluster.admin.request<{ items: Pod[] }>({ method: "GET", path })).items;
   },
+  container: "speaker",
 };
 
 export const OUR_ANNOUNCERS: Announcers = {
   users: { announcer: AGENT_USER, controller: CONTROLLER_USER },
   announcerPods: (cluster) => listPods(cluster, AGENT_APP),
+  container: "local-ccm",
 };
 
 /** The chart installed with `values`; resolves once every node is initialised and every agent and the controller Ready. */
@@ -106,15 +110,22 @@ export const loadAverage = () =>
     .map((load) => load.toFixed(1))
     .join(" / ");
 
+interface Memory {
+  rss: number;
+  anon: number;
+}
+
 export interface Rest {
   /** By user: requests per node (a pod-bound token's node; "-" without), each as "verb resource" → count. */
   byUser: Map<string, Map<string, Map<string, number>>>;
   /** The announcers' process RSS and its anonymous part, per pod. */
-  memory: { rss: number; anon: number }[];
+  memory: Memory[];
+  /** The processes of the announcers' pods' other containers, summed per pod (shared pages counted in each). */
+  besides: Memory[];
   load: string;
 }
 
-export const SKIPPED_REST: Rest = { byUser: new Map(), memory: [], load: "not run" };
+export const SKIPPED_REST: Rest = { byUser: new Map(), memory: [], besides: [], load: "not run" };
 
 /** `seconds` at rest (after 10 s for the last writes to settle): the audited requests, then the announcers' memory. */
 export async function atRest(cluster: Cluster, impl: Announcers, seconds: number): Promise<Rest> {
@@ -140,12 +151,45 @@ export async function atRest(cluster: Cluster, impl: Announcers, seconds: number
   // Some request of theirs in the whole log, or the log is misread.
   if ((await auditEvents(log, { user: impl.users.announcer })).length === 0)
     throw new Error(`no request of ${impl.users.announcer} audited`);
-  const memory = (await impl.announcerPods(cluster)).map((pod) => {
-    const procs = readFileSync(path.join(containerCgroup(cluster, pod), "cgroup.procs"), "utf8");
-    const { rss, anon } = processMemory(Number(procs.split("\n")[0]));
+  const pods = (await impl.announcerPods(cluster)).map((pod) => containerProcesses(cluster, pod));
+  const memory = pods.map((containers) => {
+    const main = containers.get(impl.container)?.[0];
+    if (main === undefined) throw new Error(`no process in an announcer pod's container ${impl.container}`);
+    const { rss, anon } = processMemory(main);
     return { rss, anon };
   });
-  return { byUser, memory, load };
+  const besides = pods.map((containers) =>
+    summedMemory([...containers].filter(([name]) => name !== impl.container).flatMap(([, pids]) => pids)),
+  );
+  return { byUser, memory, besides, load };
+}
+
+/** The memory of those of `pids` still running, summed: a probe's vtysh, say, may have ended since. */
+function summedMemory(pids: number[]): Memory {
+  const sum = { rss: 0, anon: 0 };
+  for (const pid of pids) {
+    try {
+      const { rss, anon } = processMemory(pid);
+      sum.rss += rss;
+      sum.anon += anon;
+    } catch {
+      // ended since
+    }
+  }
+  return sum;
+}
+
+/** A pod's processes by container name, from each container's cgroup (kubelet lists them by name, not in order). */
+function containerProcesses(cluster: Cluster, pod: Pod): Map<string, number[]> {
+  // containerCgroup finds the first container's: its folder's parent is the pod's.
+  const podCgroup = path.dirname(containerCgroup(cluster, pod));
+  return new Map(
+    (pod.status?.containerStatuses ?? []).map((status) => {
+      const id = status.containerID?.replace(/^containerd:\/\//, "") ?? "";
+      const procs = readFileSync(path.join(podCgroup, id, "cgroup.procs"), "utf8");
+      return [status.name, procs.split("\n").filter(Boolean).map(Number)];
+    }),
+  );
 }
 
 /** "p50 / p99" of sorted seconds. */
@@ -158,9 +202,9 @@ export const span = (values: number[], format: (value: number) => string) => {
   return low === high ? `${low}` : `${low}–${high}`;
 };
 
-/** The announcers' RSS and anonymous memory over their pods, "low–high MiB (low–high MiB)". */
-export const memorySpan = (rest: Rest) =>
-  `${span(rest.memory.map((m) => m.rss), mib)} MiB (${span(rest.memory.map((m) => m.anon), mib)} MiB)`;
+/** The announcers' RSS and anonymous memory (or others of theirs) over their pods, "low–high MiB (low–high MiB)". */
+export const memorySpan = (rest: Rest, memory = rest.memory) =>
+  `${span(memory.map((m) => m.rss), mib)} MiB (${span(memory.map((m) => m.anon), mib)} MiB)`;
 
 /** "n per node (what)", the busiest node's detail; requests of tokens without a node under "-". */
 export function perNode(byNode: Map<string, Map<string, number>> | undefined, nodes: number): string {

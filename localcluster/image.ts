@@ -151,7 +151,7 @@ function nodeBinary(): string {
 }
 
 /** The shared libraries and the dynamic loader the given ELF files need, at the paths the loader finds them. */
-function sharedLibraries(files: string[]): string[] {
+export function sharedLibraries(files: string[]): string[] {
   const libraries = new Set<string>();
   for (const file of files) {
     for (const line of execFileSync("ldd", [file], { encoding: "utf8" }).split("\n")) {

@@ -1,13 +1,15 @@
-// MetalLB on the local cluster, in L2 mode or native BGP mode: the anchor our announcements are measured against,
-// installed as its users install it. Its controller and speaker are built from the pinned module go.universe.tf/metallb like the
+// MetalLB on the local cluster, in L2 mode or BGP mode (native, or FRR): the anchor our announcements are measured
+// against, installed as its users install it. Its controller and speaker are built from the pinned module go.universe.tf/metallb like the
 // other upstream binaries (build.ts: static, CGO off, cached), but only on demand (ensureMetallbImages), not by
 // ensureBinaries: only the anchor's benchmark and test need them. Each goes into a single-layer image laid out as
-// upstream's Dockerfiles lay it out (the binary at /, LICENSE), without their distroless base.
+// upstream's Dockerfiles lay it out (the binary at /, LICENSE; the speaker's with its FRR mode's helpers), without
+// their distroless base. FRR mode's FRR image is made from Debian's packages (frr-image.ts).
 //
 // The objects are MetalLB's own: its Helm chart from the same module, rendered by the pinned helm with the values
-// that leave FRR out (frr-k8s, the speaker's FRR container: images not built here) and point it at these images
-// (metallbObjects), then a pool and its L2Advertisement (l2PoolObjects), or a pool, its BGPAdvertisement and the
-// BGPPeers (bgpPoolObjects, metallbBgpPeer: native mode, MetalLB's own Go speaker). installMetallb does all of it.
+// that leave frr-k8s out (its images are not built here), add the speaker's FRR containers for FRR mode, and point it
+// at these images (metallbObjects), then a pool and its L2Advertisement (l2PoolObjects), or a pool, its
+// BGPAdvertisement, the BGPPeers and BFD profiles (bgpPoolObjects, metallbBgpPeer, metallbBfdProfile).
+// installMetallb does all of it.
 import { existsSync } from "node:fs";
 import { chmod, cp, mkdir, readFile, rename, rm, writeFile } from "node:fs/promises";
 import path from "node:path";
@@ -15,7 +17,8 @@ import { parse, parseAllDocuments } from "yaml";
 import { CACHE_DIR, type Component, ensureBinaries, ensureComponent } from "./build.ts";
 import type { Cluster } from "./cluster.ts";
 import { run } from "./exec.ts";
-import { writeImageTarball } from "./oci-image.ts";
+import { ensureFrrImage } from "./frr-image.ts";
+import { type ImageFile, writeImageTarball } from "./oci-image.ts";
 import { METALLB_VERSION } from "./versions.ts";
 import { waitFor } from "./wait.ts";
 
@@ -25,7 +28,13 @@ const COMPONENT: Component = {
   name: "metallb",
   version: METALLB_VERSION,
   module: MODULE,
-  commands: { controller: `${MODULE}/controller`, speaker: `${MODULE}/speaker` },
+  commands: {
+    controller: `${MODULE}/controller`,
+    speaker: `${MODULE}/speaker`,
+    // In the speaker's image too, as upstream's Dockerfile puts them: its FRR mode's init containers copy them out.
+    "cp-tool": `${MODULE}/frr-tools/cp-tool`,
+    "frr-metrics": `${MODULE}/frr-tools/metrics`,
+  },
   ldflags: [],
   goModExtra: frrK8sReplace,
 };
@@ -93,20 +102,30 @@ async function metallbModuleDir(): Promise<string> {
 
 /** The controller's and the speaker's image tarballs for `ctr images import`, built once per version. */
 export async function ensureMetallbImages(): Promise<Record<MetallbProgram, MetallbImage>> {
-  const dir = path.join(CACHE_DIR, `metallb-images-${METALLB_VERSION}`);
+  const dir = path.join(CACHE_DIR, `metallb-images-${METALLB_VERSION}-frr-tools`);
   const tarball = (program: MetallbProgram) => path.join(dir, `${program}.tar`);
   const programs = Object.keys(METALLB_IMAGES) as MetallbProgram[];
   if (programs.some((program) => !existsSync(tarball(program)))) {
     const binaries = await ensureComponent(COMPONENT);
-    const license = path.join(await metallbModuleDir(), "LICENSE");
+    const module = await metallbModuleDir();
+    const binary = (name: string) => ({ path: `/${name}`, source: binaries[name] as string, mode: 0o755 });
+    const besides: Record<MetallbProgram, ImageFile[]> = {
+      controller: [],
+      speaker: [
+        binary("cp-tool"),
+        binary("frr-metrics"),
+        { path: "/frr-reloader.sh", source: path.join(module, "frr-tools/reloader/frr-reloader.sh"), mode: 0o755 },
+      ],
+    };
     await mkdir(dir, { recursive: true });
     for (const program of programs) {
       await writeImageTarball(
         {
           reference: METALLB_IMAGES[program],
           files: [
-            { path: `/${program}`, source: binaries[program] as string, mode: 0o755 },
-            { path: "/LICENSE", source: license, mode: 0o644 },
+            binary(program),
+            ...besides[program],
+            { path: "/LICENSE", source: path.join(module, "LICENSE"), mode: 0o644 },
             // From the distroless base, what they use: /tmp, where the webhook's certificates are mounted.
             { path: "/tmp", directory: true, mode: 0o1777 },
           ],
@@ -131,14 +150,17 @@ export interface KubeObject {
 export interface MetallbOptions {
   /** MetalLB then serves only Services of this class (its --lb-class); default: class-less ones, as it ships. */
   loadBalancerClass?: string;
+  /** BGP through FRR in each speaker's pod (its FRR mode, which has BFD), not its own Go speaker (native mode). */
+  frr?: boolean;
 }
 
 /**
  * What `helm install metallb charts/metallb` of the pinned module installs without FRR, with these images:
  * its namespace (config/native/ns.yaml: privileged, for the speaker's host network and NET_RAW), CRDs, RBAC,
  * the webhook, the controller Deployment and the speaker DaemonSet (host network, NET_RAW only; memberlist on,
- * its secret made by the controller). FRR is off: the chart installs frr-k8s by default, for BGP; without it and
- * without the speaker's FRR container (off by default), BGP is MetalLB's native speaker.
+ * its secret made by the controller). frr-k8s is off (the chart installs it by default, for BGP): without it and
+ * without the speaker's FRR containers (off by default), BGP is MetalLB's native speaker. With `frr`, the speaker's
+ * pod has them (FRR mode): FRR's daemons, MetalLB's reloader and frr-metrics, in FRR's image (frr-image.ts).
  */
 export async function metallbObjects(options: MetallbOptions = {}): Promise<KubeObject[]> {
   const { helm } = await ensureBinaries();
@@ -147,6 +169,13 @@ export async function metallbObjects(options: MetallbOptions = {}): Promise<Kube
     "frrk8s.enabled": "false",
     ...(options.loadBalancerClass ? { loadBalancerClass: options.loadBalancerClass } : {}),
   };
+  if (options.frr) {
+    const frr = await ensureFrrImage();
+    values["speaker.frr.enabled"] = "true";
+    values["speaker.frr.image.repository"] = frr.repository;
+    values["speaker.frr.image.tag"] = frr.tag;
+    values["speaker.frr.image.pullPolicy"] = "Never";
+  }
   for (const program of Object.keys(REPOSITORIES) as MetallbProgram[]) {
     values[`${program}.image.repository`] = REPOSITORIES[program];
     values[`${program}.image.tag`] = METALLB_VERSION;
@@ -182,12 +211,20 @@ export function bgpPoolObjects(name: string, addresses: string[]): KubeObject[] 
   ];
 }
 
-/** A MetalLB BGPPeer (native mode: its own Go speaker; BFD would need its FRR mode). */
+/** A MetalLB BGPPeer; a BFD profile (metallbBfdProfile) takes its FRR mode. */
 export function metallbBgpPeer(
   name: string,
-  spec: { myASN: number; peerASN: number; peerAddress: string; holdTime: string },
+  spec: { myASN: number; peerASN: number; peerAddress: string; holdTime: string; connectTime?: string; bfdProfile?: string },
 ): KubeObject {
   return { apiVersion: "metallb.io/v1beta2", kind: "BGPPeer", metadata: { name, namespace: METALLB_NAMESPACE }, spec };
+}
+
+/** A MetalLB BFDProfile, intervals in milliseconds. */
+export function metallbBfdProfile(
+  name: string,
+  spec: { receiveInterval: number; transmitInterval: number; detectMultiplier: number },
+): KubeObject {
+  return { apiVersion: "metallb.io/v1beta1", kind: "BFDProfile", metadata: { name, namespace: METALLB_NAMESPACE }, spec };
 }
 
 const ROLLOUT_TIMEOUT = "300s";
@@ -198,16 +235,17 @@ const WEBHOOK_WAIT_MS = 180_000;
  * Imports the images on every node, applies metallbObjects and waits for the controller and every speaker to be
  * ready, then applies `config` (a pool and its advertisement: l2PoolObjects, bgpPoolObjects; peers). Speakers run
  * only on nodes without the uninitialized taint (they tolerate the control-plane taint only): initialise the nodes
- * first. With frr-k8s off and the speaker's FRR off (metallbObjects), BGP runs in MetalLB's native mode.
+ * first. BGP runs in MetalLB's native mode, or with `frr` in its FRR mode (metallbObjects).
  */
 export async function installMetallb(
   cluster: Cluster,
   config: KubeObject[],
   options: MetallbOptions = {},
 ): Promise<void> {
-  const images = await ensureMetallbImages();
+  const tarballs = Object.values(await ensureMetallbImages()).map((image) => image.tarball);
+  if (options.frr) tarballs.push((await ensureFrrImage()).tarball);
   for (const node of cluster.nodes) {
-    for (const image of Object.values(images)) await node.ctr(["images", "import", image.tarball]);
+    for (const tarball of tarballs) await node.ctr(["images", "import", tarball]);
   }
   const apply = async (items: KubeObject[]) =>
     cluster.kubectl(["apply", "-f", "-"], JSON.stringify({ apiVersion: "v1", kind: "List", items }));

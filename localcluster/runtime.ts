@@ -35,6 +35,9 @@ const PACKAGES: RuntimePackage[] = [
   // Not the cluster's: the real BGP routers test/bgp/ peers our speaker with, in network namespaces.
   { name: "gobgpd", files: ["/usr/bin/gobgpd", "/usr/bin/gobgp"] },
   { name: "frr", files: ["/usr/lib/frr/bgpd", "/usr/bin/vtysh"] },
+  // Not the cluster's: bench:bgp makes MetalLB's FRR image from them and frr (frr-image.ts).
+  { name: "frr-pythontools", files: ["/usr/lib/frr/frr-reload.py"] },
+  { name: "tini", files: ["/usr/bin/tini"] },
   // Not the cluster's: test/docs/router-examples.test.ts has BIRD parse the router configuration docs/bgp.md gives.
   { name: "bird2", files: ["/usr/sbin/bird"] },
   // Not the cluster's: test/ci/workflows.test.ts has actionlint check the workflows' run: scripts with it, and

@@ -10,7 +10,7 @@ test("missingRuntimePackages names each package of which a file is missing", () 
     ["containerd without its shim", (file) => !file.endsWith("containerd-shim-runc-v2"), ["containerd"]],
     ["a fresh machine", () => false, [
       "containerd", "runc", "containernetworking-plugins", "iptables", "nftables", "gcc", "libc6-dev", "dash",
-      "netcat-openbsd", "curl", "wget", "gobgpd", "frr", "bird2", "shellcheck", "skopeo",
+      "netcat-openbsd", "curl", "wget", "gobgpd", "frr", "frr-pythontools", "tini", "bird2", "shellcheck", "skopeo",
     ]],
   ];
   for (const [name, exists, expected] of cases) assert.deepEqual(missingRuntimePackages(exists), expected, name);
