@@ -13,7 +13,7 @@
 // each of those counts live for RECOVERY_GRACE_MS from then before anything moves (node-lifecycle's partition guard,
 // for Leases). Not one duration: a kube-apiserver back from a stall re-initialises its caches and takes every
 // client's queued requests at once, and on a loaded machine one agent's renewal came more than a duration after
-// another's (an agent whose write went through unanswered meets a conflict, reads, and writes again).
+// another's (CI saw an announcer move so; which request was late was not established).
 //
 // A renewal of a Lease that is live changes no announcer: seen() says so, and the controller plans nothing for it
 // (every agent renews each second: with 5,000 nodes, a plan per renewal would keep a core busy), unless a Service
