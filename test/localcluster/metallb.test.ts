@@ -1,9 +1,12 @@
 // MetalLB's objects for L2 mode as metallbObjects renders them from the pinned module's own Helm chart (with the
 // pinned helm): our images, never pulled; the speaker on the host network with NET_RAW only; memberlist on; no FRR
-// anywhere. Cheap (helm template, no cluster, no MetalLB build): the install itself is test/e2e/metallb.e2e.ts.
+// anywhere. With `frr` (bench:bgp's FRR mode): FRR's containers beside the speaker, from the image made of Debian's
+// FRR (frr-image.ts), and no image that any registry would serve. Cheap (helm template and FRR's image tarball, no
+// cluster, no MetalLB build): the installs themselves are test/e2e/metallb.e2e.ts and bench:bgp.
 import assert from "node:assert/strict";
 import { before, describe, test } from "node:test";
 import type { DaemonSet, Deployment } from "kubernetes-types/apps/v1.js";
+import { ensureFrrImage } from "../../localcluster/frr-image.ts";
 import { type KubeObject, METALLB_IMAGES, METALLB_NAMESPACE, metallbObjects } from "../../localcluster/metallb.ts";
 
 describe("MetalLB's chart rendered for L2 mode", () => {
@@ -64,5 +67,39 @@ describe("MetalLB's chart rendered for L2 mode", () => {
     for (const programArgs of args) {
       assert.ok(programArgs.includes("--lb-class=example.com/metallb"), programArgs.join(" "));
     }
+  });
+});
+
+describe("MetalLB's chart rendered for FRR mode", () => {
+  test("FRR's containers beside the speaker in FRR's image made here; the speaker told FRR mode; no frr-k8s", async () => {
+    const objects = await metallbObjects({ frr: true });
+    const frr = await ensureFrrImage();
+    const frrImage = `${frr.repository}:${frr.tag}`;
+    const speakers = objects.filter((o) => o.kind === "DaemonSet") as unknown as DaemonSet[];
+    assert.equal(speakers.length, 1);
+    const pod = speakers[0]?.spec?.template.spec;
+    const images = (containers: { name: string; image?: string }[] = []) =>
+      Object.fromEntries(containers.map(({ name, image }) => [name, image]));
+    assert.deepEqual(images(pod?.containers), {
+      speaker: METALLB_IMAGES.speaker,
+      frr: frrImage,
+      reloader: frrImage,
+      "frr-metrics": frrImage,
+    });
+    assert.deepEqual(images(pod?.initContainers), {
+      "cp-frr-files": frrImage,
+      "cp-reloader": METALLB_IMAGES.speaker,
+      "cp-metrics": METALLB_IMAGES.speaker,
+    });
+    const env = pod?.containers[0]?.env ?? [];
+    assert.equal(env.find(({ name }) => name === "METALLB_BGP_TYPE")?.value, "frr");
+    // Every image of every workload is one imported on the nodes: nothing is ever pulled.
+    const ours = new Set([...Object.values(METALLB_IMAGES), frrImage]);
+    const workloads = objects.filter((o) => o.kind === "Deployment" || o.kind === "DaemonSet") as unknown as DaemonSet[];
+    const foreign = workloads
+      .flatMap((w) => [...(w.spec?.template.spec?.containers ?? []), ...(w.spec?.template.spec?.initContainers ?? [])])
+      .filter(({ image }) => !ours.has(image ?? ""));
+    assert.deepEqual(foreign.map(({ name, image }) => `${name}: ${image}`), []);
+    assert.deepEqual(objects.filter((o) => /frrk8s/.test(o.apiVersion)).map((o) => o.kind), []);
   });
 });
