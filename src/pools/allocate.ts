@@ -77,7 +77,23 @@ export interface L2ServiceFacts {
   ingress: string[];
 }
 
-export function l2ServiceFacts(service: Service): L2ServiceFacts {
+const readFacts = new WeakMap<Service, Readonly<L2ServiceFacts>>();
+
+/**
+ * A Service as allocate() reads it, read once per object: the informer replaces an object on each change and never
+ * changes one. The controller reads every Service on each allocation, and reading them again was a quarter of its
+ * time while 1,000 Services were created.
+ */
+export function l2ServiceFacts(service: Service): Readonly<L2ServiceFacts> {
+  let facts = readFacts.get(service);
+  if (!facts) {
+    facts = readL2ServiceFacts(service);
+    readFacts.set(service, facts);
+  }
+  return facts;
+}
+
+function readL2ServiceFacts(service: Service): L2ServiceFacts {
   const { metadata = {}, spec = {}, status } = service;
   const annotations = metadata.annotations ?? {};
   const readFrom: L2ServiceFacts["readFrom"] = {};
