@@ -172,9 +172,10 @@ test("an address is held from the decision on, while its writes are unanswered",
 
 /** Waits (bounded) until `count` writes were sent. */
 async function waitForWrites(writes: unknown[], count: number): Promise<void> {
-  for (let turns = 0; writes.length < count; turns++) {
-    assert.ok(turns < 1000, `${count} writes never sent`);
-    await new Promise((resolve) => setImmediate(resolve));
+  // Bounded in time, not turns: an allocation due after another waits for its pace (time/pacer.ts).
+  for (const deadline = Date.now() + 10_000; writes.length < count; ) {
+    assert.ok(Date.now() < deadline, `${count} writes never sent`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
   }
 }
 

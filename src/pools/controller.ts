@@ -23,6 +23,7 @@
 //
 // An address another host answers for, as its announcer's Lease reports it (inuse.ts), gets a Warning on its
 // Service (AddressInUseOnNetwork, told once per change) and a line in its pool's status; it is not moved.
+import { setTimeout as delay } from "node:timers/promises";
 import type { Lease } from "kubernetes-types/coordination/v1.js";
 import type { Node, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
@@ -37,6 +38,7 @@ import { endpointSliceFacts, ReadyEndpoints, SERVICE_NAME_LABEL } from "../loadb
 import { type LoadBalancerNode, loadBalancerNode, sameLoadBalancerNode } from "../loadbalancer/nodes.ts";
 import { type ServiceWrite, ServiceWriter, type Warnings } from "../loadbalancer/writer.ts";
 import type { BackoffOptions } from "../time/backoff.ts";
+import { Pacer } from "../time/pacer.ts";
 import {
   ALLOCATED_FROM_ANNOTATION,
   type AllocateResult,
@@ -121,15 +123,21 @@ type WrittenState = Pick<L2ServiceFacts, "ingress" | "allocatedFrom" | "finalize
 const SERVICE = "service:";
 const POOL = "pool:";
 const ALLOCATION = "allocation";
+/** See time/pacer.ts: a change after a quiet spell is allocated at once. */
+const ALLOCATE_INTERVAL_MS = 100;
 const ANNOUNCEMENT = "announcement";
 
 export class PoolController {
   private readonly options: Required<PoolControllerOptions>;
   private readonly queue: WorkQueue;
   private result: AllocateResult | undefined;
+  /** Each Service's allocation in `result`, as text: compared with the next one's to queue what changed. */
+  private allocationTexts = new Map<string, string>();
   private pools: PoolFacts[] = [];
   private exclusions = new ExclusionSet([]);
   private stale = true;
+  /** The allocation reads every Service: while they keep changing it runs at most every ALLOCATE_INTERVAL_MS. */
+  private readonly pacer = new Pacer(ALLOCATE_INTERVAL_MS);
   /** What allocate() reads of each Service of ours, to tell when it must run again. */
   private readonly inputs = new Map<string, string>();
   /** What assignAnnouncers() reads of each Service beside its allocation, likewise. */
@@ -390,20 +398,23 @@ export class PoolController {
           .flatMap(({ endpoints = [] }) => endpoints.flatMap(({ addresses }) => addresses)),
       }),
     );
-    const next = allocate({
-      services: services.list().map((service) => this.allocationFacts(service)),
-      pools: this.pools,
-      exclusions: this.exclusions,
-      served: this.options.config,
-    });
+    const next = this.pacer.run(() =>
+      allocate({
+        services: services.list().map((service) => this.allocationFacts(service)),
+        pools: this.pools,
+        exclusions: this.exclusions,
+        served: this.options.config,
+      }),
+    );
     this.options.metrics.allocateSeconds.observe((performance.now() - started) / 1000);
-    const before = this.result;
+    const first = this.result === undefined;
+    const before = this.allocationTexts;
     this.result = next;
+    this.allocationTexts = new Map([...next.services].map(([key, allocation]) => [key, JSON.stringify(allocation)]));
     this.announceStale = true;
-    if (!before) return next;
-    for (const key of new Set([...before.services.keys(), ...next.services.keys()]))
-      if (JSON.stringify(before.services.get(key)) !== JSON.stringify(next.services.get(key)))
-        this.enqueue(SERVICE + key);
+    if (first) return next;
+    for (const key of new Set([...before.keys(), ...this.allocationTexts.keys()]))
+      if (before.get(key) !== this.allocationTexts.get(key)) this.enqueue(SERVICE + key);
     // Pools' statuses are cheap to compare, and depend on Nodes and other pools too: each is synced.
     for (const pool of this.pools) this.enqueue(POOL + pool.name);
     return next;
@@ -530,6 +541,8 @@ export class PoolController {
   }
 
   private async sync(key: string): Promise<void> {
+    // An allocation due waits for its pace: the changes that come meanwhile are taken in by the same pass.
+    for (let wait = this.pacer.wait(); this.stale && wait > 0; wait = this.pacer.wait()) await delay(wait);
     if (!this.options.isLeader()) return;
     // Queued by a change, or by wakeAt(): time alone changes which Leases are live.
     if (key === ANNOUNCEMENT) this.announceStale = true;

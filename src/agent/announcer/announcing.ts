@@ -9,6 +9,7 @@ import { Informer } from "../../kube/informer.ts";
 import { Resource, SERVICE_RESOURCE } from "../../kube/resource.ts";
 import { WorkQueue } from "../../kube/workqueue.ts";
 import type { Gauge } from "../../cli/metrics.ts";
+import { Pacer } from "../../time/pacer.ts";
 import { decideDesired } from "./desired.ts";
 import { type AnnouncementMethod, type MethodDefinition, NODE_UNKNOWN, type Selection } from "./method.ts";
 
@@ -112,6 +113,12 @@ function trimmer(annotations: readonly string[]): (service: Service) => Service 
   };
 }
 
+/**
+ * While Services keep changing, what this node announces is decided again at most this often (and in at most a
+ * quarter of the time): a change after a quiet spell, such as a failover's, is taken in at once.
+ */
+const MIN_APPLY_INTERVAL_MS = 100;
+
 async function startAnnouncing(options: AnnouncingOptions): Promise<Announcing> {
   const { client, node, method: definition } = options;
   const log = options.log.with({ node });
@@ -127,9 +134,17 @@ async function startAnnouncing(options: AnnouncingOptions): Promise<Announcing> 
   let stopped = false;
   let method: AnnouncementMethod | undefined = undefined; // redecide may be called while it starts
   // Only the whole view, once the first list is in: a part of it (the list's first page, its events one by one)
-  // would read as the rest withdrawn, and a BGP session's first table is final for its peer (End-of-RIB).
+  // would read as the rest withdrawn, and a BGP session's first table is final for its peer (End-of-RIB). A pass
+  // reads every Service: paced (time/pacer.ts), the changes that come meanwhile are taken in by the next one.
+  const pacer = new Pacer(MIN_APPLY_INTERVAL_MS);
+  let queued: NodeJS.Timeout | undefined;
   const apply = () => {
-    if (!stopped && services.hasSynced()) method?.apply(decideDesired(services.list(), definition.refuse));
+    if (queued || stopped) return;
+    queued = setTimeout(() => {
+      queued = undefined;
+      if (!stopped && services.hasSynced())
+        pacer.run(() => method?.apply(decideDesired(services.list(), definition.refuse)));
+    }, pacer.wait());
   };
   method = await definition.start(services, apply);
   services.addHandlers({ onAdd: apply, onUpdate: apply, onDelete: apply });
@@ -138,6 +153,7 @@ async function startAnnouncing(options: AnnouncingOptions): Promise<Announcing> 
   return {
     async stop(shutdown) {
       stopped = true;
+      clearTimeout(queued);
       await method?.stop(shutdown);
       await services.stop();
     },
