@@ -38,12 +38,27 @@ describe("parseAgentFlags", () => {
   test("--bgp-speaker: off by default; the Secret namespace from the flag or POD_NAMESPACE, refused without one", () => {
     const env = { NODE_NAME: "node-1", POD_NAMESPACE: "kube-system" };
     assert.equal(parse([], env).bgp, undefined);
-    assert.deepEqual(parse(["--bgp-speaker"], env).bgp, { secretNamespace: "kube-system", claimClassless: false });
+    const off = { advertisePodCidrs: false, networkUnavailableCondition: false };
+    assert.deepEqual(parse(["--bgp-speaker"], env).bgp, { secretNamespace: "kube-system", claimClassless: false, ...off });
     assert.deepEqual(parse(["--bgp-speaker", "--bgp-secret-namespace=ops", "--bgp-claim-classless"], env).bgp, {
       secretNamespace: "ops",
       claimClassless: true,
+      ...off,
     });
     rejects(["--bgp-claim-classless"], "--bgp-claim-classless needs --bgp-speaker", env);
+    const podCidrs = ["--bgp-speaker", "--bgp-advertise-pod-cidrs", "--bgp-network-unavailable-condition"];
+    assert.deepEqual(parse(podCidrs, env).bgp, {
+      secretNamespace: "kube-system",
+      claimClassless: false,
+      advertisePodCidrs: true,
+      networkUnavailableCondition: true,
+    });
+    rejects(["--bgp-advertise-pod-cidrs"], "--bgp-advertise-pod-cidrs needs --bgp-speaker", env);
+    rejects(
+      ["--bgp-speaker", "--bgp-network-unavailable-condition"],
+      "--bgp-network-unavailable-condition needs --bgp-advertise-pod-cidrs",
+      env,
+    );
     rejects(["--bgp-speaker=maybe"], 'invalid value "maybe" for --bgp-speaker: not a boolean (true or false)', env);
     rejects(["--bgp-speaker"], "--bgp-speaker needs --bgp-secret-namespace (or env POD_NAMESPACE)", { NODE_NAME: "n" });
   });
@@ -162,7 +177,7 @@ describe("parseAgentFlags", () => {
           requirements: [{ key: "node-role.kubernetes.io/edge", operator: "exists", values: [] }],
         },
       },
-      bgp: { secretNamespace: "ops", claimClassless: false },
+      bgp: { secretNamespace: "ops", claimClassless: false, advertisePodCidrs: false, networkUnavailableCondition: false },
       kubeconfig: "/etc/kubeconfig",
       verbosity: 4,
       logFormat: "json",
@@ -425,6 +440,8 @@ describe("the agent's flag table", () => {
         "bgp-speaker",
         "bgp-secret-namespace",
         "bgp-claim-classless",
+        "bgp-advertise-pod-cidrs",
+        "bgp-network-unavailable-condition",
         "kubeconfig",
         "v",
         "log-format",
@@ -473,6 +490,8 @@ describe("the agent's flag table", () => {
       // The release namespace, from POD_NAMESPACE: not a value.
       "bgp-secret-namespace": undefined,
       "bgp-claim-classless": "bgp.claimClassless",
+      "bgp-advertise-pod-cidrs": "bgp.advertisePodCIDRs",
+      "bgp-network-unavailable-condition": "bgp.networkUnavailableCondition",
       kubeconfig: undefined,
       v: "agent.verbosity",
       "log-format": "agent.logFormat",

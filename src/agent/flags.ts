@@ -41,6 +41,10 @@ export interface BgpFlags {
   secretNamespace: string;
   /** Services without a loadBalancerClass are announced too (the pool controller's --lb-bgp-claim-classless). */
   claimClassless: boolean;
+  /** This node's pod CIDRs are announced to the peers that take them (--bgp-advertise-pod-cidrs). */
+  advertisePodCidrs: boolean;
+  /** The Node's NetworkUnavailable condition follows its pod CIDRs' routes (--bgp-network-unavailable-condition). */
+  networkUnavailableCondition: boolean;
 }
 
 export interface AnnounceFlags {
@@ -239,6 +243,28 @@ const announceFlags = [
       "address pool controller gives addresses with --lb-bgp-claim-classless. Needs --bgp-speaker.",
     helm: "bgp.claimClassless",
   }),
+  flag({
+    name: "bgp-advertise-pod-cidrs",
+    type: "bool",
+    default: "false",
+    help:
+      "Also announce this node's own pod CIDRs (its Node's spec.podCIDRs, both families), next hop this node, to " +
+      "the peers that select it and do not opt out (BGPPeer spec.advertisePodCIDRs: false), as a cloud's route " +
+      "controller would: for a CNI in native routing mode across subnets. Withdrawn once the Node is being deleted. " +
+      "Needs --bgp-speaker.",
+    helm: "bgp.advertisePodCIDRs",
+  }),
+  flag({
+    name: "bgp-network-unavailable-condition",
+    type: "bool",
+    default: "false",
+    help:
+      "Keep this Node's NetworkUnavailable condition as cloud-provider's route controller does: False " +
+      "(RouteCreated) once every pod CIDR is held by a peer whose session is Established, True (NoRouteCreated) " +
+      "when one is not. Not with a CNI that sets the condition itself (Calico, Cilium, flannel, ...). Needs " +
+      "--bgp-advertise-pod-cidrs.",
+    helm: "bgp.networkUnavailableCondition",
+  }),
 ] as const;
 
 type AddressType = "internal" | "external";
@@ -368,19 +394,30 @@ export function parseAgentFlags(argv: readonly string[], env: Env): AgentFlags {
       interfaces: values["lb-l2-interfaces"],
       nodeSelector: values["lb-l2-node-selector"] ? parseLabelSelector(values["lb-l2-node-selector"]) : undefined,
     }),
-    bgp: bgp(values["bgp-speaker"], values["bgp-secret-namespace"], values["bgp-claim-classless"]),
+    bgp: bgp(values["bgp-speaker"], values["bgp-secret-namespace"], {
+      claimClassless: values["bgp-claim-classless"],
+      advertisePodCidrs: values["bgp-advertise-pod-cidrs"],
+      networkUnavailableCondition: values["bgp-network-unavailable-condition"],
+    }),
     ...commonFlags(values),
   };
 }
 
-/** The speaker's settings when it is on; refused without a Secret namespace. */
-function bgp(on: boolean, secretNamespace: string, claimClassless: boolean): BgpFlags | undefined {
+/** The speaker's settings when it is on; refused without a Secret namespace, or with an option it lacks. */
+function bgp(
+  on: boolean,
+  secretNamespace: string,
+  options: Omit<BgpFlags, "secretNamespace">,
+): BgpFlags | undefined {
+  if (options.networkUnavailableCondition && !options.advertisePodCidrs)
+    throw new UsageError("--bgp-network-unavailable-condition needs --bgp-advertise-pod-cidrs");
   if (!on) {
-    if (claimClassless) throw new UsageError("--bgp-claim-classless needs --bgp-speaker");
+    if (options.claimClassless) throw new UsageError("--bgp-claim-classless needs --bgp-speaker");
+    if (options.advertisePodCidrs) throw new UsageError("--bgp-advertise-pod-cidrs needs --bgp-speaker");
     return undefined;
   }
   if (secretNamespace === "") throw new UsageError("--bgp-speaker needs --bgp-secret-namespace (or env POD_NAMESPACE)");
-  return { secretNamespace, claimClassless };
+  return { secretNamespace, ...options };
 }
 
 /** Announcing's settings when it is on; its bad input (no namespace, a node name too long for a Lease) refused. */

@@ -18,8 +18,10 @@ describe("peerFacts", () => {
       password: { secret: "md5", key: "password" },
       bfd: { minRxMs: 300, minTxMs: 300, multiplier: 3 },
       gracefulRestart: { restartTimeSeconds: 120 },
+      advertisePodCidrs: true,
       problem: undefined,
     });
+    assert.equal(peerFacts({ spec: { ...BASE, advertisePodCIDRs: false } }).advertisePodCidrs, false, "opted out");
     assert.equal(peerFacts({ spec: { ...BASE, holdTime: "1m30s", keepaliveTime: "30s" } }).keepaliveTimeSeconds, 30);
     assert.equal(peerFacts({ spec: { ...BASE, bfd: { minRx: "0.05s" } } }).bfd?.minRxMs, 50);
   });
@@ -42,6 +44,7 @@ describe("peerFacts", () => {
     [{ bfd: { minTx: "5ms" } }, /^bfd\.minTx: 5ms is not 10ms to 60000ms$/],
     [{ bfd: { multiplier: 256 } }, /^bfd\.multiplier: 256 is not 1 to 255$/],
     [{ gracefulRestart: { restartTime: "4096s" } }, /^gracefulRestart\.restartTime: 4096s is not 1s to 4095s$/],
+    [{ advertisePodCIDRs: "no" as unknown as boolean }, /^advertisePodCIDRs: "no" is not true or false$/],
   ];
   test("what the CRD's rules refuse (a peer written where they do not run) is a problem naming the field", () => {
     for (const [spec, pattern] of refusals) assert.match(problem(spec) ?? "sound", pattern, JSON.stringify(spec));

@@ -27,6 +27,8 @@ export interface BGPPeer extends KubeObject {
     passwordSecretRef?: { name: string; key?: string };
     bfd?: { minRx?: string; minTx?: string; multiplier?: number };
     gracefulRestart?: { restartTime?: string };
+    /** With the agents' --bgp-advertise-pod-cidrs: whether this peer gets the nodes' pod CIDRs (default true). */
+    advertisePodCIDRs?: boolean;
   };
   status?: BGPPeerStatus;
 }
@@ -56,6 +58,8 @@ export interface PeerFacts {
   password: { secret: string; key: string } | undefined;
   bfd: { minRxMs: number; minTxMs: number; multiplier: number } | undefined;
   gracefulRestart: { restartTimeSeconds: number } | undefined;
+  /** The peer gets the nodes' pod CIDRs when the agents announce them (spec.advertisePodCIDRs, default true). */
+  advertisePodCidrs: boolean;
   /** Why nobody peers with it; undefined when it is sound. */
   problem: string | undefined;
 }
@@ -118,6 +122,8 @@ export function peerFacts(peer: BGPPeer): PeerFacts {
     else if (!addressProblem && ipFamily(sourceAddress) !== ipFamily(peerAddress))
       problems.push(`sourceAddress: ${sourceAddress} is not of the family of peerAddress ${peerAddress}`);
   }
+  if (spec.advertisePodCIDRs !== undefined && typeof spec.advertisePodCIDRs !== "boolean")
+    problems.push(`advertisePodCIDRs: ${JSON.stringify(spec.advertisePodCIDRs)} is not true or false`);
   const { bfd, gracefulRestart, passwordSecretRef } = spec;
   const interval = (field: string, text: string) => take(durationIn(field, text, NS_PER_MS, [10, 60_000]));
   const bfdFacts = bfd && {
@@ -148,6 +154,7 @@ export function peerFacts(peer: BGPPeer): PeerFacts {
       multiplier: bfdFacts.multiplier,
     },
     gracefulRestart: gracefulRestart && { restartTimeSeconds: restartTimeSeconds ?? 0 },
+    advertisePodCidrs: spec.advertisePodCIDRs ?? true,
     problem: problems.length ? problems.join("; ") : undefined,
   };
 }

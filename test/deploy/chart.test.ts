@@ -142,7 +142,11 @@ const CANDIDATES: Record<FlagSpec["type"], (spec: FlagSpec) => string[]> = {
 };
 
 /** Values that another value needs beside it (its program refuses it alone), by Helm path. */
-const NEEDS: Record<string, Record<string, unknown>> = { "bgp.claimClassless": { "bgp.enabled": true } };
+const NEEDS: Record<string, Record<string, unknown>> = {
+  "bgp.claimClassless": { "bgp.enabled": true },
+  "bgp.advertisePodCIDRs": { "bgp.enabled": true },
+  "bgp.networkUnavailableCondition": { "bgp.enabled": true, "bgp.advertisePodCIDRs": true },
+};
 
 /** `beside`: the args the values it NEEDS render to. */
 function nonDefaultValue(program: Program, spec: FlagSpec, beside: string[] = []): string {
@@ -257,6 +261,18 @@ const REFUSALS: { values: Record<string, unknown>; line: string; program?: Progr
     line: "bgp.claimClassless needs bgp.enabled: class-less Services would go over BGP",
     program: "local-ccm",
     args: ["--bgp-claim-classless"],
+  },
+  {
+    values: { "bgp.advertisePodCIDRs": true },
+    line: "bgp.advertisePodCIDRs needs bgp.enabled: the pod CIDRs go over the agents' BGP sessions",
+    program: "local-ccm",
+    args: ["--bgp-advertise-pod-cidrs"],
+  },
+  {
+    values: { "bgp.enabled": true, "bgp.networkUnavailableCondition": true },
+    line: "bgp.networkUnavailableCondition needs bgp.advertisePodCIDRs: the condition follows the pod CIDRs' routes",
+    program: "local-ccm",
+    args: ["--bgp-speaker", "--bgp-network-unavailable-condition"],
   },
   {
     values: { "nodeLifecycleController.controller.pingTimeout": "0s" },

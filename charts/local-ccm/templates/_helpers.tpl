@@ -231,6 +231,13 @@ the schema has checked each value's form.
 {{- if and .Values.bgp.claimClassless (not .Values.bgp.enabled) }}
 {{- fail "bgp.claimClassless needs bgp.enabled: class-less Services would go over BGP" }}
 {{- end }}
+{{- /* src/agent/flags.ts: pod CIDRs go over the speaker's sessions, and the condition follows their routes. */}}
+{{- if and .Values.bgp.advertisePodCIDRs (not .Values.bgp.enabled) }}
+{{- fail "bgp.advertisePodCIDRs needs bgp.enabled: the pod CIDRs go over the agents' BGP sessions" }}
+{{- end }}
+{{- if and .Values.bgp.networkUnavailableCondition (not .Values.bgp.advertisePodCIDRs) }}
+{{- fail "bgp.networkUnavailableCondition needs bgp.advertisePodCIDRs: the condition follows the pod CIDRs' routes" }}
+{{- end }}
 {{- if .Values.nodeLifecycleController.enabled }}
 {{- /* src/manager/flags.ts, the elector's own rule: lease duration > renew deadline > retry period. */}}
 {{- $election := .Values.nodeLifecycleController.controller.leaderElection }}

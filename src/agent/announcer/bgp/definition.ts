@@ -6,6 +6,9 @@
 // (method.ts restarts only the sessions whose settings changed). The decisions are decide.ts's. While it runs it
 // reports its sessions on its own Node (report.ts), and runs a BFD session beside each BGP session whose peer has
 // `bfd` (one BFD endpoint per local address, shared by its peers); the report goes when the method stops.
+// With --bgp-advertise-pod-cidrs it also announces its own Node's pod CIDRs (podcidrs.ts decides them from each Node
+// object the agent's watch shows) to the peers that take them, and with --bgp-network-unavailable-condition keeps its
+// Node's NetworkUnavailable condition in line with whether a peer holds them (condition.ts), running or not.
 import type { Node, Secret, Service } from "kubernetes-types/core/v1.js";
 import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { type BGPPeer, BGP_PEER_RESOURCE, type PeerFacts, peerFacts } from "../../../bgppeers/peer.ts";
@@ -36,6 +39,8 @@ import {
 } from "./decide.ts";
 import type { Phase } from "./fsm.ts";
 import { type BgpPeer, startBgpMethod } from "./method.ts";
+import { networkConditionWriter } from "./condition.ts";
+import { decideNetworkCondition, decidePodCidrs, networkCondition } from "./podcidrs.ts";
 import { sessionReport, sessionReportWriter } from "./report.ts";
 
 export interface BgpOptions {
@@ -46,6 +51,10 @@ export interface BgpOptions {
   secretNamespace: string;
   /** Services without a loadBalancerClass are announced too (--bgp-claim-classless). */
   claimClassless: boolean;
+  /** This node's pod CIDRs are announced to the peers that take them (--bgp-advertise-pod-cidrs). */
+  advertisePodCidrs?: boolean;
+  /** The Node's NetworkUnavailable condition follows its pod CIDRs' routes (--bgp-network-unavailable-condition). */
+  networkUnavailableCondition?: boolean;
   log: Logger;
   metrics: BgpMetrics;
   /** This node's Node from the agent's watch; undefined while it is not known. */
@@ -56,7 +65,7 @@ export interface Bgp {
   definition: MethodDefinition<BgpRefusalRule>;
   /** Watches the BGPPeers; `onChange` follows each change (the loop decides its selection again). */
   start(onChange: () => void): void;
-  /** The Node changed: its eligibility is decided again while the method runs. */
+  /** The Node changed: its eligibility and pod CIDRs are decided again while the method runs. */
   nodeChanged(): void;
   stop(): Promise<void>;
 }
@@ -66,6 +75,12 @@ const ROUTINE_BFD_RULES = new Set(["tx", "keep", "stale-timer"]);
 
 /** Netlink events come in bursts (an address add brings routes with it): one look at the next hops per burst. */
 const NETLINK_DEBOUNCE_MS = 200;
+
+/**
+ * How long after its BGP starts the agent may take to peer before it calls its pod CIDRs unrouted (NetworkUnavailable
+ * True): a restarting agent's peers still hold its routes (graceful restart), and its sessions take a few seconds.
+ */
+export const CONDITION_GRACE_MS = 30_000;
 
 /** What the agent keeps of a BGPPeer: its spec (peerFacts reads nothing else). */
 const trimPeer = (peer: BGPPeer): BGPPeer => ({
@@ -106,6 +121,24 @@ export function bgpMethod(options: BgpOptions): Bgp {
   };
   let running: Running | undefined;
 
+  /** The NetworkUnavailable condition, while the agent keeps it (until SIGTERM). */
+  const condition = options.networkUnavailableCondition
+    ? networkConditionWriter({ ...reportOptions(options), current: networkCondition(options.nodeObject()) })
+    : undefined;
+  let conditionSince = Date.now();
+  let everHeld = false;
+  let conditionStopped = false;
+  let graceTimer: NodeJS.Timeout | undefined;
+  const conditionChanged = () => {
+    if (!condition || conditionStopped) return;
+    const held = running?.podCidrsHeld() ?? new Map<string, string[]>();
+    if ([...held.values()].some((cidrs) => cidrs.length > 0)) everHeld = true;
+    const settled = everHeld || Date.now() - conditionSince >= CONDITION_GRACE_MS;
+    const decision = decideNetworkCondition({ pod: decidePodCidrs(options.nodeObject()), held, settled });
+    log.v(4)?.(`BGP: ${decision.rule}: ${decision.message || decision.reason}`, { rule: decision.rule });
+    condition.set(decision);
+  };
+
   const definition: MethodDefinition<BgpRefusalRule> = {
     name: "BGP",
     // Every Service: nothing narrower exists on the server for a class (see docs/bgp.md, "API load"); the loop
@@ -119,17 +152,26 @@ export function bgpMethod(options: BgpOptions): Bgp {
     selectionRules: BGP_SELECTION_RULES,
     async start(services, redecide) {
       const selected = () => selectedPeers(facts(), labels());
-      running = startRunning({ ...options, nodeHash, peers: selected }, services, redecide);
+      running = startRunning({ ...options, nodeHash, peers: selected, onSessions: conditionChanged }, services, redecide);
       const method = running;
       return {
         apply: (desired) => method.apply(desired),
         async stop(shutdown) {
           if (running === method) running = undefined;
+          if (shutdown) conditionStopped = true; // the next agent decides it, within seconds of its sessions
           // A node shutting down (kubelet's graceful node shutdown marks it NotReady before it stops the pods),
-          // drained out or excluded withdraws at SIGTERM too: graceful restart is for an agent coming back.
+          // drained out or excluded withdraws its Services' addresses at SIGTERM too: graceful restart is for an
+          // agent coming back. Its pod CIDRs stay with graceful restart while the Node is not being deleted: its
+          // pods are where they were (podcidrs.ts), and the router drops them after restartTime if no agent returns.
           const eligible = lbNode()?.ineligible === undefined && lbNode() !== undefined;
-          if (shutdown && !eligible) log.info("BGP: stopping on a node no longer eligible: withdrawing everything");
-          await method.stop(shutdown && eligible);
+          const keepPodCidrs = method.holdsPodCidrs();
+          if (shutdown && !eligible) {
+            const what = keepPodCidrs ? "the Services' addresses (keeping the pod CIDRs)" : "everything";
+            log.info(`BGP: stopping on a node no longer eligible: withdrawing ${what}`);
+            if (keepPodCidrs) method.withdrawServices();
+          }
+          await method.stop(shutdown && (eligible || keepPodCidrs));
+          conditionChanged();
         },
       };
     },
@@ -148,9 +190,23 @@ export function bgpMethod(options: BgpOptions): Bgp {
       };
       peers.addHandlers({ onAdd: changed, onUpdate: changed, onDelete: changed });
       peers.start();
+      if (condition) {
+        conditionSince = Date.now();
+        graceTimer = setTimeout(conditionChanged, CONDITION_GRACE_MS);
+        graceTimer.unref();
+        conditionChanged();
+      }
     },
-    nodeChanged: () => running?.redecide(),
-    stop: () => peers.stop(),
+    nodeChanged() {
+      running?.redecide();
+      running?.podCidrsChanged();
+      conditionChanged();
+    },
+    async stop() {
+      conditionStopped = true;
+      clearTimeout(graceTimer);
+      await Promise.all([peers.stop(), condition?.stop()]);
+    },
   };
 }
 
@@ -166,6 +222,14 @@ interface Running extends AnnouncementMethod<BgpRefusalRule> {
   /** The selected peers (or what they need: a next hop, a Secret) may have changed. */
   peersChanged(): void;
   redecide(): void;
+  /** The Node changed: its pod CIDRs are decided again (podcidrs.ts). */
+  podCidrsChanged(): void;
+  /** By peer name, of the sessions Established now: the pod CIDRs they were sent. */
+  podCidrsHeld(): Map<string, string[]>;
+  /** Whether this node announces pod CIDRs now (to a peer that takes them or not). */
+  holdsPodCidrs(): boolean;
+  /** Withdraws the Services' addresses from every peer, keeping the pod CIDRs (before a stop at SIGTERM). */
+  withdrawServices(): void;
 }
 
 /** What the EndpointSlice watch keeps: only this node's endpoints, and only slices that have one. */
@@ -189,7 +253,7 @@ const trimPool = (pool: LoadBalancerIPPool): LoadBalancerIPPool => ({
 });
 
 function startRunning(
-  options: BgpOptions & { nodeHash: number; peers: () => PeerFacts[] },
+  options: BgpOptions & { nodeHash: number; peers: () => PeerFacts[]; onSessions: () => void },
   services: ServiceView,
   redecide: () => void,
 ): Running {
@@ -227,6 +291,7 @@ function startRunning(
     for (const phase of phases.values()) counts.set(phase, (counts.get(phase) ?? 0) + 1);
     for (const phase of SESSION_PHASES) metrics.sessions.with({ state: phase }).set(counts.get(phase) ?? 0);
     report.set(sessionReport(phases, withoutSession));
+    options.onSessions();
   };
   const bfd = bfdEndpoints(log);
   const method = startBgpMethod({
@@ -270,7 +335,8 @@ function startRunning(
       const nextHops = nextHopsFor(nextHop, addresses);
       const session = { ...peerSession(peer, nextHops, password, nodeHash), onDecision: sessionsChanged };
       const timers = peer.bfd && { minRx: peer.bfd.minRxMs, minTx: peer.bfd.minTxMs, multiplier: peer.bfd.multiplier };
-      wanted.push({ name: peer.name, session, nextHops, ...(timers ? { bfd: timers } : {}) });
+      const podCidrs = options.advertisePodCidrs === true && peer.advertisePodCidrs;
+      wanted.push({ name: peer.name, session, nextHops, podCidrs, ...(timers ? { bfd: timers } : {}) });
     }
     const text = JSON.stringify(leftOut);
     if (text !== lastLeftOut)
@@ -310,6 +376,21 @@ function startRunning(
       refreshing = undefined;
     })();
   };
+  /** This node's pod CIDRs, decided from each Node object: their rule and each refused entry logged once. */
+  let podRule = "";
+  const unloggedPodCidrs = newSkips();
+  let podCidrs: string[] = [];
+  const podCidrsChanged = () => {
+    if (!options.advertisePodCidrs || stopped) return;
+    const decision = decidePodCidrs(options.nodeObject());
+    if (decision.rule !== podRule) log.info(`BGP: pod CIDRs: ${decision.reason}`, { rule: decision.rule });
+    podRule = decision.rule;
+    for (const { address, rule, reason } of unloggedPodCidrs(decision.refused))
+      log.warn(`BGP: not announcing pod CIDR: ${reason}`, { podCIDR: address, rule });
+    podCidrs = decision.cidrs;
+    method.setPodCidrs(podCidrs);
+  };
+  podCidrsChanged(); // before any session starts: its first table has them
   const changes = netlink.watchChanges(refresh, NETLINK_DEBOUNCE_MS);
   slices.start();
   pools.start();
@@ -321,6 +402,13 @@ function startRunning(
     ready,
     peersChanged: refresh,
     redecide,
+    podCidrsChanged() {
+      podCidrsChanged();
+      options.onSessions();
+    },
+    podCidrsHeld: () => method.podCidrsHeld(),
+    holdsPodCidrs: () => podCidrs.length > 0,
+    withdrawServices: () => method.apply({ addresses: [], skipped: [] }),
     apply(desired) {
       byKey = new Map(services.list().map((service) => [objectKey(service), service]));
       // Services of other classes are no news: every other Service is one.

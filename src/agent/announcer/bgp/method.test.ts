@@ -7,7 +7,8 @@ import { createLogger } from "../../../cli/log.ts";
 import type { Update } from "../../../net/bgp/update.ts";
 import { type Desired, decideDesired } from "../desired.ts";
 import type { BfdClient, BfdSession } from "../bfd/session.ts";
-import { type BgpPeer, routesFor, startBgpMethod } from "./method.ts";
+import type { Phase, SessionState } from "./fsm.ts";
+import { type BgpPeer, podRoutesFor, routesFor, startBgpMethod } from "./method.ts";
 import { planUpdates, type Route } from "./ribout.ts";
 import type { BgpSession, SessionOptions } from "./session.ts";
 
@@ -76,8 +77,8 @@ test("routes (property): from one desired set to the next, the peer hears exactl
   );
 });
 
-/** A session that records what the method asks of it. */
-function fakeSessions() {
+/** A session that records what the method asks of it (in `phase`, when the test reads it). */
+function fakeSessions(phase?: (peer: string) => Phase) {
   const calls: string[] = [];
   const routes = new Map<string, readonly Route[]>();
   const start = (options: SessionOptions): BgpSession => {
@@ -90,7 +91,7 @@ function fakeSessions() {
       },
       offer: () => assert.fail("the method takes no connections"),
       bfd: (up) => calls.push(`${peer} bfd ${up ? "up" : "down"}`),
-      state: () => assert.fail("the method reads no state"),
+      state: () => (phase ? ({ phase: phase(peer) } as SessionState) : assert.fail("the method reads no state")),
       stop: (restarting) => calls.push(`${peer} stop${restarting ? " restarting" : ""}`),
     };
   };
@@ -277,5 +278,99 @@ test("method: BFD beside the sessions of peers with bfd; new timers reconfigure 
     fake.calls.splice(0),
     ["192.0.2.2 stop restarting", "192.0.2.6 stop restarting", "192.0.2.6 bfd-abandon"],
     graceful,
+  );
+});
+
+test("pod routes: each pod CIDR to a peer that takes them, next hop of its family; none to one that opts out", () => {
+  const cidrs = ["10.244.1.0/24", "fd00:10:244:1::/64"];
+  const cases: [string, Pick<BgpPeer, "nextHops" | "podCidrs">, string[], string[]][] = [
+    ["dual-stack", { nextHops: DUAL, podCidrs: true }, [`10.244.1.0/24>${DUAL[4]}`, `fd00:10:244:1::/64>${DUAL[6]}`], []],
+    ["no IPv6 next hop", { nextHops: { 4: DUAL[4] }, podCidrs: true }, [`10.244.1.0/24>${DUAL[4]}`], [cidrs[1]!]],
+    ["opted out", { nextHops: DUAL, podCidrs: false }, [], []],
+    ["not said: none", { nextHops: DUAL }, [], []],
+  ];
+  for (const [name, peer, routes, skipped] of cases) {
+    const result = podRoutesFor(cidrs, peer);
+    assert.deepEqual(result.routes.map((route) => `${route.prefix}>${route.nextHop}`), routes, name);
+    assert.deepEqual(result.skipped.map((skip) => skip.address), skipped, name);
+  }
+});
+
+test("method: pod CIDRs beside the addresses in one RIB-out per peer; a change is UPDATEs, an opt-out no restart", async () => {
+  const established = new Set<string>();
+  const fake = fakeSessions((peer) => (established.has(peer) ? "established" : "connecting"));
+  const peer = (address: string, nextHop: string, podCidrs: boolean): BgpPeer => ({
+    name: address,
+    session: { config: { ...config, gracefulRestart: { restartTime: 120, restarting: true } }, peerAddress: address },
+    nextHops: { 4: nextHop },
+    podCidrs,
+  });
+  const method = startBgpMethod({
+    log,
+    startSession: fake.start,
+    peers: [peer("192.0.2.2", "192.0.2.1", true), peer("192.0.2.6", "192.0.2.5", false)],
+  });
+  fake.calls.splice(0);
+  const cases: [string, () => void, string[]][] = [
+    [
+      "the node's pod CIDRs: to the peer that takes them",
+      () => method.setPodCidrs(["10.244.1.0/24"]),
+      ["192.0.2.2 routes 10.244.1.0/24>192.0.2.1", "192.0.2.6 routes "],
+    ],
+    ["the same again: nothing", () => method.setPodCidrs(["10.244.1.0/24"]), []],
+    [
+      "a Service: both sets in one setRoutes",
+      () => method.apply(desired("198.51.100.7")),
+      ["192.0.2.2 routes 198.51.100.7/32>192.0.2.1,10.244.1.0/24>192.0.2.1", "192.0.2.6 routes 198.51.100.7/32>192.0.2.5"],
+    ],
+    [
+      "a new pod CIDR: the Services' routes unchanged",
+      () => method.setPodCidrs(["10.244.9.0/24"]),
+      ["192.0.2.2 routes 198.51.100.7/32>192.0.2.1,10.244.9.0/24>192.0.2.1", "192.0.2.6 routes 198.51.100.7/32>192.0.2.5"],
+    ],
+    [
+      "the second peer opts in: handed the pod CIDR, no restart",
+      () => method.setPeers([peer("192.0.2.2", "192.0.2.1", true), peer("192.0.2.6", "192.0.2.5", true)]),
+      ["192.0.2.6 routes 198.51.100.7/32>192.0.2.5,10.244.9.0/24>192.0.2.5"],
+    ],
+    [
+      "the first opts out: withdrawn from it, no restart",
+      () => method.setPeers([peer("192.0.2.2", "192.0.2.1", false), peer("192.0.2.6", "192.0.2.5", true)]),
+      ["192.0.2.2 routes 198.51.100.7/32>192.0.2.1"],
+    ],
+    [
+      "the Services gone: the pod CIDR stays",
+      () => method.apply(desired()),
+      ["192.0.2.2 routes ", "192.0.2.6 routes 10.244.9.0/24>192.0.2.5"],
+    ],
+    ["no pod CIDR (the Node being deleted)", () => method.setPodCidrs([]), ["192.0.2.2 routes ", "192.0.2.6 routes "]],
+  ];
+  for (const [name, change, calls] of cases) {
+    change();
+    assert.deepEqual(fake.calls.splice(0), calls, name);
+  }
+  method.setPodCidrs(["10.244.9.0/24"]);
+  assert.deepEqual(method.podCidrsHeld(), new Map(), "no session Established: nobody holds them");
+  established.add("192.0.2.6").add("192.0.2.2");
+  assert.deepEqual(method.podCidrsHeld(), new Map([["192.0.2.2", []], ["192.0.2.6", ["10.244.9.0/24"]]]));
+  fake.calls.splice(0);
+  await method.stop(true);
+  assert.deepEqual(fake.calls, ["192.0.2.2 stop restarting", "192.0.2.6 stop restarting"], "graceful restart keeps them");
+});
+
+test("pod routes (property): a pod CIDR change is its withdrawal and the new one's announcement, nothing else", () => {
+  const cidr = fc.nat(255).map((n) => `10.244.${n}.0/24`);
+  const peer = { myAsn: 65001, ibgp: false, families: [4, 6] as (4 | 6)[] };
+  const all = (addresses: string[], cidrs: string[]) => [
+    ...routesFor(desired(...addresses), { nextHops: DUAL }).routes,
+    ...podRoutesFor(cidrs, { nextHops: DUAL, podCidrs: true }).routes,
+  ];
+  fc.assert(
+    fc.property(fc.uniqueArray(fc.nat(255).map((n) => `198.51.100.${n}`)), cidr, cidr, (addresses, before, after) => {
+      const first = planUpdates(new Map(), all(addresses, [before]), peer);
+      const next = planUpdates(first.advertised, all(addresses, [after]), peer);
+      const changed = before === after ? [] : [after];
+      assert.deepEqual(prefixes(next.updates), { announced: changed, withdrawn: before === after ? [] : [before] });
+    }),
   );
 });

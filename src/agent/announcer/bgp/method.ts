@@ -2,7 +2,9 @@
 // becomes a host route (/32, /128) in the RIB-out of each configured session (session.ts), its next hop this node's
 // own address towards that peer; ribout.ts turns each change into UPDATEs only, so a change of Services never resets
 // a session, and a change of peers touches only the sessions it concerns. Peers are plain config here: definition.ts
-// builds them from the cluster's BGPPeers, and decides which Services this node announces. A peer with `bfd` gets a
+// builds them from the cluster's BGPPeers, and decides which Services this node announces. Beside those host routes,
+// a peer that takes pod CIDRs gets this node's (setPodCidrs; podcidrs.ts decides them), in the same RIB-out: one
+// session, one setRoutes, both sets, so that a change of either is UPDATEs of its own prefixes. A peer with `bfd` gets a
 // BFD session beside its BGP session, started and stopped with it and telling it when the path goes; new BFD timers
 // are applied to the running BFD session (a Poll Sequence), never by a restart of either.
 import type { Logger } from "../../../cli/log.ts";
@@ -23,6 +25,8 @@ export interface BgpPeer {
   nextHops: { 4?: string; 6?: string };
   /** BFD's timers towards the peer: present means a BFD session runs beside the BGP session. */
   bfd?: BfdConfig;
+  /** The peer gets this node's pod CIDRs (setPodCidrs) too; a change of this alone restarts nothing. */
+  podCidrs?: boolean;
 }
 
 /** What routers are told about an address beside its next hop (a pool's spec.bgp). */
@@ -30,6 +34,15 @@ export type RouteAttributes = Pick<Route, "communities" | "localPref">;
 
 /** Why an address is not announced to a peer. */
 export type PeerSkipRule = "no-next-hop"; // this node has no address of the address's family towards the peer
+
+/** Why a route (an address, a pod CIDR) is left out for a peer, or its next hop. */
+function nextHopOf(peer: Pick<BgpPeer, "nextHops">, text: string): string | Skip<PeerSkipRule> {
+  const family = text.includes(":") ? 6 : 4; // canonical: IPv4 has no colon
+  const nextHop = peer.nextHops[family];
+  if (nextHop !== undefined) return nextHop;
+  const reason = `no IPv${family} address of this node towards the peer to be ${text}'s next hop`;
+  return { address: text, rule: "no-next-hop", reason };
+}
 
 /**
  * The routes a peer should have for `desired`, pure: one host route per address, with `attributes(address)`; an
@@ -43,14 +56,29 @@ export function routesFor(
   const routes: Route[] = [];
   const skipped: Skip<PeerSkipRule>[] = [];
   for (const entry of desired.addresses) {
-    const family = entry.address.includes(":") ? 6 : 4; // canonical: IPv4 has no colon
-    const nextHop = peer.nextHops[family];
-    if (nextHop === undefined) {
-      const reason = `no IPv${family} address of this node towards the peer to be ${entry.address}'s next hop`;
-      skipped.push({ address: entry.address, rule: "no-next-hop", reason });
-      continue;
-    }
-    routes.push({ prefix: `${entry.address}/${family === 4 ? 32 : 128}`, nextHop, ...attributes(entry) });
+    const nextHop = nextHopOf(peer, entry.address);
+    if (typeof nextHop !== "string") skipped.push(nextHop);
+    else routes.push({ prefix: `${entry.address}/${nextHop.includes(":") ? 128 : 32}`, nextHop, ...attributes(entry) });
+  }
+  return { routes, skipped };
+}
+
+/**
+ * The routes of this node's pod CIDRs (canonical, never host routes: podcidrs.ts refuses those, so none shares a
+ * prefix with an address's host route in the RIB-out) to a peer that takes them, pure: the next hop is this node's
+ * address of the CIDR's family towards the peer, as for addresses; a CIDR of a family without one is left out.
+ */
+export function podRoutesFor(
+  cidrs: readonly string[],
+  peer: Pick<BgpPeer, "nextHops" | "podCidrs">,
+): { routes: Route[]; skipped: Skip<PeerSkipRule>[] } {
+  const routes: Route[] = [];
+  const skipped: Skip<PeerSkipRule>[] = [];
+  if (!peer.podCidrs) return { routes, skipped };
+  for (const prefix of cidrs) {
+    const nextHop = nextHopOf(peer, prefix);
+    if (typeof nextHop !== "string") skipped.push(nextHop);
+    else routes.push({ prefix, nextHop });
   }
   return { routes, skipped };
 }
@@ -75,8 +103,15 @@ export interface BgpMethod extends AnnouncementMethod {
    * hops changed is withdrawn, Ceased and started again; one gone is withdrawn and Ceased; the others are untouched.
    */
   setPeers(peers: readonly BgpPeer[]): void;
+  /**
+   * This node's pod CIDRs from now on (canonical; podcidrs.ts): the peers that take them hear the differences as
+   * UPDATEs (a CIDR gone is withdrawn, a new one announced), beside the addresses of apply().
+   */
+  setPodCidrs(cidrs: readonly string[]): void;
   /** Each session's phase, by peer name. */
   phases(): Map<string, Phase>;
+  /** By peer name, of the sessions Established now: the pod CIDRs they were sent. */
+  podCidrsHeld(): Map<string, string[]>;
 }
 
 /** What a session decides every few seconds while up: logged only at -v=6. */
@@ -95,6 +130,8 @@ interface Running {
   bfd: BfdSession | undefined;
   /** The addresses left out for this peer: each logged once, when it is. */
   unlogged: (skipped: readonly Skip<PeerSkipRule>[]) => Skip<PeerSkipRule>[];
+  /** The pod CIDRs in its last routes. */
+  podCidrs: string[];
 }
 
 /**
@@ -108,6 +145,7 @@ export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
   const { log, attributes, onRoutes, startSession: start = startSession, startBfd } = options;
   const running = new Map<string, Running>();
   let desired: Desired = { addresses: [], skipped: [] };
+  let podCidrs: readonly string[] = [];
   let stopped = false;
 
   const begin = (peer: BgpPeer): Running => {
@@ -122,7 +160,7 @@ export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
       },
     });
     const bfd = peer.bfd && startBfd?.(peer, session);
-    return { peer, key: peerKey(peer), log: peerLog, session, bfd, unlogged: newSkips() };
+    return { peer, key: peerKey(peer), log: peerLog, session, bfd, unlogged: newSkips(), podCidrs: [] };
   };
   /** The peer's BFD settings changed alone: new timers go to the running BFD session, without a flap. */
   const rebfd = (entry: Running, next: BgpPeer) => {
@@ -143,10 +181,12 @@ export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
   };
   const hand = (name: string, entry: Running) => {
     const { routes, skipped } = routesFor(desired, entry.peer, attributes);
-    for (const { address, rule, reason } of entry.unlogged(skipped))
+    const pod = podRoutesFor(podCidrs, entry.peer);
+    for (const { address, rule, reason } of entry.unlogged([...skipped, ...pod.skipped]))
       entry.log.info(`BGP: not announcing: ${reason}`, { address, rule });
-    entry.session.setRoutes(routes);
-    onRoutes?.(name, routes.length);
+    entry.session.setRoutes([...routes, ...pod.routes]);
+    entry.podCidrs = pod.routes.map((route) => route.prefix);
+    onRoutes?.(name, routes.length + pod.routes.length);
   };
   const setPeers = (peers: readonly BgpPeer[]) => {
     if (stopped) return;
@@ -154,7 +194,9 @@ export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
     for (const [name, entry] of running) {
       const next = wanted.get(name);
       if (next && peerKey(next) === entry.key) {
+        const takesPodCidrs = entry.peer.podCidrs;
         rebfd(entry, next);
+        if (Boolean(next.podCidrs) !== Boolean(takesPodCidrs)) hand(name, entry);
         continue;
       }
       end(name, entry);
@@ -172,9 +214,20 @@ export function startBgpMethod(options: BgpMethodOptions): BgpMethod {
   return {
     setPeers,
     phases: () => new Map([...running].map(([name, { session }]) => [name, session.state().phase])),
+    podCidrsHeld: () =>
+      new Map(
+        [...running]
+          .filter(([, entry]) => entry.session.state().phase === "established")
+          .map(([name, entry]) => [name, [...entry.podCidrs]]),
+      ),
     apply(next) {
       if (stopped) return;
       desired = next;
+      for (const [name, entry] of running) hand(name, entry);
+    },
+    setPodCidrs(next) {
+      if (stopped || JSON.stringify(next) === JSON.stringify(podCidrs)) return;
+      podCidrs = [...next];
       for (const [name, entry] of running) hand(name, entry);
     },
     async stop(shutdown) {
