@@ -42,6 +42,10 @@ export interface Router {
   address: { 4: string; 6: string };
   /** Ours (the root namespace's end of that link): the speaker's source and next hops. */
   ours: { 4: string; 6: string };
+  /** With `speakers`: the addresses of each speaker in the root namespace, ours first; the router peers with each. */
+  speakers: { 4: string; 6: string }[];
+  /** FRR: every path it has, prefix → the next hops of its paths (one `show bgp` call: cheap to poll). */
+  paths?(family: Family): Promise<Map<string, string[]>>;
   /** What the router learned from us, by prefix (its best paths; exactly one each). */
   routes(family: Family): Promise<Map<string, LearnedRoute>>;
   /** The neighbor's session state as the router names it ("established"/"Established"), "" when unknown. */
@@ -62,8 +66,14 @@ export interface Router {
 export interface RouterOptions {
   /** 0-63: which /30 of the test file's 198.19.<subnet>.0/24 the link uses, and which /64 of fd00:198:<subnet>::/48. */
   index: number;
-  /** 240-247 and 253: one per test file, as the root namespace is shared with other test files. */
+  /** 240-248 and 253: one per test file, as the root namespace is shared with other test files. */
   subnet: number;
+  /**
+   * FRR: speakers in the root namespace that peer with the router (1 unless told): each past ours gets an address of
+   * its own on our end of the link, 198.19.<subnet>.(128 + i) and fd00:198:<subnet>:<index>::(100 + i) (one router
+   * per test file then), and the router a neighbor for it, as for ours.
+   */
+  speakers?: number;
   asn: number;
   peerAsn: number;
   /** Which of our addresses the router expects the session from. */
@@ -100,11 +110,17 @@ async function linkToRoot(net: Network, options: RouterOptions) {
   const v6 = (host: number) => ipFromBytes(ipToBytes(`fd00:198:${options.subnet}:${options.index}::${host}`));
   const ours = { 4: `198.19.${options.subnet}.${base + 1}`, 6: v6(1) };
   const address = { 4: `198.19.${options.subnet}.${base + 2}`, 6: v6(2) };
-  await net.link("root", host, {
-    addressesA: [`${ours[4]}/30`, `${ours[6]}/64`],
+  const more = Array.from({ length: (options.speakers ?? 1) - 1 }, (_, i) => ({
+    4: `198.19.${options.subnet}.${128 + i}`,
+    6: v6(0x100 + i),
+  }));
+  const link = await net.link("root", host, {
+    addressesA: [`${ours[4]}/30`, `${ours[6]}/64`, ...more.flatMap((each) => [`${each[4]}/32`, `${each[6]}/128`])],
     addressesB: [`${address[4]}/30`, `${address[6]}/64`],
   });
-  return { host, ours, address };
+  // the other speakers' IPv4 addresses are on that link too, as the router sees it
+  if (more.length > 0) await host.ip("route", "add", `198.19.${options.subnet}.128/25`, "dev", link.nameB);
+  return { host, ours, address, speakers: [ours, ...more] };
 }
 
 function daemon(host: Host, command: string, args: string[], log: string[]): ChildProcess {
@@ -147,7 +163,8 @@ const GOBGP_STATES: Record<number, string> = {
 };
 
 export async function startGobgp(net: Network, options: RouterOptions): Promise<Router> {
-  const { host, ours, address } = await linkToRoot(net, options);
+  if ((options.speakers ?? 1) > 1) throw new Error("GoBGP here peers with one speaker");
+  const { host, ours, address, speakers } = await linkToRoot(net, options);
   const dir = await mkdtemp(path.join(os.tmpdir(), "gobgp-"));
   const neighbor = ours[options.transport];
   const remotePort = options.active ? `    remote-port = ${options.active.port}\n` : "";
@@ -207,6 +224,7 @@ ${options.gracefulRestart ? "    [neighbors.afi-safis.mp-graceful-restart.config
     host,
     address,
     ours,
+    speakers,
     async routes(family) {
       const rib: Record<string, GobgpPath[]> = await gobgp("global", "rib", "-a", family === 4 ? "ipv4" : "ipv6");
       const routes = new Map<string, LearnedRoute>();
@@ -300,13 +318,16 @@ function killLeftoverFrr(): void {
 }
 
 export async function startFrr(net: Network, options: RouterOptions): Promise<Router> {
-  const { host, ours, address } = await linkToRoot(net, options);
+  const { host, ours, address, speakers } = await linkToRoot(net, options);
   killLeftoverFrr();
   const dir = await mkdtemp(path.join(os.tmpdir(), `frr-${process.pid}-`));
   const neighbor = ours[options.transport];
-  const connecting = options.active
-    ? ` neighbor ${neighbor} port ${options.active.port}\n neighbor ${neighbor} timers connect 1`
-    : ` neighbor ${neighbor} passive`;
+  const neighbors = speakers.map((speaker) => speaker[options.transport]);
+  const each = (line: (neighbor: string) => string) => neighbors.map((neighbor) => `${line(neighbor)}\n`).join("");
+  const connecting = (neighbor: string) =>
+    options.active
+      ? ` neighbor ${neighbor} port ${options.active.port}\n neighbor ${neighbor} timers connect 1`
+      : ` neighbor ${neighbor} passive`;
   const config = `frr defaults traditional
 hostname lccm-frr
 log stdout informational
@@ -314,16 +335,16 @@ router bgp ${options.asn}
  bgp router-id ${address[4]}
  no bgp ebgp-requires-policy
  no bgp network import-check
-${options.gracefulRestart ? ` bgp graceful-restart\n bgp graceful-restart restart-time ${RESTART_TIME}\n` : ""} neighbor ${neighbor} remote-as ${options.peerAsn}
-${connecting}
-${options.password ? ` neighbor ${neighbor} password ${options.password}\n` : ""} neighbor ${neighbor} timers ${Math.floor((options.holdTime ?? 90) / 3)} ${options.holdTime ?? 90}
- neighbor ${neighbor} update-source ${address[options.transport]}
- address-family ipv4 unicast
-  neighbor ${neighbor} activate
- exit-address-family
+${options.gracefulRestart ? ` bgp graceful-restart\n bgp graceful-restart restart-time ${RESTART_TIME}\n` : ""}${each(
+    (neighbor) =>
+      ` neighbor ${neighbor} remote-as ${options.peerAsn}\n${connecting(neighbor)}\n` +
+      (options.password ? ` neighbor ${neighbor} password ${options.password}\n` : "") +
+      ` neighbor ${neighbor} timers ${Math.floor((options.holdTime ?? 90) / 3)} ${options.holdTime ?? 90}\n` +
+      ` neighbor ${neighbor} update-source ${address[options.transport]}`,
+  )} address-family ipv4 unicast
+${each((neighbor) => `  neighbor ${neighbor} activate`)} exit-address-family
  address-family ipv6 unicast
-  neighbor ${neighbor} activate
- exit-address-family
+${each((neighbor) => `  neighbor ${neighbor} activate`)} exit-address-family
 ${options.bfd ? ` neighbor ${neighbor} bfd\n neighbor ${neighbor} bfd profile lccm\n` : ""}`;
   const configFile = path.join(dir, "bgpd.conf");
   await writeFile(configFile, config);
@@ -403,6 +424,7 @@ ${options.bfd ? ` neighbor ${neighbor} bfd\n neighbor ${neighbor} bfd profile lc
     host,
     address,
     ours,
+    speakers,
     async routes(family) {
       const afi = family === 4 ? "ipv4" : "ipv6";
       const table: { routes?: Record<string, unknown[]> } = await vtysh(`show bgp ${afi} unicast json`);
@@ -422,6 +444,11 @@ ${options.bfd ? ` neighbor ${neighbor} bfd\n neighbor ${neighbor} bfd profile lc
         });
       }
       return routes;
+    },
+    async paths(family) {
+      const table: { routes?: Record<string, FrrPath[]> } = await vtysh(`show bgp ${family === 4 ? "ipv4" : "ipv6"} json`);
+      const hop = (path: FrrPath) => path.nexthops?.find((each) => each.scope !== "link-local")?.ip ?? "";
+      return new Map(Object.entries(table.routes ?? {}).map(([prefix, paths]) => [prefix, paths.map(hop)]));
     },
     async sessionState() {
       const peer = (await vtysh(`show bgp neighbors ${neighbor} json`))[neighbor];
