@@ -4,7 +4,8 @@
 // nothing else — not on node B, not another field or label of A, not a providerID A already has. The
 // policy is rendered with node init rules, whose label and taint keys the agent may add (never change)
 // while its Node is uninitialised, and at no other time. Rendered with bgp.enabled (the last test), it may also write
-// its own Node's local-ccm.io/bgp-sessions annotation, up to 16384 characters, and still no other annotation.
+// its own Node's local-ccm.io/bgp-sessions annotation, up to 16384 characters, and still no other annotation; with
+// bgp.networkUnavailableCondition too, its own Node's NetworkUnavailable condition, and no other condition.
 // Other field managers' ownership (managedFields) may change only as the apiserver changes it for the
 // fields written; Events only about its own Node, reported by local-ccm. Requests expected to be denied
 // are sent as dry runs, so a policy that wrongly allows one cannot change the state the other tests rely on.
@@ -754,5 +755,68 @@ describe("node-scope admission policy", () => {
     );
     // Removed, as by an agent that no longer peers.
     assert.equal((await write(null)).metadata?.annotations?.[SESSIONS_ANNOTATION], undefined);
+  });
+
+  // After the BGP report's test: it replaces the policy (and the RBAC) with what bgp.networkUnavailableCondition renders.
+  test("the NetworkUnavailable condition: refused with bgp.enabled alone; with the value that one condition, no other", async () => {
+    // kubelet's Ready condition, for the agent to leave alone
+    const ready = { type: "Ready", status: "True", reason: "KubeletReady", message: "kubelet is posting ready status" };
+    for (const name of [NODES.a, NODES.b])
+      await admin.patch(name, "strategic", { status: { conditions: [ready] } }, { subresource: "status" });
+    const condition = (status: string, reason: string) => ({
+      type: "NetworkUnavailable",
+      status,
+      reason,
+      message: "local-ccm announces 10.244.1.0/24 over BGP to BGPPeer tor",
+      lastHeartbeatTime: "2026-01-01T00:00:00Z",
+      lastTransitionTime: "2026-01-01T00:00:00Z",
+    });
+    // As the agent writes it with the value: a strategic merge of the one condition into nodes/status.
+    const patch = (conditions: object[], name: string = NODES.a, options = { dryRun }) => () =>
+      agent.patch(name, "strategic", { status: { conditions } }, { subresource: "status", ...options });
+    // bgp.enabled alone: the agent's PUT of nodes/status may not carry the condition (and RBAC grants no patch).
+    const current = await agent.get(NODES.a);
+    const put = { ...current, status: { ...current.status, conditions: [...(current.status?.conditions ?? []), condition("False", "RouteCreated")] } };
+    const onlyBgp = ONLY_ALLOWED.replace(" labels and remove", ` labels, the ${SESSIONS_ANNOTATION} annotation and remove`);
+    assert.ok((await denial(() => agent.update(put, { subresource: "status", dryRun }))).endsWith(`${onlyBgp}status.conditions`));
+    assert.ok(isApiError(await patch([condition("False", "RouteCreated")])().catch((err: unknown) => err), "Forbidden"));
+
+    const values = ["--set=bgp.enabled=true", "--set=bgp.advertisePodCIDRs=true", "--set=bgp.networkUnavailableCondition=true"];
+    const rendered = await helmTemplate(plane.binaries.helm, [
+      "--show-only=templates/node-scope-policy.yaml",
+      "--show-only=templates/rbac.yaml",
+      ...INIT_RULES,
+      ...values,
+    ]);
+    const file = path.join(plane.dir, "node-scope-policy-condition.yaml");
+    await writeFile(file, rendered);
+    await plane.kubectl(["apply", "-f", file]);
+    await waitFor(
+      "the policy and RBAC to allow the condition",
+      () => patch([condition("False", "RouteCreated")])().then(() => true, () => false),
+      30_000,
+      200,
+    );
+    const written = await patch([condition("False", "RouteCreated")], NODES.a, { dryRun: false })();
+    const conditions = written.status?.conditions ?? [];
+    // a new entry goes first, kubelet's stays as it was
+    assert.deepEqual(conditions.map((c) => `${c.type}=${c.status}`).sort(), ["NetworkUnavailable=False", "Ready=True"]);
+    assert.deepEqual(conditions.find((c) => c.type === "Ready"), { ...ready, lastHeartbeatTime: null, lastTransitionTime: null });
+    await patch([{ ...condition("True", "NoRouteCreated"), message: "local-ccm has no BGP peer holding 10.244.1.0/24" }], NODES.a, { dryRun: false })();
+
+    const onlyAllowed = onlyBgp.replace(" annotation and remove", " annotation, the NetworkUnavailable condition and remove");
+    const cases: [string, () => Promise<unknown>][] = [
+      ["kubelet's Ready changed beside it", patch([condition("False", "RouteCreated"), { ...ready, status: "False" }])],
+      ["Ready alone", patch([{ ...ready, status: "Unknown" }])],
+      ["another condition added", patch([{ type: "MemoryPressure", status: "True" }])],
+    ];
+    for (const [name, request] of cases) {
+      const text = await denial(request);
+      assert.ok(text.endsWith(`${onlyAllowed}status.conditions`), `${name}: ${text}`);
+    }
+    assert.match(
+      await denial(patch([condition("False", "RouteCreated")], NODES.b)),
+      /local-ccm on node node-a may not change node node-b: only its own Node$/,
+    );
   });
 });
