@@ -12,6 +12,10 @@
 // down within BFD's detection time (the hold time is 90 s), both coming back once bfdd runs again. With GoBGP as
 // graceful-restart helper, an agent restarting while its lists of Services and endpoints are slow opens no session
 // until it has them, so its first table (then End-of-RIB) is complete and GoBGP never drops the routes it kept.
+// With --bgp-advertise-pod-cidrs, its own Node's pod CIDRs (both families, the IPv6 one over the IPv4 session) go to
+// the router beside the addresses, follow the Node (a new CIDR: the old withdrawn; being deleted: none), and with
+// --bgp-network-unavailable-condition the Node's NetworkUnavailable says False (RouteCreated) while the router holds
+// them and True (NoRouteCreated) once the router is gone.
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import type { Namespace, Node, Secret, Service } from "kubernetes-types/core/v1.js";
@@ -19,7 +23,8 @@ import type { EndpointSlice } from "kubernetes-types/discovery/v1.js";
 import { type ControlPlane, startControlPlane } from "../../localcluster/controlplane.ts";
 import { waitFor, waitForEqual } from "../../localcluster/wait.ts";
 import { announceWhileSelected } from "../../src/agent/announcer/announcing.ts";
-import { bgpMethod } from "../../src/agent/announcer/bgp/definition.ts";
+import { type BgpOptions, bgpMethod } from "../../src/agent/announcer/bgp/definition.ts";
+import { NETWORK_UNAVAILABLE } from "../../src/agent/announcer/bgp/podcidrs.ts";
 import { createMetrics } from "../../src/agent/metrics.ts";
 import { type BGPPeer, BGP_PEER_RESOURCE, BGP_PEER_TYPE } from "../../src/bgppeers/peer.ts";
 import { SESSIONS_ANNOTATION } from "../../src/bgppeers/sessions.ts";
@@ -68,9 +73,10 @@ function agentBgp(
   netlink: Netlink,
   metrics: ReturnType<typeof createMetrics>,
   log: Logger,
+  podCidrs: Pick<BgpOptions, "advertisePodCidrs" | "networkUnavailableCondition"> = {},
 ) {
   const options = { client, netlink, node: name, secretNamespace: NAMESPACE, claimClassless: false, log };
-  const bgp = bgpMethod({ ...options, metrics: metrics.bgp, nodeObject: node });
+  const bgp = bgpMethod({ ...options, ...podCidrs, metrics: metrics.bgp, nodeObject: node });
   const loop = announceWhileSelected(
     { client, node: name, log, selection: metrics.bgp.selection, method: bgp.definition },
     () => node().metadata?.labels ?? {},
@@ -429,4 +435,76 @@ test("graceful restart: a new agent's first table is complete; the router never 
     await router.stop();
   }
   assert.deepEqual(missing, [], "a kept route was never missing");
+});
+
+test("pod CIDRs: its own Node's in both families follow the Node; NetworkUnavailable follows the router", async () => {
+  assert.ok(plane && net, "after the first test, on its control plane and network");
+  const admin = plane.admin;
+  const router = await startGobgp(net, { index: 3, subnet: 253, asn: ROUTER_ASN, peerAsn: MY_ASN, transport: 4 });
+  const name = "node-pods";
+  const nodes = new Resource<Node>(admin, NODE_RESOURCE);
+  await nodes.create({ metadata: { name } });
+  let node: Node = {
+    metadata: { name, labels: { pods: "on" } },
+    spec: { podCIDRs: ["10.244.3.0/24", "fd00:10:244:3::/64"] },
+    status: { conditions: [{ type: "Ready", status: "True" }] },
+  };
+  await new Resource<BGPPeer>(admin, BGP_PEER_RESOURCE).create({
+    ...BGP_PEER_TYPE,
+    metadata: { name: "tor-pods" },
+    spec: {
+      peerAddress: router.address[4],
+      peerASN: ROUTER_ASN,
+      myASN: MY_ASN,
+      holdTime: "9s",
+      nodeSelector: { matchLabels: { pods: "on" } },
+    },
+  });
+  const netlink = openNetlink();
+  const log = createLogger({ verbosity: 0, format: "json", write: () => {} });
+  const podCidrs = { advertisePodCidrs: true, networkUnavailableCondition: true };
+  const { bgp, loop } = agentBgp(admin, name, () => node, netlink, createMetrics(), log, podCidrs);
+  const setNode = (next: Node) => {
+    node = next;
+    loop.update();
+    bgp.nodeChanged();
+  };
+  // The pod CIDR routes GoBGP holds (the Services' host routes of the earlier tests aside): prefix → next hop.
+  const podRoutes = async () => {
+    const all = [...(await router.routes(4)).values(), ...(await router.routes(6)).values()];
+    const pods = all.filter(({ prefix }) => !prefix.endsWith("/32") && !prefix.endsWith("/128"));
+    return Object.fromEntries(pods.map(({ prefix, nextHop }) => [prefix, nextHop]).sort());
+  };
+  const condition = async () => {
+    const found = (await nodes.get(name)).status?.conditions?.find(({ type }) => type === NETWORK_UNAVAILABLE);
+    return found && `${found.status} ${found.reason}`;
+  };
+  const [ours4, ours6] = [router.ours[4], router.ours[6]];
+  let routerStopped = false;
+  bgp.start(loop.update);
+  try {
+    const both = { "10.244.3.0/24": ours4, "fd00:10:244:3::/64": ours6 };
+    await waitForEqual("GoBGP has both pod CIDRs, next hops this node's", podRoutes, both, WAIT_MS);
+    await waitForEqual("NetworkUnavailable False while a peer holds them", condition, "False RouteCreated", WAIT_MS);
+    const drops = await router.drops();
+
+    setNode({ ...node, spec: { podCIDRs: ["10.244.7.0/24", "fd00:10:244:3::/64"] } });
+    const changed = { "10.244.7.0/24": ours4, "fd00:10:244:3::/64": ours6 };
+    await waitForEqual("a new CIDR: the old one withdrawn", podRoutes, changed, WAIT_MS);
+    setNode({ ...node, metadata: { ...node.metadata, deletionTimestamp: "2026-11-28T00:00:00Z" } });
+    await waitForEqual("the Node being deleted: no pod CIDR", podRoutes, {}, WAIT_MS);
+    const { deletionTimestamp: _, ...metadata } = node.metadata ?? {};
+    setNode({ ...node, metadata });
+    await waitForEqual("back", podRoutes, changed, WAIT_MS);
+    assert.equal(await router.drops(), drops, "each change was UPDATEs: no session reset");
+
+    routerStopped = true;
+    await router.stop();
+    await waitForEqual("NetworkUnavailable True once no peer holds them", condition, "True NoRouteCreated", WAIT_MS);
+  } finally {
+    await loop.stop();
+    await bgp.stop();
+    netlink.close();
+    if (!routerStopped) await router.stop();
+  }
 });

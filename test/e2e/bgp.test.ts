@@ -12,11 +12,19 @@
 // - with BFD on the BGPPeer and the router: a worker's link cut, its path goes within BFD's time, not the hold time;
 //   its link back, its session and path come back; and a rollout restart with BFD and graceful restart keeps every
 //   path, as without BFD;
-// - the Service deleted: the route goes.
+// - the Service deleted: the route goes;
+// - pod CIDRs (bgp.advertisePodCIDRs; the Nodes' spec.podCIDRs written as kube-controller-manager's IPAM would, each
+//   its node's CNI range): the router holds each node's with that node as next hop; the client host reaches a pod on
+//   every node by its pod IP (this machine forwards nothing between the nodes and the client: only the router's
+//   routes lead there), and with the nodes' own inter-node pod routes replaced by one route to the router, pods on
+//   different nodes reach each other through it; a BGPPeer opting out (spec.advertisePodCIDRs false) gets none, and
+//   one narrowed by nodeSelector gets only the selected nodes'.
 import assert from "node:assert/strict";
 import { after, before, type TestContext, test } from "node:test";
 import type { Cluster } from "../../localcluster/cluster.ts";
 import * as layer2 from "../../localcluster/layer2.ts";
+import { AGNHOST_IMAGE, NETEXEC_PORT } from "../../localcluster/agnhost.ts";
+import { clusterLayout } from "../../localcluster/layout.ts";
 import { NAMESPACE } from "../../localcluster/project.ts";
 import { type ClusterRouter, routedPool, routerPeer, startRouter } from "../../localcluster/router.ts";
 import { waitFor } from "../../localcluster/wait.ts";
@@ -31,7 +39,8 @@ const INGRESS_IP = "{.status.loadBalancer.ingress[0].ip}";
 let cluster: Cluster;
 let router: ClusterRouter;
 before(async () => {
-  cluster = await startPoolCluster("iptables", { "bgp.enabled": "true" }, (slot) => [routerPeer(slot), routedPool(slot)]);
+  const values = { "bgp.enabled": "true", "bgp.advertisePodCIDRs": "true" };
+  cluster = await startPoolCluster("iptables", values, (slot) => [routerPeer(slot), routedPool(slot)]);
   router = await startRouter(cluster);
 });
 after(async () => {
@@ -229,4 +238,124 @@ test("graceful restart with BFD: a rollout restart fails no request; the router 
 test("the Service deleted: the route goes", async () => {
   await cluster.kubectl(["delete", "service", "web"]);
   await waitForHops(ip, [], "the route withdrawn");
+});
+
+// The local cluster's CNI gives each node a fixed range (layout.ts) and no IPAM writes it on the Node: written here
+// once, as kube-controller-manager's --allocate-node-cidrs would (a Node's pod CIDRs are set once, never changed).
+async function writePodCidrs(): Promise<void> {
+  for (const node of cluster.nodes) {
+    const spec = { podCIDR: node.podCIDR, podCIDRs: [node.podCIDR] };
+    await cluster.kubectl(["patch", "node", node.name, "--type", "merge", "-p", JSON.stringify({ spec })]);
+  }
+}
+
+/** The router's routes to the nodes' pod CIDRs: prefix → next hops as node names. */
+async function podRoutes(): Promise<Record<string, string[]>> {
+  const byIp = new Map(cluster.nodes.map((node) => [node.publicIP, node.name]));
+  const podCidrs = new Set(cluster.nodes.map((node) => node.podCIDR));
+  const routes = (await router.routes()).filter((route) => podCidrs.has(route.prefix));
+  return Object.fromEntries(routes.map((route) => [route.prefix, route.via.map((via) => byIp.get(via) ?? via)]));
+}
+
+const podRoutesOf = (names: readonly string[]) =>
+  Object.fromEntries(cluster.nodes.filter((n) => names.includes(n.name)).map((n) => [n.podCIDR, [n.name]]));
+
+async function waitForPodRoutes(names: readonly string[], what: string): Promise<void> {
+  const expected = JSON.stringify(podRoutesOf(names), Object.keys(podRoutesOf(names)).sort());
+  let last: Record<string, string[]> = {};
+  await waitFor(what, async () => {
+    last = await podRoutes();
+    return JSON.stringify(last, Object.keys(last).sort()) === expected;
+  }, WAIT_MS, 500).catch((err: unknown) => {
+    throw new Error(`${(err as Error).message}: the router has ${JSON.stringify(last)}`);
+  });
+}
+
+const ALL_NODES = () => cluster.nodes.map((node) => node.name);
+
+/** A netexec pod on every node, the control-plane node too: pod IP by node name. */
+async function podOnEveryNode(): Promise<Map<string, string>> {
+  const labels = { app: "pod-routes" };
+  const daemonSet = {
+    apiVersion: "apps/v1",
+    kind: "DaemonSet",
+    metadata: { name: "pod-routes", namespace: "default" },
+    spec: {
+      selector: { matchLabels: labels },
+      template: {
+        metadata: { labels },
+        spec: {
+          tolerations: [{ operator: "Exists" }],
+          containers: [{ name: "netexec", image: AGNHOST_IMAGE, args: ["netexec", `--http-port=${NETEXEC_PORT}`] }],
+        },
+      },
+    },
+  };
+  await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(daemonSet));
+  await cluster.kubectl(["rollout", "status", "daemonset/pod-routes", "--timeout=180s"]);
+  const pods = JSON.parse(await cluster.kubectl(["get", "pods", "-l", "app=pod-routes", "-o", "json"])) as {
+    items: { spec: { nodeName: string }; status: { podIP: string } }[];
+  };
+  return new Map(pods.items.map((pod) => [pod.spec.nodeName, pod.status.podIP]));
+}
+
+test("pod CIDRs: the router holds each node's; the client reaches a pod on every node, pods reach each other through it", async (t) => {
+  const pods = await podOnEveryNode();
+  assert.equal(pods.size, cluster.nodes.length, `a pod on every node: ${JSON.stringify([...pods])}`);
+  const hostname = (podIp: string) => get(`${podIp}:${NETEXEC_PORT}`, "/hostname");
+  // Before the router has a route, the client reaches no pod: no other path leads there.
+  const unreached = await hostname(pods.get("node-1") ?? "").then((answer) => `answered ${answer}`, () => "none");
+  assert.equal(unreached, "none", "node-1's pod answered the client before the router had its pod CIDR");
+  await writePodCidrs();
+  await waitForPodRoutes(ALL_NODES(), "a route to each node's pod CIDR, next hop that node (node-0 too)");
+  for (const [node, podIp] of pods) {
+    const answer = await waitFor(`the client answered by ${node}'s pod ${podIp}`, () => hostname(podIp).catch(() => undefined), WAIT_MS);
+    assert.match(answer, /^pod-routes-/);
+  }
+  // Each node's own routes to the other nodes' pod CIDRs go; one route to the router takes their place.
+  const { podNetwork } = clusterLayout(cluster.slot);
+  const removed: { node: string; cidr: string; via: string }[] = [];
+  try {
+    for (const node of cluster.nodes) {
+      for (const other of cluster.nodes.filter((n) => n.name !== node.name)) {
+        await node.exec("ip", ["route", "del", other.podCIDR, "via", other.ip]);
+        removed.push({ node: node.name, cidr: other.podCIDR, via: other.ip });
+      }
+      await node.exec("ip", ["route", "add", podNetwork, "via", router.ip]);
+    }
+    const dial = (from: string, to: string) =>
+      get(`${from}:${NETEXEC_PORT}`, `/dial?request=hostname&protocol=http&host=${to}&port=${NETEXEC_PORT}&tries=1`);
+    for (const [fromNode, toNode] of [["node-1", "node-3"], ["node-3", "node-0"]]) {
+      const [from, to] = [pods.get(fromNode as string) ?? "", pods.get(toNode as string) ?? ""];
+      const answer = await waitFor(`${fromNode}'s pod dialling ${toNode}'s through the router`, async () => {
+        const text = await dial(from, to).catch(() => "");
+        return (JSON.parse(text || "{}") as { responses?: string[] }).responses?.[0];
+      }, WAIT_MS);
+      assert.match(answer, /^pod-routes-/, `${fromNode} → ${toNode}`);
+      t.diagnostic(`${fromNode}'s pod reached ${toNode}'s (${answer}) through the router`);
+    }
+  } finally {
+    for (const node of cluster.nodes) await node.exec("ip", ["route", "del", podNetwork, "via", router.ip]).catch(() => "");
+    for (const { node, cidr, via } of removed) await cluster.node(node).exec("ip", ["route", "add", cidr, "via", via]);
+  }
+});
+
+test("pod CIDRs: a BGPPeer that opts out gets none; one narrowed by nodeSelector gets only its nodes'", async () => {
+  const patchPeer = (spec: object) =>
+    cluster.kubectl(["patch", "bgppeer", "router", "--type", "merge", "-p", JSON.stringify({ spec })]);
+  await waitForPodRoutes(ALL_NODES(), "every node's pod CIDR");
+  await patchPeer({ advertisePodCIDRs: false });
+  await waitForPodRoutes([], "no pod CIDR at the router: its BGPPeer opts out");
+  await patchPeer({ advertisePodCIDRs: null });
+  await waitForPodRoutes(ALL_NODES(), "every node's pod CIDR back");
+  const selected = ["node-1", "node-2"];
+  for (const name of selected) await cluster.kubectl(["label", "node", name, "pod-routes-test=yes"]);
+  try {
+    await patchPeer({ nodeSelector: { matchLabels: { "pod-routes-test": "yes" } } });
+    await waitForPodRoutes(selected, "only the selected nodes' pod CIDRs");
+  } finally {
+    await patchPeer({ nodeSelector: null });
+    for (const name of selected) await cluster.kubectl(["label", "node", name, "pod-routes-test-"]);
+  }
+  await waitForPodRoutes(ALL_NODES(), "every node's pod CIDR once the selector is gone");
 });
