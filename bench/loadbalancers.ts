@@ -122,10 +122,12 @@ export interface Rest {
   memory: Memory[];
   /** The processes of the announcers' pods' other containers, summed per pod (shared pages counted in each). */
   besides: Memory[];
+  /** The announcer pods' container restarts since they started, with the last one's reason: "0" when none. */
+  restarts: string;
   load: string;
 }
 
-export const SKIPPED_REST: Rest = { byUser: new Map(), memory: [], besides: [], load: "not run" };
+export const SKIPPED_REST: Rest = { byUser: new Map(), memory: [], besides: [], restarts: "not run", load: "not run" };
 
 /** `seconds` at rest (after 10 s for the last writes to settle): the audited requests, then the announcers' memory. */
 export async function atRest(cluster: Cluster, impl: Announcers, seconds: number): Promise<Rest> {
@@ -151,7 +153,12 @@ export async function atRest(cluster: Cluster, impl: Announcers, seconds: number
   // Some request of theirs in the whole log, or the log is misread.
   if ((await auditEvents(log, { user: impl.users.announcer })).length === 0)
     throw new Error(`no request of ${impl.users.announcer} audited`);
-  const pods = (await impl.announcerPods(cluster)).map((pod) => containerProcesses(cluster, pod));
+  // A container restarted meanwhile has a cgroup of a new ID before its pod's status shows it.
+  const announcerPods = await waitFor("the announcer pods' containers running as their status says", async () => {
+    const listed = await impl.announcerPods(cluster);
+    return listed.every((pod) => containerProcesses(cluster, pod) !== undefined) && listed;
+  }, 60_000, 1000);
+  const pods = announcerPods.map((pod) => containerProcesses(cluster, pod) as Map<string, number[]>);
   const memory = pods.map((containers) => {
     const main = containers.get(impl.container)?.[0];
     if (main === undefined) throw new Error(`no process in an announcer pod's container ${impl.container}`);
@@ -161,7 +168,28 @@ export async function atRest(cluster: Cluster, impl: Announcers, seconds: number
   const besides = pods.map((containers) =>
     summedMemory([...containers].filter(([name]) => name !== impl.container).flatMap(([, pids]) => pids)),
   );
-  return { byUser, memory, besides, load };
+  return { byUser, memory, besides, restarts: await restarts(cluster, announcerPods), load };
+}
+
+/**
+ * The pods' container restarts in all, and per container the count and how the last one ended; the end of that
+ * container's log goes to stderr.
+ */
+async function restarts(cluster: Cluster, pods: Pod[]): Promise<string> {
+  const each: { count: number; text: string }[] = [];
+  for (const pod of pods)
+    for (const { name, restartCount, lastState } of pod.status?.containerStatuses ?? []) {
+      if (restartCount === 0) continue;
+      const { reason = "unknown", exitCode, signal } = lastState?.terminated ?? {};
+      const ended = `${reason}, exit ${exitCode ?? "?"}${signal ? `, signal ${signal}` : ""}`;
+      const where = `${pod.spec?.nodeName} ${name}`;
+      each.push({ count: restartCount, text: `${where}: ${restartCount} (last: ${ended})` });
+      const args = ["logs", "--previous", "-n", pod.metadata?.namespace ?? "", pod.metadata?.name ?? "", "-c", name];
+      const log = await cluster.kubectl([...args, "--tail=8"]).catch((err: Error) => err.message);
+      console.error(`${where}: restarted ${restartCount} times; the end of its last run's log:\n${log}`);
+    }
+  const total = each.reduce((sum, { count }) => sum + count, 0);
+  return total === 0 ? "0" : `${total}: ${each.map(({ text }) => text).join(", ")}`;
 }
 
 /** The memory of those of `pids` still running, summed: a probe's vtysh, say, may have ended since. */
@@ -179,17 +207,25 @@ function summedMemory(pids: number[]): Memory {
   return sum;
 }
 
-/** A pod's processes by container name, from each container's cgroup (kubelet lists them by name, not in order). */
-function containerProcesses(cluster: Cluster, pod: Pod): Map<string, number[]> {
-  // containerCgroup finds the first container's: its folder's parent is the pod's.
-  const podCgroup = path.dirname(containerCgroup(cluster, pod));
-  return new Map(
-    (pod.status?.containerStatuses ?? []).map((status) => {
-      const id = status.containerID?.replace(/^containerd:\/\//, "") ?? "";
-      const procs = readFileSync(path.join(podCgroup, id, "cgroup.procs"), "utf8");
-      return [status.name, procs.split("\n").filter(Boolean).map(Number)];
-    }),
-  );
+/**
+ * A pod's processes by container name, from each container's cgroup (kubelet lists them by name, not in order);
+ * undefined while a container's cgroup is not the one its status names (it restarted, or is restarting).
+ */
+function containerProcesses(cluster: Cluster, pod: Pod): Map<string, number[]> | undefined {
+  try {
+    // containerCgroup finds the first container's: its folder's parent is the pod's.
+    const podCgroup = path.dirname(containerCgroup(cluster, pod));
+    return new Map(
+      (pod.status?.containerStatuses ?? []).map((status) => {
+        const id = status.containerID?.replace(/^containerd:\/\//, "") ?? "";
+        const procs = readFileSync(path.join(podCgroup, id, "cgroup.procs"), "utf8");
+        return [status.name, procs.split("\n").filter(Boolean).map(Number)];
+      }),
+    );
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return undefined;
+    throw err;
+  }
 }
 
 /** "p50 / p99" of sorted seconds. */

@@ -83,8 +83,11 @@ export interface ClusterRouter {
   asn: number;
   /** `vtysh -c <command>` on the router, its JSON answer parsed. */
   vtysh<T>(command: string): Promise<T>;
-  /** BFD on every node session from now on (`neighbor NODES bfd`), or off again. */
-  setBfd(on: boolean): Promise<void>;
+  /**
+   * BFD on every node session from now on (`neighbor NODES bfd`), or off again; with `intervalMs`, the router's
+   * transmit and receive intervals (FRR's default is 300 ms) through a BFD profile.
+   */
+  setBfd(on: boolean, intervalMs?: number): Promise<void>;
   /** The BGP neighbors the router has, by address, with their state ("Established", …). */
   neighbors(): Promise<Map<string, string>>;
   /** The router's kernel routes learned over BGP (IPv4). */
@@ -180,9 +183,14 @@ export async function startRouter(
     ip: layout.ip,
     asn: ROUTER_ASN,
     vtysh,
-    async setBfd(on) {
-      const line = `${on ? "" : "no "}neighbor NODES bfd`;
-      await run("vtysh", ["--vty_socket", folder, "-c", "configure terminal", "-c", `router bgp ${ROUTER_ASN}`, "-c", line]);
+    async setBfd(on, intervalMs) {
+      const profile = on && intervalMs !== undefined;
+      const intervals = profile
+        ? ["bfd", "profile nodes", `receive-interval ${intervalMs}`, `transmit-interval ${intervalMs}`, "exit", "exit"]
+        : [];
+      const line = `${on ? "" : "no "}neighbor NODES bfd${profile ? " profile nodes" : ""}`;
+      const commands = ["configure terminal", ...intervals, `router bgp ${ROUTER_ASN}`, line];
+      await run("vtysh", ["--vty_socket", folder, ...commands.flatMap((command) => ["-c", command])]);
     },
     async neighbors() {
       const summary = await vtysh<{ ipv4Unicast?: { peers?: Record<string, { state?: string }> } }>(
