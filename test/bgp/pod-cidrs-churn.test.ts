@@ -18,7 +18,7 @@ import { type BgpMethod, startBgpMethod } from "../../src/agent/announcer/bgp/me
 import { createNetwork, type Network } from "../netns/netns.ts";
 import { MY_ASN, ROUTER_ASN, type Router, startFrr } from "./routers.ts";
 
-const SUBNET = 248;
+const SUBNET = 246;
 const NODES = 4;
 const CYCLES = 1000;
 const SAMPLE_EVERY = 100;
@@ -85,7 +85,7 @@ test("1,000 cycles of node join/leave and CIDR change: FRR ends holding exactly 
   };
   const HOSTILE = [
     ["0.0.0.0/0"],
-    ["::/0", "198.19.248.2/32"], // the default route; the router's own address as a host route
+    ["::/0", `198.19.${SUBNET}.2/32`], // the default route; the router's own address as a host route
     ["10.245.0.7/24"], // host bits set
     ["FD00:10:245::/64"], // upper case
   ];
