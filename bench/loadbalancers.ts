@@ -186,7 +186,12 @@ async function restarts(cluster: Cluster, pods: Pod[]): Promise<string> {
       each.push({ count: restartCount, text: `${where}: ${restartCount} (last: ${ended})` });
       const args = ["logs", "--previous", "-n", pod.metadata?.namespace ?? "", pod.metadata?.name ?? "", "-c", name];
       const log = await cluster.kubectl([...args, "--tail=8"]).catch((err: Error) => err.message);
+      // What kubelet told about the pod in its Events: a probe that failed, a kill and why.
+      const selector = `involvedObject.name=${pod.metadata?.name}`;
+      const eventArgs = ["get", "events", "-n", pod.metadata?.namespace ?? "", "--field-selector", selector];
+      const events = await cluster.kubectl(eventArgs).catch((err: Error) => err.message);
       console.error(`${where}: restarted ${restartCount} times; the end of its last run's log:\n${log}`);
+      console.error(`${where}: its pod's Events:\n${events}`);
     }
   const total = each.reduce((sum, { count }) => sum + count, 0);
   return total === 0 ? "0" : `${total}: ${each.map(({ text }) => text).join(", ")}`;
