@@ -476,12 +476,17 @@ describe("the agent under deploy/rbac.yaml", () => {
   // After the runs above, in the same audit log: all of them together must use exactly what the chart grants with
   // loadBalancer.l2.enabled and bgp.enabled. The BGP speaker lists and watches the BGPPeers, pools, Services and
   // EndpointSlices, and gets the one Secret bgp.peers.passwordSecrets names; the agent's token reads no other Secret.
+  // With bgp.networkUnavailableCondition, no peer holding the Node's pod CIDR, the agent patches its Node's status
+  // (NetworkUnavailable True, once its grace has passed).
   test("with the BGP speaker (bgp.enabled), a run that also reads a peer's password uses exactly its grants", async () => {
     const chart = await renderChart(world.plane.binaries.helm, [
       "loadBalancer.l2.enabled=true",
       "bgp.enabled=true",
       "bgp.peers.passwordSecrets={tor-md5}",
+      "bgp.advertisePodCIDRs=true",
+      "bgp.networkUnavailableCondition=true",
     ]);
+    await world.nodes.patch(name, "merge", { spec: { podCIDR: "10.244.9.0/24", podCIDRs: ["10.244.9.0/24"] } });
     const rbacFile = await chart.writeTemplate("rbac.yaml", world.plane.dir);
     await world.plane.kubectl(["apply", "-f", rbacFile]);
     await installBgpPeerCrd(world.plane);
@@ -508,6 +513,7 @@ describe("the agent under deploy/rbac.yaml", () => {
       "watch local-ccm.io/bgppeers cluster-wide",
       "watch local-ccm.io/loadbalancerippools cluster-wide",
       "watch discovery.k8s.io/endpointslices cluster-wide",
+      `patch nodes/status named ${name} cluster-wide`,
     ];
     try {
       const used = async () =>
@@ -516,7 +522,8 @@ describe("the agent under deploy/rbac.yaml", () => {
         const permissions = await used();
         return wanted.every((p) => permissions.includes(p));
       };
-      await waitFor("the speaker's reads", all, 60_000).catch(async (err: unknown) => {
+      // The condition's grace (CONDITION_GRACE_MS, 30 s) comes first.
+      await waitFor("the speaker's reads and its condition's write", all, 120_000).catch(async (err: unknown) => {
         throw new Error(`${(err as Error).message}\nused: ${(await used()).join(", ")}\nagent:\n${agent.output()}`);
       });
       assert.equal(await agent.stop(), 0, agent.output());
