@@ -168,3 +168,31 @@ test("at rest, a reconcile that did no work is trimmed restMs after; work before
   t.mock.timers.tick(10_000);
   assert.equal(trims.length, 3, "none after stop()");
 });
+
+test("a trim after work collects V8's garbage first; a trim at rest leaves V8 alone", () => {
+  const script = `
+    import { trimMemory } from "./src/agent/memoryrelease.ts";
+    const log = { v: () => undefined };
+    const heap = () => process.memoryUsage().heapUsed;
+    let kept;
+    const garbage = () => { kept = Array.from({ length: 300000 }, (_, i) => ({ i, s: "x" + i })); kept = undefined; };
+    garbage();
+    const restBefore = heap();
+    trimMemory(log, "rest");
+    const rest = heap();
+    garbage();
+    const workBefore = heap();
+    trimMemory(log, "work");
+    console.log(JSON.stringify({ restBefore, rest, workBefore, work: heap() }));
+  `;
+  const ran = spawnSync(process.execPath, ["--input-type=module", "-e", script], {
+    cwd: ROOT,
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+  assert.equal(ran.status, 0, ran.stderr);
+  const { restBefore, rest, workBefore, work } = JSON.parse(ran.stdout) as Record<string, number>;
+  const mib = (bytes = 0) => `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+  assert.ok((work ?? 0) < (workBefore ?? 0) / 2, `after work: ${mib(workBefore)} → ${mib(work)}`);
+  assert.ok((rest ?? 0) > (restBefore ?? 0) / 2, `at rest: ${mib(restBefore)} → ${mib(rest)}`);
+});

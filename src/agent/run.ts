@@ -99,6 +99,8 @@ export async function runAgent(ctx: MainContext): Promise<void> {
     else trims?.rested();
   }
   ctx.onShutdown(() => trims?.stop());
+  /** An announcing pass (over every Service) is work too: a burst of them leaves garbage in V8's heap. */
+  const worked = () => trims?.worked();
   const reconcile = () => agent.trigger(cached);
   informer.addHandlers({ onAdd: reconcile, onUpdate: reconcile });
   const endpoints = await startEndpoints(flags, {
@@ -129,7 +131,7 @@ export async function runAgent(ctx: MainContext): Promise<void> {
     const options = { client, netlink, node, flags: announce, log, metrics: metrics.announcer, nodeEvent };
     const method = l2Method(options);
     const selection = metrics.announcer.selection;
-    const l2 = announceWhileSelected({ client, node, log, selection, method }, labels);
+    const l2 = announceWhileSelected({ client, node, log, selection, method, worked }, labels);
     informer.addHandlers({ onAdd: l2.update, onUpdate: l2.update, onDelete: l2.update });
     ctx.onShutdown(() => l2.stop());
   }
@@ -139,7 +141,8 @@ export async function runAgent(ctx: MainContext): Promise<void> {
     const { bgpMethod } = await import("./announcer/bgp/definition.ts");
     const bgp = bgpMethod({ ...flags.bgp, client, netlink, node, log, metrics: metrics.bgp, nodeObject: cached });
     const method = bgp.definition;
-    const speaking = announceWhileSelected({ client, node, log, selection: metrics.bgp.selection, method }, labels);
+    const selection = metrics.bgp.selection;
+    const speaking = announceWhileSelected({ client, node, log, selection, method, worked }, labels);
     const nodeChanged = () => {
       speaking.update();
       bgp.nodeChanged();

@@ -20,6 +20,8 @@ export interface AnnouncingOptions {
   /** The method's selection gauge: 1 for the rule that decides, 0 for its others. */
   selection: Gauge<"rule">;
   method: MethodDefinition;
+  /** Called after each pass over the Services: work the program trims its memory after (memoryrelease.ts). */
+  worked?: () => void;
 }
 
 interface Announcing {
@@ -142,8 +144,10 @@ async function startAnnouncing(options: AnnouncingOptions): Promise<Announcing> 
     if (queued || stopped) return;
     queued = setTimeout(() => {
       queued = undefined;
-      if (!stopped && services.hasSynced())
+      if (!stopped && services.hasSynced()) {
         pacer.run(() => method?.apply(decideDesired(services.list(), definition.refuse)));
+        options.worked?.();
+      }
     }, pacer.wait());
   };
   method = await definition.start(services, apply);
