@@ -42,12 +42,14 @@ const refusedWith = async (spec: Record<string, unknown>, pattern: RegExp) => {
 };
 
 describe("BGPPeer CRD", () => {
-  test("a minimal peer is taken with the defaults: port 179, hold time 90s, no multi-hop; peerFacts agrees", async () => {
+  test("a minimal peer is taken with the defaults: port 179, hold time 90s, no multi-hop, pod CIDRs taken; peerFacts agrees", async () => {
     assert.equal(await refusal({}), undefined);
     const peer = await peers.get(`peer-${created}`);
-    assert.deepEqual(peer.spec, { ...BASE, peerPort: 179, holdTime: "90s", ebgpMultiHop: false });
+    const defaults = { peerPort: 179, holdTime: "90s", ebgpMultiHop: false, advertisePodCIDRs: true };
+    assert.deepEqual(peer.spec, { ...BASE, ...defaults });
     const facts = peerFacts(peer);
-    assert.deepEqual([facts.problem, facts.holdTimeSeconds, facts.peerPort], [undefined, 90, 179]);
+    const read = [facts.problem, facts.holdTimeSeconds, facts.peerPort, facts.advertisePodCidrs];
+    assert.deepEqual(read, [undefined, 90, 179, true]);
   });
 
   test("a full peer is taken; bfd, gracefulRestart and the password's key get their defaults", async () => {
