@@ -1,11 +1,13 @@
 // `npm run cluster -- up [--nodes N] [--control-plane-nodes M] [--proxy-mode iptables|nftables] [--serving-certs]
-// [--bgp] | kill-node NAME | client [-- COMMAND…] | down | build`: the local cluster (localcluster/cluster.ts) for people,
-// kept in .cluster/ and left running until `down`; the first M nodes (default 1) are control-plane nodes. With
-// --serving-certs, kubelets request their serving certificates, the apiserver verifies them, and the chart (CSR
-// approver on) and metrics-server are installed: `up` returns once `kubectl top nodes` shows every node through
-// certificates the approver approved. With --bgp, the cluster's router (router.ts: FRR) peers with every node and
-// carries the client host's traffic, so the client reaches BGP addresses through the routes it learned. `client` runs a command (default: a shell) on the client host, outside the
-// nodes, with KUBECONFIG set and kubectl on the PATH.
+// [--bgp] [--dual-stack] | kill-node NAME | client [-- COMMAND…] | down | build`: the local cluster
+// (localcluster/cluster.ts) for people, kept in .cluster/ and left running until `down`; the first M nodes (default
+// 1) are control-plane nodes. With --serving-certs, kubelets request their serving certificates, the apiserver
+// verifies them, and the chart (CSR approver on) and metrics-server are installed: `up` returns once `kubectl top
+// nodes` shows every node through certificates the approver approved. With --bgp, the cluster's router (router.ts:
+// FRR) peers with every node and carries the client host's traffic, so the client reaches BGP addresses through the
+// routes it learned. With --dual-stack, the nodes, pods and client host have IPv6 addresses too, and the router
+// carries IPv6 routes as well (cluster.ts's dualStack). `client` runs a command (default: a shell) on the client
+// host, outside the nodes, with KUBECONFIG set and kubectl on the PATH.
 // `build` prepares everything a cluster needs (binaries, container runtime, pause, agnhost, metrics-server and
 // CoreDNS images) and upstream's e2e suite (the peer suite's e2e.test): npm's pretest runs it, so `npm test` works on a fresh machine (`npm start` prepares the same through
 // startCluster(), after checking it runs as root).
@@ -32,7 +34,7 @@ const DIR = path.resolve(process.env.LOCAL_CCM_CLUSTER_DIR ?? path.join(import.m
 const KUBECONFIG = path.join(DIR, "kubeconfig");
 const USAGE =
   "usage: npm run cluster -- up [--nodes N] [--control-plane-nodes M] [--proxy-mode iptables|nftables]" +
-  " [--serving-certs] [--bgp] | kill-node NAME | client [-- COMMAND…] | down | build";
+  " [--serving-certs] [--bgp] [--dual-stack] | kill-node NAME | client [-- COMMAND…] | down | build";
 
 /** How long `up --serving-certs` waits for `kubectl top nodes`: the chart's pods start, every CSR is approved,
  * metrics-server waits out its readiness probe's 20 s and scrapes twice. */
@@ -46,6 +48,7 @@ const UP_FLAGS = {
   "proxy-mode": { type: "string" },
   "serving-certs": { type: "boolean" },
   bgp: { type: "boolean" },
+  "dual-stack": { type: "boolean" },
 } as const;
 
 type UpFlags = {
@@ -54,6 +57,7 @@ type UpFlags = {
   "proxy-mode"?: string;
   "serving-certs"?: boolean;
   bgp?: boolean;
+  "dual-stack"?: boolean;
 };
 
 /**
@@ -81,6 +85,7 @@ function parseUp(args: string[]): {
   proxyMode: ProxyMode;
   servingCerts: boolean;
   bgp: boolean;
+  dualStack: boolean;
 } {
   const values = parseUpFlags(args);
   const nodes = Number(values.nodes ?? 2);
@@ -92,8 +97,14 @@ function parseUp(args: string[]): {
   const proxyMode = values["proxy-mode"] ?? "iptables";
   if (!(PROXY_MODES as readonly string[]).includes(proxyMode))
     throw new UsageError(`--proxy-mode takes ${PROXY_MODES.join(" or ")}, not ${proxyMode}\n${USAGE}`);
-  const servingCerts = values["serving-certs"] ?? false;
-  return { nodes, controlPlaneNodes, proxyMode: proxyMode as ProxyMode, servingCerts, bgp: values.bgp ?? false };
+  return {
+    nodes,
+    controlPlaneNodes,
+    proxyMode: proxyMode as ProxyMode,
+    servingCerts: values["serving-certs"] ?? false,
+    bgp: values.bgp ?? false,
+    dualStack: values["dual-stack"] ?? false,
+  };
 }
 
 function running(): ClusterRecord {
@@ -103,7 +114,7 @@ function running(): ClusterRecord {
 }
 
 async function up(args: string[]): Promise<void> {
-  const { nodes, controlPlaneNodes, proxyMode, servingCerts, bgp } = parseUp(args);
+  const { nodes, controlPlaneNodes, proxyMode, servingCerts, bgp, dualStack } = parseUp(args);
   if (recordFor(DIR)) {
     console.log(`already running (npm run cluster -- down first for another)\nexport KUBECONFIG=${KUBECONFIG}`);
     return;
@@ -115,6 +126,7 @@ async function up(args: string[]): Promise<void> {
     controlPlaneNodes,
     proxyMode,
     verifyKubeletServingCertificates: servingCerts,
+    dualStack,
     dir: DIR,
     detached: true,
     log,

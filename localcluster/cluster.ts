@@ -37,11 +37,16 @@
 //   client host: namespace lccm-c<k>-client, eth0 = 198.19.(136+k).2/24 on the public network, default route
 //     via 198.19.(136+k).1 like the nodes: it reaches the nodes' public addresses as a user outside the
 //     cluster would, and the apiserver (a root-namespace address), so the admin kubeconfig works there.
+//   with `dualStack`, IPv6 as well (ULAs in fd00:19::/32): node i's eth0 also fd00:19:(136+k)::(10+i)/64, its pods
+//     also an address of fd00:19:(160+8k):0:(10+i)::/80 (status.podIPs: both), which the other nodes route via that
+//     IPv6 address; the client fd00:19:(136+k)::2/64, with no IPv6 default route until the router gives it one.
+//     Services stay IPv4 (the apiserver's service network is).
 // Packets stay on this machine by design, not by the machine's sysctls: the root namespace never
 // forwards for the cluster. A policy rule sends every packet that arrives from the bridge and is not
 // addressed to the root namespace itself (the local table answers first) to a table whose only route is
-// a blackhole, whatever net.ipv4.ip_forward says; the root namespace masquerades nothing. Node↔node and
-// client↔node traffic crosses the bridge at layer 2; kube-proxy's rules live in the node namespaces only.
+// a blackhole, whatever net.ipv4.ip_forward says; the root namespace masquerades nothing. It has no IPv6
+// address or route for the cluster, and no namespace routes IPv6 through it. Node↔node and client↔node traffic
+// crosses the bridge at layer 2; kube-proxy's rules live in the node namespaces only.
 //
 // Cleanup: everything a cluster makes carries its slot in its name (links, namespaces, cgroups, the
 // rule's table) or lives under its folder (state, mounts, logs). A record in /run/local-ccm-clusters/
@@ -109,6 +114,9 @@ export interface ClusterOptions {
   /** Cluster DNS (coredns.ts): CoreDNS at the service network's .10, in every pod's resolv.conf. It runs once a
    * node is initialised (the uninitialized taint keeps it off until then, as on a real cluster). */
   dns?: boolean;
+  /** IPv6 too (see the header): the nodes' and the client's public network, and every pod an address of its node's
+   * IPv6 pod CIDR; the router (router.ts) then carries IPv6 as well. Services stay IPv4. Default false. */
+  dualStack?: boolean;
   /** Progress lines (default: none). */
   log?: (line: string) => void;
 }
@@ -121,9 +129,13 @@ export interface ClusterNode {
   ip: string;
   /** Its public address, on eth0 too: the source of its default route (what the agent makes its ExternalIP). */
   publicIP: string;
+  /** Its public IPv6 address on eth0 (dual-stack clusters): the next hop of its IPv6 routes over BGP. */
+  publicIP6: string | undefined;
   /** Path of its network namespace, for `nsenter --net=<netns>`. */
   netns: string;
   podCIDR: string;
+  /** Its pod CIDRs as IPAM would write spec.podCIDRs: podCIDR, then on a dual-stack cluster its IPv6 one. */
+  podCIDRs: string[];
   /** The kubelet's kubeconfig: its client certificate, system:node:<name> in system:nodes. */
   kubeletKubeconfig: string;
   /** Runs a command inside the node's network namespace (nsenter --net, so /sys stays as it is). */
@@ -159,6 +171,8 @@ export interface Cluster {
   nodes: ClusterNode[];
   client: ClusterClient;
   proxyMode: ProxyMode;
+  /** Started with dualStack (ClusterOptions): its router (router.ts) then carries IPv6 too. */
+  dualStack: boolean;
   /** The project image's reference as imported on every node (undefined with projectImage: false). */
   projectImage: string | undefined;
   kubectl(args: string[], input?: string): Promise<string>;
@@ -179,7 +193,7 @@ export interface Cluster {
 
 const NODE_READY_TIMEOUT_MS = 120_000;
 
-function nodeSpecs(nodes: ClusterOptions["nodes"], controlPlaneNodes = 1): NodeSpec[] {
+function nodeSpecs(nodes: ClusterOptions["nodes"], controlPlaneNodes = 1, dualStack = false): NodeSpec[] {
   const list: NodeOptions[] =
     typeof nodes === "number" || nodes === undefined ? Array.from({ length: nodes ?? 2 }, () => ({})) : nodes;
   if (list.length < 1 || list.length > MAX_NODES) throw new Error(`nodes: 1 to ${MAX_NODES}, not ${list.length}`);
@@ -190,6 +204,7 @@ function nodeSpecs(nodes: ClusterOptions["nodes"], controlPlaneNodes = 1): NodeS
     serverTLSBootstrap: false,
     ...node,
     controlPlane: index < controlPlaneNodes,
+    dualStack,
   }));
 }
 
@@ -260,7 +275,7 @@ async function labelControlPlane(admin: KubeClient, name: string): Promise<void>
   });
 }
 
-function clusterNode(record: ClusterRecord, running: RunningNode): ClusterNode {
+function clusterNode(record: ClusterRecord, running: RunningNode, dualStack: boolean): ClusterNode {
   const { layout, netns } = running;
   const socket = path.join(record.dir, "nodes", layout.name, "containerd", "containerd.sock");
   return {
@@ -268,8 +283,10 @@ function clusterNode(record: ClusterRecord, running: RunningNode): ClusterNode {
     controlPlane: running.controlPlane,
     ip: layout.ip,
     publicIP: layout.publicIP,
+    publicIP6: dualStack ? layout.publicIP6 : undefined,
     netns,
     podCIDR: layout.podCIDR,
+    podCIDRs: dualStack ? [layout.podCIDR, layout.podCIDR6] : [layout.podCIDR],
     kubeletKubeconfig: path.join(record.dir, "nodes", layout.name, "kubelet.kubeconfig"),
     exec: (command, args, options) => run("nsenter", [`--net=${netns}`, "--", command, ...args], options),
     ctr: (args) => run("ctr", ["--address", socket, "--namespace", "k8s.io", ...args]),
@@ -290,7 +307,8 @@ function clusterNode(record: ClusterRecord, running: RunningNode): ClusterNode {
 /** Starts a cluster; see the header. Fails with one line when the runtime is missing and cannot be installed. */
 export async function startCluster(options: ClusterOptions = {}): Promise<Cluster> {
   const log = options.log ?? (() => {});
-  const specs = nodeSpecs(options.nodes, options.controlPlaneNodes);
+  const dualStack = options.dualStack ?? false;
+  const specs = nodeSpecs(options.nodes, options.controlPlaneNodes, dualStack);
   await ensureRuntime();
   await ensureBinaries();
   const started = Date.now();
@@ -336,7 +354,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     record.nodes = specs.map((spec, index) => nodeLayout(record.slot, index, spec.name));
     writeRecord(record);
     log(`starting ${specs.length} nodes (kube-proxy in ${proxyMode} mode) and the client host`);
-    const clientNetns = await createClientHost(record.slot);
+    const clientNetns = await createClientHost(record.slot, dualStack);
     const nodes = await Promise.all(
       record.nodes.map((node, index) =>
         startNode(record, plane, node, specs[index] as NodeSpec, images, proxyMode, dnsIP, detached),
@@ -353,7 +371,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
     }
     log(`${nodes.length} nodes Ready after ${((Date.now() - started) / 1000).toFixed(1)}s`);
 
-    const handles = nodes.map((node) => clusterNode(record, node));
+    const handles = nodes.map((node) => clusterNode(record, node, dualStack));
     let stopped = false;
     const byName = (name: string) => {
       const found = handles.find((node) => node.name === name);
@@ -377,6 +395,7 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
         },
       },
       proxyMode,
+      dualStack,
       projectImage,
       kubectl: (args, input) => run(plane.binaries.kubectl, [`--kubeconfig=${kubeconfigPath}`, ...args], { input }),
       helm: (args) => run(plane.binaries.helm, [`--kubeconfig=${kubeconfigPath}`, ...args]),

@@ -44,7 +44,10 @@ export function containerdConfig(nodeDir: string): string {
   ].join("\n");
 }
 
-export function cniConfig(nodeDir: string, node: NodeLayout): string {
+/** `dualStack`: each pod also gets an address of the node's IPv6 pod CIDR (status.podIPs has both). */
+export function cniConfig(nodeDir: string, node: NodeLayout, dualStack: boolean): string {
+  const ranges = [[{ subnet: node.podCIDR, gateway: node.podGateway }]];
+  if (dualStack) ranges.push([{ subnet: node.podCIDR6, gateway: node.podGateway6 }]);
   return JSON.stringify(
     {
       cniVersion: "0.4.0",
@@ -58,8 +61,8 @@ export function cniConfig(nodeDir: string, node: NodeLayout): string {
           hairpinMode: true,
           ipam: {
             type: "host-local",
-            ranges: [[{ subnet: node.podCIDR, gateway: node.podGateway }]],
-            routes: [{ dst: "0.0.0.0/0" }],
+            ranges,
+            routes: [{ dst: "0.0.0.0/0" }, ...(dualStack ? [{ dst: "::/0" }] : [])],
             dataDir: path.join(nodeDir, "cni-ipam"),
           },
         },

@@ -1,5 +1,5 @@
 // A cluster's network (see cluster.ts's header): the bridge and the rule that keeps its packets on this machine, a
-// node's namespace and veth, the client host.
+// node's namespace and veth, the client host; on a dual-stack cluster, their IPv6 too.
 import path from "node:path";
 import { run } from "./exec.ts";
 import { clusterLayout, type NodeLayout } from "./layout.ts";
@@ -14,7 +14,12 @@ export async function createBridge(slot: number): Promise<void> {
   await run("ip", ["rule", "add", "iif", layout.bridge, "lookup", String(layout.table)]);
 }
 
-export async function createNodeNetwork(slot: number, node: NodeLayout, all: NodeLayout[]): Promise<string> {
+export async function createNodeNetwork(
+  slot: number,
+  node: NodeLayout,
+  all: NodeLayout[],
+  dualStack: boolean,
+): Promise<string> {
   const layout = clusterLayout(slot);
   await run("ip", ["netns", "add", node.netnsName]);
   const netns = `/run/netns/${node.netnsName}`;
@@ -30,15 +35,30 @@ export async function createNodeNetwork(slot: number, node: NodeLayout, all: Nod
   await inNode("link", "set", "lo", "up");
   await inNode("route", "add", "default", "via", layout.publicGateway);
   // Between the node's pods and eth0; the root namespace still forwards nothing.
-  await run("nsenter", [`--net=${netns}`, "sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+  const forwarding = ["net.ipv4.ip_forward=1", ...(dualStack ? ["net.ipv6.conf.all.forwarding=1"] : [])];
+  await run("nsenter", [`--net=${netns}`, "sysctl", "-qw", ...forwarding]);
   for (const other of all.filter((n) => n.name !== node.name))
     await inNode("route", "add", other.podCIDR, "via", other.ip, "dev", "eth0");
   await run("ip", ["route", "add", node.podCIDR, "via", node.ip, "dev", layout.bridge]);
+  if (dualStack) await addNodeIPv6(node, all);
   return netns;
 }
 
+/**
+ * A dual-stack node's IPv6: its public address (nodad: settled at once, and the agent takes only a settled address as
+ * the next hop of its IPv6 routes) and a route to each other node's IPv6 pod CIDR via that node. Unlike IPv4, the
+ * root namespace gets no IPv6 address or route: as no namespace routes IPv6 through it, it forwards no IPv6 for the
+ * cluster whatever net.ipv6.conf.all.forwarding says, and needs no blackhole rule for it.
+ */
+async function addNodeIPv6(node: NodeLayout, all: NodeLayout[]): Promise<void> {
+  const inNode = (...args: string[]) => run("ip", ["-n", node.netnsName, ...args]);
+  await inNode("address", "add", `${node.publicIP6}/64`, "dev", "eth0", "nodad");
+  for (const other of all.filter((n) => n.name !== node.name))
+    await inNode("route", "add", other.podCIDR6, "via", other.publicIP6, "dev", "eth0");
+}
+
 /** The client host's namespace on the public network (see the header). */
-export async function createClientHost(slot: number): Promise<string> {
+export async function createClientHost(slot: number, dualStack: boolean): Promise<string> {
   const layout = clusterLayout(slot);
   const inClient = (...args: string[]) => run("ip", ["-n", layout.clientNetns, ...args]);
   const peer = `lccm${slot}pc`;
@@ -51,6 +71,8 @@ export async function createClientHost(slot: number): Promise<string> {
   await inClient("link", "set", "eth0", "up");
   await inClient("link", "set", "lo", "up");
   await inClient("route", "add", "default", "via", layout.publicGateway);
+  // No IPv6 default route: only the cluster's router gives it one (router.ts).
+  if (dualStack) await inClient("address", "add", `${layout.clientIP6}/64`, "dev", "eth0", "nodad");
   return `/run/netns/${layout.clientNetns}`;
 }
 

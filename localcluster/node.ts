@@ -22,7 +22,8 @@ export interface NodeOptions {
   serverTLSBootstrap?: boolean;
 }
 
-export type NodeSpec = Required<NodeOptions> & { controlPlane: boolean };
+/** `dualStack`: the cluster's option (ClusterOptions.dualStack), for its network and its pods' addresses. */
+export type NodeSpec = Required<NodeOptions> & { controlPlane: boolean; dualStack: boolean };
 
 /** kubeadm's marks of a control-plane node (its mark-control-plane phase). */
 export const CONTROL_PLANE_LABELS = {
@@ -57,9 +58,9 @@ export async function startNode(
 ): Promise<RunningNode> {
   const nodeDir = path.join(record.dir, "nodes", node.name);
   mkdirSync(path.join(nodeDir, "cni"), { recursive: true });
-  const netns = await createNodeNetwork(record.slot, node, record.nodes);
+  const netns = await createNodeNetwork(record.slot, node, record.nodes, spec.dualStack);
   createCgroups(node);
-  await writeFile(path.join(nodeDir, "cni", "10-pods.conflist"), cniConfig(nodeDir, node));
+  await writeFile(path.join(nodeDir, "cni", "10-pods.conflist"), cniConfig(nodeDir, node, spec.dualStack));
   const containerd = await startContainerd({
     dir: path.join(nodeDir, "containerd"),
     config: containerdConfig(nodeDir),

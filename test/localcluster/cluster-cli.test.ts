@@ -10,7 +10,7 @@ import { after, describe, test } from "node:test";
 const CLI = path.resolve(import.meta.dirname, "../../localcluster/cluster-cli.ts");
 const USAGE =
   "usage: npm run cluster -- up [--nodes N] [--control-plane-nodes M] [--proxy-mode iptables|nftables]" +
-  " [--serving-certs] [--bgp] | kill-node NAME | client [-- COMMAND…] | down | build";
+  " [--serving-certs] [--bgp] [--dual-stack] | kill-node NAME | client [-- COMMAND…] | down | build";
 
 function cli(args: string[], dir: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
@@ -35,6 +35,7 @@ describe("npm run cluster: wrong invocations", () => {
     [["up", "--nodes"], "--nodes needs a value"],
     [["up", "--serving-certs=yes"], "--serving-certs takes no value"],
     [["up", "--bgp=frr"], "--bgp takes no value"],
+    [["up", "--dual-stack=yes"], "--dual-stack takes no value"],
     [["up", "--nodes", "9"], "--nodes takes a number from 1 to 8"],
     [["up", "--nodes", "2", "--control-plane-nodes", "3"], "--control-plane-nodes takes a number from 0 to the nodes (2)"],
     [["up", "--proxy-mode", "ipvs"], "--proxy-mode takes iptables or nftables, not ipvs"],
