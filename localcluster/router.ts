@@ -12,6 +12,10 @@
 // in any other; it sends the nodes nothing. A second router (index 1, at .4) can join as a second peer, as a rack's
 // second top-of-rack router; the client routes through the first only.
 //
+// On a dual-stack cluster (ClusterOptions.dualStack) it carries IPv6 too: its address fd00:19:(136+slot)::(3+index)
+// on the same link, the nodes' IPv6 routes over the same IPv4 sessions (multiprotocol BGP, RFC 4760, each node's IPv6
+// address as next hop), and the client's IPv6 default route through router 0.
+//
 // Its daemons run from <cluster dir>/router (config, pid files, vty and zserv sockets): removeCluster() kills every
 // process whose command line names the cluster's folder and deletes the slot's namespaces, so a killed test or a
 // detached cluster's `down` removes the router with the rest.
@@ -67,6 +71,8 @@ export function routerLayout(slot: number, index = 0) {
     folder: `router${suffix}`,
     /** Its address on the nodes' public network: the nodes' BGP peer. */
     ip: `198.19.${136 + slot}.${3 + index}`,
+    /** Its IPv6 address there (dual-stack clusters). */
+    ip6: `fd00:19:${136 + slot}::${3 + index}`,
     publicNetwork: `198.19.${136 + slot}.0/24`,
   };
 }
@@ -80,6 +86,8 @@ export interface KernelRoute {
 
 export interface ClusterRouter {
   ip: string;
+  /** Its IPv6 address on a dual-stack cluster. */
+  ip6: string | undefined;
   asn: number;
   /** `vtysh -c <command>` on the router, its JSON answer parsed. */
   vtysh<T>(command: string): Promise<T>;
@@ -90,13 +98,21 @@ export interface ClusterRouter {
   setBfd(on: boolean, intervalMs?: number): Promise<void>;
   /** The BGP neighbors the router has, by address, with their state ("Established", …). */
   neighbors(): Promise<Map<string, string>>;
-  /** The router's kernel routes learned over BGP (IPv4). */
+  /** The router's kernel routes learned over BGP: IPv4, and IPv6 on a dual-stack cluster. */
   routes(): Promise<KernelRoute[]>;
   stop(): Promise<void>;
 }
 
-function frrConfig(slot: number, index: number, bfd: boolean): string {
+function frrConfig(slot: number, index: number, bfd: boolean, dualStack: boolean): string {
   const layout = routerLayout(slot, index);
+  // IPv6 comes over the same (IPv4) sessions: every family takes the nodes' routes, sends them nothing and does ECMP.
+  const addressFamily = (family: string) => ` address-family ${family} unicast
+  neighbor NODES activate
+  neighbor NODES route-map NOTHING out
+  maximum-paths 64
+ exit-address-family
+`;
+  const families = dualStack ? ["ipv4", "ipv6"] : ["ipv4"];
   return `frr defaults datacenter
 hostname lccm-router-${slot}${index ? `-${index}` : ""}
 log stdout informational
@@ -108,20 +124,16 @@ router bgp ${ROUTER_ASN}
  neighbor NODES peer-group
  neighbor NODES remote-as external
 ${bfd ? " neighbor NODES bfd\n" : ""} bgp listen range ${layout.publicNetwork} peer-group NODES
- address-family ipv4 unicast
-  neighbor NODES activate
-  neighbor NODES route-map NOTHING out
-  maximum-paths 64
- exit-address-family
-`;
+${families.map(addressFamily).join("")}`;
 }
 
 /**
- * Starts router `index` (routerLayout) of a running cluster in slot `slot` kept in `dir`; with `bfd`, every node
- * session asks for BFD (bfdd runs either way). The client's default route goes through router 0.
+ * Starts router `index` (routerLayout) of a running cluster in slot `slot` kept in `dir`, carrying IPv6 too when it is
+ * `dualStack`; with `bfd`, every node session asks for BFD (bfdd runs either way). The client's default route (both
+ * families) goes through router 0.
  */
 export async function startRouter(
-  { slot, dir }: { slot: number; dir: string },
+  { slot, dir, dualStack = false }: { slot: number; dir: string; dualStack?: boolean },
   { bfd = false, index = 0 }: { bfd?: boolean; index?: number } = {},
 ): Promise<ClusterRouter> {
   const layout = routerLayout(slot, index);
@@ -138,6 +150,9 @@ export async function startRouter(
   await inRouter("link", "set", peerVeth, "name", "eth0");
   await inRouter("address", "add", `${layout.ip}/24`, "dev", "eth0");
   for (const link of ["lo", "eth0"]) await inRouter("link", "set", link, "up");
+  // The /64 the nodes' IPv6 next hops lie in (FRR takes an eBGP next hop only on a connected network); nodad: usable
+  // at once, not tentative for a second of duplicate address detection.
+  if (dualStack) await inRouter("address", "add", `${layout.ip6}/64`, "dev", "eth0", "nodad");
   // Its own way out, as a top-of-rack router has: the client, whose default route comes here, reaches the control
   // plane (upstream's e2e.test runs from it) through the slot's gateway.
   await inRouter("route", "add", "default", "via", publicGateway);
@@ -145,15 +160,18 @@ export async function startRouter(
   // redirects, as data-centre routers are set: the client shares the segment with the default route's next hop, so
   // a packet for an address not yet (or no longer) announced made the router redirect the client there, and the
   // client kept sending there for the redirect's 5 minutes after the route came (upstream's e2e.test failed so).
+  // IPv6 has no send_redirects, and needs none here: Linux redirects only to a link-local next hop (or to the
+  // destination itself), and the nodes' IPv6 next hops are their global addresses.
   const settings = [
     "net.ipv4.ip_forward=1",
     "net.ipv4.fib_multipath_hash_policy=1",
     ...["all", "eth0"].map((conf) => `net.ipv4.conf.${conf}.send_redirects=0`),
+    ...(dualStack ? ["net.ipv6.conf.all.forwarding=1", "net.ipv6.fib_multipath_hash_policy=1"] : []),
   ];
   for (const setting of settings) await run("nsenter", [`--net=/run/netns/${layout.netns}`, "sysctl", "-qw", setting]);
 
   const config = path.join(folder, "frr.conf");
-  await writeFile(config, frrConfig(slot, index, bfd));
+  await writeFile(config, frrConfig(slot, index, bfd, dualStack));
   const zserv = path.join(folder, "zserv.api");
   // Each daemon: its own pid file and the shared vty folder and zserv socket under the cluster's folder; as root
   // (in FRR's vty group, which it requires; its folder is root's); no vty TCP port (-P 0); daemonised (-d), so a
@@ -177,10 +195,14 @@ export async function startRouter(
   const vtysh = async <T>(command: string): Promise<T> =>
     JSON.parse(await run("vtysh", ["--vty_socket", folder, "-c", command])) as T;
   await waitFor("the router's bgpd answering", () => vtysh("show bgp summary json").then(() => true), 30_000);
-  if (index === 0) await run("ip", ["-n", clientNetns, "route", "replace", "default", "via", layout.ip]);
+  if (index === 0) {
+    await run("ip", ["-n", clientNetns, "route", "replace", "default", "via", layout.ip]);
+    if (dualStack) await run("ip", ["-6", "-n", clientNetns, "route", "replace", "default", "via", layout.ip6]);
+  }
 
   return {
     ip: layout.ip,
+    ip6: dualStack ? layout.ip6 : undefined,
     asn: ROUTER_ASN,
     vtysh,
     async setBfd(on, intervalMs) {
@@ -201,13 +223,16 @@ export async function startRouter(
       return new Map(peers.map(([ip, peer]) => [ip.replace(/^\*/, ""), peer.state ?? ""]));
     },
     async routes() {
-      const table = JSON.parse(
-        await run("ip", ["-n", layout.netns, "-j", "route", "show", "proto", "bgp"]),
-      ) as { dst: string; gateway?: string; nexthops?: { gateway: string }[] }[];
-      return table.map((route) => ({
-        prefix: route.dst.includes("/") ? route.dst : `${route.dst}/32`,
-        via: (route.nexthops?.map((hop) => hop.gateway) ?? [route.gateway ?? ""]).sort(),
-      }));
+      const familyRoutes = async (family: 4 | 6) => {
+        const table = JSON.parse(
+          await run("ip", [`-${family}`, "-n", layout.netns, "-j", "route", "show", "proto", "bgp"]),
+        ) as { dst: string; gateway?: string; nexthops?: { gateway: string }[] }[];
+        return table.map((route) => ({
+          prefix: route.dst.includes("/") ? route.dst : `${route.dst}/${family === 4 ? 32 : 128}`,
+          via: (route.nexthops?.map((hop) => hop.gateway) ?? [route.gateway ?? ""]).sort(),
+        }));
+      };
+      return (await Promise.all((dualStack ? [4, 6] as const : [4] as const).map(familyRoutes))).flat();
     },
     async stop() {
       for (const name of ["bgpd", "bfdd", "zebra"]) {
@@ -218,8 +243,11 @@ export async function startRouter(
           // exited meanwhile
         }
       }
-      if (index === 0)
+      if (index === 0) {
         await run("ip", ["-n", clientNetns, "route", "replace", "default", "via", publicGateway]).catch(() => "");
+        // The client had no IPv6 default route before (node-network.ts).
+        if (dualStack) await run("ip", ["-6", "-n", clientNetns, "route", "del", "default"]).catch(() => "");
+      }
       await run("ip", ["netns", "delete", layout.netns]).catch(() => "");
     },
   };
