@@ -1,7 +1,9 @@
 // BGP pool addresses as users run them: `helm install` of charts/local-ccm with bgp.enabled on four real kubelets
 // with kube-proxy (iptables mode), node-0 the control-plane node (kubeadm's exclusion label: not eligible), the
 // cluster's FRR router (localcluster/router.ts, dynamic neighbors, ECMP, the client host's default route), a BGPPeer
-// for it and a pool outside every network of the slot, so that only the router's routes reach it. From the client:
+// for it and a pool outside every network of the slot, so that only the router's routes reach it. The cluster is
+// dual-stack (localcluster's dualStack: nodes, pods, client host and router have IPv6 addresses too; Services stay
+// IPv4), so each agent's session carries IPv6 as well, over IPv4. From the client:
 // - a Service of class local-ccm.io/bgp: the router holds its /32 with one next hop per eligible node, curl answers;
 // - `kubectl get bgppeer`: ESTABLISHED equal to NODES, every node peering (node-0 too: excluded from announcing, not
 //   from peering), from the agents' reports on their Nodes;
@@ -13,15 +15,16 @@
 //   its link back, its session and path come back; and a rollout restart with BFD and graceful restart keeps every
 //   path, as without BFD;
 // - the Service deleted: the route goes;
-// - pod CIDRs (bgp.advertisePodCIDRs; the Nodes' spec.podCIDRs written as kube-controller-manager's IPAM would, each
-//   its node's CNI range): the router holds each node's with that node as next hop; the client host reaches a pod on
-//   every node by its pod IP (this machine forwards nothing between the nodes and the client: only the router's
-//   routes lead there), and with the nodes' own inter-node pod routes replaced by one route to the router, pods on
-//   different nodes reach each other through it; a BGPPeer opting out (spec.advertisePodCIDRs false) gets none, and
-//   one narrowed by nodeSelector gets only the selected nodes'.
+// - pod CIDRs, both families (bgp.advertisePodCIDRs; the Nodes' spec.podCIDRs, IPv4 and IPv6, written as
+//   kube-controller-manager's IPAM would, each its node's CNI ranges): the router holds each node's IPv4 and IPv6 CIDR
+//   with that node as next hop (its IPv4, and its IPv6 address on the link); the client host reaches a pod on every
+//   node by each of its pod IPs (this machine forwards nothing between the nodes and the client: only the router's
+//   routes lead there), and with the nodes' own inter-node pod routes replaced by one route per family to the router,
+//   pods on different nodes reach each other through it in both families; a BGPPeer opting out
+//   (spec.advertisePodCIDRs false) gets none, and one narrowed by nodeSelector gets only the selected nodes'.
 import assert from "node:assert/strict";
 import { after, before, type TestContext, test } from "node:test";
-import type { Cluster } from "../../localcluster/cluster.ts";
+import type { Cluster, ClusterNode } from "../../localcluster/cluster.ts";
 import * as layer2 from "../../localcluster/layer2.ts";
 import { AGNHOST_IMAGE, NETEXEC_PORT } from "../../localcluster/agnhost.ts";
 import { clusterLayout } from "../../localcluster/layout.ts";
@@ -29,6 +32,7 @@ import { NAMESPACE } from "../../localcluster/project.ts";
 import { type ClusterRouter, routedPool, routerPeer, startRouter } from "../../localcluster/router.ts";
 import { waitFor } from "../../localcluster/wait.ts";
 import { EXCLUDE_LABEL } from "../../src/loadbalancer/nodes.ts";
+import { hostPort, ipFamily } from "../../src/net/ip.ts";
 import { BGP_CLASS } from "../../src/pools/allocate.ts";
 import { sleep } from "../../src/time/backoff.ts";
 import { netexecService, startPoolCluster } from "./l2-cluster.ts";
@@ -40,7 +44,8 @@ let cluster: Cluster;
 let router: ClusterRouter;
 before(async () => {
   const values = { "bgp.enabled": "true", "bgp.advertisePodCIDRs": "true" };
-  cluster = await startPoolCluster("iptables", values, (slot) => [routerPeer(slot), routedPool(slot)]);
+  const objects = (slot: number) => [routerPeer(slot), routedPool(slot)];
+  cluster = await startPoolCluster("iptables", values, objects, { dualStack: true });
   router = await startRouter(cluster);
 });
 after(async () => {
@@ -59,10 +64,14 @@ async function ingressIp(name: string): Promise<string> {
   );
 }
 
+/** Node names by public address, both families: what the router's next hops are. */
+const nodesByIp = () =>
+  new Map(cluster.nodes.flatMap((node) => [node.publicIP, node.publicIP6].map((ip) => [ip, node.name] as const)));
+
 /** The router's next hops for `ip`/32, as node names, sorted; [] without a route. */
 async function nextHops(ip: string): Promise<string[]> {
   const route = (await router.routes()).find((r) => r.prefix === `${ip}/32`);
-  const byIp = new Map(cluster.nodes.map((node) => [node.publicIP, node.name]));
+  const byIp = nodesByIp();
   return (route?.via ?? []).map((via) => byIp.get(via) ?? via).sort();
 }
 
@@ -73,8 +82,9 @@ const waitForHops = (ip: string, expected: string[], what: string) =>
     },
   );
 
-const get = (ip: string, path: string) =>
-  cluster.client.exec("curl", ["-sS", "--max-time", "3", `http://${ip}${path}`]);
+/** `host`: an IP, or hostPort()'s "ip:port" / "[ipv6]:port" (--globoff: curl reads no brackets as a pattern). */
+const get = (host: string, path: string) =>
+  cluster.client.exec("curl", ["-sS", "--globoff", "--max-time", "3", `http://${host}${path}`]);
 
 /** Requests from the client to `ip`, one after another until stopped: how many went, and which failed. */
 function requestsTo(ip: string) {
@@ -240,25 +250,28 @@ test("the Service deleted: the route goes", async () => {
   await waitForHops(ip, [], "the route withdrawn");
 });
 
-// The local cluster's CNI gives each node a fixed range (layout.ts) and no IPAM writes it on the Node: written here
-// once, as kube-controller-manager's --allocate-node-cidrs would (a Node's pod CIDRs are set once, never changed).
+// The local cluster's CNI gives each node a fixed range per family (layout.ts) and no IPAM writes them on the Node:
+// written here once, as kube-controller-manager's --allocate-node-cidrs would (a Node's pod CIDRs are set once, never
+// changed; spec.podCIDR is the first).
 async function writePodCidrs(): Promise<void> {
   for (const node of cluster.nodes) {
-    const spec = { podCIDR: node.podCIDR, podCIDRs: [node.podCIDR] };
+    const spec = { podCIDR: node.podCIDR, podCIDRs: node.podCIDRs };
     await cluster.kubectl(["patch", "node", node.name, "--type", "merge", "-p", JSON.stringify({ spec })]);
   }
 }
 
-/** The router's routes to the nodes' pod CIDRs: prefix → next hops as node names. */
+/** The router's routes to the nodes' pod CIDRs, both families: prefix → next hops as node names. */
 async function podRoutes(): Promise<Record<string, string[]>> {
-  const byIp = new Map(cluster.nodes.map((node) => [node.publicIP, node.name]));
-  const podCidrs = new Set(cluster.nodes.map((node) => node.podCIDR));
+  const byIp = nodesByIp();
+  const podCidrs = new Set(cluster.nodes.flatMap((node) => node.podCIDRs));
   const routes = (await router.routes()).filter((route) => podCidrs.has(route.prefix));
   return Object.fromEntries(routes.map((route) => [route.prefix, route.via.map((via) => byIp.get(via) ?? via)]));
 }
 
 const podRoutesOf = (names: readonly string[]) =>
-  Object.fromEntries(cluster.nodes.filter((n) => names.includes(n.name)).map((n) => [n.podCIDR, [n.name]]));
+  Object.fromEntries(
+    cluster.nodes.filter((n) => names.includes(n.name)).flatMap((n) => n.podCIDRs.map((cidr) => [cidr, [n.name]])),
+  );
 
 async function waitForPodRoutes(names: readonly string[], what: string): Promise<void> {
   const expected = JSON.stringify(podRoutesOf(names), Object.keys(podRoutesOf(names)).sort());
@@ -273,8 +286,8 @@ async function waitForPodRoutes(names: readonly string[], what: string): Promise
 
 const ALL_NODES = () => cluster.nodes.map((node) => node.name);
 
-/** A netexec pod on every node, the control-plane node too: pod IP by node name. */
-async function podOnEveryNode(): Promise<Map<string, string>> {
+/** A netexec pod on every node, the control-plane node too: its pod IPs (status.podIPs: IPv4, IPv6) by node name. */
+async function podOnEveryNode(): Promise<Map<string, string[]>> {
   const labels = { app: "pod-routes" };
   const daemonSet = {
     apiVersion: "apps/v1",
@@ -294,53 +307,76 @@ async function podOnEveryNode(): Promise<Map<string, string>> {
   await cluster.kubectl(["apply", "-f", "-"], JSON.stringify(daemonSet));
   await cluster.kubectl(["rollout", "status", "daemonset/pod-routes", "--timeout=180s"]);
   const pods = JSON.parse(await cluster.kubectl(["get", "pods", "-l", "app=pod-routes", "-o", "json"])) as {
-    items: { spec: { nodeName: string }; status: { podIP: string } }[];
+    items: { spec: { nodeName: string }; status: { podIPs?: { ip: string }[] } }[];
   };
-  return new Map(pods.items.map((pod) => [pod.spec.nodeName, pod.status.podIP]));
+  return new Map(pods.items.map((pod) => [pod.spec.nodeName, (pod.status.podIPs ?? []).map(({ ip }) => ip)]));
 }
 
-test("pod CIDRs: the router holds each node's; the client reaches a pod on every node, pods reach each other through it", async (t) => {
+/**
+ * A node's own routes to `other`'s pod CIDRs (localcluster/node-network.ts): the IPv4 one via its InternalIP, the IPv6
+ * one via its public IPv6 address.
+ */
+const routesTo = (other: ClusterNode) => [
+  { cidr: other.podCIDR, via: other.ip },
+  { cidr: other.podCIDRs[1] as string, via: other.publicIP6 as string },
+];
+
+test("pod CIDRs, both families: the router holds each node's; the client reaches a pod on every node, pods reach each other through it", async (t) => {
   const pods = await podOnEveryNode();
   assert.equal(pods.size, cluster.nodes.length, `a pod on every node: ${JSON.stringify([...pods])}`);
-  const hostname = (podIp: string) => get(`${podIp}:${NETEXEC_PORT}`, "/hostname");
+  for (const [node, ips] of pods) assert.deepEqual(ips.map(ipFamily), [4, 6], `${node}'s pod's IPs ${ips.join(", ")}`);
+  const hostname = (podIp: string) => get(hostPort(podIp, NETEXEC_PORT), "/hostname");
   // Before the router has a route, the client reaches no pod: no other path leads there.
-  const unreached = await hostname(pods.get("node-1") ?? "").then((answer) => `answered ${answer}`, () => "none");
-  assert.equal(unreached, "none", "node-1's pod answered the client before the router had its pod CIDR");
-  await writePodCidrs();
-  await waitForPodRoutes(ALL_NODES(), "a route to each node's pod CIDR, next hop that node (node-0 too)");
-  for (const [node, podIp] of pods) {
-    const answer = await waitFor(`the client answered by ${node}'s pod ${podIp}`, () => hostname(podIp).catch(() => undefined), WAIT_MS);
-    assert.match(answer, /^pod-routes-/);
+  for (const podIp of pods.get("node-1") ?? []) {
+    const unreached = await hostname(podIp).then((answer) => `answered ${answer}`, () => "none");
+    assert.equal(unreached, "none", `node-1's pod answered the client at ${podIp} before the router had its pod CIDR`);
   }
-  // Each node's own routes to the other nodes' pod CIDRs go; one route to the router takes their place.
-  const { podNetwork } = clusterLayout(cluster.slot);
+  await writePodCidrs();
+  await waitForPodRoutes(ALL_NODES(), "a route to each node's pod CIDRs, next hop that node (node-0 too)");
+  for (const [node, ips] of pods) {
+    for (const podIp of ips) {
+      const answered = () => hostname(podIp).catch(() => undefined);
+      const answer = await waitFor(`the client answered by ${node}'s pod at ${podIp}`, answered, WAIT_MS);
+      assert.match(answer, /^pod-routes-/);
+    }
+  }
+  // Each node's own routes to the other nodes' pod CIDRs go; one route per family to the router takes their place.
+  const { podNetwork, podNetwork6 } = clusterLayout(cluster.slot);
+  const toRouter = [
+    { cidr: podNetwork, via: router.ip },
+    { cidr: podNetwork6, via: router.ip6 as string },
+  ];
   const removed: { node: string; cidr: string; via: string }[] = [];
   try {
     for (const node of cluster.nodes) {
-      for (const other of cluster.nodes.filter((n) => n.name !== node.name)) {
-        await node.exec("ip", ["route", "del", other.podCIDR, "via", other.ip]);
-        removed.push({ node: node.name, cidr: other.podCIDR, via: other.ip });
+      for (const route of cluster.nodes.filter((n) => n.name !== node.name).flatMap(routesTo)) {
+        await node.exec("ip", ["route", "del", route.cidr, "via", route.via]);
+        removed.push({ node: node.name, ...route });
       }
-      await node.exec("ip", ["route", "add", podNetwork, "via", router.ip]);
+      for (const { cidr, via } of toRouter) await node.exec("ip", ["route", "add", cidr, "via", via]);
     }
     const dial = (from: string, to: string) =>
-      get(`${from}:${NETEXEC_PORT}`, `/dial?request=hostname&protocol=http&host=${to}&port=${NETEXEC_PORT}&tries=1`);
-    for (const [fromNode, toNode] of [["node-1", "node-3"], ["node-3", "node-0"]]) {
-      const [from, to] = [pods.get(fromNode as string) ?? "", pods.get(toNode as string) ?? ""];
-      const answer = await waitFor(`${fromNode}'s pod dialling ${toNode}'s through the router`, async () => {
-        const text = await dial(from, to).catch(() => "");
-        return (JSON.parse(text || "{}") as { responses?: string[] }).responses?.[0];
-      }, WAIT_MS);
-      assert.match(answer, /^pod-routes-/, `${fromNode} → ${toNode}`);
-      t.diagnostic(`${fromNode}'s pod reached ${toNode}'s (${answer}) through the router`);
+      get(hostPort(from, NETEXEC_PORT), `/dial?request=hostname&protocol=http&host=${to}&port=${NETEXEC_PORT}&tries=1`);
+    for (const family of [4, 6]) {
+      const podIp = (node: string) => pods.get(node)?.find((ip) => ipFamily(ip) === family) ?? "";
+      for (const [fromNode, toNode] of [["node-1", "node-3"], ["node-3", "node-0"]]) {
+        const [from, to] = [podIp(fromNode as string), podIp(toNode as string)];
+        const answer = await waitFor(`${fromNode}'s pod dialling ${toNode}'s at ${to} through the router`, async () => {
+          const text = await dial(from, to).catch(() => "");
+          return (JSON.parse(text || "{}") as { responses?: string[] }).responses?.[0];
+        }, WAIT_MS);
+        assert.match(answer, /^pod-routes-/, `${fromNode} → ${toNode} at ${to}`);
+        t.diagnostic(`${fromNode}'s pod reached ${toNode}'s at ${to} (${answer}) through the router`);
+      }
     }
   } finally {
-    for (const node of cluster.nodes) await node.exec("ip", ["route", "del", podNetwork, "via", router.ip]).catch(() => "");
+    for (const node of cluster.nodes)
+      for (const { cidr, via } of toRouter) await node.exec("ip", ["route", "del", cidr, "via", via]).catch(() => "");
     for (const { node, cidr, via } of removed) await cluster.node(node).exec("ip", ["route", "add", cidr, "via", via]);
   }
 });
 
-test("pod CIDRs: a BGPPeer that opts out gets none; one narrowed by nodeSelector gets only its nodes'", async () => {
+test("pod CIDRs, both families: a BGPPeer that opts out gets none; one narrowed by nodeSelector gets only its nodes'", async () => {
   const patchPeer = (spec: object) =>
     cluster.kubectl(["patch", "bgppeer", "router", "--type", "merge", "-p", JSON.stringify({ spec })]);
   await waitForPodRoutes(ALL_NODES(), "every node's pod CIDR");

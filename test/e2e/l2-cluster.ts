@@ -46,15 +46,16 @@ export const startL2Cluster = (mode: ProxyMode) =>
   startPoolCluster(mode, { "loadBalancer.l2.enabled": "true" }, (slot) => [publicPool(slot)]);
 
 /**
- * A 4-node cluster in `mode` with the chart installed with `values`, every Node initialised, `objects(slot)` applied
- * (pools, peers) and two netexec backends.
+ * A 4-node cluster in `mode` (and `dualStack`, ClusterOptions') with the chart installed with `values`, every Node
+ * initialised, `objects(slot)` applied (pools, peers) and two netexec backends.
  */
 export async function startPoolCluster(
   mode: ProxyMode,
   values: Record<string, string>,
   objects: (slot: number) => object[],
+  { dualStack = false }: { dualStack?: boolean } = {},
 ): Promise<Cluster> {
-  const cluster = await startCluster({ nodes: 4, proxyMode: mode });
+  const cluster = await startCluster({ nodes: 4, proxyMode: mode, dualStack });
   try {
     await cluster.helm(helmInstallArgs(values));
     await waitFor(
