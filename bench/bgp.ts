@@ -313,15 +313,17 @@ async function restart(cluster: Cluster, router: ClusterRouter, impl: Implementa
   return { failed: failures.length, sent: results.length };
 }
 
+const secondsSince = (start: number) => `${((performance.now() - start) / 1000).toFixed(1)} s`;
+
 /**
  * Seconds since `start` until `count()` reaches `of`, or how far it got in WAIT_MS: an implementation that does not
  * get there is a figure of the table, not the end of the run (the others still run).
  */
-async function until(what: string, start: number, of: number, count: () => Promise<number>): Promise<string> {
+async function until(what: string, of: number, count: () => Promise<number>, start = performance.now()): Promise<string> {
   let reached = 0;
   try {
     await waitFor(what, async () => (reached = await count()) >= of, WAIT_MS, 500);
-    return `${((performance.now() - start) / 1000).toFixed(1)} s`;
+    return secondsSince(start);
   } catch {
     console.error(`timed out waiting for ${what}: ${reached} of ${of}`);
     return `not in ${WAIT_MS / 1000} s (${reached} of ${of})`;
@@ -338,9 +340,9 @@ async function many(cluster: Cluster, router: ClusterRouter, impl: Implementatio
       for (let name = queue.shift(); name; name = queue.shift()) await createService(cluster, impl.service(name));
     }),
   );
-  const created = `${((performance.now() - start) / 1000).toFixed(1)} s`;
+  const created = secondsSince(start);
   let addresses: string[] = [];
-  const addressed = await until(`${SERVICES} Services with an address`, start, SERVICES, async () => {
+  const addressed = await until(`${SERVICES} Services with an address`, SERVICES, async () => {
     const list = await cluster.admin.request<{ items: Service[] }>({
       method: "GET",
       path: "/api/v1/namespaces/default/services",
@@ -350,11 +352,11 @@ async function many(cluster: Cluster, router: ClusterRouter, impl: Implementatio
       .map((s) => s.status?.loadBalancer?.ingress?.[0]?.ip)
       .filter((ip) => ip !== undefined);
     return addresses.length;
-  });
-  const routed = await until(`a route to each of ${SERVICES} addresses`, start, SERVICES, async () => {
+  }, start);
+  const routed = await until(`a route to each of ${SERVICES} addresses`, SERVICES, async () => {
     const routes = new Set((await router.routes()).map((route) => route.prefix));
     return addresses.filter((ip) => routes.has(`${ip}/32`)).length;
-  });
+  }, start);
   console.error(`${impl.label}: ${SERVICES} Services: created after ${created}, addresses after ${addressed}, routed after ${routed}`);
   return { created, addressed, routed, load: loadAverage() };
 }
@@ -401,8 +403,7 @@ async function run(impl: Implementation): Promise<Figures> {
     const created = await many(cluster, router, impl);
     const second = await startRouter(cluster, { index: 1 });
     await impl.addPeer(cluster, 1);
-    const secondStart = performance.now();
-    const secondRouter = await until(`router 1 with a route to each of ${SERVICES} addresses`, secondStart, SERVICES,
+    const secondRouter = await until(`router 1 with a route to each of ${SERVICES} addresses`, SERVICES,
       async () => (await second.routes()).length);
     console.error(`${impl.label}: ${REST_SECONDS} s at rest, 2 peers, ${SERVICES + 1} prefixes`);
     const rest = await atRest(cluster, impl, REST_SECONDS);
